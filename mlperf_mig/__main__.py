@@ -1,0 +1,5 @@
+import sys
+
+from mlperf_mig.cli import main
+
+sys.exit(main())

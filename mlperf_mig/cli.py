@@ -1,0 +1,63 @@
+"""The `mlperf-mig` command: a thin shell over the Python API.
+
+Each pillar contributes its sub-commands through an `add_commands(subparsers)` function in its
+own `cli` module; this module only assembles them, configures logging and turns library errors
+into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from mlperf_mig.errors import MlperfMigError
+
+COMMAND_MODULES = (
+    "mlperf_mig.registry.cli",
+    "mlperf_mig.engines.cli",
+    "mlperf_mig.harness.cli",
+    "mlperf_mig.runner.cli",
+    "mlperf_mig.submission.cli",
+)
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlperf-mig",
+        description="Run MLPerf Inference ResNet50 and BERT on NVIDIA MIG partitions and compare layouts.",
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # that pillar has not landed in this checkout
+        module.add_commands(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.handler(args) or 0)
+    except MlperfMigError as exc:
+        print(f"mlperf-mig: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("mlperf-mig: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The LoadGen harness: settings, sample libraries, SUTs, logs and accuracy."""

@@ -1,0 +1,1 @@
+"""The system registry: MIG-capable GPUs, their profiles and placements, layouts, discovery."""

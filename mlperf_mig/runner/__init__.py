@@ -1,0 +1,1 @@
+"""The multi-instance runner: one worker per MIG instance, aggregation, sweeps."""

@@ -1,0 +1,1 @@
+"""Submission-style output: the MLPerf submission tree, system description and checker."""

@@ -1,0 +1,33 @@
+"""Test-suite wide configuration: `gpu`-marked tests run only where NVML finds a GPU."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.cache
+def gpu_present() -> bool:
+    """True when the NVIDIA driver is loaded and reports at least one GPU."""
+    try:
+        import pynvml
+    except ImportError:
+        return False
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    try:
+        return pynvml.nvmlDeviceGetCount() > 0
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if gpu_present():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU; NVML finds none on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
