@@ -1,0 +1,266 @@
+"""The parent side of the one worker protocol: start workers, hold the barrier, collect outcomes.
+
+Waits are bounded and event-driven (`multiprocessing.connection.wait` on the pipes and the process
+sentinels): a crash is seen the moment the process exits, a hang when its deadline passes, and
+Ctrl-C stops every worker within seconds. Each worker ends in exactly one status:
+    ok           the target returned; `value` holds its plain-data result
+    raised       the target raised; `error` is "Type: message", `traceback` the child's text
+    crashed      the process died without reporting (exit code or signal in `error`)
+    hung         it missed its deadline and was killed
+    interrupted  the run was stopped (Ctrl-C) before it finished
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mlperf_mig.runner.worker import WorkerJob, worker_main
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("ok", "raised", "crashed", "hung", "interrupted")
+_TERMINATE_GRACE_S = 3.0
+_LOG_TAIL_CHARS = 2000
+
+ProgressCallback = Callable[[str, int], None]
+EventCallback = Callable[[str, str], None]
+
+
+@attrs.frozen(kw_only=True)
+class WorkerOutcome:
+    """How one worker ended, with the tail of its log for anything but `ok`."""
+
+    name: str
+    status: str = attrs.field(validator=attrs.validators.in_(STATUSES))
+    value: Any = None
+    error: str | None = None
+    traceback: str | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    elapsed_s: float = 0.0
+    log_tail: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@attrs.frozen(kw_only=True)
+class Timeouts:
+    """Deadlines of one round: until every worker is at the barrier, then until all are done."""
+
+    ready_s: float = 900.0
+    run_s: float = 1800.0
+
+
+def read_log_tail(path: str | Path, chars: int = _LOG_TAIL_CHARS) -> str:
+    """The last `chars` characters of a log file ('' when it does not exist)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - chars))
+            return handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def describe_exit(exit_code: int | None) -> str:
+    """'killed by signal SIGKILL' or 'exit code 3' for a process that died without reporting."""
+    if exit_code is None:
+        return "still running"
+    if exit_code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-exit_code).name}"
+        except ValueError:
+            return f"killed by signal {-exit_code}"
+    return f"exited with code {exit_code} without reporting a result"
+
+
+class _Worker:
+    """Book-keeping of one started worker in the parent."""
+
+    def __init__(self, job: WorkerJob, process: Any, conn: Connection) -> None:
+        self.job = job
+        self.process = process
+        self.conn: Connection | None = conn
+        self.started = time.monotonic()
+        self.ready = False
+        self.outcome: WorkerOutcome | None = None
+        self.reported: tuple[Any, ...] | None = None
+
+    def finish(self, status: str, **fields: Any) -> None:
+        if self.outcome is not None:
+            return
+        tail = None if status == "ok" else read_log_tail(self.job.log_path)
+        self.outcome = WorkerOutcome(
+            name=self.job.name,
+            status=status,
+            pid=self.process.pid,
+            exit_code=self.process.exitcode,
+            elapsed_s=time.monotonic() - self.started,
+            log_tail=tail,
+            **fields,
+        )
+
+
+class Supervisor:
+    """Runs one round of worker jobs to completion; `interrupted` is set after Ctrl-C."""
+
+    def __init__(
+        self,
+        *,
+        timeouts: Timeouts | None = None,
+        on_progress: ProgressCallback | None = None,
+        on_event: EventCallback | None = None,
+    ) -> None:
+        self.timeouts = timeouts or Timeouts()
+        self.interrupted = False
+        self._on_progress = on_progress
+        self._on_event = on_event
+        self._context = multiprocessing.get_context("spawn")
+
+    def run(self, jobs: Sequence[WorkerJob]) -> list[WorkerOutcome]:
+        """Start every job, release them together at the barrier, and return one outcome each."""
+        start = self._context.Event()
+        workers: list[_Worker] = []
+        try:
+            for job in jobs:
+                workers.append(self._start(job, start))
+            self._supervise(workers, start)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            log.warning("interrupted: stopping %d workers", len(workers))
+            self._stop_all(workers)
+        finally:
+            self._reap(workers)
+        return [w.outcome for w in workers if w.outcome is not None]
+
+    def _start(self, job: WorkerJob, start: Any) -> _Worker:
+        Path(job.log_path).parent.mkdir(parents=True, exist_ok=True)
+        receiver, sender = self._context.Pipe(duplex=False)
+        process = self._context.Process(
+            target=worker_main,
+            args=(sender, start, job, self.timeouts.ready_s),
+            name=f"mlperf-mig:{job.name}",
+            daemon=True,
+        )
+        process.start()
+        sender.close()
+        log.info("started worker %s (pid %d)", job.name, process.pid)
+        self._event(job.name, "started")
+        return _Worker(job, process, receiver)
+
+    def _supervise(self, workers: list[_Worker], start: Any) -> None:
+        ready_deadline = time.monotonic() + self.timeouts.ready_s
+        run_deadline: float | None = None
+        while any(w.outcome is None for w in workers):
+            if run_deadline is None and all(
+                w.ready or w.outcome is not None or not w.job.wait_at_barrier
+                for w in workers
+            ):
+                start.set()
+                run_deadline = time.monotonic() + self.timeouts.run_s
+                log.info("start barrier released")
+            deadline = ready_deadline if run_deadline is None else run_deadline
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if run_deadline is None:
+                    self._kill_hung(workers, self.timeouts.ready_s, " before the start barrier")
+                else:
+                    self._kill_hung(workers, self.timeouts.run_s, "")
+                continue
+            live = [w for w in workers if w.outcome is None]
+            waitables: list[Any] = [w.conn for w in live if w.conn is not None]
+            waitables += [w.process.sentinel for w in live]
+            for ready in wait(waitables, timeout=remaining):
+                self._handle(live, ready)
+
+    def _handle(self, live: list[_Worker], ready: Any) -> None:
+        for worker in live:
+            if ready is worker.conn:
+                self._receive(worker)
+            elif ready == worker.process.sentinel:
+                self._exited(worker)
+
+    def _receive(self, worker: _Worker) -> None:
+        assert worker.conn is not None
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            worker.conn.close()
+            worker.conn = None
+            return
+        kind = message[0]
+        if kind == "ready":
+            worker.ready = True
+            self._event(worker.job.name, "ready")
+        elif kind == "progress" and self._on_progress is not None:
+            self._on_progress(worker.job.name, message[1])
+        elif kind in ("done", "error"):
+            worker.reported = message
+
+    def _exited(self, worker: _Worker) -> None:
+        while worker.conn is not None:  # the last messages may still be in the pipe
+            if not worker.conn.poll():
+                break
+            self._receive(worker)
+        worker.process.join()
+        message = worker.reported
+        if message is not None and message[0] == "done":
+            if worker.process.exitcode != 0:
+                log.warning(
+                    "worker %s reported its result, then %s",
+                    worker.job.name,
+                    describe_exit(worker.process.exitcode),
+                )
+            worker.finish("ok", value=message[1])
+        elif message is not None and message[0] == "error":
+            _, kind, text, trace = message
+            worker.finish("raised", error=f"{kind}: {text}", traceback=trace)
+        else:
+            worker.finish("crashed", error=describe_exit(worker.process.exitcode))
+        self._event(worker.job.name, worker.outcome.status if worker.outcome else "ended")
+
+    def _kill_hung(self, workers: list[_Worker], limit_s: float, where: str) -> None:
+        for worker in workers:
+            if worker.outcome is None:
+                worker.process.kill()
+                worker.process.join(_TERMINATE_GRACE_S)
+                worker.finish("hung", error=f"no result within {limit_s:g} s{where}; killed")
+                self._event(worker.job.name, "hung")
+
+    def _stop_all(self, workers: list[_Worker]) -> None:
+        for worker in workers:
+            if worker.process.is_alive():
+                worker.process.terminate()
+        deadline = time.monotonic() + _TERMINATE_GRACE_S
+        for worker in workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(_TERMINATE_GRACE_S)
+            worker.finish("interrupted", error="stopped by Ctrl-C before it finished")
+
+    def _reap(self, workers: list[_Worker]) -> None:
+        for worker in workers:
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(_TERMINATE_GRACE_S)
+            if worker.conn is not None:
+                worker.conn.close()
+                worker.conn = None
+            worker.process.close()
+
+    def _event(self, name: str, what: str) -> None:
+        if self._on_event is not None:
+            self._on_event(name, what)

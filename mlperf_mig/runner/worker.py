@@ -1,0 +1,145 @@
+"""The child side of the one worker protocol: everything that runs inside a spawned worker.
+
+A worker is a fresh interpreter started with the 'spawn' method (one LoadGen test per process,
+reference/mlperf.md traps 1 and 2). `worker_main` is its importable entry point, so the runner
+works from notebooks. It sets up the process (parent-death signal, environment, CPU affinity, log
+file), resolves the job's target from its "module:function" path, and calls
+`target(payload, before_start=..., progress=...)`.
+
+Messages to the parent are plain tuples on a one-way pipe:
+    ("ready",)                      the model and samples are loaded; waiting at the start barrier
+    ("progress", completed)         samples completed so far
+    ("done", value)                 the target's return value as plain data (to_dict() if it has one)
+    ("error", kind, message, tb)    the target raised: exception type, message and traceback text
+A crash (signal, exit code) sends nothing: the parent reads it from the process sentinel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+from typing import Any
+
+import attrs
+
+from mlperf_mig.errors import WorkerError
+
+_PR_SET_PDEATHSIG = 1
+_PROGRESS_INTERVAL_S = 0.5
+
+
+@attrs.frozen(kw_only=True)
+class WorkerJob:
+    """What one worker process runs: a target by import path, its payload and its process setup."""
+
+    name: str
+    target: str  # "package.module:function"
+    payload: Any  # picklable; handed to the target as its first argument
+    log_path: str
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    cpus: tuple[int, ...] | None = None  # CPU affinity (emulated partitions); None = inherit
+    wait_at_barrier: bool = True  # False for jobs that never call before_start (engine builds)
+
+
+def resolve_target(path: str) -> Callable[..., Any]:
+    """Import 'package.module:function' and return the function."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise WorkerError(f"worker target {path!r} is not of the form 'package.module:function'")
+    function = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(function):
+        raise WorkerError(f"worker target {path!r}: module {module_name!r} has no function {attr!r}")
+    return function
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so no worker outlives the runner."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _redirect_output(log_path: str) -> Any:
+    """Send fd 1 and 2 (LoadGen prints there too) and Python logging to the worker's log file."""
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    log_file = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log_file.fileno(), 1)
+    os.dup2(log_file.fileno(), 2)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=log_file,
+        force=True,
+    )
+    faulthandler.enable(log_file)
+    return log_file
+
+
+def _plain(value: Any) -> Any:
+    to_dict = getattr(value, "to_dict", None)
+    return to_dict() if callable(to_dict) else value
+
+
+class _Channel:
+    """The worker's end of the protocol: ready/progress/done/error and the start barrier."""
+
+    def __init__(self, conn: Connection, start: Event, ready_timeout_s: float) -> None:
+        self._conn = conn
+        self._start = start
+        self._ready_timeout_s = ready_timeout_s
+        self._last_progress = 0.0
+
+    def before_start(self) -> None:
+        self._conn.send(("ready",))
+        if not self._start.wait(self._ready_timeout_s):
+            raise WorkerError(
+                f"the runner did not release the start barrier within {self._ready_timeout_s:.0f} s"
+            )
+
+    def progress(self, completed: int) -> None:
+        now = time.monotonic()
+        if now - self._last_progress >= _PROGRESS_INTERVAL_S:
+            self._last_progress = now
+            self._conn.send(("progress", int(completed)))
+
+    def done(self, value: Any) -> None:
+        self._conn.send(("done", _plain(value)))
+
+    def error(self, exc: BaseException) -> None:
+        self._conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
+
+
+def worker_main(conn: Connection, start: Event, job: WorkerJob, ready_timeout_s: float) -> None:
+    """Entry point of a spawned worker: set the process up, run the target, report, exit."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and stops us itself
+    os.environ.update(job.env)
+    if job.cpus is not None:
+        os.sched_setaffinity(0, job.cpus)
+    _redirect_output(job.log_path)
+    log = logging.getLogger(__name__)
+    log.info("worker %s pid=%d target=%s cpus=%s", job.name, os.getpid(), job.target, job.cpus)
+    channel = _Channel(conn, start, ready_timeout_s)
+    try:
+        target = resolve_target(job.target)
+        value = target(job.payload, before_start=channel.before_start, progress=channel.progress)
+    except BaseException as exc:
+        log.exception("worker %s failed", job.name)
+        channel.error(exc)
+        conn.close()
+        sys.exit(1)
+    log.info("worker %s finished", job.name)
+    channel.done(value)
+    conn.close()
