@@ -1,0 +1,215 @@
+"""Typed records of the registry: GPUs, MIG profiles, layouts and placements (all frozen)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+import attrs
+from attrs import validators as v
+
+from mlperf_mig.errors import LayoutError, UnknownProfileError
+
+PROVENANCES = ("documented", "nvidia-smi", "inferred", "live")
+PROFILE_NAME_RE = re.compile(r"^(?P<compute>\d+)g\.(?P<memory>\d+)gb(?P<me>\+me)?$")
+_SHORTHAND_RE = re.compile(r"^(?P<compute>\d+)g$")
+
+_non_negative = v.and_(v.instance_of(int), v.ge(0))
+_positive = v.and_(v.instance_of(int), v.ge(1))
+_optional_count = v.optional(_non_negative)
+
+
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _int_tuple(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(values)
+
+
+@attrs.frozen(kw_only=True)
+class Profile:
+    """One GPU-instance profile of one GPU (a name means different shapes on different GPUs)."""
+
+    name: str = attrs.field(validator=v.min_len(1))
+    profile_id: int = attrs.field(validator=_non_negative)
+    memory_slices: int = attrs.field(validator=_positive)
+    compute_slices: int = attrs.field(validator=_positive)
+    max_instances: int = attrs.field(validator=_positive)
+    placement_starts: tuple[int, ...] = attrs.field(converter=_int_tuple)
+    placement_size: int = attrs.field(validator=_positive)
+    provenance: str = attrs.field(validator=v.in_(PROVENANCES))
+    sms: int | None = attrs.field(default=None, validator=_optional_count)
+    memory_gib: float | None = attrs.field(default=None)
+    copy_engines: int | None = attrs.field(default=None, validator=_optional_count)
+    decoders: int | None = attrs.field(default=None, validator=_optional_count)
+    encoders: int | None = attrs.field(default=None, validator=_optional_count)
+    jpeg_decoders: int | None = attrs.field(default=None, validator=_optional_count)
+    ofa: int | None = attrs.field(default=None, validator=_optional_count)
+    nvml_constant: str | None = attrs.field(default=None)
+    inferred_fields: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    note: str = ""
+
+    @placement_starts.validator
+    def _check_starts(self, _attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
+        if not value or any(start < 0 for start in value) or list(value) != sorted(set(value)):
+            raise ValueError(f"placement_starts of {self.name} must be distinct, sorted and >= 0")
+
+    @property
+    def media_extensions(self) -> bool:
+        """True for the `+me` profiles that own the media engines."""
+        return self.name.endswith("+me")
+
+    @property
+    def shape(self) -> tuple[int, int, bool]:
+        """(compute slices, memory slices, +me): what the study's layouts are translated by."""
+        return (self.compute_slices, self.memory_slices, self.media_extensions)
+
+    @property
+    def size_key(self) -> tuple[int, int, bool, str]:
+        """Sort key that puts the largest profile first."""
+        return (-self.compute_slices, -self.memory_slices, self.media_extensions, self.name)
+
+
+@attrs.frozen(kw_only=True, repr=False)
+class Gpu:
+    """One MIG-capable GPU product with its profiles, names and PCI device IDs."""
+
+    name: str = attrs.field(validator=v.min_len(1))
+    memory_slices: int = attrs.field(validator=_positive)
+    compute_slices: int = attrs.field(validator=_positive)
+    profiles: tuple[Profile, ...] = attrs.field(converter=tuple)
+    aliases: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    nvml_names: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    system_id_name: str = ""
+    vgpu_prefixes: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    pci_device_ids: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
+    memory_gib: float | None = None
+    architecture: str = ""
+    min_driver: str = ""
+    nvml_instance_counts_reliable: bool = True
+    provenance: str = attrs.field(default="documented", validator=v.in_(PROVENANCES))
+    inferred_fields: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    sources: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    source_file: str = attrs.field(default="", eq=False)
+
+    @profiles.validator
+    def _check_profiles(self, _attribute: attrs.Attribute, value: tuple[Profile, ...]) -> None:
+        if not value:
+            raise ValueError(f"GPU {self.name} has no MIG profiles")
+        names = [p.name.lower() for p in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"GPU {self.name} lists a profile name twice")
+
+    def __repr__(self) -> str:
+        return f"Gpu({self.name!r}, {len(self.profiles)} profiles)"
+
+    def profile(self, name: str) -> Profile:
+        """Return the profile called `name` on this GPU (case-insensitive; `4g` if unambiguous)."""
+        wanted = name.strip().lower().removeprefix("mig ").strip()
+        for profile in self.profiles:
+            if profile.name.lower() == wanted:
+                return profile
+        shorthand = _SHORTHAND_RE.match(wanted)
+        if shorthand:
+            matches = [
+                p for p in self.profiles
+                if p.compute_slices == int(shorthand["compute"]) and not p.media_extensions
+            ]
+            if len(matches) == 1:
+                return matches[0]
+        raise UnknownProfileError(self._unknown_profile_message(name))
+
+    def profile_by_id(self, profile_id: int) -> Profile | None:
+        """Return the profile with NVML profile ID `profile_id`, or None."""
+        return next((p for p in self.profiles if p.profile_id == profile_id), None)
+
+    def profile_by_shape(self, shape: tuple[int, int, bool]) -> Profile | None:
+        """Return the profile with this (compute slices, memory slices, +me) shape, or None."""
+        return next((p for p in self.profiles if p.shape == shape), None)
+
+    def _unknown_profile_message(self, name: str) -> str:
+        known = ", ".join(p.name for p in self.profiles)
+        parsed = PROFILE_NAME_RE.match(name.strip().lower())
+        hint = ""
+        if parsed:
+            same = [p.name for p in self.profiles if p.compute_slices == int(parsed["compute"])]
+            hint = (
+                f" (profile names differ between GPUs; the {parsed['compute']}-compute-slice "
+                f"profiles of {self.name} are {', '.join(same)})"
+                if same
+                else f" ({self.name} has {self.compute_slices} compute slices)"
+            )
+        return f"MIG profile {name!r} does not exist on {self.name}{hint}; use one of: {known}"
+
+
+@attrs.frozen(kw_only=True)
+class Placement:
+    """One GPU instance at an explicit memory-slice window: slices start .. start+size-1."""
+
+    profile: Profile
+    start: int = attrs.field(validator=_non_negative)
+
+    @start.validator
+    def _check_start(self, _attribute: attrs.Attribute, value: int) -> None:
+        if value not in self.profile.placement_starts:
+            raise ValueError(
+                f"{self.profile.name} cannot start at memory slice {value}; "
+                f"its starts are {list(self.profile.placement_starts)}"
+            )
+
+    @property
+    def size(self) -> int:
+        return self.profile.placement_size
+
+    @property
+    def end(self) -> int:
+        """One past the last memory slice this instance occupies."""
+        return self.start + self.size
+
+    def __str__(self) -> str:
+        return f"{self.profile.name}@{self.start}"
+
+
+def _sorted_profiles(profiles: Iterable[Profile]) -> tuple[Profile, ...]:
+    return tuple(sorted(profiles, key=lambda p: p.size_key))
+
+
+@attrs.frozen(kw_only=True)
+class Layout:
+    """A multiset of profiles on one GPU, largest first; whether it fits is the solver's job."""
+
+    gpu: Gpu
+    profiles: tuple[Profile, ...] = attrs.field(converter=_sorted_profiles)
+
+    @profiles.validator
+    def _check_profiles(self, _attribute: attrs.Attribute, value: tuple[Profile, ...]) -> None:
+        if not value:
+            raise LayoutError(f"a layout on {self.gpu.name} needs at least one MIG profile")
+        for profile in value:
+            if profile not in self.gpu.profiles:
+                raise UnknownProfileError(self.gpu._unknown_profile_message(profile.name))
+
+    @property
+    def compute_slices(self) -> int:
+        return sum(p.compute_slices for p in self.profiles)
+
+    @property
+    def memory_slices(self) -> int:
+        return sum(p.memory_slices for p in self.profiles)
+
+    def counts(self) -> tuple[tuple[Profile, int], ...]:
+        """Each distinct profile with its count, largest profile first."""
+        counter = Counter(self.profiles)
+        return tuple((p, counter[p]) for p in _sorted_profiles(counter))
+
+    def spec(self, *, explicit_counts: bool = False) -> str:
+        """The layout as a string: `3x2g.20gb+1g.10gb` (or `...+1x1g.10gb` with explicit counts)."""
+        parts = [
+            f"{n}x{p.name}" if n > 1 or explicit_counts else p.name for p, n in self.counts()
+        ]
+        return "+".join(parts)
+
+    def __str__(self) -> str:
+        return self.spec()

@@ -1,0 +1,169 @@
+"""Names: GPUs, layout strings, vGPU type names and NVIDIA-style system IDs.
+
+Profile names resolve only against a GPU: `1g.10gb` is 1/8 of the memory on an 80 GB part and
+2/8 on an A100-40GB.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from mlperf_mig.errors import LayoutError, NameParseError, UnknownProfileError
+from mlperf_mig.registry.catalog import Catalog, default_catalog
+from mlperf_mig.registry.model import Gpu, Layout, Profile
+
+LAYOUT_EXAMPLE = "3x2g.20gb+1g.10gb"
+SYSTEM_ID_EXAMPLE = "A100-SXM-80GB_MIG_1x4g.40gb+1x2g.20gb+1x1g.10gb"
+VGPU_EXAMPLE = "A100D-2-20C, grid_a100d-2-20c, or nvidia-2-20c together with a GPU"
+
+_COUNTED_RE = re.compile(r"^(?:(?P<count>\d+)\s*[x×*]\s*)?(?P<name>\S+)$", re.IGNORECASE)
+_VGPU_RE = re.compile(
+    r"^(?:grid_)?(?P<board>[a-z0-9]+)-(?P<compute>\d+)-(?P<framebuffer>\d+)c(?P<me>me)?$",
+    re.IGNORECASE,
+)
+_SYSTEM_ID_RE = re.compile(r"^(?P<gpu>[^\s]+?)_MIG_(?P<layout>\S+)$", re.IGNORECASE)
+GENERIC_VGPU_BOARD = "nvidia"
+
+
+def resolve_gpu(gpu: Gpu | str, catalog: Catalog | None = None) -> Gpu:
+    """Return `gpu` itself, or the catalog GPU it names."""
+    if isinstance(gpu, Gpu):
+        return gpu
+    return (catalog or default_catalog()).get(gpu)
+
+
+def parse_layout(gpu: Gpu | str, spec: str | Sequence[str], catalog: Catalog | None = None) -> Layout:
+    """Parse `3x2g.20gb+1g.10gb` (or `,` separators, or a list of names) into a Layout on `gpu`.
+
+    Entries may be profile names (`+me` included), `Ng` when only one such profile exists, or
+    vGPU type names of this GPU (`A100D-2-20C`, `nvidia-2-20c`).
+    """
+    board = resolve_gpu(gpu, catalog)
+    entries = _split_layout(spec) if isinstance(spec, str) else [str(s) for s in spec]
+    profiles: list[Profile] = []
+    for entry in entries:
+        count, name = _split_count(entry, spec)
+        profiles.extend([_resolve_entry(board, name, catalog)] * count)
+    if not profiles:
+        raise LayoutError(f"layout {spec!r} names no MIG profile; write it like {LAYOUT_EXAMPLE}")
+    return Layout(gpu=board, profiles=tuple(profiles))
+
+
+def _split_layout(spec: str) -> list[str]:
+    """Split on `+` and `,`, gluing a `me` part back onto the profile before it (`1g.10gb+me`)."""
+    entries: list[str] = []
+    for position, part in enumerate(re.split(r"[+,]", spec)):
+        part = part.strip()
+        if part.lower() == "me" and entries and not entries[-1].lower().endswith("+me"):
+            entries[-1] += "+me"
+        elif not part:
+            raise LayoutError(
+                f"layout {spec!r} has an empty entry at position {position + 1}; separate "
+                f"profiles with single + or , like {LAYOUT_EXAMPLE}"
+            )
+        else:
+            entries.append(part)
+    return entries
+
+
+def _split_count(entry: str, spec: str | Sequence[str]) -> tuple[int, str]:
+    match = _COUNTED_RE.match(entry.strip())
+    if match is None:
+        raise LayoutError(
+            f"layout entry {entry!r} in {spec!r} is not `<count>x<profile>` or `<profile>`; "
+            f"write it like {LAYOUT_EXAMPLE}"
+        )
+    count = int(match["count"]) if match["count"] else 1
+    if count < 1:
+        raise LayoutError(f"layout entry {entry!r} has count 0; drop it or use a count >= 1")
+    return count, match["name"]
+
+
+def _resolve_entry(gpu: Gpu, name: str, catalog: Catalog | None) -> Profile:
+    try:
+        return gpu.profile(name)
+    except UnknownProfileError:
+        if _VGPU_RE.match(name) is None:
+            raise
+    return parse_vgpu_type(name, gpu, catalog=catalog)[1]
+
+
+def parse_vgpu_type(
+    name: str, gpu: Gpu | str | None = None, *, catalog: Catalog | None = None
+) -> tuple[Gpu, Profile]:
+    """Map a MIG-backed vGPU type (A100D-2-20C, grid_a100d-2-20c, nvidia-2-20c) to its profile.
+
+    `<board>-<compute slices>-<framebuffer GB>C[ME]` names the profile `<slices>g.<GB>gb[+me]` of
+    the board's GPU. The generic board `nvidia` (the study's spelling) needs `gpu`.
+    """
+    match = _VGPU_RE.match(name.strip())
+    if match is None:
+        raise NameParseError(
+            f"{name!r} is not a MIG-backed vGPU type name; expected "
+            f"<board>-<compute slices>-<framebuffer GB>C[ME] such as {VGPU_EXAMPLE}"
+        )
+    board = _vgpu_board(name, match["board"], gpu, catalog)
+    profile_name = f"{match['compute']}g.{match['framebuffer']}gb" + ("+me" if match["me"] else "")
+    try:
+        return board, board.profile(profile_name)
+    except UnknownProfileError:
+        known = ", ".join(vgpu_type_name(board, p) for p in board.profiles)
+        raise NameParseError(
+            f"vGPU type {name!r} maps to MIG profile {profile_name}, which {board.name} does not "
+            f"have; its MIG-backed vGPU types are {known}"
+        ) from None
+
+
+def _vgpu_board(name: str, board: str, gpu: Gpu | str | None, catalog: Catalog | None) -> Gpu:
+    target = resolve_gpu(gpu, catalog) if gpu is not None else None
+    if board.lower() == GENERIC_VGPU_BOARD:
+        if target is None:
+            raise NameParseError(
+                f"vGPU type {name!r} does not say which GPU it is on; pass the GPU too "
+                "(for example --gpu A100-80GB) or use the board name, like A100D-2-20C"
+            )
+        return target
+    boards = [
+        g for g in (catalog or default_catalog())
+        if board.lower() in (p.lower() for p in g.vgpu_prefixes)
+    ]
+    if target is not None:
+        if boards and target not in boards:
+            raise NameParseError(
+                f"vGPU type {name!r} belongs to {', '.join(g.name for g in boards)}, not "
+                f"{target.name}; use a {target.name} type or the other GPU"
+            )
+        return target
+    if not boards:
+        raise NameParseError(
+            f"vGPU board {board!r} in {name!r} is unknown; use a known board prefix "
+            "(A100, A100X, A100D, A100DX, A30, H100, H100XM, H100L, H200, H200X) or nvidia-... "
+            "together with a GPU"
+        )
+    return boards[0]
+
+
+def vgpu_type_name(gpu: Gpu, profile: Profile) -> str:
+    """The vGPU type of `profile` in NVIDIA's spelling (`A100D-2-20C`), or `nvidia-...`."""
+    board = gpu.vgpu_prefixes[0] if gpu.vgpu_prefixes else GENERIC_VGPU_BOARD
+    memory = profile.name.split(".")[1].removesuffix("+me").removesuffix("gb")
+    return f"{board}-{profile.compute_slices}-{memory}C" + ("ME" if profile.media_extensions else "")
+
+
+def system_id(layout: Layout) -> str:
+    """NVIDIA's MLPerf system ID of a MIG layout: `A100-SXM-80GB_MIG_1x4g.40gb+1x2g.20gb+1x1g.10gb`."""
+    prefix = layout.gpu.system_id_name or layout.gpu.name
+    return f"{prefix}_MIG_{layout.spec(explicit_counts=True)}"
+
+
+def parse_system_id(text: str, catalog: Catalog | None = None) -> Layout:
+    """Parse a system ID written by `system_id` (or NVIDIA's harness) back into its Layout."""
+    match = _SYSTEM_ID_RE.match(text.strip())
+    if match is None:
+        raise NameParseError(
+            f"{text!r} is not a MIG system ID; expected <GPU>_MIG_<count>x<profile>+..., "
+            f"for example {SYSTEM_ID_EXAMPLE}"
+        )
+    gpu = (catalog or default_catalog()).get(match["gpu"])
+    return parse_layout(gpu, match["layout"], catalog)

@@ -1,0 +1,156 @@
+"""Exact placement of a layout's GPU instances on memory-slice windows, and layout enumeration.
+
+A GPU instance occupies the memory slices [start, start + size) of one of its profile's
+placements; instances may not overlap, counts stay within each profile's maximum and compute
+slices within the GPU's. The search is exhaustive (layouts have at most a handful of instances),
+so "no placement" is a proof, not a heuristic's failure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import attrs
+
+from mlperf_mig.errors import LayoutError
+from mlperf_mig.registry.model import Gpu, Layout, Placement, Profile
+
+
+@attrs.frozen
+class _Search:
+    """Result of one search: the placements if all fit, else the deepest partial assignment."""
+
+    placements: tuple[Placement, ...] | None
+    deepest: tuple[Placement, ...]
+    stuck: Profile | None
+
+
+def solve_placements(layout: Layout) -> tuple[Placement, ...]:
+    """Return explicit non-overlapping placements for `layout`, largest instance first.
+
+    Raises LayoutError saying why no placement exists.
+    """
+    _check_counts(layout)
+    _check_compute(layout)
+    result = _search(layout.profiles)
+    if result.placements is None:
+        raise LayoutError(_no_window_message(layout, result))
+    return result.placements
+
+
+def fits(layout: Layout) -> bool:
+    """True when `layout` can be placed on its GPU."""
+    try:
+        solve_placements(layout)
+    except LayoutError:
+        return False
+    return True
+
+
+def _check_counts(layout: Layout) -> None:
+    for profile, count in layout.counts():
+        if count > profile.max_instances:
+            raise LayoutError(
+                f"layout {layout} asks for {count}x {profile.name} but {layout.gpu.name} allows "
+                f"at most {profile.max_instances}; use {profile.max_instances} or fewer"
+            )
+
+
+def _check_compute(layout: Layout) -> None:
+    if layout.compute_slices > layout.gpu.compute_slices:
+        raise LayoutError(
+            f"layout {layout} needs {layout.compute_slices} compute slices but "
+            f"{layout.gpu.name} has {layout.gpu.compute_slices}; drop or shrink an instance"
+        )
+
+
+def _no_window_message(layout: Layout, result: _Search) -> str:
+    assert result.stuck is not None
+    stuck = result.stuck
+    windows = ", ".join(str(s) for s in stuck.placement_starts)
+    after = " + ".join(str(p) for p in result.deepest) or "nothing"
+    return (
+        f"layout {layout} does not fit {layout.gpu.name}: no memory window left for "
+        f"{stuck.name} (starts {windows}, size {stuck.placement_size}) after {after}; "
+        "drop or shrink an instance (`mlperf-mig layouts GPU --maximal` lists what fits)"
+    )
+
+
+def _search(profiles: Sequence[Profile]) -> _Search:
+    """Depth-first search over placement starts; equal profiles take increasing starts."""
+    chosen: list[Placement] = []
+    best: list[tuple[Placement, ...] | Profile | None] = [(), None]
+
+    def place(index: int, occupied: int) -> bool:
+        if index == len(profiles):
+            return True
+        profile = profiles[index]
+        lowest = -1
+        if index and profiles[index - 1] == profile:
+            lowest = chosen[-1].start
+        for start in profile.placement_starts:
+            window = ((1 << profile.placement_size) - 1) << start
+            if start <= lowest or occupied & window:
+                continue
+            chosen.append(Placement(profile=profile, start=start))
+            if place(index + 1, occupied | window):
+                return True
+            chosen.pop()
+        if best[1] is None or len(chosen) > len(best[0]):
+            best[0], best[1] = tuple(chosen), profile
+        return False
+
+    if place(0, 0):
+        return _Search(tuple(chosen), tuple(chosen), None)
+    deepest, stuck = best
+    assert isinstance(deepest, tuple) and isinstance(stuck, Profile)
+    return _Search(None, deepest, stuck)
+
+
+def valid_layouts(gpu: Gpu) -> tuple[Layout, ...]:
+    """Every non-empty multiset of `gpu`'s profiles that can be placed, most compute first."""
+    layouts = [
+        layout for layout in _candidate_layouts(gpu) if _search(layout.profiles).placements
+    ]
+    return tuple(sorted(layouts, key=_listing_key))
+
+
+def maximal_layouts(gpu: Gpu) -> tuple[Layout, ...]:
+    """The valid layouts to which no further instance of any profile can be added."""
+    layouts = valid_layouts(gpu)
+    valid = {_count_key(layout.profiles) for layout in layouts}
+    return tuple(
+        layout for layout in layouts
+        if not any(_count_key((*layout.profiles, p)) in valid for p in gpu.profiles)
+    )
+
+
+def _count_key(profiles: Sequence[Profile]) -> frozenset[tuple[str, int]]:
+    return frozenset(Counter(p.name for p in profiles).items())
+
+
+def _listing_key(layout: Layout) -> tuple[int, int, tuple[tuple[int, int, bool, str], ...]]:
+    return (-layout.compute_slices, -layout.memory_slices, tuple(p.size_key for p in layout.profiles))
+
+
+def _candidate_layouts(gpu: Gpu) -> list[Layout]:
+    """Multisets within the max counts and the GPU's compute and memory slice totals."""
+    profiles = gpu.profiles
+    found: list[Layout] = []
+
+    def extend(index: int, picked: list[Profile], compute: int, memory: int) -> None:
+        if index == len(profiles):
+            if picked:
+                found.append(Layout(gpu=gpu, profiles=tuple(picked)))
+            return
+        profile = profiles[index]
+        for count in range(profile.max_instances + 1):
+            c = compute + count * profile.compute_slices
+            m = memory + count * profile.memory_slices
+            if c > gpu.compute_slices or m > gpu.memory_slices:
+                break
+            extend(index + 1, picked + [profile] * count, c, m)
+
+    extend(0, [], 0, 0)
+    return found
