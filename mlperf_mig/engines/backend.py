@@ -1,20 +1,30 @@
 """The one interface every inference backend implements (ONNX Runtime, TensorRT, null).
 
-The harness only talks to this interface: it hands a batch of named numpy arrays to `run` and
-gets named numpy arrays back. `device` reports what the backend actually got (provider, device),
-which every result carries, so that a CPU fallback can never pass for a GPU run.
+The harness only talks to an instance: it hands a batch of named numpy arrays to `run` and gets
+named numpy arrays back. `device` reports what the backend actually got (provider, device), which
+every result carries, so that a CPU fallback can never pass for a GPU run.
+
+The engine builder talks to the class: `availability()` says whether the backend can run here,
+`precisions(spec)` what it can compute, `build(spec, onnx_path, out_path)` turns an ONNX graph
+into an engine file and `load(spec, engine_path)` opens one. The engine cache (engines/cache.py)
+chooses `out_path`, makes the write atomic, checksums the file and never hands a damaged file to
+`load`; a backend only writes and reads its own format.
 """
 
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import numpy as np
 
 from mlperf_mig.benchmark import Benchmark, TensorSpec
+
+if TYPE_CHECKING:
+    from mlperf_mig.engines.spec import EngineSpec
 
 
 @attrs.frozen(kw_only=True)
@@ -24,7 +34,7 @@ class DeviceReport:
     backend: str  # "onnxruntime", "tensorrt", "null"
     provider: str  # e.g. "CPUExecutionProvider", "CUDAExecutionProvider", "tensorrt", "null"
     device: str  # "cpu", "cuda:0", or the MIG device UUID the process sees
-    threads: int | None = None
+    threads: int | None = None  # CPU threads of the session; None where the library chose
     version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -35,7 +45,44 @@ class Backend(abc.ABC):
     """A model loaded for inference in this process. Use as a context manager or call close()."""
 
     name: ClassVar[str]
+    # Suffix of the engine files this backend writes (".onnx", ".plan"); "" for no engine file.
+    engine_suffix: ClassVar[str] = ""
 
+    # --- the class side: what the engine builder calls ----------------------------------------
+    @classmethod
+    def availability(cls) -> str | None:
+        """None when this backend can run on this machine, else the reason it cannot."""
+        return None
+
+    @classmethod
+    def version(cls) -> str | None:
+        """Version of the library behind the backend; engines built by another version are rebuilt."""
+        return None
+
+    @classmethod
+    def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:
+        """Precisions this backend computes for `spec` (its device), preferred first."""
+        return ("fp32",)
+
+    @classmethod
+    def build(
+        cls, spec: EngineSpec, onnx_path: str | os.PathLike[str], out_path: str | os.PathLike[str]
+    ) -> None:
+        """Write the engine for `spec`, made from the ONNX graph at `onnx_path`, to `out_path`."""
+        raise NotImplementedError(f"the {cls.name} backend builds no engine files")
+
+    @classmethod
+    @abc.abstractmethod
+    def load(
+        cls,
+        spec: EngineSpec,
+        engine_path: str | os.PathLike[str] | None,
+        *,
+        threads: int | None = None,
+    ) -> Backend:
+        """Open the engine at `engine_path` (checked by the cache; None without engine_suffix)."""
+
+    # --- the instance side: what the harness calls -------------------------------------------
     @property
     @abc.abstractmethod
     def benchmark(self) -> Benchmark: ...

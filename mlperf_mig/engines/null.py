@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlperf_mig.benchmark import Benchmark
+from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport
+
+if TYPE_CHECKING:
+    from mlperf_mig.engines.spec import EngineSpec
 
 
 class NullBackend(Backend):
-    """Returns zero-filled outputs shaped like the benchmark's; no model, no device."""
+    """Returns zero-filled outputs shaped like the benchmark's; no model, no device, no engine."""
 
     name = "null"
 
     def __init__(self, benchmark: Benchmark) -> None:
         self._benchmark = benchmark
         self._cache: dict[int, dict[str, np.ndarray]] = {}
+
+    @classmethod
+    def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:
+        return ("fp32", "fp16", "int8")  # nothing is computed, so any label is honest
+
+    @classmethod
+    def load(
+        cls,
+        spec: EngineSpec,
+        engine_path: str | os.PathLike[str] | None,
+        *,
+        threads: int | None = None,
+    ) -> NullBackend:
+        return cls(get_benchmark(spec.benchmark))
 
     @property
     def benchmark(self) -> Benchmark:

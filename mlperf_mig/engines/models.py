@@ -1,0 +1,244 @@
+"""ONNX model files: generated graphs (cached by content hash) and user-supplied files (checked).
+
+A generated graph is a pure function of (benchmark, variant, precision, seed, GENERATOR_VERSION),
+so it is generated once per cache folder and identified everywhere else by the SHA-256 of its
+bytes. A user file (the official resnet50_v1.onnx or BERT model.onnx, or the user's own export) is
+hashed and its interface checked against the benchmark before anything is built from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto
+
+from mlperf_mig.benchmark import Benchmark, TensorSpec, get_benchmark
+from mlperf_mig.engines import cache
+from mlperf_mig.engines.graphs.bert import build_bert
+from mlperf_mig.engines.graphs.resnet50 import build_resnet50
+from mlperf_mig.errors import ModelFileError
+
+log = logging.getLogger(__name__)
+
+# Bump whenever a generator changes its output: cached graphs of older versions are regenerated.
+GENERATOR_VERSION = 1
+
+_GeneratorFn = Callable[..., tuple[onnx.ModelProto, list[str]]]
+_GENERATORS: dict[str, _GeneratorFn] = {"resnet50": build_resnet50, "bert": build_bert}
+_CALIBRATION_BATCH = 2
+
+
+@attrs.frozen(kw_only=True)
+class ModelFile:
+    """An ONNX file on disk with the SHA-256 of its bytes."""
+
+    path: Path
+    sha256: str
+    benchmark: str
+    precision: str  # "fp32", "fp16" or "int8" (Q/DQ): what the graph computes in
+    generated: bool
+
+
+def generate_model(
+    benchmark: str, *, variant: str, precision: str, seed: int = 0
+) -> onnx.ModelProto:
+    """Build the synthetic graph in memory (no cache). int8 graphs are calibrated on the fp32 one."""
+    build = _GENERATORS[get_benchmark(benchmark).name]
+    act_amax = None
+    if precision == "int8":
+        fp32_model, quant_points = build(variant=variant, precision="fp32", seed=seed)
+        act_amax = calibrate(fp32_model, quant_points, get_benchmark(benchmark), seed=seed)
+    model, _ = build(variant=variant, precision=precision, seed=seed, act_amax=act_amax)
+    return model
+
+
+def calibration_feeds(benchmark: Benchmark, batch: int, seed: int) -> dict[str, np.ndarray]:
+    """Synthetic inputs shaped like the benchmark's real ones (mean-subtracted pixels, token ids)."""
+    rng = np.random.default_rng(seed)
+    if benchmark.name == "resnet50":
+        spec = benchmark.inputs[0]
+        return {spec.name: rng.uniform(-124.0, 152.0, (batch, *spec.shape[1:])).astype(np.float32)}
+    seq = benchmark.inputs[0].shape[1]
+    feeds = {"input_ids": rng.integers(0, 30522, (batch, seq), dtype=np.int64)}
+    feeds["input_mask"] = np.arange(seq)[None, :] < rng.integers(seq // 2, seq + 1, (batch, 1))
+    feeds["input_mask"] = feeds["input_mask"].astype(np.int64)
+    feeds["segment_ids"] = (np.arange(seq)[None, :] >= seq // 4).astype(np.int64).repeat(batch, 0)
+    return feeds
+
+
+def calibrate(
+    model: onnx.ModelProto, tensors: list[str], benchmark: Benchmark, *, seed: int
+) -> dict[str, float]:
+    """Largest magnitude of each of `tensors` in one fp32 run on synthetic inputs (ONNX Runtime)."""
+    import onnxruntime as ort
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for name in tensors:
+        probe.graph.output.append(onnx.helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(
+        probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    values = session.run(tensors, calibration_feeds(benchmark, _CALIBRATION_BATCH, seed))
+    return {name: float(np.abs(v).max()) for name, v in zip(tensors, values)}
+
+
+def generated_model(
+    benchmark: str,
+    *,
+    variant: str,
+    precision: str,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> ModelFile:
+    """The cached synthetic graph, generated first if it is missing or damaged."""
+    name = get_benchmark(benchmark).name
+    path = (
+        cache.cache_root(cache_dir)
+        / "models"
+        / f"{name}-{variant}-{precision}-seed{seed}-g{GENERATOR_VERSION}.onnx"
+    )
+    made_from = {
+        "benchmark": name,
+        "variant": variant,
+        "precision": precision,
+        "seed": seed,
+        "generator_version": GENERATOR_VERSION,
+    }
+    meta = cache.read_valid(path, made_from)
+    if meta is None:
+        log.info("generating %s %s %s graph (seed %d) in %s", name, variant, precision, seed, path)
+
+        def write(tmp: Path) -> None:
+            model = generate_model(name, variant=variant, precision=precision, seed=seed)
+            tmp.write_bytes(model.SerializeToString())
+
+        meta = cache.write_cached(path, write, made_from)
+    return ModelFile(
+        path=path, sha256=meta["sha256"], benchmark=name, precision=precision, generated=True
+    )
+
+
+def user_model(path: str | os.PathLike[str], benchmark: str) -> ModelFile:
+    """A user-supplied ONNX file, after checking that it loads and has the benchmark's interface."""
+    bench = get_benchmark(benchmark)
+    model_path = Path(path).expanduser()
+    model = load_model_file(model_path)
+    check_interface(model, bench, where=str(model_path))
+    return ModelFile(
+        path=model_path,
+        sha256=cache.sha256_file(model_path),
+        benchmark=bench.name,
+        precision=graph_precision(model),
+        generated=False,
+    )
+
+
+def graph_precision(model: onnx.ModelProto) -> str:
+    """What a graph computes in: "int8" for explicit Q/DQ graphs, "fp16" for float16 weights, else "fp32"."""
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
+        return "int8"
+    if any(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer):
+        return "fp16"
+    return "fp32"
+
+
+def load_model_file(path: Path) -> onnx.ModelProto:
+    """Parse an ONNX file (weights in external data files are not read)."""
+    if not path.is_file():
+        raise ModelFileError(
+            f"model file {str(path)!r} does not exist; pass the path of an ONNX file"
+        )
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, OSError, ValueError, RuntimeError) as exc:
+        raise ModelFileError(
+            f"model file {str(path)!r} is not a readable ONNX model ({type(exc).__name__}); "
+            "it may be truncated or corrupt: download or export it again"
+        ) from None
+    if model.ir_version == 0 or not model.graph.node:
+        raise ModelFileError(
+            f"model file {str(path)!r} holds no ONNX graph (corrupt or not an ONNX file); "
+            "download or export it again"
+        )
+    return model
+
+
+def check_interface(model: onnx.ModelProto, benchmark: Benchmark, *, where: str) -> None:
+    """Raise one ModelFileError that lists expected and found tensors unless the model's inputs
+    and outputs carry the benchmark's names, dtypes and shapes (dynamic axes are accepted)."""
+    initializers = {t.name for t in model.graph.initializer}
+    found_inputs = [v for v in model.graph.input if v.name not in initializers]
+    found_outputs = list(model.graph.output)
+    if _matches(found_inputs, benchmark.inputs) and _matches(found_outputs, benchmark.outputs):
+        return
+    raise ModelFileError(
+        f"model file {where!r} does not have the {benchmark.name} interface: expected inputs "
+        f"{_describe_specs(benchmark.inputs)} and outputs {_describe_specs(benchmark.outputs)}; "
+        f"found inputs {_describe_values(found_inputs)} and outputs "
+        f"{_describe_values(found_outputs)}"
+    )
+
+
+def _matches(values: list[onnx.ValueInfoProto], specs: tuple[TensorSpec, ...]) -> bool:
+    by_name = {v.name: v for v in values}
+    if set(by_name) != {s.name for s in specs}:
+        return False
+    return all(_value_matches(by_name[s.name], s) for s in specs)
+
+
+def _value_matches(value: onnx.ValueInfoProto, spec: TensorSpec) -> bool:
+    tensor_type = value.type.tensor_type
+    if _dtype_name(tensor_type.elem_type) != spec.dtype:
+        return False
+    if not tensor_type.HasField("shape"):
+        return True  # exporters may leave output shapes unspecified
+    dims = tensor_type.shape.dim
+    if len(dims) != len(spec.shape):
+        return False
+    # A symbolic or unknown dimension accepts anything; a fixed one must equal the official one.
+    return all(
+        not d.HasField("dim_value") or want is None or d.dim_value == want
+        for d, want in zip(dims, spec.shape)
+    )
+
+
+def _dtype_name(elem_type: int) -> str:
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError):
+        return TensorProto.DataType.Name(elem_type).lower()
+
+
+def _describe_specs(specs: tuple[TensorSpec, ...]) -> str:
+    return ", ".join(
+        f"{s.name} {s.dtype} [{','.join('N' if d is None else str(d) for d in s.shape)}]"
+        for s in specs
+    )
+
+
+def _describe_values(values: list[onnx.ValueInfoProto]) -> str:
+    if not values:
+        return "none"
+    parts = []
+    for v in values:
+        tensor_type = v.type.tensor_type
+        if tensor_type.HasField("shape"):
+            dims = ",".join(
+                str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in tensor_type.shape.dim
+            )
+            shape = f"[{dims}]"
+        else:
+            shape = "[?]"
+        parts.append(f"{v.name} {_dtype_name(tensor_type.elem_type)} {shape}")
+    return ", ".join(parts)

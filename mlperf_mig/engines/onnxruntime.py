@@ -1,0 +1,179 @@
+"""The ONNX Runtime backend: CPU execution provider, or CUDA where onnxruntime-gpu is installed.
+
+The "engine" is the graph after ONNX Runtime's offline graph optimisations (fusions, constant
+folding) for the provider it will run on, saved by ONNX Runtime itself; loading it applies only
+the hardware-specific layout passes. A spec with a `gpu` runs on the CUDA provider, one without on
+the CPU provider; the session is checked to have got exactly that provider, never a fallback.
+
+Precisions, honestly: the CPU provider computes fp32, and int8 from the Q/DQ graph (it fuses
+Q/DQ pairs into integer convolutions and matmuls); it has no fp16 kernels for convolutions on
+x86 and would silently cast an fp16 graph back to fp32, so fp16 is refused on CPU. The CUDA
+provider computes fp32 and fp16; it runs Q/DQ graphs as float with fake quantization, not as int8,
+so int8 is refused there (use TensorRT for int8 on a GPU).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mlperf_mig.benchmark import Benchmark, get_benchmark
+from mlperf_mig.engines.backend import Backend, DeviceReport
+from mlperf_mig.errors import BackendUnavailableError, EngineBuildError
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
+    from mlperf_mig.engines.spec import EngineSpec
+
+log = logging.getLogger(__name__)
+
+CPU_PROVIDER = "CPUExecutionProvider"
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+def _ort_errors() -> tuple[type[Exception], ...]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    names = ("Fail", "InvalidArgument", "InvalidGraph", "InvalidProtobuf", "NoSuchFile")
+    names += ("NotImplemented", "RuntimeException", "EPFail")
+    return tuple(getattr(state, n) for n in names if hasattr(state, n))
+
+
+def provider_for(spec: EngineSpec) -> str:
+    return CUDA_PROVIDER if spec.gpu else CPU_PROVIDER
+
+
+def _new_session(
+    spec: EngineSpec, model_path: str | os.PathLike[str], options: ort.SessionOptions
+) -> ort.InferenceSession:
+    """A session on exactly the spec's provider; raises instead of falling back."""
+    import onnxruntime as ort
+
+    provider = provider_for(spec)
+    if provider not in ort.get_available_providers():
+        raise BackendUnavailableError(
+            f"ONNX Runtime {ort.__version__} offers {', '.join(ort.get_available_providers())}, "
+            f"not {provider}; install onnxruntime-gpu (in place of onnxruntime) for GPUs, "
+            "or use TensorRT"
+        )
+    try:
+        session = ort.InferenceSession(str(model_path), options, providers=[provider])
+    except _ort_errors() as exc:
+        raise EngineBuildError(
+            f"ONNX Runtime could not load {str(model_path)!r} on {provider}: {exc}"
+        ) from None
+    got = session.get_providers()[0]
+    if got != provider:
+        raise BackendUnavailableError(
+            f"ONNX Runtime was asked for {provider} but the session runs on {got} "
+            "(no usable GPU for this process?); refusing to fall back"
+        )
+    return session
+
+
+class OnnxRuntimeBackend(Backend):
+    """An ONNX Runtime session on the provider the spec asks for."""
+
+    name = "onnxruntime"
+    engine_suffix = ".onnx"
+
+    def __init__(
+        self, *, spec: EngineSpec, session: ort.InferenceSession, threads: int | None
+    ) -> None:
+        self._spec = spec
+        self._benchmark = get_benchmark(spec.benchmark)
+        self._session: ort.InferenceSession | None = session
+        self._threads = threads
+        self._output_names = list(self._benchmark.output_names())
+
+    @classmethod
+    def availability(cls) -> str | None:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError as exc:
+            return f"onnxruntime is not installed ({exc}); pip install onnxruntime"
+        return None
+
+    @classmethod
+    def version(cls) -> str | None:
+        import onnxruntime as ort
+
+        return ort.__version__
+
+    @classmethod
+    def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:
+        return ("fp16", "fp32") if provider_for(spec) == CUDA_PROVIDER else ("fp32", "int8")
+
+    @classmethod
+    def build(
+        cls, spec: EngineSpec, onnx_path: str | os.PathLike[str], out_path: str | os.PathLike[str]
+    ) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        # EXTENDED fusions are provider-specific but not CPU-model-specific; the layout passes
+        # of ENABLE_ALL depend on the exact CPU and run at load time instead.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(out_path)
+        options.log_severity_level = 3
+        _new_session(spec, onnx_path, options)
+
+    @classmethod
+    def load(
+        cls,
+        spec: EngineSpec,
+        engine_path: str | os.PathLike[str] | None,
+        *,
+        threads: int | None = None,
+    ) -> OnnxRuntimeBackend:
+        import onnxruntime as ort
+
+        if engine_path is None:
+            raise EngineBuildError("the onnxruntime backend needs an engine file to load")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # Throughput defaults: one batch at a time using every intra-op thread; one inter-op
+        # thread (the graphs are chains); denormals flushed, which costs no accuracy here.
+        options.inter_op_num_threads = 1
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        options.add_session_config_entry("session.set_denormal_as_zero", "1")
+        options.log_severity_level = 3
+        session = _new_session(spec, engine_path, options)
+        log.info("loaded %s on %s (threads %s)", engine_path, provider_for(spec), threads or "auto")
+        return cls(spec=spec, session=session, threads=threads)
+
+    @property
+    def benchmark(self) -> Benchmark:
+        return self._benchmark
+
+    @property
+    def device(self) -> DeviceReport:
+        provider = provider_for(self._spec)
+        if provider == CPU_PROVIDER:
+            device = "cpu"
+        else:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+            device = visible or "cuda:0"
+        return DeviceReport(
+            backend=self.name,
+            provider=provider,
+            device=device,
+            threads=self._threads,
+            version=self.version(),
+        )
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._session is None:
+            raise RuntimeError("run() on a closed ONNX Runtime backend")
+        outputs: list[Any] = self._session.run(self._output_names, dict(feeds))
+        return dict(zip(self._output_names, outputs))
+
+    def close(self) -> None:
+        self._session = None
