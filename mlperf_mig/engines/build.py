@@ -19,7 +19,7 @@ from mlperf_mig.engines.backend import Backend
 from mlperf_mig.engines.backends import backend_class, resolve_backend
 from mlperf_mig.engines.models import ModelFile, generated_model, user_model
 from mlperf_mig.engines.recipes import load_recipe
-from mlperf_mig.engines.spec import SPEC_FORMAT, EngineSpec
+from mlperf_mig.engines.spec import PRECISIONS, SPEC_FORMAT, VARIANTS, EngineSpec
 from mlperf_mig.errors import (
     BackendUnavailableError,
     EngineBuildError,
@@ -57,6 +57,14 @@ def create_spec(
 ) -> EngineSpec:
     """See EngineSpec.create."""
     bench = get_benchmark(benchmark)
+    if precision is not None and precision not in PRECISIONS:
+        raise PrecisionError(
+            f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
+        )
+    if variant not in VARIANTS:
+        raise ModelFileError(
+            f"unknown model variant {variant!r}; expected one of {', '.join(VARIANTS)}"
+        )
     name = resolve_backend(backend)
     cls = backend_class(name)
     gpu_name, profile_name, compute_slices = _resolve_target(gpu, mig_profile)

@@ -1,0 +1,100 @@
+"""`mlperf-mig build` and `mlperf-mig backends`: the engine builder's commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from mlperf_mig.engines.spec import BACKEND_NAMES, PRECISIONS, VARIANTS
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    build = subparsers.add_parser(
+        "build",
+        help="build an engine for a benchmark, or reuse the cached one",
+        description=(
+            "Build (or reuse from the cache) the engine of a benchmark for one backend, precision "
+            "and MIG profile. Without --model the synthetic graph with the official interface is "
+            "generated; with --gpu and --profile the batch size is the recipe's for that profile. "
+            "TensorRT engines must be built inside a MIG instance of that profile."
+        ),
+    )
+    build.add_argument("--benchmark", required=True, help="resnet50 or bert")
+    build.add_argument(
+        "--backend",
+        default="auto",
+        help=f"auto (TensorRT where usable, else ONNX Runtime), {', '.join(BACKEND_NAMES)}",
+    )
+    build.add_argument(
+        "--precision",
+        help=f"{', '.join(PRECISIONS)} (default: the backend's preferred one, or the --model file's)",
+    )
+    build.add_argument("--gpu", help="GPU the engine is for, e.g. H100-SXM5-80GB or A100-80GB")
+    build.add_argument("--profile", help="MIG profile on that GPU, e.g. 1g.10gb (needs --gpu)")
+    build.add_argument(
+        "--model", help="an ONNX file with the official interface (default: generate)"
+    )
+    build.add_argument("--variant", choices=VARIANTS, default="full", help="generated graph size")
+    build.add_argument(
+        "--loadgen-scenario",
+        default="Offline",
+        help="LoadGen scenario whose recipe batch size to build for (default Offline)",
+    )
+    build.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
+    build.add_argument(
+        "--cache-dir", help="engine cache folder (default $MLPERF_MIG_CACHE or ~/.cache/mlperf-mig)"
+    )
+    build.set_defaults(handler=_build)
+
+    backends = subparsers.add_parser(
+        "backends", help="list the inference backends and whether they can run here"
+    )
+    backends.set_defaults(handler=_backends)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from mlperf_mig.engines.build import build_engine
+    from mlperf_mig.engines.spec import EngineSpec
+
+    spec = EngineSpec.create(
+        args.benchmark,
+        backend=args.backend,
+        precision=args.precision,
+        variant=args.variant,
+        model_path=args.model,
+        seed=args.seed,
+        gpu=args.gpu,
+        mig_profile=args.profile,
+        loadgen_scenario=args.loadgen_scenario,
+        cache_dir=args.cache_dir,
+    )
+    if spec.backend == "null":
+        print("null backend: nothing to build (it returns zero outputs without a model)")
+        return 0
+    built = build_engine(spec, args.cache_dir)
+    target = spec.gpu or "CPU"
+    if spec.mig_profile:
+        target += f" {spec.mig_profile}"
+    model = spec.model_path or f"generated {spec.variant} graph"
+    batches = ",".join(str(b) for b in spec.batch_sizes)
+    print(
+        f"{'reused' if built.reused else 'built'} {spec.benchmark} {spec.precision} "
+        f"{spec.backend} engine for {target} (batch {batches}, {model}): {built.path}"
+    )
+    return 0
+
+
+def _backends(args: argparse.Namespace) -> int:
+    from mlperf_mig._table import text_table
+    from mlperf_mig.engines.backends import iter_backend_infos
+
+    rows = [
+        {
+            "backend": info.name,
+            "usable": "yes" if info.available else "no",
+            "version": info.version,
+            "why not": info.reason,
+        }
+        for info in iter_backend_infos()
+    ]
+    print(text_table(rows, ["backend", "usable", "version", "why not"]))
+    return 0
