@@ -1,0 +1,492 @@
+"""Discovery of the GPUs and live MIG devices through NVML (nvidia-ml-py), read-only.
+
+Two steps: `read_nvml_state(nvml)` asks NVML and returns plain data (the same format that
+`RecordedNvml` replays and `mlperf-mig detect --record` writes); `detect()` matches that state
+against the catalog. Live data wins over the shipped table and every disagreement is reported.
+No driver and no GPU are normal answers with a message, never an exception.
+
+NVML quirks honoured here (reference mig-profiles.md section 4): profile *constants* (0..N) are
+what GetGpuInstanceProfileInfo takes, profile *IDs* (19, 14, ...) what placements and GPU
+instances use, GPU-instance IDs are a third space; placement arrays are caller-allocated after a
+count query; nvmlDeviceIsMigDeviceHandle returns a ctypes value (use bool()); drivers before R470
+name MIG devices `MIG-GPU-<uuid>/<gi>/<ci>`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import pynvml
+
+from mlperf_mig.errors import LiveLayoutMismatchError, NameParseError
+from mlperf_mig.registry.catalog import Catalog, default_catalog
+from mlperf_mig.registry.model import Gpu, Layout, Profile
+from mlperf_mig.registry.replay import (
+    ATTRIBUTE_FIELDS,
+    PROFILE_INFO_FIELDS,
+    STATE_FORMAT,
+    nvml_error_name,
+)
+
+log = logging.getLogger(__name__)
+
+_MIG_UUID_RE = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+_LEGACY_MIG_UUID_RE = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-f-]+)/(?P<gi>\d+)/(?P<ci>\d+)$", re.I)
+_GIB_TOLERANCE = 0.5  # nvidia-smi's GiB drifts by up to 0.25 between drivers
+_NVML_GONE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission)
+
+
+# --- records --------------------------------------------------------------------------------
+@attrs.frozen(kw_only=True)
+class MigUuid:
+    """A parsed MIG device UUID: `MIG-<uuid>` (R470+) or legacy `MIG-GPU-<uuid>/<gi>/<ci>`."""
+
+    text: str
+    legacy: bool
+    gpu_uuid: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+def parse_mig_uuid(text: str) -> MigUuid:
+    """Parse either MIG UUID form; NameParseError for anything else."""
+    legacy = _LEGACY_MIG_UUID_RE.match(text)
+    if legacy:
+        return MigUuid(
+            text=text, legacy=True, gpu_uuid=legacy["gpu"],
+            gpu_instance_id=int(legacy["gi"]), compute_instance_id=int(legacy["ci"]),
+        )
+    if _MIG_UUID_RE.match(text):
+        return MigUuid(text=text, legacy=False)
+    raise NameParseError(
+        f"{text!r} is not a MIG device UUID; expected MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx "
+        "(driver R470+) or MIG-GPU-<gpu uuid>/<gpu instance>/<compute instance> (older drivers); "
+        "copy it from `nvidia-smi -L`"
+    )
+
+
+@attrs.frozen(kw_only=True)
+class MigDevice:
+    """One live MIG device (a compute instance inside a GPU instance)."""
+
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: Profile
+    placement_start: int | None
+    placement_size: int | None
+    memory_mib: int
+    sms: int
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        """The value of CUDA_VISIBLE_DEVICES that selects this device."""
+        return self.uuid
+
+
+@attrs.frozen(kw_only=True)
+class GpuState:
+    """One physical GPU as NVML sees it, matched against the catalog."""
+
+    index: int
+    name: str
+    uuid: str
+    pci_device_id: int
+    memory_mib: int
+    mig_current: bool | None
+    mig_pending: bool | None
+    catalog_gpu: Gpu | None
+    shipped_gpu: Gpu | None
+    mig_devices: tuple[MigDevice, ...] = attrs.field(converter=tuple)
+    disagreements: tuple[str, ...] = attrs.field(converter=tuple)
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.mig_current is not None
+
+    def layout(self) -> Layout | None:
+        """The layout the live GPU instances form (one entry per GPU instance), or None."""
+        if self.catalog_gpu is None or not self.mig_devices:
+            return None
+        per_instance = {d.gpu_instance_id: d.profile for d in self.mig_devices}
+        return Layout(gpu=self.catalog_gpu, profiles=tuple(per_instance.values()))
+
+    def devices_for(self, layout: Layout) -> tuple[MigDevice, ...]:
+        """One live MIG device per instance of `layout`, in the layout's order.
+
+        Raises LiveLayoutMismatchError when the live GPU instances form another layout.
+        """
+        live = self.layout()
+        wanted = Counter(p.name for p in layout.profiles)
+        if live is None or Counter(p.name for p in live.profiles) != wanted:
+            raise LiveLayoutMismatchError(
+                f"GPU {self.index} ({self.name}) carries {live or 'no MIG devices'} but the layout "
+                f"asks for {layout}; create it first (see `mlperf-mig plan-mig "
+                f"{layout.gpu.name} {layout}`)"
+            )
+        first_of_instance: dict[int, MigDevice] = {}
+        for device in self.mig_devices:
+            first_of_instance.setdefault(device.gpu_instance_id, device)
+        pool = sorted(first_of_instance.values(), key=lambda d: (d.placement_start or 0, d.gpu_instance_id))
+        chosen = []
+        for profile in layout.profiles:
+            device = next(d for d in pool if d.profile.name == profile.name)
+            pool.remove(device)
+            chosen.append(device)
+        return tuple(chosen)
+
+
+@attrs.frozen(kw_only=True)
+class Detection:
+    """What NVML reported: the GPUs, or a message that says why there are none."""
+
+    gpus: tuple[GpuState, ...] = attrs.field(converter=tuple)
+    message: str = ""
+    driver_version: str | None = None
+
+    @property
+    def mig_gpus(self) -> tuple[GpuState, ...]:
+        return tuple(g for g in self.gpus if g.mig_capable)
+
+
+# --- reading NVML ---------------------------------------------------------------------------
+def read_nvml_state(nvml: Any = pynvml) -> dict[str, Any]:
+    """Ask NVML (or an injected stand-in) for everything discovery needs, as plain JSON data."""
+    try:
+        nvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {"format": STATE_FORMAT, "init_error": nvml_error_name(exc), "gpus": []}
+    try:
+        return {
+            "format": STATE_FORMAT,
+            "init_error": None,
+            "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
+            "gpus": [_read_gpu(nvml, i) for i in range(nvml.nvmlDeviceGetCount())],
+        }
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _read_gpu(nvml: Any, index: int) -> dict[str, Any]:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    gpu: dict[str, Any] = {
+        "name": _text(nvml.nvmlDeviceGetName(handle)),
+        "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
+        "pci_device_id": f"0x{nvml.nvmlDeviceGetPciInfo(handle).pciDeviceId:08X}",
+        "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+    }
+    try:
+        gpu["mig_mode"] = [int(m) for m in nvml.nvmlDeviceGetMigMode(handle)]
+    except pynvml.NVMLError_NotSupported:
+        gpu["mig_mode"] = None  # not MIG-capable
+        return gpu
+    gpu["gi_profiles"], end, error = _read_profiles(nvml, handle)
+    if error is not None:
+        gpu["gi_profile_error"] = error
+    if end is not None:
+        gpu["profile_constants_end"] = end
+    if gpu["mig_mode"][0] == pynvml.NVML_DEVICE_MIG_ENABLE:
+        gpu.update(_read_mig_devices(nvml, handle))
+    return gpu
+
+
+def _read_profiles(
+    nvml: Any, handle: Any
+) -> tuple[list[dict[str, Any]], int | None, str | None]:
+    """GPU-instance profiles by NVML constant, where the driver's constants end, and the error
+    that every constant gave when none answered (MIG off on a driver that cannot say)."""
+    profiles, errors, end = [], set(), None
+    for constant in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant)
+        except pynvml.NVMLError_InvalidArgument:
+            end = constant  # an older driver: its constants end here
+            break
+        except pynvml.NVMLError as exc:
+            errors.add(nvml_error_name(exc))  # not on this GPU
+            continue
+        entry = {"constant": constant, "name": _text(info.name)}
+        entry.update({field: int(getattr(info, field)) for field in PROFILE_INFO_FIELDS})
+        entry.update(_read_placements(nvml, handle, info.id))
+        profiles.append(entry)
+    error = errors.pop() if not profiles and len(errors) == 1 else None
+    return profiles, end, error
+
+
+def _read_placements(nvml: Any, handle: Any, profile_id: int) -> dict[str, Any]:
+    """Possible placements of a profile ID: count query, then a caller-allocated array."""
+    count = ctypes.c_uint(0)
+    try:
+        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+        array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
+        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+    except pynvml.NVMLError as exc:
+        return {"placements": None, "placements_error": nvml_error_name(exc)}
+    return {"placements": [[p.start, p.size] for p in array[: count.value]]}
+
+
+def _read_mig_devices(nvml: Any, handle: Any) -> dict[str, Any]:
+    devices, instances, instance_error = [], {}, None
+    slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    for index in range(slots):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument):
+            continue  # an empty slot
+        if not bool(nvml.nvmlDeviceIsMigDeviceHandle(mig)):  # a ctypes c_uint, not an int
+            continue
+        attributes = nvml.nvmlDeviceGetAttributes(mig)
+        device = {
+            "index": index,
+            "uuid": _text(nvml.nvmlDeviceGetUUID(mig)),
+            "gpu_instance_id": int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+            "compute_instance_id": int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+        }
+        device.update({field: int(getattr(attributes, field)) for field in ATTRIBUTE_FIELDS})
+        devices.append(device)
+        gi = device["gpu_instance_id"]
+        if gi in instances or instance_error:
+            continue
+        try:
+            info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
+        except _NVML_GONE as exc:
+            instance_error = nvml_error_name(exc)  # needs root on some drivers
+            continue
+        instances[gi] = {
+            "id": gi, "profile_id": int(info.profileId),
+            "start": int(info.placement.start), "size": int(info.placement.size),
+        }
+    state: dict[str, Any] = {
+        "max_mig_device_count": slots,
+        "mig_devices": devices,
+        "gpu_instances": list(instances.values()),
+    }
+    if instance_error:
+        state["gpu_instance_error"] = instance_error
+    return state
+
+
+# --- matching against the catalog -----------------------------------------------------------
+def detect(source: Any = None, *, catalog: Catalog | None = None) -> Detection:
+    """Find the GPUs and live MIG devices. `source` replaces `pynvml` (tests pass RecordedNvml)."""
+    state = read_nvml_state(pynvml if source is None else source)
+    return detection_from_state(state, catalog or default_catalog())
+
+
+def detection_from_state(state: Mapping[str, Any], catalog: Catalog) -> Detection:
+    """Interpret a state written by `read_nvml_state`."""
+    if state.get("init_error"):
+        return Detection(gpus=(), message=_no_driver_message(state["init_error"]))
+    gpus = tuple(_gpu_state(i, gpu, catalog) for i, gpu in enumerate(state["gpus"]))
+    message = "" if gpus else "the NVIDIA driver is loaded but reports no GPU"
+    return Detection(gpus=gpus, message=message, driver_version=state.get("driver_version"))
+
+
+def _no_driver_message(error: str) -> str:
+    return (
+        f"no NVIDIA GPU is usable here: NVML could not start ({error.replace('_', ' ').lower()}); "
+        "install or load the NVIDIA driver, or run on a machine with an NVIDIA GPU"
+    )
+
+
+def _gpu_state(index: int, gpu: Mapping[str, Any], catalog: Catalog) -> GpuState:
+    pci = int(gpu["pci_device_id"], 16)
+    shipped = catalog.by_pci_device_id(pci) or catalog.find(gpu["name"])
+    mode = gpu.get("mig_mode")
+    notes: list[str] = []
+    effective = _effective_gpu(gpu, shipped, notes) if mode is not None else shipped
+    for note in notes:
+        log.warning("GPU %d (%s): %s", index, gpu["name"], note)
+    return GpuState(
+        index=index,
+        name=gpu["name"],
+        uuid=gpu["uuid"],
+        pci_device_id=pci,
+        memory_mib=gpu["memory_total_bytes"] // 2**20,
+        mig_current=None if mode is None else bool(mode[0]),
+        mig_pending=None if mode is None else bool(mode[1]),
+        catalog_gpu=effective,
+        shipped_gpu=shipped,
+        mig_devices=_mig_devices(gpu, effective, notes) if effective else (),
+        disagreements=notes,
+    )
+
+
+def _effective_gpu(gpu: Mapping[str, Any], shipped: Gpu | None, notes: list[str]) -> Gpu | None:
+    live = list(gpu.get("gi_profiles", []))
+    if shipped is None:
+        return _gpu_from_live(gpu, live, notes)
+    if not live:
+        notes.append("the driver lists no MIG profiles (MIG disabled on an older driver?); "
+                     "using the shipped table")
+        return shipped
+    merged = [_merge_profile(entry, shipped, notes) for entry in live]
+    live_ids = {entry["id"] for entry in live}
+    for profile in shipped.profiles:
+        if profile.profile_id not in live_ids:
+            notes.append(f"shipped profile {profile.name} (ID {profile.profile_id}) is not offered "
+                         "by this driver; dropped")
+    return attrs.evolve(shipped, profiles=tuple(p for p in merged if p is not None))
+
+
+def _live_name(entry: Mapping[str, Any]) -> str:
+    return entry["name"].removeprefix("MIG ").strip()
+
+
+def _live_placements(entry: Mapping[str, Any]) -> tuple[tuple[int, ...], int] | None:
+    placements = entry.get("placements")
+    if not placements:
+        return None
+    return tuple(sorted(start for start, _ in placements)), placements[0][1]
+
+
+def _merge_profile(entry: Mapping[str, Any], shipped: Gpu, notes: list[str]) -> Profile | None:
+    table = shipped.profile_by_id(entry["id"])
+    placements = _live_placements(entry)
+    if table is None:
+        notes.append(f"live profile {_live_name(entry)} (ID {entry['id']}) is not in the shipped "
+                     "table; added from live data")
+        return _profile_from_live(entry, placements, notes)
+    starts, size = placements or (table.placement_starts, table.placement_size)
+    max_instances = entry["instanceCount"]
+    if not shipped.nvml_instance_counts_reliable and max_instances != table.max_instances:
+        notes.append(f"{table.name}: NVML reports max {max_instances} instances, a known NVML bug "
+                     f"on this GPU; kept the shipped {table.max_instances}")
+        max_instances = table.max_instances
+    live = Profile(
+        name=_live_name(entry), profile_id=entry["id"], memory_slices=size,
+        compute_slices=entry["sliceCount"], max_instances=max_instances,
+        placement_starts=starts, placement_size=size, provenance="live",
+        sms=entry["multiprocessorCount"], memory_gib=round(entry["memorySizeMB"] / 1024, 2),
+        copy_engines=entry["copyEngineCount"], decoders=entry["decoderCount"],
+        encoders=entry["encoderCount"], jpeg_decoders=entry["jpegCount"], ofa=entry["ofaCount"],
+        nvml_constant=_constant_name(entry["constant"]),
+        inferred_fields=() if placements else ("placement_starts", "placement_size"),
+        note=table.note,
+    )
+    notes.extend(_differences(table, live))
+    return live
+
+
+_COMPARED = (
+    "name", "nvml_constant", "compute_slices", "memory_slices", "max_instances", "placement_starts",
+    "placement_size", "sms", "copy_engines", "decoders", "encoders", "jpeg_decoders", "ofa",
+)
+
+
+def _differences(table: Profile, live: Profile) -> list[str]:
+    found = [
+        f"{table.name}: {field} is {getattr(live, field)!r} live but {getattr(table, field)!r} in "
+        "the shipped table; live value used"
+        for field in _COMPARED
+        if getattr(table, field) is not None and getattr(table, field) != getattr(live, field)
+    ]
+    both = table.memory_gib is not None and live.memory_gib is not None
+    if both and abs(table.memory_gib - live.memory_gib) > _GIB_TOLERANCE:
+        found.append(f"{table.name}: memory is {live.memory_gib} GiB live but "
+                         f"{table.memory_gib} GiB in the shipped table; live value used")
+    return found
+
+
+def _profile_from_live(
+    entry: Mapping[str, Any], placements: tuple[tuple[int, ...], int] | None, notes: list[str]
+) -> Profile | None:
+    if placements is None:
+        notes.append(f"live profile {_live_name(entry)} has no readable placements; left out")
+        return None
+    starts, size = placements
+    return Profile(
+        name=_live_name(entry), profile_id=entry["id"], memory_slices=size,
+        compute_slices=entry["sliceCount"], max_instances=entry["instanceCount"],
+        placement_starts=starts, placement_size=size, provenance="live",
+        sms=entry["multiprocessorCount"], memory_gib=round(entry["memorySizeMB"] / 1024, 2),
+        copy_engines=entry["copyEngineCount"], decoders=entry["decoderCount"],
+        encoders=entry["encoderCount"], jpeg_decoders=entry["jpegCount"], ofa=entry["ofaCount"],
+        nvml_constant=_constant_name(entry["constant"]),
+    )
+
+
+def _constant_name(constant: int) -> str | None:
+    """`1_SLICE_REV2` for constant 9: the NVML_GPU_INSTANCE_PROFILE_* name without its prefix."""
+    prefix = "NVML_GPU_INSTANCE_PROFILE_"
+    return next(
+        (name.removeprefix(prefix) for name in dir(pynvml)
+         if name.startswith(prefix) and name != f"{prefix}COUNT" and getattr(pynvml, name) == constant),
+        None,
+    )
+
+
+def _gpu_from_live(gpu: Mapping[str, Any], live: list[Mapping[str, Any]], notes: list[str]) -> Gpu | None:
+    name = re.sub(r"^NVIDIA\s+", "", gpu["name"])
+    profiles = [p for p in (_profile_from_live(e, _live_placements(e), notes) for e in live) if p]
+    if not profiles:
+        notes.append(f"{name} (PCI {gpu['pci_device_id']}) is not in the catalog and NVML gives no "
+                     "MIG profiles with placements; add a data file for it (see systems/gpus/)")
+        return None
+    notes.append(f"{name} (PCI {gpu['pci_device_id']}) is not in the catalog; its record was built "
+                 "from live NVML data (add a data file to keep it)")
+    return Gpu(
+        name=name, nvml_names=(gpu["name"],), pci_device_ids=(int(gpu["pci_device_id"], 16),),
+        memory_slices=max(max(p.placement_starts) + p.placement_size for p in profiles),
+        compute_slices=max(p.compute_slices for p in profiles),
+        profiles=tuple(profiles), provenance="live", sources=("live NVML data",),
+    )
+
+
+def _mig_devices(gpu: Mapping[str, Any], board: Gpu, notes: list[str]) -> tuple[MigDevice, ...]:
+    instances = {g["id"]: g for g in gpu.get("gpu_instances", [])}
+    devices = []
+    for entry in gpu.get("mig_devices", []):
+        instance = instances.get(entry["gpu_instance_id"])
+        profile = _device_profile(entry, instance, board)
+        if profile is None:
+            notes.append(f"MIG device {entry['uuid']} matches no profile of {board.name}; left out")
+            continue
+        _check_legacy_uuid(entry, notes)
+        devices.append(MigDevice(
+            uuid=entry["uuid"], gpu_instance_id=entry["gpu_instance_id"],
+            compute_instance_id=entry["compute_instance_id"], profile=profile,
+            placement_start=instance["start"] if instance else None,
+            placement_size=instance["size"] if instance else None,
+            memory_mib=entry["memorySizeMB"], sms=entry["multiprocessorCount"],
+        ))
+    if gpu.get("gpu_instance_error"):
+        notes.append(f"GPU-instance details need more privileges ({gpu['gpu_instance_error']}); "
+                     "profiles matched by slice count and memory, placements unknown")
+    return tuple(devices)
+
+
+def _device_profile(
+    entry: Mapping[str, Any], instance: Mapping[str, Any] | None, board: Gpu
+) -> Profile | None:
+    if instance is not None:
+        return board.profile_by_id(instance["profile_id"])
+    candidates = [p for p in board.profiles if p.compute_slices == entry["gpuInstanceSliceCount"]]
+    if not candidates:
+        return None
+    memory_gib = entry["memorySizeMB"] / 1024
+    return min(candidates, key=lambda p: (
+        abs((p.memory_gib or 0) - memory_gib), (p.ofa or 0) != entry["sharedOfaCount"]
+    ))
+
+
+def _check_legacy_uuid(entry: Mapping[str, Any], notes: list[str]) -> None:
+    try:
+        uuid = parse_mig_uuid(entry["uuid"])
+    except NameParseError as exc:
+        notes.append(str(exc))
+        return
+    ids = (entry["gpu_instance_id"], entry["compute_instance_id"])
+    if uuid.legacy and (uuid.gpu_instance_id, uuid.compute_instance_id) != ids:
+        notes.append(f"legacy MIG UUID {uuid.text} names GPU instance {uuid.gpu_instance_id}/"
+                     f"compute instance {uuid.compute_instance_id} but NVML says {ids[0]}/{ids[1]}")

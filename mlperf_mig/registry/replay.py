@@ -1,0 +1,217 @@
+"""A recorded NVML state replayed through the same calls nvidia-ml-py offers.
+
+`RecordedNvml` answers the subset of `pynvml` functions that discovery uses, with pynvml's own
+shapes: ctypes structures, caller-allocated placement arrays filled through `byref` counts, a
+ctypes `c_uint` from `nvmlDeviceIsMigDeviceHandle`, and `pynvml.NVMLError` subclasses. Tests pass
+it to `detect(source=...)`; `read_nvml_state(pynvml)` writes the same format from a live GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pynvml
+
+from mlperf_mig.errors import DataFileError
+
+STATE_FORMAT = "mlperf-mig nvml state v1"
+
+
+def nvml_error(name: str) -> pynvml.NVMLError:
+    """The pynvml exception for error `name` (e.g. "NOT_SUPPORTED"), as pynvml itself raises it."""
+    return pynvml.NVMLError(getattr(pynvml, f"NVML_ERROR_{name}"))
+
+
+def nvml_error_name(exc: pynvml.NVMLError) -> str:
+    """The name of a pynvml error's code ("NOT_SUPPORTED"), the inverse of `nvml_error`."""
+    for attribute in dir(pynvml):
+        if attribute.startswith("NVML_ERROR_") and getattr(pynvml, attribute) == exc.value:
+            return attribute.removeprefix("NVML_ERROR_")
+    return str(exc.value)
+
+
+@attrs.frozen
+class _GpuHandle:
+    index: int
+
+
+@attrs.frozen
+class _MigHandle:
+    gpu: int
+    index: int
+
+
+@attrs.frozen
+class _GpuInstanceHandle:
+    gpu: int
+    gpu_instance_id: int
+
+
+@attrs.frozen
+class RecordedNvml:
+    """Replays one recorded NVML state (the JSON written by `read_nvml_state`)."""
+
+    state: Mapping[str, Any]
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> RecordedNvml:
+        """Read a recorded state; DataFileError names the file when it is not one."""
+        file = Path(path)
+        try:
+            state = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataFileError(f"{file}: not a readable NVML state ({exc}); record it again") from None
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise DataFileError(
+                f"{file}: field format is not {STATE_FORMAT!r}; record the state with "
+                "`mlperf-mig detect --record FILE`"
+            )
+        return cls(state)
+
+    # --- system -------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        if self.state.get("init_error"):
+            raise nvml_error(self.state["init_error"])
+
+    def nvmlShutdown(self) -> None:
+        return None
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.state["driver_version"]
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.state["gpus"])
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _GpuHandle:
+        if not 0 <= index < len(self.state["gpus"]):
+            raise nvml_error("INVALID_ARGUMENT")
+        return _GpuHandle(index)
+
+    # --- one GPU ------------------------------------------------------------------------
+    def _gpu(self, handle: _GpuHandle | _MigHandle | _GpuInstanceHandle) -> Mapping[str, Any]:
+        index = handle.index if isinstance(handle, _GpuHandle) else handle.gpu
+        return self.state["gpus"][index]
+
+    def nvmlDeviceGetName(self, handle: _GpuHandle) -> str:
+        return self._gpu(handle)["name"]
+
+    def nvmlDeviceGetUUID(self, handle: _GpuHandle | _MigHandle) -> str:
+        if isinstance(handle, _MigHandle):
+            return self._mig(handle)["uuid"]
+        return self._gpu(handle)["uuid"]
+
+    def nvmlDeviceGetPciInfo(self, handle: _GpuHandle) -> pynvml.nvmlPciInfo_t:
+        info = pynvml.nvmlPciInfo_t()
+        info.pciDeviceId = int(self._gpu(handle)["pci_device_id"], 16)
+        return info
+
+    def nvmlDeviceGetMemoryInfo(self, handle: _GpuHandle) -> pynvml.c_nvmlMemory_t:
+        info = pynvml.c_nvmlMemory_t()
+        info.total = self._gpu(handle)["memory_total_bytes"]
+        return info
+
+    def nvmlDeviceGetMigMode(self, handle: _GpuHandle) -> list[int]:
+        mode = self._gpu(handle).get("mig_mode")
+        if mode is None:
+            raise nvml_error("NOT_SUPPORTED")
+        return list(mode)
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, handle: _GpuHandle, profile: int, version: int = 2
+    ) -> pynvml.c_nvmlGpuInstanceProfileInfo_v2_t:
+        gpu = self._gpu(handle)
+        if profile >= gpu.get("profile_constants_end", pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            raise nvml_error("INVALID_ARGUMENT")
+        if gpu.get("gi_profile_error"):
+            raise nvml_error(gpu["gi_profile_error"])
+        entry = next((p for p in gpu.get("gi_profiles", []) if p["constant"] == profile), None)
+        if entry is None:
+            raise nvml_error("NOT_SUPPORTED")
+        info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+        for field in PROFILE_INFO_FIELDS:
+            setattr(info, field, entry[field])
+        info.name = entry["name"].encode()
+        return info
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        self, handle: _GpuHandle, profile_id: int, placements: Any, count_ref: Any
+    ) -> int:
+        entry = next(
+            (p for p in self._gpu(handle).get("gi_profiles", []) if p["id"] == profile_id), None
+        )
+        if entry is None:
+            raise nvml_error("INVALID_ARGUMENT")
+        if entry.get("placements") is None:
+            raise nvml_error(entry.get("placements_error", "NO_PERMISSION"))
+        count = count_ref._obj
+        wanted = entry["placements"]
+        if placements is None:
+            count.value = len(wanted)
+            return pynvml.NVML_SUCCESS
+        if count.value < len(wanted) or len(placements) < len(wanted):
+            count.value = len(wanted)
+            raise nvml_error("INSUFFICIENT_SIZE")
+        for slot, (start, size) in zip(placements, wanted):
+            slot.start, slot.size = start, size
+        count.value = len(wanted)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: _GpuHandle) -> int:
+        gpu = self._gpu(handle)
+        return gpu.get("max_mig_device_count", 0) if (gpu.get("mig_mode") or [0])[0] else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _GpuHandle, index: int) -> _MigHandle:
+        if not any(m["index"] == index for m in self._gpu(handle).get("mig_devices", [])):
+            raise nvml_error("NOT_FOUND")
+        return _MigHandle(handle.index, index)
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: _GpuHandle, gpu_instance_id: int) -> _GpuInstanceHandle:
+        gpu = self._gpu(handle)
+        if gpu.get("gpu_instance_error"):
+            raise nvml_error(gpu["gpu_instance_error"])
+        if not any(g["id"] == gpu_instance_id for g in gpu.get("gpu_instances", [])):
+            raise nvml_error("NOT_FOUND")
+        return _GpuInstanceHandle(handle.index, gpu_instance_id)
+
+    def nvmlGpuInstanceGetInfo(self, handle: _GpuInstanceHandle) -> pynvml.c_nvmlGpuInstanceInfo_t:
+        entry = next(g for g in self._gpu(handle)["gpu_instances"] if g["id"] == handle.gpu_instance_id)
+        info = pynvml.c_nvmlGpuInstanceInfo_t()
+        info.id, info.profileId = entry["id"], entry["profile_id"]
+        info.placement.start, info.placement.size = entry["start"], entry["size"]
+        return info
+
+    # --- MIG devices --------------------------------------------------------------------
+    def _mig(self, handle: _MigHandle) -> Mapping[str, Any]:
+        return next(m for m in self._gpu(handle)["mig_devices"] if m["index"] == handle.index)
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: _GpuHandle | _MigHandle) -> ctypes.c_uint:
+        return ctypes.c_uint(int(isinstance(handle, _MigHandle)))
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: _MigHandle) -> int:
+        return self._mig(handle)["gpu_instance_id"]
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: _MigHandle) -> int:
+        return self._mig(handle)["compute_instance_id"]
+
+    def nvmlDeviceGetAttributes(self, handle: _MigHandle) -> pynvml.c_nvmlDeviceAttributes:
+        attributes = pynvml.c_nvmlDeviceAttributes()
+        for field in ATTRIBUTE_FIELDS:
+            setattr(attributes, field, self._mig(handle)[field])
+        return attributes
+
+
+PROFILE_INFO_FIELDS = (
+    "id", "sliceCount", "instanceCount", "multiprocessorCount", "copyEngineCount",
+    "decoderCount", "encoderCount", "jpegCount", "ofaCount", "memorySizeMB",
+)
+ATTRIBUTE_FIELDS = (
+    "multiprocessorCount", "sharedCopyEngineCount", "sharedDecoderCount", "sharedEncoderCount",
+    "sharedJpegCount", "sharedOfaCount", "gpuInstanceSliceCount", "computeInstanceSliceCount",
+    "memorySizeMB",
+)
