@@ -1,0 +1,99 @@
+"""Engine cache: reuse, rebuild of damaged or stale files, cache folder choice, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlperf_mig.engines import EngineSpec, build_engine, cache_root
+from mlperf_mig.engines.cache import CACHE_ENV, sidecar_path
+
+
+@pytest.fixture(name="spec")
+def fixture_spec(cache_dir: Path) -> EngineSpec:
+    """A tiny ResNet50 engine spec for ONNX Runtime on the CPU."""
+    return EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny", cache_dir=cache_dir)
+
+
+def test_first_build_builds(spec: EngineSpec, cache_dir: Path) -> None:
+    """An empty cache builds the engine and says so."""
+    built = build_engine(spec, cache_dir)
+    assert not built.reused and built.path.is_file() and sidecar_path(built.path).is_file()
+
+
+def test_second_build_is_reused(spec: EngineSpec, cache_dir: Path) -> None:
+    """Building the same spec again reuses the cached file untouched."""
+    first = build_engine(spec, cache_dir)
+    mtime = first.path.stat().st_mtime_ns
+    second = build_engine(spec, cache_dir)
+    assert second.reused and second.path == first.path
+    assert second.path.stat().st_mtime_ns == mtime
+
+
+def test_corrupted_engine_is_rebuilt(spec: EngineSpec, cache_dir: Path) -> None:
+    """A flipped byte in the engine fails the checksum, and the engine is built again."""
+    path = build_engine(spec, cache_dir).path
+    original = path.read_bytes()
+    damaged = bytearray(original)
+    damaged[len(damaged) // 2] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    rebuilt = build_engine(spec, cache_dir)
+    assert not rebuilt.reused and rebuilt.path.read_bytes() == original
+
+
+def test_truncated_engine_is_rebuilt(spec: EngineSpec, cache_dir: Path) -> None:
+    """A truncated engine file is detected by its size and built again."""
+    path = build_engine(spec, cache_dir).path
+    path.write_bytes(path.read_bytes()[:100])
+    assert not build_engine(spec, cache_dir).reused
+
+
+def test_engine_without_checksum_is_rebuilt(spec: EngineSpec, cache_dir: Path) -> None:
+    """An engine whose sidecar is missing is never trusted."""
+    path = build_engine(spec, cache_dir).path
+    sidecar_path(path).unlink()
+    assert not build_engine(spec, cache_dir).reused
+
+
+def test_engine_of_another_backend_version_is_rebuilt(spec: EngineSpec, cache_dir: Path) -> None:
+    """A cached engine recorded for another backend version is built again."""
+    path = build_engine(spec, cache_dir).path
+    meta = json.loads(sidecar_path(path).read_text())
+    meta["backend_version"] = "0.0.1"
+    sidecar_path(path).write_text(json.dumps(meta))
+    assert not build_engine(spec, cache_dir).reused
+
+
+def test_deleted_generated_model_is_regenerated(spec: EngineSpec, cache_dir: Path) -> None:
+    """A build after the generated ONNX was deleted regenerates the same graph."""
+    for onnx_file in (cache_dir / "models").glob("*.onnx"):
+        onnx_file.unlink()
+    assert not build_engine(spec, cache_dir).reused
+
+
+def test_no_temporary_files_are_left(spec: EngineSpec, cache_dir: Path) -> None:
+    """Atomic writes leave only the engine, the model and their checksum files."""
+    build_engine(spec, cache_dir)
+    leftovers = [p.name for p in cache_dir.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_cache_argument_beats_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An explicit cache folder wins over MLPERF_MIG_CACHE."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env"))
+    assert cache_root(tmp_path / "arg") == tmp_path / "arg"
+
+
+def test_environment_beats_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLPERF_MIG_CACHE replaces the per-user default folder."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env"))
+    assert cache_root() == tmp_path / "env"
+
+
+def test_default_is_per_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without argument or variable the cache is ~/.cache/mlperf-mig."""
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache_root() == Path.home() / ".cache" / "mlperf-mig"
