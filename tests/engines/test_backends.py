@@ -1,0 +1,112 @@
+"""The backend registry and the ONNX Runtime and null backends: availability, honesty, shapes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlperf_mig.benchmark import BERT, RESNET50
+from mlperf_mig.engines import (
+    EngineSpec,
+    NullBackend,
+    available_backends,
+    backend_info,
+    build_engine,
+    open_backend,
+    resolve_backend,
+)
+from mlperf_mig.errors import BackendUnavailableError, PrecisionError
+
+TENSORRT_USABLE = backend_info("tensorrt").available
+
+
+def test_cpu_backends_are_available() -> None:
+    """ONNX Runtime and the null backend can always run on this machine."""
+    assert {"onnxruntime", "null"} <= set(available_backends())
+
+
+@pytest.mark.skipif(TENSORRT_USABLE, reason="TensorRT and a GPU are usable here")
+def test_auto_is_onnxruntime_without_tensorrt() -> None:
+    """Without TensorRT and a GPU, "auto" picks ONNX Runtime."""
+    assert resolve_backend("auto") == "onnxruntime"
+
+
+@pytest.mark.skipif(TENSORRT_USABLE, reason="TensorRT and a GPU are usable here")
+def test_explicit_tensorrt_without_it_says_why() -> None:
+    """Asking for TensorRT where it cannot run raises, with the reason and the usable backends."""
+    with pytest.raises(BackendUnavailableError, match="onnxruntime, null"):
+        resolve_backend("tensorrt")
+
+
+def test_unknown_backend_lists_known_ones() -> None:
+    """A backend name outside the registry raises with the known names."""
+    with pytest.raises(BackendUnavailableError, match="tensorrt, onnxruntime, null"):
+        resolve_backend("openvino")
+
+
+def test_import_loads_no_heavy_library() -> None:
+    """`import mlperf_mig.engines` and its spec import neither onnx, onnxruntime nor tensorrt."""
+    code = (
+        "import sys, mlperf_mig.engines as e; e.EngineSpec; e.available_backends; "
+        "print(sorted(m for m in ('onnx', 'onnxruntime', 'tensorrt') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_onnxruntime_cpu_refuses_fp16(cache_dir: Path) -> None:
+    """fp16 on the CPU provider would be computed in fp32 behind casts, so it is refused."""
+    with pytest.raises(PrecisionError, match="cannot compute fp16 on the CPU"):
+        EngineSpec.create("resnet50", backend="onnxruntime", precision="fp16", variant="tiny")
+
+
+def test_onnxruntime_cuda_refuses_int8() -> None:
+    """The CUDA provider runs Q/DQ as fake quantization, so int8 is refused there."""
+    spec = EngineSpec(
+        benchmark="resnet50",
+        backend="onnxruntime",
+        precision="int8",
+        model="0" * 64,
+        gpu="H100-SXM5-80GB",
+    )
+    with pytest.raises(PrecisionError, match="on H100-SXM5-80GB"):
+        build_engine(spec)
+
+
+@pytest.mark.skipif(TENSORRT_USABLE, reason="a GPU may be usable here")
+def test_onnxruntime_gpu_request_never_falls_back_to_cpu(cache_dir: Path) -> None:
+    """A spec for a GPU fails loudly where ONNX Runtime has no CUDA provider."""
+    cpu_spec = EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    gpu_spec = EngineSpec(**{**cpu_spec.to_dict(), "gpu": "H100-SXM5-80GB"})
+    with pytest.raises(BackendUnavailableError, match="CUDAExecutionProvider"):
+        build_engine(gpu_spec)
+
+
+def test_onnxruntime_reports_provider_and_threads(cache_dir: Path) -> None:
+    """The loaded session reports the CPU provider and the thread count it was given."""
+    spec = EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    with open_backend(spec, threads=1) as backend:
+        device = backend.device
+    assert (device.provider, device.device, device.threads) == ("CPUExecutionProvider", "cpu", 1)
+
+
+def test_null_spec_needs_no_model(cache_dir: Path) -> None:
+    """A null-backend spec generates nothing and opens at once."""
+    spec = EngineSpec.create("bert", backend="null")
+    with open_backend(spec) as backend:
+        assert isinstance(backend, NullBackend) and backend.device.backend == "null"
+    assert spec.model is None and not cache_dir.exists()
+
+
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT])
+def test_null_outputs_have_official_shapes(benchmark) -> None:
+    """The null backend answers every output with the benchmark's dtype and shape."""
+    feeds = {t.name: np.zeros((5, *t.shape[1:]), dtype=t.dtype) for t in benchmark.inputs}
+    outputs = NullBackend(benchmark).run(feeds)
+    for spec in benchmark.outputs:
+        assert outputs[spec.name].shape == (5, *spec.shape[1:])
+        assert outputs[spec.name].dtype == np.dtype(spec.dtype)
