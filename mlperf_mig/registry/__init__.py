@@ -1,1 +1,58 @@
 """The system registry: MIG-capable GPUs, their profiles and placements, layouts, discovery."""
+
+from mlperf_mig.registry.catalog import Catalog, default_catalog, load_catalog, load_gpu_file
+from mlperf_mig.registry.discovery import (
+    Detection,
+    GpuState,
+    MigDevice,
+    MigUuid,
+    detect,
+    parse_mig_uuid,
+    read_nvml_state,
+)
+from mlperf_mig.registry.model import Gpu, Layout, Placement, Profile
+from mlperf_mig.registry.names import (
+    parse_layout,
+    parse_system_id,
+    parse_vgpu_type,
+    system_id,
+    vgpu_type_name,
+)
+from mlperf_mig.registry.plan import CreationPlan, creation_plan
+from mlperf_mig.registry.replay import RecordedNvml
+from mlperf_mig.registry.solver import fits, maximal_layouts, solve_placements, valid_layouts
+from mlperf_mig.registry.study import StudyScenario, study_layout, study_scenarios, translate_layout
+
+__all__ = [
+    "Catalog",
+    "CreationPlan",
+    "Detection",
+    "Gpu",
+    "GpuState",
+    "Layout",
+    "MigDevice",
+    "MigUuid",
+    "Placement",
+    "Profile",
+    "RecordedNvml",
+    "StudyScenario",
+    "creation_plan",
+    "default_catalog",
+    "detect",
+    "fits",
+    "load_catalog",
+    "load_gpu_file",
+    "maximal_layouts",
+    "parse_layout",
+    "parse_mig_uuid",
+    "parse_system_id",
+    "parse_vgpu_type",
+    "read_nvml_state",
+    "solve_placements",
+    "study_layout",
+    "study_scenarios",
+    "system_id",
+    "translate_layout",
+    "valid_layouts",
+    "vgpu_type_name",
+]

@@ -89,6 +89,12 @@ class MigDevice:
         """The value of CUDA_VISIBLE_DEVICES that selects this device."""
         return self.uuid
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data."""
+        data = attrs.asdict(self, recurse=False)
+        data["profile"] = self.profile.name
+        return data
+
 
 @attrs.frozen(kw_only=True)
 class GpuState:
@@ -109,6 +115,20 @@ class GpuState:
     @property
     def mig_capable(self) -> bool:
         return self.mig_current is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data; the GPU records by name."""
+        layout = self.layout()
+        return {
+            "index": self.index, "name": self.name, "uuid": self.uuid,
+            "pci_device_id": f"0x{self.pci_device_id:08X}", "memory_mib": self.memory_mib,
+            "mig_current": self.mig_current, "mig_pending": self.mig_pending,
+            "catalog_gpu": self.catalog_gpu.name if self.catalog_gpu else None,
+            "shipped_gpu": self.shipped_gpu.name if self.shipped_gpu else None,
+            "layout": str(layout) if layout else None,
+            "mig_devices": [d.to_dict() for d in self.mig_devices],
+            "disagreements": list(self.disagreements),
+        }
 
     def layout(self) -> Layout | None:
         """The layout the live GPU instances form (one entry per GPU instance), or None."""
@@ -153,6 +173,13 @@ class Detection:
     @property
     def mig_gpus(self) -> tuple[GpuState, ...]:
         return tuple(g for g in self.gpus if g.mig_capable)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data."""
+        return {
+            "message": self.message, "driver_version": self.driver_version,
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
 
 
 # --- reading NVML ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 from attrs import validators as v
@@ -71,6 +72,10 @@ class Profile:
         """Sort key that puts the largest profile first."""
         return (-self.compute_slices, -self.memory_slices, self.media_extensions, self.name)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data."""
+        return attrs.asdict(self)
+
 
 @attrs.frozen(kw_only=True, repr=False)
 class Gpu:
@@ -121,6 +126,13 @@ class Gpu:
                 return matches[0]
         raise UnknownProfileError(self._unknown_profile_message(name))
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data; PCI IDs as packed hex strings like the data files."""
+        data = attrs.asdict(self, recurse=False)
+        data["profiles"] = [p.to_dict() for p in self.profiles]
+        data["pci_device_ids"] = [f"0x{pci:08X}" for pci in self.pci_device_ids]
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
     def profile_by_id(self, profile_id: int) -> Profile | None:
         """Return the profile with NVML profile ID `profile_id`, or None."""
         return next((p for p in self.profiles if p.profile_id == profile_id), None)
@@ -168,8 +180,23 @@ class Placement:
         """One past the last memory slice this instance occupies."""
         return self.start + self.size
 
+    @property
+    def memory_range(self) -> str:
+        """The memory slices occupied: `4-7`, or `6` for a single slice."""
+        if self.size == 1:
+            return str(self.start)
+        return f"{self.start}-{self.end - 1}"
+
     def __str__(self) -> str:
         return f"{self.profile.name}@{self.start}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data."""
+        return {
+            "profile": self.profile.name, "profile_id": self.profile.profile_id,
+            "start": self.start, "size": self.size,
+            "compute_slices": self.profile.compute_slices,
+        }
 
 
 def _sorted_profiles(profiles: Iterable[Profile]) -> tuple[Profile, ...]:
@@ -213,3 +240,13 @@ class Layout:
 
     def __str__(self) -> str:
         return self.spec()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (profile names resolve against `gpu`)."""
+        return {
+            "gpu": self.gpu.name,
+            "layout": self.spec(),
+            "profiles": [p.name for p in self.profiles],
+            "compute_slices": self.compute_slices,
+            "memory_slices": self.memory_slices,
+        }

@@ -57,16 +57,10 @@ class CreationPlan:
             f"nvidia-smi -i {gpu} -mig 1",
             *(
                 f"nvidia-smi mig -i {gpu} -cgi {p.profile.profile_id}:{p.start} -C"
-                f"  # {p.profile.name} on {_slices(p)}"
+                f"  # {p.profile.name} on memory slices {p.memory_range}"
                 for p in self.placements
             ),
         ]
-
-
-def _slices(placement: Placement) -> str:
-    if placement.size == 1:
-        return f"memory slice {placement.start}"
-    return f"memory slices {placement.start}-{placement.end - 1}"
 
 
 def creation_plan(layout: Layout, *, gpu_index: int = 0) -> CreationPlan:
