@@ -82,3 +82,17 @@ def test_rejects_empty_batch_sizes() -> None:
     """An engine needs at least one batch size."""
     with pytest.raises(ValueError, match="batch_sizes"):
         EngineSpec(benchmark="resnet50", backend="onnxruntime", batch_sizes=())
+
+
+def test_create_for_a_mig_profile_takes_its_recipe_batch() -> None:
+    """A spec for H100 1g.10gb resolves the profile in the registry and takes the 1g batch."""
+    spec = EngineSpec.create(
+        "bert",
+        backend="null",
+        precision="int8",
+        gpu="H100-80GB",
+        mig_profile="1g.10gb",
+        loadgen_scenario="Server",
+    )
+    assert (spec.gpu, spec.mig_profile, spec.batch_sizes) == ("H100-SXM5-80GB", "1g.10gb", (16,))
+    assert spec.seq_buckets == (128, 256, 384)

@@ -1,0 +1,103 @@
+"""`mlperf-mig build` and `mlperf-mig backends`: what is printed, and one line + exit 2 on bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+from mlperf_mig import cli
+from mlperf_mig.engines import backend_info, generate_model
+
+
+def _build(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(["build", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_one_line_error(result: tuple[int, str, str], *fragments: str) -> None:
+    code, out, err = result
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("mlperf-mig: error: ")
+    for fragment in fragments:
+        assert fragment in err
+
+
+def test_build_then_reuse(capsys: pytest.CaptureFixture[str], cache_dir: Path) -> None:
+    """The first build says "built" and the path; the second says "reused" and the same path."""
+    args = ("--benchmark", "resnet50", "--variant", "tiny", "--cache-dir", str(cache_dir))
+    code, first, _ = _build(capsys, *args)
+    assert code == 0 and first.startswith("built resnet50 fp32 onnxruntime engine for CPU")
+    code, second, _ = _build(capsys, *args)
+    assert code == 0 and second.startswith("reused ")
+    path = first.rsplit(": ", 1)[1].strip()
+    assert Path(path).is_file() and second.rsplit(": ", 1)[1].strip() == path
+
+
+def test_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown benchmark is one line naming the known ones, exit 2."""
+    _assert_one_line_error(_build(capsys, "--benchmark", "gpt-j"), "resnet50, bert")
+
+
+def test_missing_model_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A --model path that does not exist is one line, exit 2."""
+    missing = tmp_path / "resnet50_v1.onnx"
+    _assert_one_line_error(
+        _build(capsys, "--benchmark", "resnet50", "--model", str(missing)), "does not exist"
+    )
+
+
+def test_corrupt_model_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A truncated --model file is one line, exit 2."""
+    path = tmp_path / "resnet50_v1.onnx"
+    path.write_bytes(
+        generate_model("resnet50", variant="tiny", precision="fp32").SerializeToString()[:999]
+    )
+    _assert_one_line_error(
+        _build(capsys, "--benchmark", "resnet50", "--model", str(path)), "corrupt"
+    )
+
+
+def test_wrong_interface(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A BERT file offered for ResNet50 is one line listing expected and found tensors, exit 2."""
+    path = tmp_path / "model.onnx"
+    onnx.save(generate_model("bert", variant="tiny", precision="fp32"), str(path))
+    _assert_one_line_error(
+        _build(capsys, "--benchmark", "resnet50", "--model", str(path)),
+        "expected inputs input_tensor:0",
+        "found inputs input_ids",
+    )
+
+
+def test_precision_the_backend_cannot_do(
+    capsys: pytest.CaptureFixture[str], cache_dir: Path
+) -> None:
+    """fp16 on ONNX Runtime's CPU provider is one line, exit 2."""
+    _assert_one_line_error(
+        _build(
+            capsys, "--benchmark", "resnet50", "--backend", "onnxruntime", "--precision", "fp16"
+        ),
+        "cannot compute fp16",
+    )
+
+
+@pytest.mark.skipif(backend_info("tensorrt").available, reason="TensorRT and a GPU are usable here")
+def test_tensorrt_where_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """--backend tensorrt without TensorRT or a GPU is one line saying why, exit 2."""
+    _assert_one_line_error(
+        _build(capsys, "--benchmark", "resnet50", "--backend", "tensorrt"), "tensorrt"
+    )
+
+
+def test_profile_without_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """A MIG profile without its GPU is one line, exit 2 (profile names differ between GPUs)."""
+    _assert_one_line_error(_build(capsys, "--benchmark", "bert", "--profile", "1g.10gb"), "--gpu")
+
+
+def test_backends_lists_every_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    """`mlperf-mig backends` prints one row per registered backend."""
+    assert cli.main(["backends"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [r.split()[0] for r in rows] == ["tensorrt", "onnxruntime", "null"]
