@@ -276,8 +276,6 @@ def _check_keys(
     table: Mapping[str, Any], types: Mapping[str, Any], required: Sequence[str], file: Path,
     prefix: str,
 ) -> None:
-    for key in required:
-        _require(key in table, file, f"{prefix}{key}", "is missing")
     for key, value in table.items():
         _require(key in types, file, f"{prefix}{key}", f"is not a known field ({', '.join(types)})")
         expected = types[key]
@@ -288,6 +286,8 @@ def _check_keys(
             isinstance(value, expected) and not wrong, file, f"{prefix}{key}",
             f"has the wrong type ({type(value).__name__})",
         )
+    for key in required:
+        _require(key in table, file, f"{prefix}{key}", "is missing")
 
 
 def _strings(values: list[Any], file: Path, field: str) -> tuple[str, ...]:

@@ -57,7 +57,7 @@ class CreationPlan:
             f"nvidia-smi -i {gpu} -mig 1",
             *(
                 f"nvidia-smi mig -i {gpu} -cgi {p.profile.profile_id}:{p.start} -C"
-                f"  # {p.profile.name} on memory slices {p.memory_range}"
+                f"  # {p.profile.name} on memory slice{'s' if p.size > 1 else ''} {p.memory_range}"
                 for p in self.placements
             ),
         ]
