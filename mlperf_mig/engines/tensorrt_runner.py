@@ -82,23 +82,7 @@ class TensorRTRunner:
         """Load an engine file written by the TensorRT backend's build on this kind of device."""
         header, plan = read_engine_file(path)
         header.check_runs_here(device, str(trt.__version__), path)
-        logger = capturing_logger(trt)
-        capture: CapturedLog = logger.capture
-        mark = capture.mark()
-        runtime = trt.Runtime(logger)
-        engine = runtime.deserialize_cuda_engine(plan)
-        if engine is None:
-            raise capture.failure(f"TensorRT could not deserialize the engine {str(path)!r}", mark)
-        if engine.num_optimization_profiles != len(header.profiles):
-            raise EngineBuildError(
-                f"TensorRT engine {str(path)!r} has {engine.num_optimization_profiles} optimization "
-                f"profiles but its header lists {len(header.profiles)}; delete it and rebuild"
-            )
-        context = engine.create_execution_context()
-        if context is None:
-            raise capture.failure(
-                f"TensorRT could not create an execution context for {str(path)!r}", mark
-            )
+        runtime, engine, context = deserialize_engine(trt, plan, header, path)
         stream = CudaStream.create(cudart)
         allocator = BufferAllocator(cudart, pinned=pinned)
         try:
@@ -115,9 +99,13 @@ class TensorRTRunner:
             stream=stream,
             allocator=allocator,
             buffers=buffers,
-            capture=capture,
+            capture=capturing_logger(trt).capture,
         )
-        runner._activate_profile(0)
+        try:
+            runner._activate_profile(0)
+        except BaseException:
+            runner.close()
+            raise
         return runner
 
     @property
@@ -185,6 +173,30 @@ class TensorRTRunner:
                 self._context = None
                 self._engine = None
                 self._runtime = None
+
+
+def deserialize_engine(
+    trt: ModuleType, plan: memoryview, header: EngineHeader, path: str | os.PathLike[str]
+) -> tuple[Any, Any, Any]:
+    """(runtime, engine, execution context) of a plan; every None raises with TensorRT's log."""
+    logger = capturing_logger(trt)
+    capture: CapturedLog = logger.capture
+    mark = capture.mark()
+    runtime = trt.Runtime(logger)
+    engine = runtime.deserialize_cuda_engine(plan)
+    if engine is None:
+        raise capture.failure(f"TensorRT could not deserialize the engine {str(path)!r}", mark)
+    if engine.num_optimization_profiles != len(header.profiles):
+        raise EngineBuildError(
+            f"TensorRT engine {str(path)!r} has {engine.num_optimization_profiles} optimization "
+            f"profiles but its header lists {len(header.profiles)}; delete it and rebuild"
+        )
+    context = engine.create_execution_context()
+    if context is None:
+        raise capture.failure(
+            f"TensorRT could not create an execution context for {str(path)!r}", mark
+        )
+    return runtime, engine, context
 
 
 def io_tensor_names(trt: ModuleType, engine: Any) -> tuple[list[str], list[str]]:

@@ -12,8 +12,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import onnx
 import pytest
 
+from mlperf_mig.benchmark import get_benchmark
+from mlperf_mig.engines.models import generated_model
+from mlperf_mig.engines.recipes import load_recipe
 from mlperf_mig.engines.tensorrt_build import (
     CapturedLog,
     build_plan,
@@ -192,6 +196,32 @@ def test_dynamic_sequence_gets_a_profile_per_bucket() -> None:
     maxima = [p["input_ids"].max for p in profiles]
     assert maxima == [(8, 128), (8, 384), (32, 128), (32, 384)]
     assert profiles[1]["segment_ids"] == ShapeRange(min=(1, 1), opt=(8, 384), max=(8, 384))
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "batch", "maxima"),
+    [
+        ("resnet50", 8, [(8, 3, 224, 224)]),
+        ("bert", 16, [(16, 128), (16, 256), (16, 384)]),
+    ],
+)
+def test_profiles_of_the_generated_graphs(
+    cache_dir: Path, benchmark: str, batch: int, maxima: list[tuple[int, ...]]
+) -> None:
+    """The generated graphs (dynamic batch; BERT also dynamic sequence) get the recipe's profiles."""
+    model = generated_model(benchmark, variant="tiny", precision="fp32", cache_dir=cache_dir)
+    graph = onnx.load(str(model.path), load_external_data=False).graph
+    shapes = {
+        tensor.name: tuple(
+            d.dim_value if d.HasField("dim_value") else -1
+            for d in tensor.type.tensor_type.shape.dim
+        )
+        for tensor in graph.input
+    }
+    recipe = load_recipe(benchmark, "int8")
+    profiles = optimization_profiles(shapes, batch_sizes=(batch,), seq_buckets=recipe.seq_buckets)
+    first_input = get_benchmark(benchmark).inputs[0].name
+    assert [p[first_input].max for p in profiles] == maxima
 
 
 def test_dynamic_sequence_without_buckets_is_refused() -> None:

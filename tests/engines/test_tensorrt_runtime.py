@@ -497,6 +497,19 @@ def test_runner_runs_a_batch(runner: TensorRTRunner) -> None:
     assert out["argmax"].dtype == np.int32
 
 
+def test_runner_with_plain_host_memory(
+    engine_file: Path, trt: FakeTensorRT, cudart: FakeCudaRuntime, device: DeviceIdentity
+) -> None:
+    """Without pinned memory the runner stages through numpy arrays and gets the same results."""
+    runner = TensorRTRunner.from_file(
+        engine_file, trt=trt, cudart=cudart, device=device, pinned=False
+    )
+    out = runner.run({"x": np.array([[3, 1, 4, 1]], dtype=np.float32)})
+    np.testing.assert_array_equal(out["y"], [[6, 2, 8, 2]])
+    assert len(cudart.live) == 3  # device buffers only
+    runner.close()
+
+
 def test_runner_names_inputs_and_outputs(runner: TensorRTRunner) -> None:
     """The runner reports the engine's inputs and outputs."""
     assert runner.input_names == ("x",)
