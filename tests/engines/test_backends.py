@@ -16,10 +16,12 @@ from mlperf_mig.engines import (
     available_backends,
     backend_info,
     build_engine,
+    generated_model,
     open_backend,
     resolve_backend,
 )
-from mlperf_mig.errors import BackendUnavailableError, PrecisionError
+from mlperf_mig.engines.models import calibration_feeds
+from mlperf_mig.errors import BackendUnavailableError, EngineMismatchError, PrecisionError
 
 TENSORRT_USABLE = backend_info("tensorrt").available
 
@@ -110,3 +112,40 @@ def test_null_outputs_have_official_shapes(benchmark) -> None:
     for spec in benchmark.outputs:
         assert outputs[spec.name].shape == (5, *spec.shape[1:])
         assert outputs[spec.name].dtype == np.dtype(spec.dtype)
+
+
+def test_spec_for_another_backend_version_is_refused(cache_dir: Path) -> None:
+    """A spec made for another ONNX Runtime version is refused rather than silently rebuilt."""
+    spec = EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    stale = EngineSpec(**{**spec.to_dict(), "backend_version": "0.1.0"})
+    with pytest.raises(EngineMismatchError, match=r"0\.1\.0"):
+        open_backend(stale)
+
+
+def _cuda_provider_installed() -> bool:
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_provider_installed(), reason="onnxruntime-gpu is not installed")
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT])
+def test_onnxruntime_cuda_runs_fp16_on_the_gpu(benchmark, cache_dir: Path) -> None:
+    """With onnxruntime-gpu, a GPU spec runs the fp16 graph on the CUDA provider."""
+    import onnxruntime as ort
+
+    model = generated_model(benchmark.name, variant="tiny", precision="fp16")
+    spec = EngineSpec(
+        benchmark=benchmark.name,
+        backend="onnxruntime",
+        precision="fp16",
+        variant="tiny",
+        model=model.sha256,
+        gpu="this GPU",
+        backend_version=ort.__version__,
+    )
+    with open_backend(spec) as backend:
+        outputs = backend.run(calibration_feeds(benchmark, 2, seed=0))
+        assert backend.device.provider == "CUDAExecutionProvider"
+    assert outputs[benchmark.outputs[1].name].shape == (2, *benchmark.outputs[1].shape[1:])

@@ -7,7 +7,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from mlperf_mig.engines import EngineSpec, generate_model, user_model
+from mlperf_mig.engines import EngineSpec, build_engine, generate_model, user_model
 from mlperf_mig.errors import ModelFileError, PrecisionError
 
 
@@ -86,3 +86,15 @@ def test_user_file_spec_records_path_and_hash(resnet_file: Path, cache_dir: Path
     assert spec.model_path == str(resnet_file)
     assert spec.model == user_model(resnet_file, "resnet50").sha256
     assert not (cache_dir / "models").exists()
+
+
+def test_user_file_changed_after_spec_is_refused(resnet_file: Path, cache_dir: Path) -> None:
+    """Building from a user file that changed since its spec was made raises ModelFileError."""
+    spec = EngineSpec.create(
+        "resnet50", backend="onnxruntime", model_path=resnet_file, cache_dir=cache_dir
+    )
+    onnx.save(
+        generate_model("resnet50", variant="tiny", precision="fp32", seed=7), str(resnet_file)
+    )
+    with pytest.raises(ModelFileError, match="changed since the spec was created"):
+        build_engine(spec, cache_dir)
