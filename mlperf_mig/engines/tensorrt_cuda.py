@@ -164,16 +164,36 @@ def cuda_device_count_reason(cudart: ModuleType) -> str | None:
 
 
 # --- streams and buffers --------------------------------------------------------------------
+def native_handle(
+    obj: Any, import_module: Callable[[str], ModuleType] = importlib.import_module
+) -> int:
+    """The address behind a cuda-python object such as a cudaStream_t, as an int.
+
+    cuda-bindings 13 deprecated `int(obj)` for this in favour of
+    `cuda.bindings.utils.get_cuda_native_handle`; older releases only have `int(obj)`.
+    """
+    try:
+        utils = import_module("cuda.bindings.utils")
+    except ImportError:
+        return int(obj)
+    try:
+        return int(utils.get_cuda_native_handle(obj))
+    except (AttributeError, TypeError):  # a release without the getter, or for this type
+        return int(obj)
+
+
 class CudaStream:
     """A CUDA stream; `handle` is the integer that TensorRT's execute_async_v3 takes."""
 
-    def __init__(self, cudart: ModuleType, stream: Any) -> None:
+    def __init__(self, cudart: ModuleType, stream: Any, handle: int) -> None:
         self._cudart = cudart
         self._stream: Any = stream
+        self._handle = handle
 
     @classmethod
     def create(cls, cudart: ModuleType) -> CudaStream:
-        return cls(cudart, cuda_call(cudart, cudart.cudaStreamCreate(), "cudaStreamCreate"))
+        stream = cuda_call(cudart, cudart.cudaStreamCreate(), "cudaStreamCreate")
+        return cls(cudart, stream, native_handle(stream))
 
     @property
     def stream(self) -> Any:
@@ -183,7 +203,9 @@ class CudaStream:
 
     @property
     def handle(self) -> int:
-        return int(self.stream)
+        if self._stream is None:
+            raise ValueError("the CUDA stream is closed")
+        return self._handle
 
     def synchronize(self) -> None:
         cuda_call(

@@ -26,6 +26,7 @@ from mlperf_mig.engines.tensorrt_cuda import (
     cuda_call,
     cuda_device_count_reason,
     format_uuid,
+    native_handle,
     split_device_name,
 )
 from mlperf_mig.engines.tensorrt_engine_file import EngineHeader, ShapeRange, write_engine_file
@@ -471,6 +472,20 @@ def test_stream_handle_is_an_int_and_close_destroys_once(cudart: FakeCudaRuntime
     assert cudart.streams_destroyed == 1
     with pytest.raises(ValueError, match="closed"):
         stream.synchronize()
+
+
+def test_native_handle_prefers_the_cuda_bindings_getter() -> None:
+    """cuda-bindings 13 gives addresses through get_cuda_native_handle; older ones through int()."""
+    utils = SimpleNamespace(get_cuda_native_handle=lambda obj: 0xABC)
+
+    def with_utils(name: str) -> Any:
+        return utils
+
+    def without_utils(name: str) -> Any:
+        raise ModuleNotFoundError(name)
+
+    assert native_handle(StreamHandle(7), with_utils) == 0xABC
+    assert native_handle(StreamHandle(7), without_utils) == 7
 
 
 # --- profile choice -------------------------------------------------------------------------
