@@ -1,0 +1,85 @@
+"""accuracy/ of a result: the truncated accuracy log and accuracy.txt with its hash line.
+
+Follows tools/submission/truncate_accuracy_log.py: the hash is the SHA-256 of the FULL
+mlperf_log_accuracy.json; a log above 10 KiB keeps its first and last 4 KiB around a marker. The
+accuracy line is what the reference accuracy scripts print (accuracy-imagenet.py:
+"accuracy=76.456%, good=38228, total=50000"; accuracy-squad.py: '{"exact_match": .., "f1": ..}'),
+which the checker reads with the patterns in rules.ACCURACY_PATTERNS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+from mlperf_mig._io import atomic_write_bytes, atomic_write_text
+from mlperf_mig.submission import rules
+
+
+@attrs.frozen(kw_only=True)
+class AccuracyFigures:
+    """The metric of an accuracy run, as the reference script reports it."""
+
+    model: str  # checker model class: "resnet", "bert-99", "bert-99.9"
+    values: Mapping[str, float]  # resnet: accuracy (%), good, total; bert: exact_match, f1 (%)
+
+    def line(self) -> str:
+        """The line the reference accuracy script prints for these figures."""
+        if self.model == "resnet":
+            return (
+                f"accuracy={float(self.values['accuracy']):.3f}%, "
+                f"good={int(self.values['good'])}, total={int(self.values['total'])}"
+            )
+        return json.dumps(
+            {"exact_match": float(self.values["exact_match"]), "f1": float(self.values["f1"])}
+        )
+
+    def headline(self) -> float:
+        """Top-1 (%) for ResNet50, F1 for BERT: the value compared with the target."""
+        key = "accuracy" if self.model == "resnet" else "f1"
+        return float(self.values[key])
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def truncate(data: bytes) -> bytes:
+    """The accuracy log as the submission keeps it: whole up to 10 KiB, else head + tail."""
+    if len(data) <= rules.MAX_ACCURACY_LOG_SIZE:
+        return data
+    return data[: rules.VIEWABLE_SIZE] + rules.TRUNCATION_MARKER + data[-rules.VIEWABLE_SIZE :]
+
+
+def is_truncated(data: bytes) -> bool:
+    """True for a log cut by `truncate` (or by the MLCommons tool)."""
+    return rules.TRUNCATION_MARKER in data and len(data) == (
+        2 * rules.VIEWABLE_SIZE + len(rules.TRUNCATION_MARKER)
+    )
+
+
+def accuracy_txt(figures: AccuracyFigures | None, full_log_hash: str, note: str = "") -> str:
+    """accuracy.txt: the reference accuracy line (when meaningful), notes, then the hash line."""
+    lines = []
+    if figures is not None:
+        lines.append(figures.line())
+    if note:
+        lines.append(note)
+    lines.append(f"hash={full_log_hash}")
+    return "\n".join(lines) + "\n"
+
+
+def write_accuracy_files(
+    full_log: str | os.PathLike[str], dest_dir: Path, figures: AccuracyFigures | None, note: str
+) -> str:
+    """Write the truncated log and accuracy.txt into `dest_dir`; return the full log's hash."""
+    data = Path(full_log).read_bytes()
+    digest = sha256_of(data)
+    atomic_write_bytes(dest_dir / "mlperf_log_accuracy.json", truncate(data))
+    atomic_write_text(dest_dir / "accuracy.txt", accuracy_txt(figures, digest, note))
+    return digest

@@ -1,0 +1,186 @@
+"""The MLCommons submission checker's rules, as data (reference/mlperf.md section 3).
+
+Read in mlcommons/inference tools/submission/submission_checker: constants.py (required files,
+system-description fields, measurements keys, seeds, accuracy patterns, performance sample
+counts, minimum duration, latency bounds, required scenarios), checks/performance_check.py,
+checks/accuracy_check.py, checks/system_check.py, checks/measurements_checks.py, loader.py
+(paths of v6.0 and later), configuration/configuration.py (model names, early stopping), and
+tools/submission/truncate_accuracy_log.py (truncation and hash). The checker is the judge; these
+values must follow it, not our taste.
+"""
+
+from __future__ import annotations
+
+import re
+
+DEFAULT_VERSION = "v6.1"
+
+VALID_DIVISIONS = ("closed", "open", "network")
+WRITABLE_DIVISIONS = ("closed", "open")
+VALID_STATUSES = ("available", "preview", "rdi")
+VALID_SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge", "edge,datacenter")
+SCENARIOS = ("SingleStream", "MultiStream", "Offline", "Server")
+EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
+
+# LoadGen's built-in mlperf.conf seeds, per checker version (constants.py MODEL_CONFIG[v]["seeds"]).
+# v6.1 is the version of LoadGen 6.0.x, whose mlperf.conf carries the v6.1 seeds.
+SEEDS: dict[str, dict[str, int]] = {
+    "v5.0": {
+        "qsl_rng_seed": 6023615788873153749,
+        "sample_index_rng_seed": 15036839855038426416,
+        "schedule_rng_seed": 9933818062894767841,
+    },
+    "v5.1": {
+        "qsl_rng_seed": 1780908523862526354,
+        "sample_index_rng_seed": 14771362308971278857,
+        "schedule_rng_seed": 18209322760996052031,
+    },
+    "v6.0": {
+        "qsl_rng_seed": 2465351861681999779,
+        "sample_index_rng_seed": 14276810075590677512,
+        "schedule_rng_seed": 3936089224930324775,
+    },
+    "v6.1": {
+        "qsl_rng_seed": 2085463073848966840,
+        "sample_index_rng_seed": 2747215439041700203,
+        "schedule_rng_seed": 16159082839903944936,
+    },
+}
+
+# Result folder name -> the checker's model class (configuration.get_mlperf_model).
+BENCHMARK_FOLDERS: dict[str, str] = {
+    "resnet50": "resnet",
+    "resnet": "resnet",
+    "bert-99": "bert-99",
+    "bert-99.9": "bert-99.9",
+}
+PERFORMANCE_SAMPLE_COUNT = {"resnet": 1024, "bert-99": 10833, "bert-99.9": 10833}
+OFFLINE_MIN_SAMPLES_PER_QUERY = {"resnet": 24576, "bert-99": 10833, "bert-99.9": 10833}
+SERVER_LATENCY_BOUND_NS = {"resnet": 15_000_000}
+MIN_QUERY_COUNT = {
+    "resnet": {"SingleStream": 1024, "MultiStream": 270336, "Server": 270336, "Offline": 1},
+    "bert-99": {"SingleStream": 1024, "Offline": 1},
+    "bert-99.9": {"SingleStream": 1024, "Offline": 1},
+}
+MIN_DURATION_MS = 600_000
+# Closed division: scenarios each system type must have (constants.py required-scenarios-*).
+REQUIRED_SCENARIOS = {
+    "edge": {
+        "resnet": ("SingleStream", "MultiStream", "Offline"),
+        "bert-99": ("SingleStream", "Offline"),
+        "bert-99.9": ("SingleStream", "Offline"),
+    },
+    "datacenter,edge": {
+        "resnet": ("SingleStream", "MultiStream", "Offline", "Server"),
+        "bert-99": ("SingleStream", "Offline"),
+        "bert-99.9": ("SingleStream", "Offline"),
+    },
+}
+ACCURACY_TARGETS = {"resnet": 76.46 * 0.99, "bert-99": 90.874 * 0.99, "bert-99.9": 90.874 * 0.999}
+# constants.py ACC_PATTERN["acc"] and ["F1"]: what the reference accuracy scripts print.
+ACCURACY_PATTERNS = {
+    "resnet": re.compile(r"^(?:\{\"accuracy|accuracy)[\": ]*=?\s*([\d\.]+).*"),
+    "bert-99": re.compile(r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"),
+    "bert-99.9": re.compile(r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"),
+}
+HASH_LINE = re.compile(r"^hash=([\w\d]+)$")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+# truncate_accuracy_log.py: keep 4 KiB from the start and 4 KiB from the end.
+MAX_ACCURACY_LOG_SIZE = 10 * 1024
+VIEWABLE_SIZE = 4096
+TRUNCATION_MARKER = b"\n\n...\n\n"
+
+REQUIRED_PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
+OPTIONAL_PERF_FILES = ("mlperf_log_accuracy.json", "mlperf_log_trace.json")
+REQUIRED_ACC_FILES = (
+    "mlperf_log_summary.txt",
+    "mlperf_log_detail.txt",
+    "accuracy.txt",
+    "mlperf_log_accuracy.json",
+)
+REQUIRED_SCENARIO_FILES = ("measurements.json", "user.conf", "README.md")
+
+MEASUREMENTS_KEYS = (
+    "input_data_types",
+    "retraining",
+    "starting_weights_filename",
+    "weight_data_types",
+    "weight_transformations",
+)
+
+SYSTEM_FIELDS = (
+    "division",
+    "submitter",
+    "status",
+    "system_name",
+    "number_of_nodes",
+    "host_processor_model_name",
+    "host_processors_per_node",
+    "host_processor_core_count",
+    "host_memory_capacity",
+    "host_storage_capacity",
+    "host_storage_type",
+    "accelerators_per_node",
+    "accelerator_model_name",
+    "accelerator_memory_capacity",
+    "framework",
+    "operating_system",
+    "system_type",
+    "other_software_stack",
+    "host_processor_frequency",
+    "host_processor_caches",
+    "host_memory_configuration",
+    "host_processor_interconnect",
+    "host_networking",
+    "host_networking_topology",
+    "accelerator_frequency",
+    "accelerator_host_interconnect",
+    "accelerator_interconnect",
+    "accelerator_interconnect_topology",
+    "accelerator_memory_configuration",
+    "accelerator_on-chip_memories",
+    "cooling",
+    "hw_notes",
+    "sw_notes",
+    "host_network_card_count",
+    "system_type_detail",
+)
+# Fields the checker requires to be non-empty (a falsy value such as 0 or "" fails).
+MEANINGFUL_SYSTEM_FIELDS = (
+    "division",
+    "submitter",
+    "system_type",
+    "status",
+    "system_name",
+    "number_of_nodes",
+    "host_processor_model_name",
+    "host_processors_per_node",
+    "host_processor_core_count",
+    "host_memory_capacity",
+    "host_memory_configuration",
+    "host_storage_capacity",
+    "host_storage_type",
+    "host_networking",
+    "host_network_card_count",
+    "host_networking_topology",
+    "accelerators_per_node",
+    "accelerator_model_name",
+    "accelerator_memory_capacity",
+    "accelerator_host_interconnect",
+    "accelerator_memory_configuration",
+    "accelerator_interconnect",
+    "cooling",
+    "framework",
+    "operating_system",
+    "other_software_stack",
+)
+
+
+def mlperf_model(benchmark_folder: str) -> str | None:
+    """The checker's model class for a result folder name, None for a name it would reject."""
+    return BENCHMARK_FOLDERS.get(benchmark_folder)
+
+
+def known_versions() -> tuple[str, ...]:
+    return tuple(SEEDS)

@@ -1,0 +1,432 @@
+"""Writing the MLPerf submission tree from run folders (`write_submission`).
+
+Layout (checker v6.x, reference/mlperf.md section 3):
+
+    <outdir>/<division>/<submitter>/systems/<system>.json
+    <outdir>/<division>/<submitter>/src/README.md
+    <outdir>/<division>/<submitter>/results/<system>/<benchmark>/<scenario>/
+        performance/run_1/{mlperf_log_summary.txt, mlperf_log_detail.txt}
+        accuracy/{mlperf_log_summary.txt, mlperf_log_detail.txt, mlperf_log_accuracy.json, accuracy.txt}
+        measurements.json, user.conf, README.md
+
+A unified-mode run (one LoadGen for the layout) is one result of one system; an independent-mode
+run is one system per instance (the profile in the system name), because summing independent
+LoadGen runs is not an MLPerf result. Everything is checked first; any problem, including every
+missing system-description value, is reported in one SubmissionError before a file is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mlperf_mig import __version__
+from mlperf_mig._io import atomic_write_json, atomic_write_text, ensure_writable_dir
+from mlperf_mig.errors import SubmissionError
+from mlperf_mig.runner.results import InstanceRun, RunResult
+from mlperf_mig.submission import accuracy, readme, rules
+from mlperf_mig.submission.check import performance_problems
+from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts
+from mlperf_mig.submission.logs import DetailLog
+from mlperf_mig.submission.sysdesc import (
+    Accelerator,
+    HostDescription,
+    describe_system,
+    load_host_descriptions,
+    load_overrides,
+    mark_not_reported,
+)
+
+log = logging.getLogger(__name__)
+
+BERT_FOLDERS = ("bert-99", "bert-99.9")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_BACKEND_TOKENS = {"tensorrt": "TRT", "onnxruntime": "ORT"}
+_FRAMEWORKS = {"tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime", "null": "null backend"}
+
+
+@attrs.frozen(kw_only=True)
+class ResultSource:
+    """One result folder to write: which run, which instance (None: the whole layout)."""
+
+    run_dir: Path
+    run: RunResult
+    instance: InstanceRun | None
+    system: str
+    benchmark_folder: str
+
+    @property
+    def folder(self) -> Path:
+        """The instance's (or the layout's) folder inside the run folder."""
+        return self.run_dir / (self.instance.name if self.instance else "layout")
+
+    @property
+    def performance(self) -> Any:
+        return self.instance.performance if self.instance else self.run.layout_result
+
+    @property
+    def accuracy(self) -> Any:
+        return self.instance.accuracy if self.instance else self.run.layout_accuracy
+
+    @property
+    def scenario(self) -> str:
+        return self.run.loadgen_scenario
+
+    def logs(self, mode: str) -> Path:
+        """Where the LoadGen logs of `mode` are: the run-folder convention, else the recorded path."""
+        conventional = self.folder / mode
+        result = self.performance if mode == "performance" else self.accuracy
+        if not conventional.is_dir() and result is not None and Path(result.log_dir).is_dir():
+            return Path(result.log_dir)
+        return conventional
+
+    def label(self) -> str:
+        what = f"instance {self.instance.name}" if self.instance else "layout"
+        return f"{self.run_dir} ({what})"
+
+
+@attrs.frozen(kw_only=True)
+class SubmissionTree:
+    """What write_submission wrote."""
+
+    root: Path
+    submitter_dir: Path
+    systems: tuple[str, ...]
+    results: tuple[Path, ...]
+
+
+def write_submission(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    *,
+    division: str,
+    submitter: str,
+    outdir: str | os.PathLike[str],
+    overrides: str | os.PathLike[str] | None = None,
+    hosts: Sequence[str | os.PathLike[str]] = (),
+    bert_folder: str = "bert-99",
+    version: str = rules.DEFAULT_VERSION,
+) -> SubmissionTree:
+    """Write the submission tree of `run_dirs` under `outdir`; see the module docstring."""
+    _check_arguments(run_dirs, division, submitter, bert_folder, version)
+    runs = [(Path(d), RunResult.load(d)) for d in run_dirs]
+    override_fields = load_overrides(overrides)
+    host_descriptions = load_host_descriptions(hosts)
+    sources = [s for run_dir, run in runs for s in _sources(run_dir, run, bert_folder)]
+    problems = _duplicate_problems(sources)
+    for source in sources:
+        problems += _source_problems(source, division, version)
+    descriptions, description_problems = _system_descriptions(
+        sources, division, submitter, override_fields, host_descriptions
+    )
+    problems += description_problems
+    if problems:
+        raise SubmissionError(
+            f"cannot write the {division} submission ({len(problems)} problem(s), nothing written): "
+            + "; ".join(problems)
+        )
+    return _write(Path(outdir), division, submitter, sources, descriptions)
+
+
+def _check_arguments(
+    run_dirs: Sequence[Any], division: str, submitter: str, bert_folder: str, version: str
+) -> None:
+    if division not in rules.WRITABLE_DIVISIONS:
+        raise SubmissionError(
+            f"division {division!r} is not one of {', '.join(rules.WRITABLE_DIVISIONS)}"
+        )
+    if not _SAFE_NAME.match(submitter or ""):
+        raise SubmissionError(
+            f"submitter {submitter!r} must be a folder name (letters, digits, '.', '_', '-')"
+        )
+    if bert_folder not in BERT_FOLDERS:
+        raise SubmissionError(f"BERT result folder {bert_folder!r} is not one of {', '.join(BERT_FOLDERS)}")
+    if version not in rules.SEEDS:
+        raise SubmissionError(
+            f"unknown checker version {version!r}; expected one of {', '.join(rules.known_versions())}"
+        )
+    if not run_dirs:
+        raise SubmissionError("no run folder given; pass the folders written by mlperf-mig run")
+
+
+def _sources(run_dir: Path, run: RunResult, bert_folder: str) -> list[ResultSource]:
+    benchmark_folder = "resnet50" if run.benchmark == "resnet50" else bert_folder
+    if run.mode == "unified":
+        return [
+            ResultSource(
+                run_dir=run_dir,
+                run=run,
+                instance=None,
+                system=system_folder_name(run, None),
+                benchmark_folder=benchmark_folder,
+            )
+        ]
+    return [
+        ResultSource(
+            run_dir=run_dir,
+            run=run,
+            instance=instance,
+            system=system_folder_name(run, instance),
+            benchmark_folder=benchmark_folder,
+        )
+        for instance in run.instances
+    ]
+
+
+def system_folder_name(run: RunResult, instance: InstanceRun | None) -> str:
+    """'A100-SXM4-80GB-MIG_3x2g.20gb_1x1g.10gb_TRT', per instance '..._MIG_2g.20gb_i0-of-...'."""
+    layout = _token(run.layout)
+    kind = "shared" if run.target == "shared" else "MIG"
+    partition = layout if instance is None else f"{_token(instance.profile)}_i{instance.index}-of-{layout}"
+    backend = _BACKEND_TOKENS.get(run.backend, _token(run.backend))
+    suffix = "_emulated" if run.emulated else ""
+    return f"{_token(run.gpu)}-{kind}_{partition}_{backend}{suffix}"
+
+
+def _token(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_")
+
+
+def _duplicate_problems(sources: list[ResultSource]) -> list[str]:
+    seen: dict[tuple[str, str, str], ResultSource] = {}
+    problems = []
+    for source in sources:
+        key = (source.system, source.benchmark_folder, source.scenario)
+        if key in seen:
+            problems.append(
+                f"{source.label()} and {seen[key].label()} both give {'/'.join(key)}; pass one of them"
+            )
+        seen[key] = source
+    return problems
+
+
+def _source_problems(source: ResultSource, division: str, version: str) -> list[str]:
+    prefix = f"{source.label()}: "
+    problems = [prefix + p for p in _run_problems(source, division)]
+    if source.performance is None:
+        return [*problems, prefix + "no performance result (the run did not finish)"]
+    model = rules.BENCHMARK_FOLDERS[source.benchmark_folder]
+    problems += [prefix + p for p in _log_problems(source, model, division, version)]
+    return problems
+
+
+def _run_problems(source: ResultSource, division: str) -> list[str]:
+    run, instance = source.run, source.instance
+    problems = []
+    if run.interrupted:
+        problems.append("the run was interrupted")
+    if instance is not None and instance.status != "ok":
+        problems.append(f"the worker ended with status {instance.status!r} ({instance.error})")
+    if instance is None and run.layout_status not in (None, "ok"):
+        problems.append(f"the LoadGen coordinator ended with status {run.layout_status!r}")
+    if division == "closed" and (run.synthetic_weights or run.synthetic_data):
+        problems.append(
+            "closed division refuses runs with synthetic weights or data (accuracy is not "
+            "meaningful); pass the official model and dataset, or submit to the open division"
+        )
+    if source.accuracy is None:
+        problems.append("no accuracy run; every result needs accuracy/ (open division too)")
+    elif division == "closed" and source.accuracy.accuracy and not source.accuracy.accuracy.passed:
+        report = source.accuracy.accuracy
+        problems.append(f"accuracy {report.value} is below the closed-division target {report.target:.3f}")
+    return problems
+
+
+def _log_problems(source: ResultSource, model: str, division: str, version: str) -> list[str]:
+    problems = []
+    perf_dir = source.logs("performance")
+    missing = [n for n in rules.REQUIRED_PERF_FILES if not (perf_dir / n).is_file()]
+    if missing:
+        return [f"{perf_dir} lacks {', '.join(missing)}"]
+    try:
+        detail = DetailLog.read(perf_dir / "mlperf_log_detail.txt")
+    except SubmissionError as exc:
+        return [str(exc)]
+    problems += performance_problems(
+        detail, model=model, scenario=source.scenario, division=division, version=version
+    )
+    if source.accuracy is not None:
+        problems += _accuracy_log_problems(source.logs("accuracy"))
+    if _user_conf(source) is None:
+        problems.append(f"no user.conf in {source.folder}")
+    return problems
+
+
+def _accuracy_log_problems(acc_dir: Path) -> list[str]:
+    acc_files = ("mlperf_log_summary.txt", "mlperf_log_detail.txt", "mlperf_log_accuracy.json")
+    missing = [n for n in acc_files if not (acc_dir / n).is_file()]
+    if missing:
+        return [f"{acc_dir} lacks {', '.join(missing)}"]
+    try:
+        detail = DetailLog.read(acc_dir / "mlperf_log_detail.txt")
+    except SubmissionError as exc:
+        return [str(exc)]
+    return [f"accuracy log: {e}" for e in detail.errors]
+
+
+def _user_conf(source: ResultSource) -> Path | None:
+    for candidate in (source.folder / "user.conf", Path(source.performance.user_conf)):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _system_descriptions(
+    sources: list[ResultSource],
+    division: str,
+    submitter: str,
+    overrides: dict[str, Any],
+    hosts: list[HostDescription],
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    host = HostFacts.detect()
+    by_system: dict[str, list[ResultSource]] = {}
+    for source in sources:
+        by_system.setdefault(source.system, []).append(source)
+    descriptions, problems = {}, []
+    for system, members in by_system.items():
+        first = members[0]
+        gpu = None if first.run.target == "emulated" else GpuFacts.detect(first.run.gpu)
+        fields, missing = describe_system(
+            accelerator=_accelerator(first),
+            division=division,
+            submitter=submitter,
+            system_type=_system_type(members),
+            loadgen_version=_loadgen_version(first),
+            notes=readme.system_notes(first.run, first.instance),
+            host=host,
+            gpu=gpu,
+            hosts=hosts,
+            overrides=overrides,
+        )
+        if missing and division == "closed":
+            problems.append(
+                f"system {system}: no value for {', '.join(missing)} (not detectable here; "
+                "give them in the overrides file or a host description)"
+            )
+        elif missing:
+            log.warning("system %s: %s not detectable; written as not reported", system, missing)
+            fields = mark_not_reported(fields, missing)
+        descriptions[system] = fields
+    return descriptions, problems
+
+
+def _system_type(members: list[ResultSource]) -> str:
+    """ResNet50 and BERT are edge benchmarks; a Server result needs the datacenter suite too."""
+    return "datacenter,edge" if any(m.scenario == "Server" for m in members) else "edge"
+
+
+def _loadgen_version(source: ResultSource) -> str:
+    detail = DetailLog.read(source.logs("performance") / "mlperf_log_detail.txt")
+    return str(detail.get("loadgen_version", "unknown")).split(" @")[0]
+
+
+def _accelerator(source: ResultSource) -> Accelerator:
+    run, instance = source.run, source.instance
+    device = source.performance.device
+    version = device.version or ""
+    framework = f"{_FRAMEWORKS.get(run.backend, run.backend)} {version}".strip()
+    if run.backend == "onnxruntime":
+        framework += f" ({device.provider})"
+    return Accelerator(
+        gpu=run.gpu,
+        target=run.target,
+        layout=run.layout,
+        instance=None if instance is None else f"{instance.profile}, instance {instance.index}",
+        memory_gib=_memory_gib(run.gpu, instance.profile if instance else None),
+        backend=run.backend,
+        framework=framework,
+    )
+
+
+def _memory_gib(gpu_name: str, profile: str | None) -> float | None:
+    from mlperf_mig.registry.catalog import default_catalog
+
+    gpu = default_catalog().find(gpu_name)
+    if gpu is None:
+        return None
+    if profile is None:
+        return float(gpu.memory_gib)
+    try:
+        return float(gpu.profile(profile).memory_gib)
+    except LookupError:
+        return None
+
+
+def _write(
+    outdir: Path,
+    division: str,
+    submitter: str,
+    sources: list[ResultSource],
+    descriptions: dict[str, dict[str, Any]],
+) -> SubmissionTree:
+    root = ensure_writable_dir(outdir)
+    submitter_dir = root / division / submitter
+    for system, fields in descriptions.items():
+        atomic_write_json(submitter_dir / "systems" / f"{system}.json", fields)
+    atomic_write_text(submitter_dir / "src" / "README.md", readme.src_readme())
+    results = tuple(_write_result(submitter_dir, source, division) for source in sources)
+    _make_readable(submitter_dir)
+    log.info("wrote %d result(s) of %d system(s) under %s", len(results), len(descriptions), submitter_dir)
+    return SubmissionTree(
+        root=root, submitter_dir=submitter_dir, systems=tuple(descriptions), results=results
+    )
+
+
+def _make_readable(folder: Path) -> None:
+    """Atomic writes leave private files (mkstemp); a submission is shared, so use 0644."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)
+
+
+def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> Path:
+    folder = submitter_dir / "results" / source.system / source.benchmark_folder / source.scenario
+    if folder.exists():
+        shutil.rmtree(folder)
+    run_1 = folder / "performance" / "run_1"
+    run_1.mkdir(parents=True)
+    for name in rules.REQUIRED_PERF_FILES:
+        shutil.copyfile(source.logs("performance") / name, run_1 / name)
+    _write_accuracy(folder / "accuracy", source)
+    atomic_write_json(folder / "measurements.json", readme.measurements(source.run))
+    atomic_write_text(folder / "user.conf", _user_conf_text(source))
+    atomic_write_text(folder / "README.md", readme.result_readme(source.run, source.instance, division))
+    return folder
+
+
+def _write_accuracy(folder: Path, source: ResultSource) -> None:
+    folder.mkdir(parents=True)
+    logs = source.logs("accuracy")
+    for name in ("mlperf_log_summary.txt", "mlperf_log_detail.txt"):
+        shutil.copyfile(logs / name, folder / name)
+    model = rules.BENCHMARK_FOLDERS[source.benchmark_folder]
+    figures, note = accuracy_figures(model, source.accuracy.accuracy)
+    accuracy.write_accuracy_files(logs / "mlperf_log_accuracy.json", folder, figures, note)
+
+
+def accuracy_figures(model: str, report: Any) -> tuple[accuracy.AccuracyFigures | None, str]:
+    """The accuracy line's figures from the harness's AccuracyReport, or why there are none."""
+    if report is None:
+        return None, "# accuracy was not scored by mlperf-mig"
+    if not report.meaningful or report.value is None:
+        return None, f"# accuracy not reported: {report.note}"
+    if model == "resnet":
+        good = round(report.value * report.sample_count / 100.0)
+        values = {"accuracy": report.value, "good": good, "total": report.sample_count}
+    else:
+        values = {"exact_match": report.extra["exact_match"], "f1": report.value}
+    return accuracy.AccuracyFigures(model=model, values=values), ""
+
+
+def _user_conf_text(source: ResultSource) -> str:
+    path = _user_conf(source)
+    text = path.read_text(encoding="utf-8") if path else ""
+    if text.strip():
+        return text
+    return f"# mlperf-mig {__version__}: no user settings; LoadGen's built-in mlperf.conf applied\n"

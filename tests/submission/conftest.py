@@ -1,0 +1,156 @@
+"""Run folders for the submission tests, with genuine LoadGen logs from a trivial SUT.
+
+Each folder has the runner's layout (results.json, one folder per instance with performance/,
+accuracy/ and user.conf); the logs come from real LoadGen tests, one per spawned process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlperf_mig.engines.backend import DeviceReport
+from mlperf_mig.harness.result import AccuracyReport, InstanceResult
+from mlperf_mig.runner.results import InstanceRun, RunResult
+from mlperf_mig.submission import hostinfo
+
+LOADGEN_RUN = Path(__file__).with_name("loadgen_run.py")
+GPU = "A100-SXM4-80GB"
+LAYOUT = "2g.20gb+1g.10gb"
+PROFILES = ("2g.20gb", "1g.10gb")
+HOST = {
+    "host_processor_model_name": "AMD EPYC 7763 64-Core Processor",
+    "host_processors_per_node": 2,
+    "host_processor_core_count": 64,
+    "host_memory_capacity": "1008 GiB",
+    "host_storage_capacity": "15.4 TiB",
+    "host_storage_type": "NVMe SSD",
+    "host_network_card_count": 2,
+    "host_networking": "Ethernet: eth0 (100 Gb/s), eth1 (100 Gb/s)",
+    "operating_system": "Ubuntu 22.04.4 LTS (kernel 5.15.0)",
+}
+
+
+def run_loadgen(folders: list[Path]) -> None:
+    """Performance and accuracy LoadGen runs for every folder, in parallel processes."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(LOADGEN_RUN), str(folder), mode],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for folder in folders
+        for mode in ("performance", "accuracy")
+    ]
+    codes = [p.wait(timeout=60) for p in processes]
+    assert codes == [0] * len(codes), f"LoadGen helper failed: {codes}"
+
+
+def instance_result(folder: Path, mode: str, *, synthetic: bool) -> InstanceResult:
+    report = None
+    if mode == "accuracy":
+        report = AccuracyReport(
+            metric="top1",
+            value=0.1 if synthetic else 76.0,
+            target=75.6954,
+            meaningful=not synthetic,
+            passed=None if synthetic else True,
+            sample_count=1024,
+            note="synthetic weights: the model is not trained" if synthetic else "",
+        )
+    return InstanceResult(
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        mode=mode,
+        valid=False,
+        validity="INVALID" if mode == "performance" else "",
+        invalid_reasons=("min duration not met",) if mode == "performance" else (),
+        throughput=120.0 if mode == "performance" else None,
+        throughput_unit="samples/s",
+        latency_ns={"99.00": 1_000_000},
+        effective_settings={},
+        device=DeviceReport(
+            backend="onnxruntime", provider="CPUExecutionProvider", device="cpu", version="1.19.2"
+        ),
+        log_dir=str(folder / mode),
+        user_conf=str(folder / "user.conf"),
+        target_source="user.conf",
+        samples_completed=1024,
+        failed_samples=0,
+        error=None,
+        synthetic_data=synthetic,
+        accuracy=report,
+        wall_s=1.0,
+    )
+
+
+def make_run(outdir: Path, mode: str, *, synthetic: bool = True, target: str = "emulated") -> Path:
+    """A complete run folder of the two-instance layout in `mode`."""
+    names = ["layout"] if mode == "unified" else [f"i{i}-{p}" for i, p in enumerate(PROFILES)]
+    run_loadgen([outdir / n for n in names])
+    results = {n: {m: instance_result(outdir / n, m, synthetic=synthetic) for m in ("performance", "accuracy")} for n in names}
+    instances = [
+        InstanceRun(
+            name=f"i{i}-{profile}",
+            index=i,
+            profile=profile,
+            compute_slices=int(profile[0]),
+            device="cpu",
+            status="ok",
+            performance=None if mode == "unified" else results[f"i{i}-{profile}"]["performance"],
+            accuracy=None if mode == "unified" else results[f"i{i}-{profile}"]["accuracy"],
+            dispatched_samples=512 if mode == "unified" else None,
+        )
+        for i, profile in enumerate(PROFILES)
+    ]
+    layout = results.get("layout", {})
+    run = RunResult(
+        gpu=GPU,
+        layout=LAYOUT,
+        system_id=f"{GPU}_{LAYOUT}",
+        scenario=None,
+        target=target,
+        mode=mode,
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        backend="onnxruntime",
+        device="cpu",
+        precision="fp32",
+        variant="tiny",
+        preset="quick",
+        synthetic_weights=synthetic,
+        synthetic_data=synthetic,
+        outdir=str(outdir),
+        settings_key="test",
+        started_at="2026-11-30T08:00:00Z",
+        duration_s=2.0,
+        instances=instances,
+        layout_result=layout.get("performance"),
+        layout_accuracy=layout.get("accuracy"),
+        layout_status="ok" if mode == "unified" else None,
+    )
+    run.save(outdir)
+    return outdir
+
+
+@pytest.fixture(name="runs", scope="session")
+def fixture_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An independent and a unified run folder (emulated, synthetic), made once per session."""
+    base = tmp_path_factory.mktemp("runs")
+    return {mode: make_run(base / mode, mode) for mode in ("independent", "unified")}
+
+
+@pytest.fixture(name="real_run", scope="session")
+def fixture_real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A unified run on a (pretend) MIG GPU with official weights and data: closed-division input."""
+    return make_run(tmp_path_factory.mktemp("real") / "run", "unified", synthetic=False, target="mig")
+
+
+@pytest.fixture(name="fixed_host")
+def fixture_fixed_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Detection returns the same host everywhere, and no GPU."""
+    monkeypatch.setattr(hostinfo.HostFacts, "detect", classmethod(lambda cls, root="/": cls(fields=HOST)))
+    monkeypatch.setattr(hostinfo.GpuFacts, "detect", classmethod(lambda cls, name: None))

@@ -1,0 +1,216 @@
+"""write_submission: the tree of independent and unified runs, labels, refusals, one error."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mlperf_mig.errors import SubmissionError
+from mlperf_mig.submission import check_submission, rules, write_submission
+from mlperf_mig.submission.sysdesc import NOT_REPORTED
+
+pytestmark = pytest.mark.usefixtures("fixed_host")
+
+OVERRIDES = {
+    "cooling": "air-cooled",
+    "host_memory_configuration": "16x 64 GiB DDR4-3200",
+    "accelerator_host_interconnect": "PCIe Gen4 x16",
+}
+
+
+def _results(tree_root: Path) -> list[Path]:
+    return sorted(tree_root.glob("*/*/results/*/*/*"))
+
+
+def _system(tree_root: Path, folder: Path) -> dict:
+    system = folder.parent.parent.name
+    return json.loads(next(tree_root.glob(f"*/*/systems/{system}.json")).read_text())
+
+
+@pytest.fixture(name="overrides_file")
+def fixture_overrides_file(tmp_path: Path) -> Path:
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(OVERRIDES))
+    return path
+
+
+def test_independent_run_is_one_system_per_instance(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Each instance of an independent run becomes its own system, named with its profile."""
+    tree = write_submission([runs["independent"]], division="open", submitter="Acme", outdir=tmp_path)
+    assert [s.split("_i")[0] for s in tree.systems] == [
+        "A100-SXM4-80GB-MIG_2g.20gb",
+        "A100-SXM4-80GB-MIG_1g.10gb",
+    ]
+    assert [p.relative_to(tmp_path).parts[-2:] for p in tree.results] == [("resnet50", "Offline")] * 2
+
+
+def test_tree_of_both_modes_passes_our_checker(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A tree written from an independent and a unified run has no problem our checker knows."""
+    write_submission(list(runs.values()), division="open", submitter="Acme", outdir=tmp_path)
+    assert check_submission(tmp_path) == ()
+    assert len(_results(tmp_path)) == 3
+
+
+def test_unified_run_is_one_result_for_the_layout(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A unified run is one system whose name and accelerator show the whole MIG layout."""
+    tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
+    (folder,) = tree.results
+    system = _system(tmp_path, folder)
+    assert tree.systems == ("A100-SXM4-80GB-MIG_2g.20gb_1g.10gb_ORT_emulated",)
+    assert "MIG 2g.20gb+1g.10gb" in system["system_name"]
+    assert "MIG 2g.20gb+1g.10gb" in system["accelerator_model_name"]
+    assert "NOT an MLPerf result" not in (folder / "README.md").read_text()
+
+
+def test_independent_readme_says_the_sum_is_not_a_result(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Every independent-mode result README states that the instances' sum is not an MLPerf result."""
+    tree = write_submission([runs["independent"]], division="open", submitter="Acme", outdir=tmp_path)
+    for folder in tree.results:
+        assert "sum of the instances' results is an engineering metric and NOT an MLPerf result" in (
+            (folder / "README.md").read_text()
+        )
+
+
+def test_emulated_run_is_labelled(runs: dict[str, Path], tmp_path: Path) -> None:
+    """An emulated run says so in system_name, the accelerator, hw_notes and the README."""
+    tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
+    system = _system(tmp_path, tree.results[0])
+    assert system["system_name"].startswith("Emulated (CPU): ")
+    assert system["accelerator_model_name"].startswith("None: CPU emulation of NVIDIA A100-SXM4-80GB")
+    assert system["accelerators_per_node"] == "0"
+    assert "EMULATED" in system["hw_notes"]
+    assert "EMULATED: no GPU was used" in (tree.results[0] / "README.md").read_text()
+
+
+def test_system_description_has_all_fields(runs: dict[str, Path], tmp_path: Path) -> None:
+    """The system description holds the 35 checker fields, meaningful ones non-empty."""
+    tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
+    system = _system(tmp_path, tree.results[0])
+    assert list(system) == list(rules.SYSTEM_FIELDS)
+    assert all(system[k] for k in rules.MEANINGFUL_SYSTEM_FIELDS)
+    assert system["host_processor_model_name"] == "AMD EPYC 7763 64-Core Processor"
+
+
+def test_open_division_marks_undetectable_fields(runs: dict[str, Path], tmp_path: Path) -> None:
+    """In the open division, fields no source fills are written as not reported and listed."""
+    tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
+    system = _system(tmp_path, tree.results[0])
+    assert system["cooling"] == NOT_REPORTED
+    assert "Not reported (not detectable on the host): host_memory_configuration, cooling" in system["hw_notes"]
+
+
+def test_synthetic_run_is_marked_for_open(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Synthetic weights/data: README says so and accuracy.txt has no accuracy figure, only the hash."""
+    tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
+    folder = tree.results[0]
+    assert "SYNTHETIC WEIGHTS AND DATA" in (folder / "README.md").read_text()
+    lines = (folder / "accuracy" / "accuracy.txt").read_text().splitlines()
+    assert lines[0].startswith("# accuracy not reported: synthetic weights")
+    assert rules.HASH_LINE.match(lines[-1])
+    assert not any(rules.ACCURACY_PATTERNS["resnet"].match(line) for line in lines)
+
+
+def test_accuracy_log_is_truncated_with_hash_of_full_log(runs: dict[str, Path], tmp_path: Path) -> None:
+    """The tree's accuracy log is at most 10 KiB and accuracy.txt holds the full log's SHA-256."""
+    tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
+    full = (runs["unified"] / "layout" / "accuracy" / "mlperf_log_accuracy.json").read_bytes()
+    kept = (tree.results[0] / "accuracy" / "mlperf_log_accuracy.json").read_bytes()
+    assert len(full) > rules.MAX_ACCURACY_LOG_SIZE >= len(kept)
+    assert kept.startswith(full[:4096]) and kept.endswith(full[-4096:])
+    digest = hashlib.sha256(full).hexdigest()
+    assert f"hash={digest}" in (tree.results[0] / "accuracy" / "accuracy.txt").read_text()
+
+
+def test_closed_division_refuses_synthetic_runs(runs: dict[str, Path], tmp_path: Path) -> None:
+    """The closed division refuses runs with synthetic weights or data, writing nothing."""
+    with pytest.raises(SubmissionError, match="closed division refuses runs with synthetic"):
+        write_submission([runs["unified"]], division="closed", submitter="Acme", outdir=tmp_path / "S")
+    assert not (tmp_path / "S").exists()
+
+
+def test_missing_values_are_listed_in_one_error(real_run: Path, tmp_path: Path) -> None:
+    """Closed division: every missing system-description value is named in one error."""
+    with pytest.raises(SubmissionError) as excinfo:
+        write_submission([real_run], division="closed", submitter="Acme", outdir=tmp_path / "S")
+    message = str(excinfo.value)
+    assert "\n" not in message
+    for field in ("host_memory_configuration", "accelerator_host_interconnect", "cooling"):
+        assert field in message
+    assert not (tmp_path / "S").exists()
+
+
+def test_closed_tree_with_overrides(real_run: Path, tmp_path: Path, overrides_file: Path) -> None:
+    """With the overrides file, a real-weights run is written with the reference accuracy line."""
+    tree = write_submission(
+        [real_run], division="closed", submitter="Acme", outdir=tmp_path / "S", overrides=overrides_file
+    )
+    system = _system(tmp_path / "S", tree.results[0])
+    assert system["cooling"] == "air-cooled"
+    assert system["accelerator_model_name"] == "NVIDIA A100-SXM4-80GB (MIG 2g.20gb+1g.10gb)"
+    accuracy_txt = (tree.results[0] / "accuracy" / "accuracy.txt").read_text()
+    assert accuracy_txt.startswith("accuracy=76.000%, good=778, total=1024\n")
+    problems = [p.message for p in check_submission(tmp_path / "S")]
+    assert problems == ["closed division needs the scenarios SingleStream, MultiStream as well"]
+
+
+def test_host_description_fills_undetectable_fields(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A host description that matches the host fills cooling and networking."""
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    (hosts / "lab.json").write_text(
+        json.dumps(
+            {
+                "name": "lab server",
+                "match": {"host_processor_model_name": "EPYC 7763", "gpu": "A100"},
+                "fields": {"cooling": "liquid", "accelerator_host_interconnect": "PCIe Gen4 x16"},
+            }
+        )
+    )
+    tree = write_submission(
+        [runs["unified"]], division="open", submitter="Acme", outdir=tmp_path / "S", hosts=[hosts]
+    )
+    system = _system(tmp_path / "S", tree.results[0])
+    assert system["cooling"] == "liquid"
+    assert system["accelerator_host_interconnect"].startswith("N/A (emulated")
+
+
+def test_unknown_override_field_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+    """An overrides file naming a field the checker does not know is refused."""
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps({"colling": "air"}))
+    with pytest.raises(SubmissionError, match="unknown fields colling"):
+        write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path, overrides=path)
+
+
+def test_quick_preset_logs_are_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Logs the MLCommons checker would reject (short duration, few samples) are refused up front."""
+    run = shutil.copytree(runs["unified"], tmp_path / "run")
+    detail = run / "layout" / "performance" / "mlperf_log_detail.txt"
+    text = detail.read_text()
+    text = text.replace('"effective_min_duration_ms", "value": 600000', '"effective_min_duration_ms", "value": 2000')
+    text = text.replace(
+        '"effective_performance_sample_count", "value": 1024',
+        '"effective_performance_sample_count", "value": 64',
+    )
+    detail.write_text(text)
+    with pytest.raises(SubmissionError) as excinfo:
+        write_submission([run], division="open", submitter="Acme", outdir=tmp_path / "S")
+    assert "min_duration is 2000 ms" in str(excinfo.value)
+    assert "performance_sample_count is 64" in str(excinfo.value)
+
+
+def test_rewriting_a_result_replaces_it(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Writing the same run twice into one tree leaves one clean result folder."""
+    write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
+    write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
+    assert check_submission(tmp_path) == ()
+
+
+def test_same_result_twice_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Two runs that would write the same result folder are refused."""
+    with pytest.raises(SubmissionError, match="both give"):
+        write_submission([runs["unified"]] * 2, division="open", submitter="Acme", outdir=tmp_path)
