@@ -25,6 +25,7 @@ from mlperf_mig.engines.backend import Backend, DeviceReport
 from mlperf_mig.engines.tensorrt_build import (
     build_plan,
     capturing_logger,
+    create_builder,
     create_builder_config,
     create_network,
     network_input_shapes,
@@ -166,7 +167,7 @@ class TensorRTBackend(Backend):
         device = DeviceIdentity.detect(cudart)
         check_build_device(spec, device)
         logger = capturing_logger(trt)
-        builder = trt.Builder(logger)
+        builder = create_builder(trt, logger)
         network, _parser = create_network(trt, builder, onnx_path, logger)
         profiles = optimization_profiles(
             network_input_shapes(network),

@@ -127,6 +127,28 @@ def network_flags(trt: ModuleType) -> int:
     return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
 
+def create_builder(trt: ModuleType, logger: Any) -> Any:
+    """trt.Builder; a builder TensorRT cannot make (no CUDA, bad driver) raises with the log."""
+    return _construct(trt.Builder, logger, "TensorRT could not create a builder")
+
+
+def create_runtime(trt: ModuleType, logger: Any) -> Any:
+    """trt.Runtime; a runtime TensorRT cannot make raises with the log."""
+    return _construct(trt.Runtime, logger, "TensorRT could not create a runtime")
+
+
+def _construct(factory: Any, logger: Any, what: str) -> Any:
+    capture: CapturedLog = logger.capture
+    mark = capture.mark()
+    try:
+        made = factory(logger)
+    except (TypeError, RuntimeError) as exc:  # pybind11 raises when the factory gives nullptr
+        raise capture.failure(f"{what} ({exc})", mark) from None
+    if made is None:
+        raise capture.failure(what, mark)
+    return made
+
+
 # --- step 1: the network --------------------------------------------------------------------
 def create_network(
     trt: ModuleType, builder: Any, onnx_path: str | os.PathLike[str], logger: Any

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mlperf_mig.engines.tensorrt_build import CapturedLog, capturing_logger
+from mlperf_mig.engines.tensorrt_build import CapturedLog, capturing_logger, create_runtime
 from mlperf_mig.engines.tensorrt_cuda import (
     BufferAllocator,
     CudaStream,
@@ -182,7 +182,7 @@ def deserialize_engine(
     logger = capturing_logger(trt)
     capture: CapturedLog = logger.capture
     mark = capture.mark()
-    runtime = trt.Runtime(logger)
+    runtime = create_runtime(trt, logger)
     engine = runtime.deserialize_cuda_engine(plan)
     if engine is None:
         raise capture.failure(f"TensorRT could not deserialize the engine {str(path)!r}", mark)

@@ -22,8 +22,10 @@ from mlperf_mig.engines.tensorrt_build import (
     CapturedLog,
     build_plan,
     capturing_logger,
+    create_builder,
     create_builder_config,
     create_network,
+    create_runtime,
     network_flags,
     network_input_shapes,
     optimization_profiles,
@@ -323,6 +325,30 @@ def test_capture_keeps_a_bounded_number_of_messages() -> None:
 def test_severity_name(severity: Any, name: str) -> None:
     """Severities arrive as enum members or as their string form."""
     assert severity_name(severity) == name
+
+
+def test_builder_that_cannot_be_made_raises_with_the_log(logger: Any) -> None:
+    """A builder constructor that fails (pybind11 raises on nullptr) becomes EngineBuildError."""
+
+    def failing_builder(log_to: Any) -> Any:
+        log_to.log(Severity.ERROR, "CUDA initialization failure with error: 35")
+        raise TypeError("pybind11::init(): factory function returned nullptr")
+
+    trt = SimpleNamespace(Builder=failing_builder)
+    with pytest.raises(EngineBuildError, match=r"could not create a builder.*error: 35"):
+        create_builder(trt, logger)
+
+
+def test_runtime_none_raises(logger: Any) -> None:
+    """A runtime constructor that gives None raises EngineBuildError."""
+    with pytest.raises(EngineBuildError, match="could not create a runtime"):
+        create_runtime(SimpleNamespace(Runtime=lambda log_to: None), logger)
+
+
+def test_builder_is_made_with_the_capturing_logger(logger: Any) -> None:
+    """The builder gets the process's capturing logger."""
+    builder = create_builder(SimpleNamespace(Builder=lambda log_to: FakeBuilder(log_to)), logger)
+    assert builder.logger is logger
 
 
 # --- network, config, build -----------------------------------------------------------------
