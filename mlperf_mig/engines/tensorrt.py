@@ -67,7 +67,10 @@ def availability_reason(import_module: ImportModule = importlib.import_module) -
     try:
         cudart = import_cuda_runtime(import_module)
     except (ImportError, OSError) as exc:
-        return f"cuda-python not installed ({exc}); {_INSTALL_HINT}"
+        return (
+            f"cuda-python not installed (cuda.bindings.runtime, from cuda-python 12.6.1 on: "
+            f"{exc}); {_INSTALL_HINT}"
+        )
     try:
         return cuda_device_count_reason(cudart)
     except Exception as exc:  # a broken driver must not turn a question into a crash
