@@ -33,7 +33,7 @@ class DeviceReport:
 
     backend: str  # "onnxruntime", "tensorrt", "null"
     provider: str  # e.g. "CPUExecutionProvider", "CUDAExecutionProvider", "tensorrt", "null"
-    device: str  # "cpu", "cuda:0", or the MIG device UUID the process sees
+    device: str  # "cpu", "cuda:0", or the GPU-/MIG- UUID of the device the process sees
     threads: int | None = None  # CPU threads of the session; None where the library chose
     version: str | None = None
 
