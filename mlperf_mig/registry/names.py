@@ -132,7 +132,7 @@ def _vgpu_board(name: str, board: str, gpu: Gpu | str | None, catalog: Catalog |
         if boards and target not in boards:
             raise NameParseError(
                 f"vGPU type {name!r} belongs to {', '.join(g.name for g in boards)}, not "
-                f"{target.name}; use a {target.name} type or the other GPU"
+                f"{target.name}; use a vGPU type of {target.name} or name the other GPU"
             )
         return target
     if not boards:
