@@ -15,7 +15,7 @@ import pytest
 from mlperf_mig.engines.backend import DeviceReport
 from mlperf_mig.harness.result import AccuracyReport, InstanceResult
 from mlperf_mig.runner.results import InstanceRun, RunResult
-from mlperf_mig.submission import hostinfo
+from mlperf_mig.submission import hostinfo, write_submission
 
 LOADGEN_RUN = Path(__file__).with_name("loadgen_run.py")
 GPU = "A100-SXM4-80GB"
@@ -149,8 +149,23 @@ def fixture_real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_run(tmp_path_factory.mktemp("real") / "run", "unified", synthetic=False, target="mig")
 
 
+def fix_host(patch: pytest.MonkeyPatch) -> None:
+    """Detection returns the same host everywhere, and no GPU."""
+    patch.setattr(hostinfo.HostFacts, "detect", classmethod(lambda cls, root="/": cls(fields=HOST)))
+    patch.setattr(hostinfo.GpuFacts, "detect", classmethod(lambda cls, name: None))
+
+
 @pytest.fixture(name="fixed_host")
 def fixture_fixed_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Detection returns the same host everywhere, and no GPU."""
-    monkeypatch.setattr(hostinfo.HostFacts, "detect", classmethod(lambda cls, root="/": cls(fields=HOST)))
-    monkeypatch.setattr(hostinfo.GpuFacts, "detect", classmethod(lambda cls, name: None))
+    """The test sees the fixed host of HOST and no GPU."""
+    fix_host(monkeypatch)
+
+
+@pytest.fixture(name="good_tree", scope="session")
+def fixture_good_tree(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An open-division tree written from the unified run; tests copy it before changing it."""
+    root = tmp_path_factory.mktemp("tree")
+    with pytest.MonkeyPatch.context() as patch:
+        fix_host(patch)
+        write_submission([runs["unified"]], division="open", submitter="Acme", outdir=root)
+    return root

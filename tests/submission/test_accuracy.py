@@ -1,0 +1,46 @@
+"""Truncation, hash and the reference accuracy lines that the checker's patterns read."""
+
+from __future__ import annotations
+
+from mlperf_mig.submission import accuracy, rules
+
+
+def test_small_log_is_kept_whole() -> None:
+    """A log of at most 10 KiB is not cut."""
+    data = b"x" * rules.MAX_ACCURACY_LOG_SIZE
+    assert accuracy.truncate(data) == data
+    assert not accuracy.is_truncated(data)
+
+
+def test_large_log_keeps_head_and_tail() -> None:
+    """A larger log keeps 4 KiB from each end around the marker of truncate_accuracy_log.py."""
+    data = bytes(range(256)) * 100
+    cut = accuracy.truncate(data)
+    assert cut == data[:4096] + b"\n\n...\n\n" + data[-4096:]
+    assert accuracy.is_truncated(cut)
+    assert len(cut) <= rules.MAX_ACCURACY_LOG_SIZE
+
+
+def test_resnet_line_matches_the_checker_pattern() -> None:
+    """The ImageNet line reads as accuracy-imagenet.py prints it, and the checker finds the value."""
+    figures = accuracy.AccuracyFigures(model="resnet", values={"accuracy": 76.456, "good": 38228, "total": 50000})
+    line = figures.line()
+    assert line == "accuracy=76.456%, good=38228, total=50000"
+    assert rules.ACCURACY_PATTERNS["resnet"].match(line).group(1) == "76.456"
+
+
+def test_bert_line_matches_the_checker_pattern() -> None:
+    """The SQuAD line is the JSON accuracy-squad.py prints; the checker reads F1 from it."""
+    figures = accuracy.AccuracyFigures(model="bert-99", values={"exact_match": 83.5, "f1": 90.9})
+    assert figures.line() == '{"exact_match": 83.5, "f1": 90.9}'
+    assert rules.ACCURACY_PATTERNS["bert-99"].match(figures.line()).group(1) == "90.9"
+    assert figures.headline() == 90.9
+
+
+def test_accuracy_txt_ends_with_the_hash_line() -> None:
+    """accuracy.txt: accuracy line, note, then hash=<sha256> the checker's regex accepts."""
+    digest = accuracy.sha256_of(b"[]")
+    figures = accuracy.AccuracyFigures(model="resnet", values={"accuracy": 1, "good": 1, "total": 100})
+    text = accuracy.accuracy_txt(figures, digest, "# note")
+    assert text.splitlines() == ["accuracy=1.000%, good=1, total=100", "# note", f"hash={digest}"]
+    assert rules.HASH_LINE.match(text.splitlines()[-1])
