@@ -20,7 +20,7 @@ from mlperf_mig.registry.names import (
 )
 from mlperf_mig.registry.plan import CreationPlan, creation_plan
 from mlperf_mig.registry.replay import RecordedNvml
-from mlperf_mig.registry.solver import fits, maximal_layouts, solve_placements, valid_layouts
+from mlperf_mig.registry.solver import maximal_layouts, solve_placements, valid_layouts
 from mlperf_mig.registry.study import StudyScenario, study_layout, study_scenarios, translate_layout
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "creation_plan",
     "default_catalog",
     "detect",
-    "fits",
     "load_catalog",
     "load_gpu_file",
     "maximal_layouts",

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import pynvml
 
-from mlperf_mig.errors import LiveLayoutMismatchError, NameParseError
+from mlperf_mig.errors import DiscoveryError, LiveLayoutMismatchError, NameParseError
 from mlperf_mig.registry.catalog import Catalog, default_catalog
 from mlperf_mig.registry.model import Gpu, Layout, Profile
 from mlperf_mig.registry.replay import (
@@ -84,11 +84,6 @@ class MigDevice:
     memory_mib: int
     sms: int
 
-    @property
-    def cuda_visible_devices(self) -> str:
-        """The value of CUDA_VISIBLE_DEVICES that selects this device."""
-        return self.uuid
-
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
         data = attrs.asdict(self, recurse=False)
@@ -111,10 +106,6 @@ class GpuState:
     shipped_gpu: Gpu | None
     mig_devices: tuple[MigDevice, ...] = attrs.field(converter=tuple)
     disagreements: tuple[str, ...] = attrs.field(converter=tuple)
-
-    @property
-    def mig_capable(self) -> bool:
-        return self.mig_current is not None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data; the GPU records by name."""
@@ -170,10 +161,6 @@ class Detection:
     message: str = ""
     driver_version: str | None = None
 
-    @property
-    def mig_gpus(self) -> tuple[GpuState, ...]:
-        return tuple(g for g in self.gpus if g.mig_capable)
-
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
         return {
@@ -196,6 +183,11 @@ def read_nvml_state(nvml: Any = pynvml) -> dict[str, Any]:
             "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
             "gpus": [_read_gpu(nvml, i) for i in range(nvml.nvmlDeviceGetCount())],
         }
+    except pynvml.NVMLError as exc:
+        raise DiscoveryError(
+            f"NVML failed while reading the GPUs ({exc}); check `nvidia-smi` and the driver "
+            "(a lost GPU or a driver/library mismatch needs a reset or reboot)"
+        ) from exc
     finally:
         nvml.nvmlShutdown()
 
@@ -214,8 +206,8 @@ def _read_gpu(nvml: Any, index: int) -> dict[str, Any]:
     }
     try:
         gpu["mig_mode"] = [int(m) for m in nvml.nvmlDeviceGetMigMode(handle)]
-    except pynvml.NVMLError_NotSupported:
-        gpu["mig_mode"] = None  # not MIG-capable
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+        gpu["mig_mode"] = None  # not MIG-capable (or a driver without MIG)
         return gpu
     gpu["gi_profiles"], end, error = _read_profiles(nvml, handle)
     if error is not None:

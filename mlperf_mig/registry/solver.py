@@ -39,15 +39,6 @@ def solve_placements(layout: Layout) -> tuple[Placement, ...]:
     return result.placements
 
 
-def fits(layout: Layout) -> bool:
-    """True when `layout` can be placed on its GPU."""
-    try:
-        solve_placements(layout)
-    except LayoutError:
-        return False
-    return True
-
-
 def _check_counts(layout: Layout) -> None:
     for profile, count in layout.counts():
         if count > profile.max_instances:

@@ -11,7 +11,7 @@ import attrs
 import pynvml
 import pytest
 
-from mlperf_mig.errors import DataFileError, LiveLayoutMismatchError, NameParseError
+from mlperf_mig.errors import DataFileError, DiscoveryError, LiveLayoutMismatchError, NameParseError
 from mlperf_mig.registry import (
     Catalog,
     RecordedNvml,
@@ -204,6 +204,28 @@ def test_devices_for_another_layout_is_a_mismatch(load_state, catalog: Catalog) 
     gpu = _detect(load_state("h200-7x1g"), catalog).gpus[0]
     with pytest.raises(LiveLayoutMismatchError, match=r"carries 7x1g\.18gb"):
         gpu.devices_for(parse_layout(gpu.catalog_gpu, "3x2g.35gb+1g.18gb"))
+
+
+@attrs.frozen
+class _LostGpu(RecordedNvml):
+    """A source whose GPU falls off the bus while it is being read."""
+
+    def nvmlDeviceGetMemoryInfo(self, handle: object) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+
+def test_nvml_failing_mid_read_is_a_discovery_error(load_state, catalog: Catalog) -> None:
+    """An NVML error after a successful start raises DiscoveryError naming the NVML error."""
+    with pytest.raises(DiscoveryError, match="GPU is lost"):
+        detect(_LostGpu(load_state("h200-7x1g")), catalog=catalog)
+
+
+def test_a_gpu_without_mig_has_no_catalog_record(load_state, catalog: Catalog) -> None:
+    """A GPU whose MIG mode NVML does not support is listed without MIG and without a record."""
+    state = load_state("h100-mig-disabled")
+    state["gpus"][0].update(name="NVIDIA L4", pci_device_id="0x27B810DE", mig_mode=None)
+    gpu = _detect(state, catalog).gpus[0]
+    assert (gpu.mig_current, gpu.catalog_gpu, gpu.mig_devices) == (None, None, ())
 
 
 def test_modern_and_legacy_mig_uuids_parse() -> None:
