@@ -5,7 +5,8 @@
 Uses the generated full ResNet50-v1.5 graph (synthetic weights: speed does not depend on them)
 through the library's own engine cache and backend, so it measures what the harness would get.
 Prints samples/s and milliseconds per batch; each cell runs one warm-up batch, then batches for at
-least --seconds and at least --min-runs times.
+least --seconds and at least --min-runs times. The load average is printed before and after:
+other processes on the machine take CPU time from the measurement.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def main() -> None:
     print(
         f"ResNet50-v1.5 ({args.variant}, {args.precision}) on ONNX Runtime {spec.backend_version} "
         f"CPUExecutionProvider; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} CPUs"
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} before the run"
     )
     rows = [
         measure(spec, batch, threads, args.seconds, args.min_runs)
@@ -72,6 +73,7 @@ def main() -> None:
         for batch in args.batches
     ]
     print(text_table(rows, ["batch", "threads", "samples/s", "ms/batch", "runs"]))
+    print(f"load average {os.getloadavg()[0]:.1f} after the run (other processes share the CPUs)")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,8 @@ def create_spec(
             f"{precision}; pass --precision {user_file.precision} or a {precision} graph"
         )
     recipe = load_recipe(bench.name, precision)
+    if compute_slices is None and name == "tensorrt":
+        compute_slices = recipe.whole_gpu_slices  # TensorRT without a named GPU: a whole GPU
     sizes = batch_sizes or (recipe.batch_size(compute_slices, loadgen_scenario),)
     model_file = user_file
     if model_file is None and cls.engine_suffix:

@@ -72,6 +72,11 @@ class Recipe:
     cpu: Mapping[str, int]  # Offline / Server batch sizes for ONNX Runtime on CPU
     path: Path
 
+    @property
+    def whole_gpu_slices(self) -> int:
+        """The largest profile size the recipe lists (7: a whole A100/H100/H200/B200)."""
+        return max(table.sizes[-1][0] for table in self.tables.values())
+
     def batch_size(self, compute_slices: int | None, loadgen_scenario: str) -> int:
         """The batch size for a profile of `compute_slices` (None: the CPU, no GPU slice)."""
         scenario = canonical_loadgen_scenario(loadgen_scenario)

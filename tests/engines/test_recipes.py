@@ -73,3 +73,8 @@ def test_malformed_recipe_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "resnet50.toml").write_text('benchmark = "resnet50"\n[precision.int8]\n')
     with pytest.raises(DataFileError, match=r"resnet50\.toml"):
         load_recipe("resnet50", "int8", folder=tmp_path)
+
+
+def test_whole_gpu_is_the_largest_profile_size() -> None:
+    """The whole-GPU entry (used by TensorRT without a named GPU) is the 7-slice one."""
+    assert load_recipe("resnet50", "int8").whole_gpu_slices == 7
