@@ -36,6 +36,7 @@ from mlperf_mig.submission.check import performance_problems
 from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts
 from mlperf_mig.submission.logs import DetailLog
 from mlperf_mig.submission.sysdesc import (
+    NOT_REPORTED,
     Accelerator,
     HostDescription,
     describe_system,
@@ -223,8 +224,12 @@ def _run_problems(source: ResultSource, division: str) -> list[str]:
         problems.append("the run was interrupted")
     if instance is not None and instance.status != "ok":
         problems.append(f"the worker ended with status {instance.status!r} ({instance.error})")
-    if instance is None and run.layout_status not in (None, "ok"):
-        problems.append(f"the LoadGen coordinator ended with status {run.layout_status!r}")
+    if instance is None and not run.ok:
+        failed = [f"{i.name} {i.status}" for i in run.instances if not i.ok]
+        problems.append(
+            f"the unified run did not end normally (coordinator {run.layout_status}; "
+            f"instances: {', '.join(failed) or 'ok'})"
+        )
     if division == "closed" and (run.synthetic_weights or run.synthetic_data):
         problems.append(
             "closed division refuses runs with synthetic weights or data (accuracy is not "
@@ -310,7 +315,6 @@ def _system_descriptions(
                 "give them in the overrides file or a host description)"
             )
         elif missing:
-            log.warning("system %s: %s not detectable; written as not reported", system, missing)
             fields = mark_not_reported(fields, missing)
         descriptions[system] = fields
     return descriptions, problems
@@ -368,6 +372,9 @@ def _write(
     root = ensure_writable_dir(outdir)
     submitter_dir = root / division / submitter
     for system, fields in descriptions.items():
+        unreported = [k for k in rules.MEANINGFUL_SYSTEM_FIELDS if fields[k] == NOT_REPORTED]
+        if unreported:
+            log.warning("system %s: %s written as not reported", system, ", ".join(unreported))
         atomic_write_json(submitter_dir / "systems" / f"{system}.json", fields)
     atomic_write_text(submitter_dir / "src" / "README.md", readme.src_readme())
     results = tuple(_write_result(submitter_dir, source, division) for source in sources)
