@@ -5,11 +5,17 @@ folding) for the provider it will run on, saved by ONNX Runtime itself; loading 
 the hardware-specific layout passes. A spec with a `gpu` runs on the CUDA provider, one without on
 the CPU provider; the session is checked to have got exactly that provider, never a fallback.
 
-Precisions, honestly: the CPU provider computes fp32, and int8 from the Q/DQ graph (it fuses
-Q/DQ pairs into integer convolutions and matmuls); it has no fp16 kernels for convolutions on
-x86 and would silently cast an fp16 graph back to fp32, so fp16 is refused on CPU. The CUDA
-provider computes fp32 and fp16; it runs Q/DQ graphs as float with fake quantization, not as int8,
-so int8 is refused there (use TensorRT for int8 on a GPU).
+Precisions, honestly (checked on the saved optimised graphs):
+- CPU provider: fp32. int8 for BERT only: it fuses the Q/DQ matmuls into integer GEMMs
+  (MatMulIntegerToFloat). The ResNet50 Q/DQ graph is laid out for TensorRT (float biases, no
+  QuantizeLinear after each convolution), which the CPU provider cannot fuse into QLinearConv:
+  it would run float convolutions on dequantized weights, slower than fp32
+  (benchmarks/ortcpu_throughput.py --precision int8 measured 1.1-2.4 samples/s against 2.6-4.3
+  for fp32 on the same loaded 2-core machine), so ResNet50 int8 is refused. fp16 is refused: the
+  CPU provider has no fp16 convolution/GEMM kernels on x86 and would cast back to fp32 behind
+  the user's back.
+- CUDA provider: fp32 and fp16. Q/DQ graphs would run as float with fake quantization, not as
+  int8, so int8 is refused there (use TensorRT for int8 on a GPU).
 """
 
 from __future__ import annotations
@@ -107,7 +113,9 @@ class OnnxRuntimeBackend(Backend):
 
     @classmethod
     def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:
-        return ("fp16", "fp32") if provider_for(spec) == CUDA_PROVIDER else ("fp32", "int8")
+        if provider_for(spec) == CUDA_PROVIDER:
+            return ("fp16", "fp32")
+        return ("fp32", "int8") if spec.benchmark == "bert" else ("fp32",)
 
     @classmethod
     def build(

@@ -7,7 +7,7 @@ mlperf_mig/_data/engines); values that are not NVIDIA's published settings are m
 from __future__ import annotations
 
 import os
-import sys
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,11 +17,6 @@ import attrs
 from mlperf_mig._paths import data_dir
 from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.errors import DataFileError, PrecisionError, SettingsError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 LOADGEN_SCENARIOS: tuple[str, ...] = ("SingleStream", "MultiStream", "Offline", "Server")
 _BATCHED = ("Offline", "Server")

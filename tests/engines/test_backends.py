@@ -66,6 +66,12 @@ def test_onnxruntime_cpu_refuses_fp16(cache_dir: Path) -> None:
         EngineSpec.create("resnet50", backend="onnxruntime", precision="fp16", variant="tiny")
 
 
+def test_onnxruntime_cpu_refuses_resnet50_int8(cache_dir: Path) -> None:
+    """ResNet50's Q/DQ graph would run as float convolutions on the CPU, so int8 is refused."""
+    with pytest.raises(PrecisionError, match=r"cannot compute int8 on the CPU; it can do fp32$"):
+        EngineSpec.create("resnet50", backend="onnxruntime", precision="int8", variant="tiny")
+
+
 def test_onnxruntime_cuda_refuses_int8() -> None:
     """The CUDA provider runs Q/DQ as fake quantization, so int8 is refused there."""
     spec = EngineSpec(

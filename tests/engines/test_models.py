@@ -71,7 +71,7 @@ def test_user_file_precision_must_match_request(resnet_file: Path, cache_dir: Pa
     with pytest.raises(PrecisionError, match="fp32 graph"):
         EngineSpec.create(
             "resnet50",
-            backend="onnxruntime",
+            backend="null",
             precision="int8",
             model_path=resnet_file,
             cache_dir=cache_dir,
