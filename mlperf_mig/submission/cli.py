@@ -29,7 +29,7 @@ def add_commands(subparsers: Any) -> None:
             "or check a tree (`mlperf-mig submission check DIR`)."
         ),
     )
-    parser.add_argument("paths", nargs="+", metavar="RUN_DIR | check DIR")
+    parser.add_argument("paths", nargs="*", metavar="RUN_DIR | check DIR")
     parser.add_argument("--division", help="closed or open")
     parser.add_argument("--submitter", help="organisation name (the submitter folder)")
     parser.add_argument("--outdir", help="root of the submission tree to write")
@@ -51,7 +51,7 @@ def add_commands(subparsers: Any) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    if args.paths[0] == "check":
+    if args.paths[:1] == ["check"]:
         return _check(args)
     return _write(args)
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig.registry.catalog import default_catalog
+
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
@@ -188,12 +190,13 @@ class GpuFacts:
         except pynvml.NVMLError:
             return None
         try:
-            return _first_matching_gpu(pynvml, gpu_name)
+            return first_matching_gpu(pynvml, gpu_name)
         finally:
             pynvml.nvmlShutdown()
 
 
-def _first_matching_gpu(pynvml: Any, gpu_name: str) -> GpuFacts | None:
+def first_matching_gpu(pynvml: Any, gpu_name: str) -> GpuFacts | None:
+    """Facts of the first GPU that is `gpu_name`; `pynvml` is the module or a recorded stand-in."""
     driver = _text(pynvml.nvmlSystemGetDriverVersion())
     cuda_int = pynvml.nvmlSystemGetCudaDriverVersion()
     cuda = f"{cuda_int // 1000}.{cuda_int % 1000 // 10}"
@@ -217,8 +220,6 @@ def _first_matching_gpu(pynvml: Any, gpu_name: str) -> GpuFacts | None:
 
 def same_gpu(nvml_name: str, catalog_name: str) -> bool:
     """True when NVML's device name is the catalog GPU `catalog_name`."""
-    from mlperf_mig.registry.catalog import default_catalog
-
     gpu = default_catalog().find(nvml_name.removeprefix("NVIDIA ").strip())
     return gpu is not None and gpu.name == catalog_name
 

@@ -30,6 +30,7 @@ import attrs
 from mlperf_mig import __version__
 from mlperf_mig._io import atomic_write_json, atomic_write_text, ensure_writable_dir
 from mlperf_mig.errors import SubmissionError
+from mlperf_mig.registry.catalog import default_catalog
 from mlperf_mig.runner.results import InstanceRun, RunResult
 from mlperf_mig.submission import accuracy, readme, rules
 from mlperf_mig.submission.check import performance_problems
@@ -292,7 +293,8 @@ def _system_descriptions(
     host = HostFacts.detect()
     by_system: dict[str, list[ResultSource]] = {}
     for source in sources:
-        by_system.setdefault(source.system, []).append(source)
+        if source.performance is not None:  # else _source_problems has said why already
+            by_system.setdefault(source.system, []).append(source)
     descriptions, problems = {}, []
     for system, members in by_system.items():
         first = members[0]
@@ -349,8 +351,6 @@ def _accelerator(source: ResultSource) -> Accelerator:
 
 
 def _memory_gib(gpu_name: str, profile: str | None) -> float | None:
-    from mlperf_mig.registry.catalog import default_catalog
-
     gpu = default_catalog().find(gpu_name)
     if gpu is None:
         return None

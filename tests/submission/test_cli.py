@@ -145,3 +145,44 @@ def test_write_unknown_version(runs: dict[str, Path], tmp_path: Path, capsys: py
     """Writing for an unknown checker version is refused."""
     argv = ["submission", "--division", "open", "--submitter", "Acme", "--outdir", str(tmp_path)]
     _fails_with_one_line([*argv, "--version", "v1.0", str(runs["unified"])], capsys, "unknown checker version")
+
+
+def test_no_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Writing without any run folder is refused."""
+    argv = ["submission", "--division", "open", "--submitter", "Acme", "--outdir", str(tmp_path)]
+    _fails_with_one_line(argv, capsys, "no run folder given")
+
+
+def test_overrides_not_an_object(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An overrides file holding a JSON list is refused."""
+    overrides = tmp_path / "o.json"
+    overrides.write_text('["cooling"]')
+    argv = ["submission", "--division", "open", "--submitter", "Acme", "--outdir", str(tmp_path / "S")]
+    _fails_with_one_line(
+        [*argv, "--overrides", str(overrides), str(runs["unified"])], capsys, "must hold a JSON object"
+    )
+
+
+def test_unknown_override_field(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An overrides file with a field the checker does not know is refused, naming the field."""
+    overrides = tmp_path / "o.json"
+    overrides.write_text('{"colling": "air"}')
+    argv = ["submission", "--division", "open", "--submitter", "Acme", "--outdir", str(tmp_path / "S")]
+    _fails_with_one_line([*argv, "--overrides", str(overrides), str(runs["unified"])], capsys, "unknown fields colling")
+
+
+def test_malformed_host_description(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A host description without its match and fields is refused."""
+    host = tmp_path / "host.json"
+    host.write_text('{"name": "lab"}')
+    argv = ["submission", "--division", "open", "--submitter", "Acme", "--outdir", str(tmp_path / "S")]
+    _fails_with_one_line([*argv, "--hosts", str(host), str(runs["unified"])], capsys, "it needs name, match and fields")
+
+
+def test_logs_the_checker_rejects(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose logs break the checker's rules (here: other seeds) is refused in one line."""
+    run = shutil.copytree(runs["unified"], tmp_path / "run")
+    detail = run / "layout" / "performance" / "mlperf_log_detail.txt"
+    detail.write_text(detail.read_text().replace("2085463073848966840", "7"))
+    argv = ["submission", "--division", "open", "--submitter", "Acme", "--outdir", str(tmp_path / "S")]
+    _fails_with_one_line([*argv, str(run)], capsys, "qsl_rng_seed is 7, checker v6.1 expects")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mlperf_mig.submission import hostinfo
 from mlperf_mig.submission.hostinfo import HostFacts, cpu_fields, memory_fields, os_fields
 
 CPUINFO = "".join(
@@ -73,3 +74,60 @@ def test_memory_and_os_parsers() -> None:
     assert memory_fields("MemTotal: 16777216 kB") == {"host_memory_capacity": "16 GiB"}
     assert memory_fields("") == {}
     assert os_fields("", "6.1")["operating_system"].endswith("(kernel 6.1)")
+
+
+class FakeNvml:
+    """A recorded NVML: one A100-SXM4-80GB, driver 550.54.15, CUDA 12.4, PCIe Gen4 x16."""
+
+    NVML_CLOCK_SM = 1
+
+    class NVMLError(Exception):
+        pass
+
+    class Memory:
+        total = 80 * 2**30
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12040
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
+        return b"NVIDIA A100-SXM4-80GB"
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
+        return 4
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: int) -> int:
+        return 16
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: int, clock: int) -> int:
+        raise self.NVMLError("not supported")
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Memory:
+        return self.Memory()
+
+
+def test_gpu_facts_from_recorded_nvml() -> None:
+    """Driver, CUDA, PCIe link and memory come from NVML; an unsupported clock query is None."""
+    facts = hostinfo.first_matching_gpu(FakeNvml(), "A100-SXM4-80GB")
+    assert facts == hostinfo.GpuFacts(
+        name="NVIDIA A100-SXM4-80GB",
+        driver="550.54.15",
+        cuda="12.4",
+        pcie="PCIe Gen4 x16",
+        max_sm_clock_mhz=None,
+        memory_mib=81920,
+    )
+
+
+def test_gpu_facts_of_another_gpu() -> None:
+    """No NVML device is the run's GPU: no facts."""
+    assert hostinfo.first_matching_gpu(FakeNvml(), "H100-SXM5-80GB") is None
