@@ -21,7 +21,7 @@ from onnx import TensorProto
 
 from mlperf_mig.benchmark import Benchmark, TensorSpec, get_benchmark
 from mlperf_mig.engines import cache
-from mlperf_mig.engines.graphs.bert import build_bert
+from mlperf_mig.engines.graphs.bert import VOCAB_SIZE, build_bert
 from mlperf_mig.engines.graphs.resnet50 import build_resnet50
 from mlperf_mig.errors import ModelFileError
 
@@ -50,11 +50,13 @@ def generate_model(
     benchmark: str, *, variant: str, precision: str, seed: int = 0
 ) -> onnx.ModelProto:
     """Build the synthetic graph in memory (no cache). int8 graphs are calibrated on the fp32 one."""
-    build = _GENERATORS[get_benchmark(benchmark).name]
+    bench = get_benchmark(benchmark)
+    build = _GENERATORS[bench.name]
     act_amax = None
     if precision == "int8":
         fp32_model, quant_points = build(variant=variant, precision="fp32", seed=seed)
-        act_amax = calibrate(fp32_model, quant_points, get_benchmark(benchmark), seed=seed)
+        act_amax = calibrate(fp32_model, quant_points, bench, seed=seed)
+        del fp32_model  # BERT-Large: 1.3 GB that the int8 build does not need
     model, _ = build(variant=variant, precision=precision, seed=seed, act_amax=act_amax)
     return model
 
@@ -66,11 +68,14 @@ def calibration_feeds(benchmark: Benchmark, batch: int, seed: int) -> dict[str, 
         spec = benchmark.inputs[0]
         return {spec.name: rng.uniform(-124.0, 152.0, (batch, *spec.shape[1:])).astype(np.float32)}
     seq = benchmark.inputs[0].shape[1]
-    feeds = {"input_ids": rng.integers(0, 30522, (batch, seq), dtype=np.int64)}
-    feeds["input_mask"] = np.arange(seq)[None, :] < rng.integers(seq // 2, seq + 1, (batch, 1))
-    feeds["input_mask"] = feeds["input_mask"].astype(np.int64)
-    feeds["segment_ids"] = (np.arange(seq)[None, :] >= seq // 4).astype(np.int64).repeat(batch, 0)
-    return feeds
+    positions = np.arange(seq)[None, :]
+    lengths = rng.integers(seq // 2, seq + 1, (batch, 1))  # real features are padded to 384
+    ids, mask, segments = (t.name for t in benchmark.inputs)
+    return {
+        ids: rng.integers(0, VOCAB_SIZE, (batch, seq), dtype=np.int64),
+        mask: (positions < lengths).astype(np.int64),
+        segments: (positions >= seq // 4).astype(np.int64).repeat(batch, 0),
+    }
 
 
 def calibrate(
