@@ -7,4 +7,34 @@ Notebook API: `run(scenario=7)`, `sweep(scenarios=range(1, 9))`, `plan(scenario=
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+# The notebook API loads the runner on first use, so `import mlperf_mig` stays fast and imports
+# neither onnxruntime nor LoadGen.
+_API = {
+    "run": "mlperf_mig.runner.api",
+    "plan": "mlperf_mig.runner.api",
+    "sweep": "mlperf_mig.runner.api",
+    "aggregate": "mlperf_mig.runner.api",
+    "RunResult": "mlperf_mig.runner.results",
+    "InstanceRun": "mlperf_mig.runner.results",
+    "RunPlan": "mlperf_mig.runner.plan",
+    "SweepResult": "mlperf_mig.runner.sweep",
+}
+
+__all__ = ["InstanceRun", "RunPlan", "RunResult", "SweepResult", "aggregate", "plan", "run", "sweep"]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _API[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return [*globals(), *__all__]

@@ -122,20 +122,37 @@ class Supervisor:
         timeouts: Timeouts | None = None,
         on_progress: ProgressCallback | None = None,
         on_event: EventCallback | None = None,
+        on_tick: Callable[[], None] | None = None,
+        tick_s: float = 1.0,
     ) -> None:
         self.timeouts = timeouts or Timeouts()
+        self._on_tick = on_tick
+        self._tick_s = tick_s
         self.interrupted = False
         self._on_progress = on_progress
         self._on_event = on_event
         self._context = multiprocessing.get_context("spawn")
 
-    def run(self, jobs: Sequence[WorkerJob]) -> list[WorkerOutcome]:
-        """Start every job, release them together at the barrier, and return one outcome each."""
+    @property
+    def context(self) -> Any:
+        """The 'spawn' multiprocessing context the workers are started with (for their pipes)."""
+        return self._context
+
+    def run(
+        self, jobs: Sequence[WorkerJob], *, after_start: Callable[[], None] | None = None
+    ) -> list[WorkerOutcome]:
+        """Start every job, release them together at the barrier, and return one outcome each.
+
+        `after_start` runs once every process has started (the parent closes its copies of the
+        pipes it handed to the workers there, so that a dead worker's peer sees EOF).
+        """
         start = self._context.Event()
         workers: list[_Worker] = []
         try:
             for job in jobs:
                 workers.append(self._start(job, start))
+            if after_start is not None:
+                after_start()
             self._supervise(workers, start)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -182,8 +199,12 @@ class Supervisor:
             live = [w for w in workers if w.outcome is None]
             waitables: list[Any] = [w.conn for w in live if w.conn is not None]
             waitables += [w.process.sentinel for w in live]
+            if self._on_tick is not None:
+                remaining = min(remaining, self._tick_s)
             for ready in wait(waitables, timeout=remaining):
                 self._handle(live, ready)
+            if self._on_tick is not None:
+                self._on_tick()
 
     def _handle(self, live: list[_Worker], ready: Any) -> None:
         for worker in live:

@@ -1,0 +1,481 @@
+"""Executing a RunPlan: engine builds, the performance round, the accuracy round, results.json.
+
+Every LoadGen test runs in a fresh spawned process (traps 1 and 2), so a run is a sequence of
+rounds, each supervised by one Supervisor:
+    engines       one build per distinct engine, on the device of the first instance that uses it
+    performance   independent: one worker per instance, released together at the start barrier;
+                  unified: a LoadGen coordinator plus one serving worker per instance
+    accuracy      the same again in AccuracyOnly mode (fresh processes), when asked for
+The instances' results and logs are kept whatever happens to the others; after Ctrl-C the
+results gathered so far are written and KeyboardInterrupt is raised again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from mlperf_mig import errors
+from mlperf_mig._io import atomic_write_json, ensure_writable_dir
+from mlperf_mig.errors import SettingsError, WorkerError
+from mlperf_mig.runner.plan import EngineRequest, RunPlan
+from mlperf_mig.runner.progress import ProgressDisplay
+from mlperf_mig.runner.results import RESULTS_FILE, InstanceRun, RunResult
+from mlperf_mig.runner.supervisor import Supervisor, WorkerOutcome
+from mlperf_mig.runner.worker import WorkerJob
+
+log = logging.getLogger(__name__)
+
+LAYOUT_FOLDER = "layout"
+BUILD_TARGET = "mlperf_mig.runner.execute:build_engine_job"
+COORDINATOR_TARGET = "mlperf_mig.runner.unified:coordinate"
+SERVE_TARGET = "mlperf_mig.runner.unified:serve_instance"
+INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
+
+
+# --- worker target of the engine round -----------------------------------------------------------
+def build_engine_job(request: EngineRequest, **_protocol: Any) -> dict[str, Any]:
+    """Worker target: resolve the EngineSpec and build (or reuse) its engine in this slice."""
+    from mlperf_mig.engines import EngineSpec, backend_class, build_engine
+
+    spec = EngineSpec.create(
+        request.benchmark,
+        backend=request.backend,
+        precision=request.precision,
+        variant=request.variant,
+        model_path=request.model_path,
+        gpu=request.gpu,
+        mig_profile=request.mig_profile,
+        loadgen_scenario=request.loadgen_scenario,
+        cache_dir=request.cache_dir,
+    )
+    if not backend_class(spec.backend).engine_suffix:
+        return {"spec": spec.to_dict(), "path": None, "reused": None}
+    built = build_engine(spec, request.cache_dir)
+    return {"spec": spec.to_dict(), "path": str(built.path), "reused": built.reused}
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+class _Round:
+    """One supervised round with its progress display."""
+
+    def __init__(self, plan: RunPlan, phase: str, names: list[str], stream: TextIO | None) -> None:
+        self.display = (
+            ProgressDisplay(names, phase=phase, expected_s=plan.expected_s, stream=stream)
+            if stream is not None
+            else None
+        )
+        d = self.display
+        self.supervisor = Supervisor(
+            timeouts=plan.timeouts,
+            on_progress=d.progress if d else None,
+            on_event=d.event if d else None,
+            on_tick=d.tick if d else None,
+        )
+
+    def run(self, jobs: list[WorkerJob], **kwargs: Any) -> dict[str, WorkerOutcome]:
+        try:
+            outcomes = self.supervisor.run(jobs, **kwargs)
+        finally:
+            if self.display is not None:
+                self.display.close()
+        return {o.name: o for o in outcomes}
+
+    @property
+    def interrupted(self) -> bool:
+        return self.supervisor.interrupted
+
+
+def _reraise_build_failure(key: str, outcome: WorkerOutcome) -> None:
+    """A failed engine build stops the run: library errors come back as themselves (exit 2)."""
+    if outcome.status == "interrupted":
+        raise KeyboardInterrupt
+    if outcome.status == "raised" and outcome.error:
+        kind, _, message = outcome.error.partition(": ")
+        cls = getattr(errors, kind, None)
+        if isinstance(cls, type) and issubclass(cls, errors.MlperfMigError):
+            raise cls(message)
+        raise WorkerError(
+            f"engine build {key!r} raised {outcome.error}; traceback:\n{outcome.traceback}"
+        )
+    raise WorkerError(f"engine build {key!r} {outcome.status}: {outcome.error}; log tail:\n{outcome.log_tail}")
+
+
+def _build_engines(plan: RunPlan, outdir: Path, stream: TextIO | None) -> dict[str, Any]:
+    """key -> EngineSpec for every engine of the plan (None for the null backend)."""
+    from mlperf_mig.engines import EngineSpec
+
+    if not plan.engines:
+        return {"null": None}
+    jobs = [
+        WorkerJob(
+            name=f"build-{request.key}",
+            target=BUILD_TARGET,
+            payload=request,
+            log_path=str(outdir / "engines" / f"build-{request.key}.log"),
+            env=request.env,
+            cpus=request.cpus,
+            wait_at_barrier=False,
+        )
+        for request in plan.engines
+    ]
+    round_ = _Round(plan, "engines", [j.name for j in jobs], stream)
+    outcomes = round_.run(jobs)
+    if round_.interrupted:
+        raise KeyboardInterrupt
+    specs = {}
+    for request in plan.engines:
+        outcome = outcomes[f"build-{request.key}"]
+        if not outcome.ok:
+            _reraise_build_failure(request.key, outcome)
+        specs[request.key] = EngineSpec.from_dict(outcome.value["spec"])
+        log.info("engine %s: %s", request.key, "reused" if outcome.value["reused"] else "built")
+    return specs
+
+
+def _task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: Any, threads: int | None, profile: str | None) -> Any:
+    from mlperf_mig.harness import InstanceTask, SettingsSpec
+
+    return InstanceTask(
+        benchmark=plan.benchmark,
+        loadgen_scenario=plan.loadgen_scenario,
+        outdir=str(outdir / name),
+        mode=mode,
+        engine=engine,
+        cache_dir=plan.cache_dir,
+        threads=threads,
+        settings=SettingsSpec(
+            preset=plan.preset, overrides=plan.overrides, user_conf=plan.user_conf, profile=profile
+        ),
+        dataset=plan.dataset,
+        vocab=plan.vocab,
+        sample_count=plan.sample_count,
+    )
+
+
+def _settings_profile(plan: RunPlan, profile: str) -> str | None:
+    """Per-profile LoadGen targets on GPUs; the CPU row for emulated partitions."""
+    return None if plan.target.emulated else profile
+
+
+def _env(plan: RunPlan, slot: Any) -> dict[str, str]:
+    env = {**slot.env, "MLPERF_MIG_INSTANCE": slot.name}
+    if slot.threads is not None:
+        env["OMP_NUM_THREADS"] = str(slot.threads)
+    return env
+
+
+# --- independent mode ---------------------------------------------------------------------------------
+def _independent_round(
+    plan: RunPlan, outdir: Path, specs: Mapping[str, Any], mode: str, names: list[str], stream: TextIO | None
+) -> tuple[dict[str, WorkerOutcome], bool]:
+    jobs = []
+    for slot in plan.slots:
+        if slot.name not in names:
+            continue
+        task = _task(
+            plan,
+            name=slot.name,
+            outdir=outdir,
+            mode=mode,
+            engine=specs[plan.engine_of[slot.name]],
+            threads=slot.threads,
+            profile=_settings_profile(plan, slot.profile),
+        )
+        jobs.append(
+            WorkerJob(
+                name=slot.name,
+                target=plan.worker_target or INSTANCE_TARGET,
+                payload=task,
+                log_path=str(outdir / slot.name / "worker.log"),
+                env=_env(plan, slot),
+                cpus=slot.cpus,
+            )
+        )
+    round_ = _Round(plan, mode, names, stream)
+    outcomes = round_.run(jobs)
+    return outcomes, round_.interrupted
+
+
+def _instance_result(outcome: WorkerOutcome | None) -> Any:
+    if outcome is None or not outcome.ok:
+        return None
+    from mlperf_mig.harness import InstanceResult
+
+    return InstanceResult.from_dict(outcome.value)
+
+
+def _instance_runs(
+    plan: RunPlan,
+    performance: Mapping[str, WorkerOutcome],
+    accuracy: Mapping[str, WorkerOutcome],
+    served: Mapping[str, int] | None,
+) -> list[InstanceRun]:
+    host = socket.gethostname()
+    runs = []
+    for slot in plan.slots:
+        perf = performance.get(slot.name)
+        acc = accuracy.get(slot.name)
+        unified = served is not None
+        runs.append(
+            InstanceRun(
+                name=slot.name,
+                index=slot.index,
+                profile=slot.profile,
+                compute_slices=slot.compute_slices,
+                device=slot.device,
+                cpus=slot.cpus,
+                threads=slot.threads,
+                host=host,
+                status=perf.status if perf else "not run",
+                error=perf.error if perf else None,
+                traceback=perf.traceback if perf else None,
+                log_tail=perf.log_tail if perf else None,
+                accuracy_status=acc.status if acc else None,
+                accuracy_error=acc.error if acc else None,
+                performance=None if unified else _instance_result(perf),
+                accuracy=None if unified else _instance_result(acc),
+                dispatched_samples=served.get(slot.name, 0) if unified else None,
+            )
+        )
+    return runs
+
+
+# --- unified mode --------------------------------------------------------------------------------------
+def _sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int]:
+    """Input layouts and how many samples the shared sample memory must hold."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness import datasets
+    from mlperf_mig.harness.samples import input_layouts
+    from mlperf_mig.harness.settings import resolve_settings
+
+    benchmark = get_benchmark(plan.benchmark)
+    source = datasets.open_source(task, benchmark)
+    values = resolve_settings(
+        task.settings, benchmark, plan.loadgen_scenario, calibrated_target=1.0
+    ).values
+    count = int(values.get("performance_sample_count_override") or source.performance_count)
+    return input_layouts(benchmark), min(count, source.total_count)
+
+
+def _batch_size(spec: Any, loadgen_scenario: str) -> int:
+    from mlperf_mig.harness.instance import DEFAULT_BATCH
+
+    if spec is None:
+        return DEFAULT_BATCH[loadgen_scenario]
+    return 1 if loadgen_scenario == "SingleStream" else max(spec.batch_sizes)
+
+
+def _unified_round(
+    plan: RunPlan, outdir: Path, specs: Mapping[str, Any], mode: str, stream: TextIO | None
+) -> tuple[dict[str, WorkerOutcome], bool]:
+    from mlperf_mig.runner.unified import CoordinatorJob, ServeJob, SharedSamples
+
+    layout_task = _task(
+        plan, name=LAYOUT_FOLDER, outdir=outdir, mode=mode, engine=None, threads=None, profile=None
+    )
+    layouts, capacity = _sample_capacity(plan, layout_task)
+    batch_sizes = {
+        slot.name: _batch_size(specs[plan.engine_of[slot.name]], plan.loadgen_scenario)
+        for slot in plan.slots
+    }
+    names = [LAYOUT_FOLDER, *(slot.name for slot in plan.slots)]
+    round_ = _Round(plan, mode, names, stream)
+    with SharedSamples(layouts, capacity) as samples:
+        pipes = [round_.supervisor.context.Pipe() for _ in plan.slots]
+        coordinator = WorkerJob(
+            name=LAYOUT_FOLDER,
+            target=COORDINATOR_TARGET,
+            payload=CoordinatorJob(
+                task=layout_task,
+                samples=samples.specs,
+                links=tuple(a for a, _ in pipes),
+                names=tuple(slot.name for slot in plan.slots),
+                weights=tuple(float(slot.compute_slices) for slot in plan.slots),
+                batch_size=min(batch_sizes.values()),
+                synthetic_weights=plan.model_path is None,
+                ready_timeout_s=plan.timeouts.ready_s,
+            ),
+            log_path=str(outdir / LAYOUT_FOLDER / "worker.log"),
+        )
+        workers = [
+            WorkerJob(
+                name=slot.name,
+                target=plan.worker_target or SERVE_TARGET,
+                payload=ServeJob(
+                    task=_task(
+                        plan,
+                        name=slot.name,
+                        outdir=outdir,
+                        mode=mode,
+                        engine=specs[plan.engine_of[slot.name]],
+                        threads=slot.threads,
+                        profile=_settings_profile(plan, slot.profile),
+                    ),
+                    samples=samples.specs,
+                    link=b,
+                    batch_size=batch_sizes[slot.name],
+                ),
+                log_path=str(outdir / slot.name / "worker.log"),
+                env=_env(plan, slot),
+                cpus=slot.cpus,
+            )
+            for slot, (_, b) in zip(plan.slots, pipes)
+        ]
+
+        def close_parent_ends() -> None:
+            for a, b in pipes:
+                a.close()
+                b.close()
+
+        outcomes = round_.run([coordinator, *workers], after_start=close_parent_ends)
+    return outcomes, round_.interrupted
+
+
+# --- the run ---------------------------------------------------------------------------------------------
+def _device_of(runs: list[InstanceRun], outcomes: Mapping[str, WorkerOutcome], plan: RunPlan) -> str:
+    for run in runs:
+        if run.performance is not None:
+            d = run.performance.device
+            return f"{d.provider} on {d.device}"
+    for outcome in outcomes.values():
+        if outcome.ok and isinstance(outcome.value, dict) and "device" in outcome.value:
+            d = outcome.value["device"]
+            if isinstance(d, dict):
+                return f"{d['provider']} on {d['device']}"
+    return "unknown (no instance finished)"
+
+
+def find_baseline(plan: RunPlan, outdir: Path) -> tuple[float | None, str | None]:
+    """Total throughput of a scenario-1 run with the same settings in a sibling folder."""
+    for candidate in sorted(outdir.parent.glob(f"*/{RESULTS_FILE}")):
+        if candidate.parent == outdir:
+            continue
+        try:
+            other = RunResult.load(candidate)
+        except errors.MlperfMigError:
+            continue
+        if other.scenario == 1 and other.settings_key == plan.settings_key and other.ok:
+            return other.total_throughput, str(candidate.parent)
+    return None, None
+
+
+def _given_baseline(baseline: Any, plan: RunPlan) -> tuple[float | None, str | None]:
+    other = baseline if isinstance(baseline, RunResult) else RunResult.load(baseline)
+    if (other.benchmark, other.loadgen_scenario) != (plan.benchmark, plan.loadgen_scenario):
+        raise SettingsError(
+            f"baseline is {other.benchmark} {other.loadgen_scenario} but this run is "
+            f"{plan.benchmark} {plan.loadgen_scenario} (LoadGen scenario); pass a baseline of the same"
+        )
+    if other.settings_key != plan.settings_key:
+        log.warning("the baseline run used other settings than this run; the change is indicative")
+    return other.total_throughput, other.outdir
+
+
+def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = None) -> RunResult:
+    """Run `plan`: engines, performance round, accuracy round; write and return the RunResult."""
+    outdir = ensure_writable_dir(plan.outdir)
+    stream = (sys.stderr if progress is True else progress) or None
+    atomic_write_json(outdir / "plan.json", plan.to_dict())
+    started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    began = time.monotonic()
+    specs = _build_engines(plan, outdir, stream)
+    names = [slot.name for slot in plan.slots]
+    unified = plan.mode == "unified"
+    run_round = _unified_round if unified else _independent_round
+    if unified:
+        performance, interrupted = run_round(plan, outdir, specs, "performance", stream)
+    else:
+        performance, interrupted = run_round(plan, outdir, specs, "performance", names, stream)
+    accuracy: dict[str, WorkerOutcome] = {}
+    layout_ok = not unified or (LAYOUT_FOLDER in performance and performance[LAYOUT_FOLDER].ok)
+    if plan.accuracy and not interrupted and layout_ok:
+        passed = [n for n in names if n in performance and performance[n].ok]
+        if unified:
+            accuracy, interrupted = run_round(plan, outdir, specs, "accuracy", stream)
+        elif passed:
+            accuracy, interrupted = run_round(plan, outdir, specs, "accuracy", passed, stream)
+    result = _assemble(plan, specs, performance, accuracy, interrupted, started_at, time.monotonic() - began)
+    if baseline is not None:
+        base, source = _given_baseline(baseline, plan)
+    elif plan.target.scenario == 1:
+        base, source = result.total_throughput, "this run"
+    else:
+        base, source = find_baseline(plan, outdir)
+    result = attrs.evolve(result, baseline_throughput=base, baseline_source=source)
+    result.save(outdir)
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+def _precision(specs: Mapping[str, Any], plan: RunPlan) -> str:
+    built = sorted({spec.precision for spec in specs.values() if spec is not None})
+    return ",".join(built) if built else (plan.precision or "none (null backend)")
+
+
+def _assemble(
+    plan: RunPlan,
+    specs: Mapping[str, Any],
+    performance: Mapping[str, WorkerOutcome],
+    accuracy: Mapping[str, WorkerOutcome],
+    interrupted: bool,
+    started_at: str,
+    duration_s: float,
+) -> RunResult:
+    from mlperf_mig import registry
+    from mlperf_mig.harness import InstanceResult
+
+    unified = plan.mode == "unified"
+    coordinator = performance.get(LAYOUT_FOLDER)
+    coordinator_acc = accuracy.get(LAYOUT_FOLDER)
+    served = None
+    layout_result = layout_accuracy = None
+    if unified:
+        served = coordinator.value["served"] if coordinator and coordinator.ok else {}
+        if coordinator is not None and coordinator.ok:
+            layout_result = InstanceResult.from_dict(coordinator.value["result"])
+        if coordinator_acc is not None and coordinator_acc.ok:
+            layout_accuracy = InstanceResult.from_dict(coordinator_acc.value["result"])
+    runs = _instance_runs(plan, performance, accuracy, served)
+    layout_error = None
+    if unified and coordinator is not None and not coordinator.ok:
+        layout_error = coordinator.error
+    elif unified and coordinator_acc is not None and not coordinator_acc.ok:
+        layout_error = f"accuracy run: {coordinator_acc.error}"
+    return RunResult(
+        gpu=plan.gpu,
+        layout=plan.layout,
+        system_id=registry.system_id(plan.target.layout),
+        scenario=plan.target.scenario,
+        target=plan.target.kind,
+        mode=plan.mode,
+        benchmark=plan.benchmark,
+        loadgen_scenario=plan.loadgen_scenario,
+        backend=plan.backend,
+        device=_device_of(runs, performance, plan),
+        precision=_precision(specs, plan),
+        variant=plan.variant,
+        preset=plan.preset,
+        synthetic_weights=plan.model_path is None,
+        synthetic_data=plan.dataset is None,
+        outdir=plan.outdir,
+        settings_key=plan.settings_key,
+        started_at=started_at,
+        duration_s=round(duration_s, 2),
+        instances=runs,
+        layout_result=layout_result,
+        layout_accuracy=layout_accuracy,
+        layout_status=(coordinator.status if coordinator else "not run") if unified else None,
+        layout_error=layout_error,
+        interrupted=interrupted,
+        hosts=(socket.gethostname(),),
+    )

@@ -1,0 +1,319 @@
+"""Where the instances of a layout run: live MIG devices, a shared GPU, or emulated CPU partitions.
+
+Three kinds of target, and every result says which one it came from:
+    mig       one live MIG device per instance (CUDA_VISIBLE_DEVICES=MIG-<uuid>); the live layout
+              must be the requested one, else LiveLayoutMismatchError with the creation plan.
+    shared    a GPU without MIG, time-shared by all instances; only when the user opts in.
+    emulated  no GPU: each instance gets CPU cores in proportion to its compute slices (as far as
+              the machine allows), pinned with sched_setaffinity. Not a GPU measurement.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from mlperf_mig.errors import (
+    LiveLayoutMismatchError,
+    NameParseError,
+    PlacementError,
+    UnknownGpuError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EMULATED_GPU = "A100-SXM4-80GB"  # the seed study's GPU
+STUDY_SCENARIOS = range(1, 9)
+TARGET_KINDS = ("mig", "shared", "emulated")
+_LOADGEN_SCENARIO_NAMES = ("offline", "server", "singlestream", "multistream")
+
+ScenarioSpec = int | str | Sequence[str]
+
+
+@attrs.frozen(kw_only=True)
+class InstanceSlot:
+    """One instance of the layout and the device, environment and CPUs its worker gets."""
+
+    index: int
+    name: str  # "i0-2g.20gb": the instance's folder name
+    profile: str
+    compute_slices: int
+    memory_slices: int
+    placement_start: int | None
+    device: str  # MIG-<uuid>, GPU-<uuid> (shared) or "cpu:0,1" (emulated)
+    env: dict[str, str] = attrs.field(factory=dict)
+    cpus: tuple[int, ...] | None = None
+    threads: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    """The resolved layout on its GPU and where each instance runs."""
+
+    kind: str = attrs.field(validator=attrs.validators.in_(TARGET_KINDS))
+    gpu: Any  # registry Gpu
+    layout: Any  # registry Layout
+    scenario: int | None  # the study's layout number when one was asked for
+    gpu_index: int | None
+    slots: tuple[InstanceSlot, ...]
+
+    @property
+    def emulated(self) -> bool:
+        return self.kind == "emulated"
+
+
+def instance_name(index: int, profile: str) -> str:
+    return f"i{index}-{profile}"
+
+
+def describe_profiles(names: Sequence[str]) -> str:
+    """'3x 2g.20gb + 1g.10gb' for a list of profile names (largest-first order kept)."""
+    counts = Counter(names)
+    parts = [f"{n}x {name}" if n > 1 else name for name, n in counts.items()]
+    return " + ".join(parts) if parts else "no MIG devices"
+
+
+def _study_number(value: int) -> int:
+    if value not in STUDY_SCENARIOS:
+        raise NameParseError(
+            f"scenario {value} is not one of the study's MIG layouts 1-8 ('scenario' is the MIG "
+            "layout; the MLPerf LoadGen scenario is loadgen_scenario= / --loadgen-scenario); pass "
+            "1-8, a profile list, a layout string such as '3x2g.20gb+1g.10gb' or a system ID"
+        )
+    return value
+
+
+def resolve_gpu(name: str | None, catalog: Any) -> Any:
+    """The catalog GPU called `name`, or the seed study's A100-SXM4-80GB when None."""
+    return catalog.get(name or DEFAULT_EMULATED_GPU)
+
+
+def resolve_layout(scenario: ScenarioSpec, gpu: Any, catalog: Any) -> tuple[Any, int | None]:
+    """The Layout that `scenario` means on `gpu`, and the study's number when it was one.
+
+    `scenario` is a study layout number (1-8, int or digits), a layout string
+    ("3x2g.20gb+1g.10gb"), a list of profile names, or a system ID; a system ID names its own GPU.
+    """
+    from mlperf_mig import registry
+
+    if isinstance(scenario, bool):
+        raise NameParseError(f"scenario {scenario!r} is not a MIG layout; pass 1-8 or a layout")
+    if isinstance(scenario, int):
+        number = _study_number(scenario)
+        return registry.study_layout(number, gpu), number
+    if isinstance(scenario, str):
+        text = scenario.strip()
+        if text.lstrip("+-").isdigit():
+            number = _study_number(int(text))
+            return registry.study_layout(number, gpu), number
+        if text.lower() in _LOADGEN_SCENARIO_NAMES:
+            raise NameParseError(
+                f"scenario {scenario!r} is an MLPerf LoadGen scenario, but 'scenario' is the MIG "
+                "layout (1-8 or a layout string); pass it as loadgen_scenario= / --loadgen-scenario"
+            )
+        if "_MIG_" in text.upper():
+            return registry.parse_system_id(text, catalog), None
+        return registry.parse_layout(gpu, text), None
+    return registry.parse_layout(gpu, list(scenario)), None
+
+
+def solved_starts(layout: Any) -> list[int]:
+    """Placement start of each profile of `layout` (in layout order); raises LayoutError if none."""
+    from mlperf_mig import registry
+
+    pool = list(registry.solve_placements(layout))
+    starts = []
+    for profile in layout.profiles:
+        placement = next(p for p in pool if p.profile.name == profile.name)
+        pool.remove(placement)
+        starts.append(placement.start)
+    return starts
+
+
+def emulated_cpu_sets(
+    compute_slices: Sequence[int], gpu_compute_slices: int, cpus: Sequence[int]
+) -> list[tuple[int, ...]]:
+    """CPU sets for emulated instances, in proportion to their compute slices.
+
+    The GPU's compute slices are laid over the machine's CPUs in order; an instance gets the CPUs
+    under its slices, and at least one. With fewer CPUs than slices, small instances share a CPU.
+    """
+    ordered = sorted(cpus)
+    n = len(ordered)
+    sets = []
+    first_slice = 0
+    for slices in compute_slices:
+        low = first_slice * n // gpu_compute_slices
+        high = max(low + 1, (first_slice + slices) * n // gpu_compute_slices)
+        sets.append(tuple(ordered[min(i, n - 1)] for i in range(low, high)))
+        first_slice += slices
+    return sets
+
+
+def emulated_target(
+    layout: Any, scenario: int | None, cpus: Sequence[int] | None = None
+) -> Target:
+    """Emulated partitions on this machine's CPUs (or `cpus`, for tests)."""
+    available = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
+    profiles = list(layout.profiles)
+    sets = emulated_cpu_sets([p.compute_slices for p in profiles], layout.gpu.compute_slices, available)
+    starts = solved_starts(layout)
+    slots = tuple(
+        InstanceSlot(
+            index=i,
+            name=instance_name(i, p.name),
+            profile=p.name,
+            compute_slices=p.compute_slices,
+            memory_slices=p.memory_slices,
+            placement_start=start,
+            device="cpu:" + ",".join(str(c) for c in cpu_set),
+            env={"CUDA_VISIBLE_DEVICES": ""},
+            cpus=cpu_set,
+            threads=len(set(cpu_set)),
+        )
+        for i, (p, cpu_set, start) in enumerate(zip(profiles, sets, starts))
+    )
+    return Target(
+        kind="emulated", gpu=layout.gpu, layout=layout, scenario=scenario, gpu_index=None, slots=slots
+    )
+
+
+def _creation_hint(layout: Any) -> str:
+    from mlperf_mig import registry
+
+    steps = registry.creation_plan(layout).steps()
+    return "; ".join(steps)
+
+
+def match_live_devices(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
+    """Assign each instance of `layout` a live MIG device of its profile on `gpu_state`.
+
+    Raises LiveLayoutMismatchError showing both layouts and the creation plan when the live MIG
+    devices are not exactly the requested layout (this library never changes MIG state).
+    """
+    solved_starts(layout)
+    live = sorted(
+        gpu_state.mig_devices,
+        key=lambda d: (-d.profile.compute_slices, -d.profile.memory_slices, d.placement_start),
+    )
+    wanted = [p.name for p in layout.profiles]
+    if Counter(wanted) != Counter(d.profile.name for d in live):
+        raise LiveLayoutMismatchError(
+            f"GPU {gpu_state.index} ({gpu_state.name}) carries the MIG layout "
+            f"{describe_profiles([d.profile.name for d in live])}, but the run asks for "
+            f"{describe_profiles(wanted)}; to create it (as root, after destroying the current "
+            f"instances): {_creation_hint(layout)}; or ask for the live layout instead"
+        )
+    pool = list(live)
+    slots = []
+    for i, profile in enumerate(layout.profiles):
+        device = next(d for d in pool if d.profile.name == profile.name)
+        pool.remove(device)
+        slots.append(
+            InstanceSlot(
+                index=i,
+                name=instance_name(i, profile.name),
+                profile=profile.name,
+                compute_slices=profile.compute_slices,
+                memory_slices=profile.memory_slices,
+                placement_start=device.placement_start,
+                device=device.uuid,
+                env={"CUDA_VISIBLE_DEVICES": device.uuid},
+            )
+        )
+    return Target(
+        kind="mig",
+        gpu=layout.gpu,
+        layout=layout,
+        scenario=scenario,
+        gpu_index=gpu_state.index,
+        slots=tuple(slots),
+    )
+
+
+def shared_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
+    """All instances time-share the whole GPU (no MIG isolation); labelled `shared`."""
+    slots = tuple(
+        InstanceSlot(
+            index=i,
+            name=instance_name(i, p.name),
+            profile=p.name,
+            compute_slices=p.compute_slices,
+            memory_slices=p.memory_slices,
+            placement_start=start,
+            device=gpu_state.uuid,
+            env={"CUDA_VISIBLE_DEVICES": gpu_state.uuid},
+        )
+        for i, (p, start) in enumerate(zip(layout.profiles, solved_starts(layout)))
+    )
+    return Target(
+        kind="shared",
+        gpu=layout.gpu,
+        layout=layout,
+        scenario=scenario,
+        gpu_index=gpu_state.index,
+        slots=slots,
+    )
+
+
+def _live_gpu(detection: Any, gpu_name: str | None, catalog: Any) -> Any:
+    """The live GPU to run on: the first one, or the first of the model `gpu_name`."""
+    if gpu_name is None:
+        return detection.gpus[0]
+    wanted = catalog.get(gpu_name).name
+    for state in detection.gpus:
+        if state.catalog_gpu is not None and state.catalog_gpu.name == wanted:
+            return state
+    found = ", ".join(f"{s.index}: {s.name}" for s in detection.gpus)
+    raise PlacementError(
+        f"gpu={gpu_name!r} asked for, but this machine has {found}; omit gpu= to use them, or "
+        "pass emulate=True / --emulate to emulate that GPU's partitions on the CPU"
+    )
+
+
+def choose_target(
+    scenario: ScenarioSpec,
+    *,
+    gpu: str | None,
+    catalog: Any,
+    detection: Any | None,
+    shared: bool = False,
+    emulate: bool = False,
+    cpus: Sequence[int] | None = None,
+) -> Target:
+    """Resolve the layout and decide where its instances run (see the module docstring)."""
+    if emulate or detection is None or not detection.gpus:
+        if not emulate and detection is not None and detection.message:
+            log.info("no GPU to run on (%s): emulating MIG partitions on the CPU", detection.message)
+        layout, number = resolve_layout(scenario, resolve_gpu(gpu, catalog), catalog)
+        return emulated_target(layout, number, cpus)
+    state = _live_gpu(detection, gpu, catalog)
+    if state.catalog_gpu is None:
+        raise UnknownGpuError(
+            f"GPU {state.index} ({state.name}) is not in the catalog; add a data file for it to "
+            "the systems search path (MLPERF_MIG_SYSTEMS_PATH)"
+        )
+    layout, number = resolve_layout(scenario, state.catalog_gpu, catalog)
+    if layout.gpu.name != state.catalog_gpu.name:
+        raise PlacementError(
+            f"the layout {scenario!r} is for {layout.gpu.name}, but GPU {state.index} is a "
+            f"{state.catalog_gpu.name}; pass a layout of that GPU, or emulate=True / --emulate"
+        )
+    if state.mig_current:
+        return match_live_devices(layout, number, state)
+    if shared:
+        return shared_target(layout, number, state)
+    mig_word = "has MIG disabled" if state.mig_current is not None else "does not support MIG"
+    raise PlacementError(
+        f"GPU {state.index} ({state.name}) {mig_word}, so the layout {describe_profiles([p.name for p in layout.profiles])} "
+        "cannot be isolated; enable MIG and create the layout (see `mlperf-mig plan-mig`), or pass "
+        "shared=True / --shared to let the instances time-share the whole GPU (labelled shared)"
+    )

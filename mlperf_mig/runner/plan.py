@@ -1,0 +1,340 @@
+"""What a run will do, decided before anything runs: the RunPlan.
+
+`make_plan` resolves the layout and where each instance runs (placement.py), which engines to
+build (one per distinct profile on GPUs, one for all emulated instances), the LoadGen settings,
+the output folder and the deadlines. It starts no process and writes nothing; `mlperf_mig.plan`
+returns it and `mlperf_mig.run` executes it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mlperf_mig._table import markdown_table, text_table
+from mlperf_mig.errors import SettingsError
+from mlperf_mig.runner.placement import InstanceSlot, ScenarioSpec, Target, choose_target
+from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
+from mlperf_mig.runner.supervisor import Timeouts
+
+log = logging.getLogger(__name__)
+
+MODES = ("independent", "unified")
+READY_TIMEOUT_S = 900.0
+OFFICIAL_MIN_DURATION_MS = 600_000  # mlperf.conf's min duration, when the preset leaves it there
+
+
+@attrs.frozen(kw_only=True)
+class EngineRequest:
+    """One engine to build, in a worker on the device of the first instance that uses it."""
+
+    key: str  # profile name on GPUs, "cpu" for emulated partitions, "gpu" for a shared GPU
+    benchmark: str
+    backend: str
+    precision: str | None
+    variant: str
+    model_path: str | None
+    gpu: str | None
+    mig_profile: str | None
+    loadgen_scenario: str
+    cache_dir: str | None
+    env: dict[str, str] = attrs.field(factory=dict)
+    cpus: tuple[int, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RunPlan:
+    """Everything a run needs, resolved; printing it shows what would run and where."""
+
+    target: Target
+    benchmark: str
+    loadgen_scenario: str
+    mode: str
+    backend: str
+    precision: str | None
+    variant: str
+    preset: str
+    overrides: tuple[tuple[str, float], ...]
+    user_conf: str | None
+    dataset: str | None
+    vocab: str | None
+    sample_count: int | None
+    model_path: str | None
+    cache_dir: str | None
+    accuracy: bool
+    outdir: str
+    engines: tuple[EngineRequest, ...]
+    engine_of: dict[str, str]  # instance name -> EngineRequest.key
+    worker_target: str | None  # None: the harness (independent) or unified.serve_instance
+    timeouts: Timeouts
+    expected_s: float
+
+    @property
+    def slots(self) -> tuple[InstanceSlot, ...]:
+        return self.target.slots
+
+    @property
+    def layout(self) -> str:
+        return str(self.target.layout)
+
+    @property
+    def gpu(self) -> str:
+        return self.target.gpu.name
+
+    @property
+    def settings_key(self) -> str:
+        """Digest of every setting except the layout: runs with equal keys are comparable."""
+        fields = {
+            "benchmark": self.benchmark,
+            "loadgen_scenario": self.loadgen_scenario,
+            "mode": self.mode,
+            "backend": self.backend,
+            "precision": self.precision,
+            "variant": self.variant,
+            "preset": self.preset,
+            "overrides": [list(o) for o in self.overrides],
+            "user_conf": _file_digest(self.user_conf),
+            "dataset": self.dataset,
+            "sample_count": self.sample_count,
+            "model_path": _file_digest(self.model_path),
+            "gpu": self.gpu,
+            "target": self.target.kind,
+            "accuracy": self.accuracy,
+        }
+        canonical = json.dumps(fields, sort_keys=True)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "instance": slot.name,
+                "profile": slot.profile,
+                "compute slices": slot.compute_slices,
+                "device": slot.device,
+                "threads": slot.threads,
+                "engine": self.engine_of[slot.name],
+                "folder": str(Path(self.outdir) / slot.name),
+            }
+            for slot in self.slots
+        ]
+
+    _COLUMNS = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
+
+    def header(self) -> list[str]:
+        scenario = f"scenario {self.target.scenario}, " if self.target.scenario else ""
+        lines = [
+            f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {scenario}MIG layout "
+            f"{self.layout} on {self.gpu} ({self.target.kind}), {self.mode} mode",
+            f"backend {self.backend}, variant {self.variant}, precision "
+            f"{self.precision or 'backend default'}, preset {self.preset}, accuracy run "
+            f"{'yes' if self.accuracy else 'no'}, about {self.expected_s:.0f} s per LoadGen test",
+            f"engines to build or reuse: {', '.join(e.key for e in self.engines) or 'none (null backend)'}",
+            f"output folder: {self.outdir}",
+        ]
+        if self.target.emulated:
+            lines.append(f"note: {EMULATED_LABEL}")
+        if self.target.kind == "shared":
+            lines.append(f"note: {SHARED_LABEL}")
+        return lines
+
+    def table(self) -> str:
+        return "\n".join([*self.header(), text_table(self.rows(), self._COLUMNS)])
+
+    def to_markdown(self) -> str:
+        return "\n\n".join(["\n".join(self.header()), markdown_table(self.rows(), self._COLUMNS)])
+
+    def _repr_html_(self) -> str:
+        import html
+
+        head = "<br>".join(html.escape(line) for line in self.header())
+        return f"<p>{head}</p>" + html_table(self.rows(), self._COLUMNS)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "layout": self.layout,
+            "scenario": self.target.scenario,
+            "target": self.target.kind,
+            "mode": self.mode,
+            "benchmark": self.benchmark,
+            "loadgen_scenario": self.loadgen_scenario,
+            "backend": self.backend,
+            "precision": self.precision,
+            "variant": self.variant,
+            "preset": self.preset,
+            "overrides": dict(self.overrides),
+            "accuracy": self.accuracy,
+            "outdir": self.outdir,
+            "settings_key": self.settings_key,
+            "instances": [
+                {**slot.to_dict(), "engine": self.engine_of[slot.name]} for slot in self.slots
+            ],
+            "engines": [attrs.asdict(e) for e in self.engines],
+        }
+
+
+def _file_digest(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return path
+
+
+def default_outdir(kind: str = "run", now: dt.datetime | None = None) -> Path:
+    """A new timestamped folder name under the current directory (not created here)."""
+    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    base = Path.cwd() / f"mlperf-mig-{kind}-{stamp}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def _engine_requests(
+    target: Target, *, benchmark: str, backend: str, precision: str | None, variant: str,
+    model_path: str | None, loadgen_scenario: str, cache_dir: str | None,
+) -> tuple[tuple[EngineRequest, ...], dict[str, str]]:
+    """One engine per distinct profile on MIG, one for a shared GPU, one for all CPU partitions."""
+    if backend == "null":
+        return (), {slot.name: "null" for slot in target.slots}
+    requests: dict[str, EngineRequest] = {}
+    engine_of = {}
+    for slot in target.slots:
+        if target.kind == "mig":
+            key, gpu, profile = slot.profile, target.gpu.name, slot.profile
+        elif target.kind == "shared":
+            key, gpu, profile = "gpu", target.gpu.name, None
+        else:
+            key, gpu, profile = "cpu", None, None
+        engine_of[slot.name] = key
+        if key not in requests:
+            requests[key] = EngineRequest(
+                key=key,
+                benchmark=benchmark,
+                backend=backend,
+                precision=precision,
+                variant=variant,
+                model_path=model_path,
+                gpu=gpu,
+                mig_profile=profile,
+                loadgen_scenario=loadgen_scenario,
+                cache_dir=cache_dir,
+                env=dict(slot.env),
+                cpus=slot.cpus,
+            )
+    return tuple(requests.values()), engine_of
+
+
+def expected_seconds(benchmark: str, loadgen_scenario: str, preset: str, overrides: Mapping[str, float]) -> float:
+    """The LoadGen test's min duration (s) under these settings: what the progress display expects."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.settings import load_settings_data, preset_values
+
+    values = preset_values(load_settings_data(get_benchmark(benchmark)), preset, loadgen_scenario)
+    values.update(overrides)
+    return float(values.get("min_duration", OFFICIAL_MIN_DURATION_MS)) / 1000.0
+
+
+def make_plan(
+    scenario: ScenarioSpec = 7,
+    *,
+    benchmark: str = "resnet50",
+    loadgen_scenario: str = "Offline",
+    backend: str = "auto",
+    preset: str = "quick",
+    mode: str = "independent",
+    gpu: str | None = None,
+    outdir: str | os.PathLike[str] | None = None,
+    variant: str = "full",
+    precision: str | None = None,
+    shared: bool = False,
+    emulate: bool = False,
+    accuracy: bool = True,
+    settings: Mapping[str, float] | None = None,
+    user_conf: str | os.PathLike[str] | None = None,
+    dataset: str | os.PathLike[str] | None = None,
+    vocab: str | os.PathLike[str] | None = None,
+    sample_count: int | None = None,
+    model_path: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    timeout_s: float | None = None,
+    worker_target: str | None = None,
+    nvml_source: Any = None,
+    cpus: Sequence[int] | None = None,
+) -> RunPlan:
+    """Resolve a run (see mlperf_mig.run for the arguments) without running or writing anything."""
+    from mlperf_mig import registry
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.engines import resolve_backend
+    from mlperf_mig.harness.settings import PRESETS, normalize_loadgen_scenario
+
+    bench = get_benchmark(benchmark).name
+    lg_scenario = normalize_loadgen_scenario(loadgen_scenario)
+    if mode not in MODES:
+        raise SettingsError(
+            f"mode {mode!r} is not one of {', '.join(MODES)} (independent: one LoadGen per "
+            "instance, summed; unified: one LoadGen for the whole layout)"
+        )
+    if preset not in PRESETS:
+        raise SettingsError(f"preset {preset!r} is not one of {', '.join(PRESETS)}")
+    catalog = registry.default_catalog()
+    detection = None if emulate else registry.detect(source=nvml_source)
+    target = choose_target(
+        scenario, gpu=gpu, catalog=catalog, detection=detection, shared=shared, emulate=emulate, cpus=cpus
+    )
+    backend_name = backend if backend == "null" else resolve_backend(backend)
+    overrides = tuple(sorted((settings or {}).items()))
+    engines, engine_of = _engine_requests(
+        target,
+        benchmark=bench,
+        backend=backend_name,
+        precision=precision,
+        variant=variant,
+        model_path=_optional_path(model_path),
+        loadgen_scenario=lg_scenario,
+        cache_dir=_optional_path(cache_dir),
+    )
+    expected = expected_seconds(bench, lg_scenario, preset, dict(overrides))
+    run_s = timeout_s if timeout_s is not None else max(600.0, 5 * expected)
+    return RunPlan(
+        target=target,
+        benchmark=bench,
+        loadgen_scenario=lg_scenario,
+        mode=mode,
+        backend=backend_name,
+        precision=precision,
+        variant=variant,
+        preset=preset,
+        overrides=overrides,
+        user_conf=_optional_path(user_conf),
+        dataset=_optional_path(dataset),
+        vocab=_optional_path(vocab),
+        sample_count=sample_count,
+        model_path=_optional_path(model_path),
+        cache_dir=_optional_path(cache_dir),
+        accuracy=accuracy,
+        outdir=str(Path(outdir).absolute()) if outdir is not None else str(default_outdir()),
+        engines=engines,
+        engine_of=engine_of,
+        worker_target=worker_target,
+        timeouts=Timeouts(ready_s=timeout_s or READY_TIMEOUT_S, run_s=run_s),
+        expected_s=expected,
+    )
+
+
+def _optional_path(value: str | os.PathLike[str] | None) -> str | None:
+    return None if value is None else os.fspath(value)

@@ -1,0 +1,407 @@
+"""Results of a run as data: per-instance records, the run record, tables and aggregation.
+
+The aggregate of an independent run is the SUM of the instances' throughput (Offline samples/s,
+Server scheduled QPS). Summing independent LoadGen runs is an engineering metric and not an
+MLPerf result (LoadGen operates with a single SUT; mlcommons/inference issue 1252), and every
+table says so. A unified run has one LoadGen for the whole layout; its log is the MLPerf-format
+result. Emulated runs (CPU partitions standing in for MIG slices) are labelled in every table.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mlperf_mig._io import atomic_write_json
+from mlperf_mig._table import markdown_table, text_table
+from mlperf_mig.errors import OutputDirError
+
+log = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.json"
+SCHEMA = 1
+INSTANCE_STATUSES = ("ok", "raised", "crashed", "hung", "interrupted", "not run")
+SUM_LABEL = "sum of independent LoadGen runs: engineering metric, not an MLPerf result"
+UNIFIED_LABEL = "one LoadGen for the whole layout (MLPerf-format log)"
+EMULATED_LABEL = "emulated: CPU partitions standing in for MIG slices, not a GPU measurement"
+SHARED_LABEL = "shared: instances time-share one GPU without MIG isolation"
+
+
+def _result_from(data: Mapping[str, Any] | None) -> Any:
+    if data is None:
+        return None
+    from mlperf_mig.harness import InstanceResult
+
+    return InstanceResult.from_dict(dict(data))
+
+
+def _result_to(result: Any) -> dict[str, Any] | None:
+    return None if result is None else result.to_dict()
+
+
+def result_throughput(result: Any) -> float | None:
+    return None if result is None else result.throughput
+
+
+def result_valid(result: Any) -> bool | None:
+    return None if result is None else bool(result.valid)
+
+
+def result_p99_ms(result: Any) -> float | None:
+    if result is None:
+        return None
+    p99 = result.latency_ns.get("99.00")
+    return None if p99 is None else p99 / 1e6
+
+
+@attrs.frozen(kw_only=True)
+class InstanceRun:
+    """One instance of a run: where it ran, how its worker ended, and its LoadGen results.
+
+    In unified mode `performance` and `accuracy` are None (the layout has one LoadGen result in
+    RunResult.layout_result) and `dispatched_samples` says how many samples this instance served.
+    """
+
+    name: str
+    index: int
+    profile: str
+    compute_slices: int
+    device: str
+    cpus: tuple[int, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple)
+    )
+    threads: int | None = None
+    host: str = ""
+    status: str = attrs.field(default="not run", validator=attrs.validators.in_(INSTANCE_STATUSES))
+    error: str | None = None
+    traceback: str | None = None
+    log_tail: str | None = None
+    accuracy_status: str | None = None
+    accuracy_error: str | None = None
+    performance: Any = None  # harness InstanceResult
+    accuracy: Any = None  # harness InstanceResult of the accuracy run
+    dispatched_samples: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.accuracy_status in (None, "ok")
+
+    @property
+    def throughput(self) -> float | None:
+        return result_throughput(self.performance)
+
+    @property
+    def valid(self) -> bool | None:
+        return result_valid(self.performance)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self, recurse=False)
+        data["cpus"] = None if self.cpus is None else list(self.cpus)
+        data["performance"] = _result_to(self.performance)
+        data["accuracy"] = _result_to(self.accuracy)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InstanceRun:
+        fields = dict(data)
+        fields["performance"] = _result_from(fields.get("performance"))
+        fields["accuracy"] = _result_from(fields.get("accuracy"))
+        return cls(**fields)
+
+    def row(self) -> dict[str, Any]:
+        """The instance's row of the per-instance table."""
+        return {
+            "instance": self.name,
+            "profile": self.profile,
+            "device": self.device,
+            "status": self.status if self.status != "ok" else _accuracy_word(self),
+            "valid": _yes_no(self.valid),
+            "throughput": self.throughput,
+            "share": self.dispatched_samples,
+            "p99 ms": result_p99_ms(self.performance),
+            "error": self.error or self.accuracy_error,
+        }
+
+
+def _accuracy_word(instance: InstanceRun) -> str:
+    if instance.accuracy_status in (None, "ok"):
+        return "ok"
+    return f"ok (accuracy run {instance.accuracy_status})"
+
+
+def _yes_no(value: bool | None) -> str | None:
+    return None if value is None else ("yes" if value else "NO")
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """One run of one layout: the settings, every instance and the aggregate."""
+
+    gpu: str
+    layout: str
+    system_id: str
+    scenario: int | None
+    target: str  # "mig", "shared" or "emulated"
+    mode: str  # "independent" or "unified"
+    benchmark: str
+    loadgen_scenario: str
+    backend: str
+    device: str
+    precision: str
+    variant: str
+    preset: str
+    synthetic_weights: bool
+    synthetic_data: bool
+    outdir: str
+    settings_key: str
+    started_at: str
+    duration_s: float
+    instances: tuple[InstanceRun, ...] = attrs.field(converter=tuple)
+    layout_result: Any = None  # unified mode: the one LoadGen result of the whole layout
+    layout_accuracy: Any = None
+    layout_status: str | None = None  # unified mode: how the LoadGen coordinator ended
+    layout_error: str | None = None
+    baseline_throughput: float | None = None
+    baseline_source: str | None = None
+    interrupted: bool = False
+    hosts: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+    # --- aggregate -----------------------------------------------------------------------------
+    @property
+    def emulated(self) -> bool:
+        return self.target == "emulated"
+
+    @property
+    def throughput_unit(self) -> str:
+        results = [self.layout_result, *(i.performance for i in self.instances)]
+        units = [r.throughput_unit for r in results if r is not None]
+        if units:
+            return units[0]
+        return "scheduled samples/s" if self.loadgen_scenario == "Server" else "samples/s"
+
+    @property
+    def total_throughput(self) -> float | None:
+        """Unified: the layout's LoadGen result. Independent: the SUM over instances that ran."""
+        if self.mode == "unified":
+            return result_throughput(self.layout_result)
+        values = [i.throughput for i in self.instances if i.throughput is not None]
+        return sum(values) if values else None
+
+    @property
+    def all_valid(self) -> bool:
+        """Every instance ran to the end and every LoadGen result is VALID."""
+        if self.interrupted or not all(i.ok for i in self.instances):
+            return False
+        if self.mode == "unified":
+            return self.layout_status == "ok" and bool(result_valid(self.layout_result))
+        return all(i.valid for i in self.instances)
+
+    @property
+    def ok(self) -> bool:
+        """Every worker ended normally (validity aside)."""
+        statuses_ok = all(i.ok for i in self.instances) and not self.interrupted
+        return statuses_ok and (self.mode != "unified" or self.layout_status == "ok")
+
+    @property
+    def metric_label(self) -> str:
+        return SUM_LABEL if self.mode == "independent" else UNIFIED_LABEL
+
+    @property
+    def change_vs_baseline(self) -> float | None:
+        """Relative change of the total throughput against scenario 1 (0.21 = +21%)."""
+        total = self.total_throughput
+        if total is None or not self.baseline_throughput:
+            return None
+        return total / self.baseline_throughput - 1.0
+
+    def labels(self) -> list[str]:
+        """The labels every report of this run carries."""
+        labels = [self.metric_label]
+        if self.emulated:
+            labels.append(EMULATED_LABEL)
+        if self.target == "shared":
+            labels.append(SHARED_LABEL)
+        if self.synthetic_weights or self.synthetic_data:
+            labels.append("synthetic weights/data: accuracy is not meaningful")
+        if self.interrupted:
+            labels.append("INTERRUPTED: incomplete")
+        return labels
+
+    def title(self) -> str:
+        what = f"scenario {self.scenario} " if self.scenario is not None else ""
+        where = f"{self.gpu} [emulated]" if self.emulated else self.gpu
+        return (
+            f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {what}MIG layout "
+            f"{self.layout} on {where}, {self.mode} mode, backend {self.backend} ({self.device})"
+        )
+
+    def summary_row(self) -> dict[str, Any]:
+        """One row for tables of several layouts (sweeps)."""
+        change = self.change_vs_baseline
+        return {
+            "scenario": self.scenario,
+            "layout": self.layout,
+            "target": self.target,
+            "instances": len(self.instances),
+            "total": self.total_throughput,
+            "unit": self.throughput_unit,
+            "all valid": _yes_no(self.all_valid),
+            "vs scenario 1": None if change is None else f"{change:+.2%}",
+        }
+
+    def instance_rows(self) -> list[dict[str, Any]]:
+        rows = [i.row() for i in self.instances]
+        total_name = "layout (unified)" if self.mode == "unified" else "total (sum)"
+        rows.append(
+            {
+                "instance": total_name,
+                "status": "ok" if self.ok else "FAILED",
+                "valid": _yes_no(self.all_valid),
+                "throughput": self.total_throughput,
+                "p99 ms": result_p99_ms(self.layout_result),
+                "error": self.layout_error,
+            }
+        )
+        return rows
+
+    def _columns(self) -> list[str]:
+        columns = ["instance", "profile", "device", "status", "valid", "throughput", "p99 ms"]
+        if self.mode == "unified":
+            columns.insert(6, "share")
+        if any(r.get("error") for r in self.instance_rows()):
+            columns.append("error")
+        return columns
+
+    def _footer(self) -> list[str]:
+        lines = [f"throughput in {self.throughput_unit}"]
+        change = self.change_vs_baseline
+        if change is not None:
+            lines.append(f"change against scenario 1 ({self.baseline_source}): {change:+.2%}")
+        return lines + [f"note: {label}" for label in self.labels()]
+
+    def table(self) -> str:
+        """Plain-text report: title, per-instance table with the aggregate row, labels."""
+        body = text_table(self.instance_rows(), self._columns())
+        return "\n".join([self.title(), body, *self._footer()])
+
+    def to_markdown(self) -> str:
+        body = markdown_table(self.instance_rows(), self._columns())
+        notes = "\n".join(f"- {line}" for line in self._footer())
+        return f"**{self.title()}**\n\n{body}\n\n{notes}\n"
+
+    def _repr_html_(self) -> str:
+        return (
+            f"<p><b>{html.escape(self.title())}</b></p>"
+            + html_table(self.instance_rows(), self._columns())
+            + "<ul>"
+            + "".join(f"<li>{html.escape(line)}</li>" for line in self._footer())
+            + "</ul>"
+        )
+
+    def __str__(self) -> str:
+        return self.table()
+
+    # --- data ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self, recurse=False)
+        data["instances"] = [i.to_dict() for i in self.instances]
+        data["hosts"] = list(self.hosts)
+        data["layout_result"] = _result_to(self.layout_result)
+        data["layout_accuracy"] = _result_to(self.layout_accuracy)
+        return {
+            "schema": SCHEMA,
+            **data,
+            "aggregate": {
+                "total_throughput": self.total_throughput,
+                "unit": self.throughput_unit,
+                "all_valid": self.all_valid,
+                "change_vs_baseline": self.change_vs_baseline,
+                "labels": self.labels(),
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
+        fields = {k: v for k, v in data.items() if k not in ("schema", "aggregate")}
+        fields["instances"] = [InstanceRun.from_dict(i) for i in fields["instances"]]
+        fields["layout_result"] = _result_from(fields.get("layout_result"))
+        fields["layout_accuracy"] = _result_from(fields.get("layout_accuracy"))
+        return cls(**fields)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> RunResult:
+        return cls.from_dict(json.loads(text))
+
+    def save(self, folder: str | Path | None = None) -> Path:
+        """Write results.json atomically into `folder` (default: the run's outdir)."""
+        return atomic_write_json(Path(folder or self.outdir) / RESULTS_FILE, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunResult:
+        """Read a run from its folder or its results.json."""
+        file = Path(path)
+        if file.is_dir():
+            file = file / RESULTS_FILE
+        try:
+            return cls.from_json(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise OutputDirError(
+                f"{str(file)!r} does not exist; pass a run folder written by mlperf-mig run"
+            ) from None
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise OutputDirError(f"{str(file)!r} is not a results file of mlperf-mig ({exc})") from None
+
+    def to_pandas(self) -> Any:
+        """One row per instance with the run's settings as columns (needs pandas)."""
+        pandas = require_pandas()
+        run_columns = {
+            "gpu": self.gpu,
+            "layout": self.layout,
+            "scenario": self.scenario,
+            "target": self.target,
+            "mode": self.mode,
+            "benchmark": self.benchmark,
+            "loadgen_scenario": self.loadgen_scenario,
+            "backend": self.backend,
+            "total_throughput": self.total_throughput,
+            "all_valid": self.all_valid,
+        }
+        rows = [{**run_columns, **i.row()} for i in self.instances]
+        return pandas.DataFrame(rows)
+
+
+def require_pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(
+            "to_pandas() needs pandas, which mlperf-mig does not install; run `pip install pandas`"
+        ) from None
+    return pandas
+
+
+def html_table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str]) -> str:
+    columns = list(columns)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_html_cell(row.get(c)))}</td>" for c in columns) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _html_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    return str(value)

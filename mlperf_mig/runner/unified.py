@@ -1,0 +1,542 @@
+"""Unified mode: one LoadGen and one SUT for the whole layout, dispatching to the instance workers.
+
+Processes of one unified round (all spawned and supervised by the runner, like independent mode):
+    coordinator   LoadGen + QSL + DispatchingSUT (`coordinate`); its log is the layout's result
+    workers       one per instance (`serve_instance`): load the engine, serve batches, reply
+The sample set lives once in shared memory (`SharedSamples`, created by the runner): the
+coordinator's QSL writes loaded samples into it, the workers read the rows they are sent. Batches
+go out as plain (batch id, sample ids, rows) and responses come back as plain (ids, bytes)
+(LoadGen's QuerySampleResponse does not unpickle, trap 7).
+
+Dispatch is least outstanding work weighted by capacity: each batch goes to the worker with the
+smallest (outstanding + batch) / compute slices, and a worker holds at most WINDOW_BATCHES batches
+per compute slice, so a saturated layout (Offline) is fed in proportion to what each instance
+actually completes, and a lightly loaded one (Server) sends each query to the least busy capacity.
+A worker that dies has its in-flight batches re-sent to the others; every sample is completed.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing import shared_memory
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import attrs
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+WINDOW_BATCHES = 2
+_POLL_S = 0.5
+_PROGRESS_INTERVAL_S = 0.5
+
+
+# --- shared sample memory ------------------------------------------------------------------------
+@attrs.frozen(kw_only=True)
+class SharedArraySpec:
+    """How to attach one input's sample array in shared memory: [capacity, *sample shape]."""
+
+    input_name: str
+    shm_name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class SharedSamples:
+    """The sample set of a unified run, once, in shared memory; owned (and unlinked) by the runner."""
+
+    def __init__(self, layouts: Sequence[Any], capacity: int) -> None:
+        self._blocks: list[shared_memory.SharedMemory] = []
+        specs = []
+        try:
+            for layout in layouts:
+                shape = (capacity, *layout.shape)
+                size = int(np.prod(shape)) * np.dtype(layout.dtype).itemsize
+                block = shared_memory.SharedMemory(create=True, size=max(size, 1))
+                self._blocks.append(block)
+                specs.append(
+                    SharedArraySpec(
+                        input_name=layout.name, shm_name=block.name, shape=shape, dtype=layout.dtype
+                    )
+                )
+        except BaseException:
+            self.close()
+            raise
+        self.specs = tuple(specs)
+        self.nbytes = sum(b.size for b in self._blocks)
+
+    def close(self) -> None:
+        """Release and unlink every block (the workers' mappings stay valid until they exit)."""
+        for block in self._blocks:
+            block.close()
+            block.unlink()
+        self._blocks = []
+
+    def __enter__(self) -> SharedSamples:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def attach_samples(
+    specs: Sequence[SharedArraySpec],
+) -> tuple[dict[str, np.ndarray], list[shared_memory.SharedMemory]]:
+    """Numpy views of the shared sample arrays, and the blocks that must outlive them.
+
+    The mappings are released when the process exits; the runner unlinks the blocks.
+    """
+    blocks = [shared_memory.SharedMemory(name=spec.shm_name) for spec in specs]
+    arrays = {
+        spec.input_name: np.ndarray(spec.shape, dtype=spec.dtype, buffer=block.buf)
+        for spec, block in zip(specs, blocks)
+    }
+    return arrays, blocks
+
+
+# --- jobs ------------------------------------------------------------------------------------------
+@attrs.frozen(kw_only=True)
+class CoordinatorJob:
+    """Payload of the coordinator: the layout's LoadGen test and the links to the workers."""
+
+    task: Any  # harness InstanceTask of the whole layout (engine None: no model here)
+    samples: tuple[SharedArraySpec, ...]
+    links: tuple[Connection, ...]
+    names: tuple[str, ...]
+    weights: tuple[float, ...]
+    batch_size: int
+    synthetic_weights: bool
+    ready_timeout_s: float
+
+
+@attrs.frozen(kw_only=True)
+class ServeJob:
+    """Payload of one instance worker: its engine, the shared samples and its link."""
+
+    task: Any  # harness InstanceTask of this instance (engine, threads, loadgen scenario, settings)
+    samples: tuple[SharedArraySpec, ...]
+    link: Connection
+    batch_size: int
+
+
+# --- the dispatcher (coordinator side) -------------------------------------------------------------
+class Dispatcher:
+    """Least-outstanding-work dispatch, weighted by capacity, with re-send on worker death."""
+
+    def __init__(
+        self,
+        links: Sequence[Connection],
+        weights: Sequence[float],
+        *,
+        batch_size: int,
+        complete: Callable[[Sequence[int], bytes, int], None],
+    ) -> None:
+        self._links = list(links)
+        self._weights = [float(w) for w in weights]
+        self._window = [max(1, round(WINDOW_BATCHES * w)) * batch_size for w in self._weights]
+        self._batch_size = batch_size
+        self._complete = complete
+        self._lock = threading.Lock()
+        self._pending: collections.deque[tuple[list[int], list[int]]] = collections.deque()
+        self._inflight: list[dict[int, tuple[list[int], list[int]]]] = [{} for _ in self._links]
+        self._outstanding = [0] * len(self._links)
+        self.alive = [True] * len(self._links)
+        self.served = [0] * len(self._links)
+        self.completed = 0
+        self.failed_samples = 0
+        self.error: str | None = None
+        self._ids = itertools.count()
+
+    def submit(self, ids: Sequence[int], rows: Sequence[int]) -> None:
+        """Queue samples (split into batches) and send what the windows allow."""
+        with self._lock:
+            for start in range(0, len(ids), self._batch_size):
+                end = start + self._batch_size
+                self._pending.append((list(ids[start:end]), list(rows[start:end])))
+            self._pump()
+
+    def _choose(self, size: int) -> int | None:
+        best, best_load = None, None
+        for i, weight in enumerate(self._weights):
+            if not self.alive[i] or self._outstanding[i] >= self._window[i]:
+                continue
+            load = (self._outstanding[i] + size) / weight
+            if best_load is None or load < best_load:
+                best, best_load = i, load
+        return best
+
+    def _pump(self) -> None:
+        while self._pending:
+            if not any(self.alive):
+                self._fail_pending()
+                return
+            ids, rows = self._pending[0]
+            worker = self._choose(len(ids))
+            if worker is None:
+                return
+            self._pending.popleft()
+            batch_id = next(self._ids)
+            try:
+                self._links[worker].send(("batch", batch_id, ids, rows))
+            except (BrokenPipeError, OSError):
+                self._pending.appendleft((ids, rows))
+                self._mark_dead(worker)
+                continue
+            self._inflight[worker][batch_id] = (ids, rows)
+            self._outstanding[worker] += len(ids)
+
+    def done(self, worker: int, batch_ids: Sequence[int], blob: bytes, item_size: int) -> None:
+        """A worker's reply: complete its samples with LoadGen and send more work."""
+        with self._lock:
+            ids: list[int] = []
+            for batch_id in batch_ids:
+                batch_ids_, _ = self._inflight[worker].pop(batch_id)
+                ids.extend(batch_ids_)
+            self._outstanding[worker] -= len(ids)
+            self.served[worker] += len(ids)
+            self.completed += len(ids)
+            self._pump()
+        self._complete(ids, blob, item_size)
+
+    def worker_died(self, worker: int) -> None:
+        with self._lock:
+            self._mark_dead(worker)
+            self._pump()
+
+    def _mark_dead(self, worker: int) -> None:
+        if not self.alive[worker]:
+            return
+        self.alive[worker] = False
+        batches = list(self._inflight[worker].values())
+        self._inflight[worker].clear()
+        self._outstanding[worker] = 0
+        self._pending.extendleft(reversed(batches))
+        log.warning("worker %d is gone; re-sending its %d in-flight batches", worker, len(batches))
+
+    def _fail_pending(self) -> None:
+        if self.error is None:
+            self.error = "every instance worker is gone; samples completed without data"
+            log.error(self.error)
+        while self._pending:
+            ids, _ = self._pending.popleft()
+            self.failed_samples += len(ids)
+            self.completed += len(ids)
+            self._complete(ids, b"", 0)
+
+    def stop_workers(self) -> None:
+        with self._lock:
+            for i, link in enumerate(self._links):
+                if self.alive[i]:
+                    try:
+                        link.send(("stop",))
+                    except (BrokenPipeError, OSError):
+                        self.alive[i] = False
+
+
+class _Receiver(threading.Thread):
+    """Reads the workers' replies and hands them to the dispatcher; notices dead workers."""
+
+    def __init__(self, links: Sequence[Connection], dispatcher: Dispatcher) -> None:
+        super().__init__(name="mlperf-mig-receiver", daemon=True)
+        self._links = list(links)
+        self._dispatcher = dispatcher
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        open_links = dict(enumerate(self._links))
+        while open_links and not self._stopping.is_set():
+            by_link = {id(link): i for i, link in open_links.items()}
+            for link in wait(list(open_links.values()), timeout=_POLL_S):
+                worker = by_link[id(link)]
+                try:
+                    message = link.recv()
+                except (EOFError, OSError):
+                    del open_links[worker]
+                    self._dispatcher.worker_died(worker)
+                    continue
+                if message[0] == "done":
+                    _, batch_ids, blob, item_size = message
+                    self._dispatcher.done(worker, batch_ids, blob, item_size)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join()
+
+
+# --- coordinator target ----------------------------------------------------------------------------
+def _calibrates(task: Any, benchmark: Any) -> bool:
+    """Performance runs of a calibrating preset measure their target; accuracy runs need none."""
+    from mlperf_mig.harness.settings import needs_calibration
+
+    return task.mode == "performance" and needs_calibration(
+        task.settings, benchmark, task.loadgen_scenario
+    )
+
+
+def _collect_targets(job: CoordinatorJob, timeout_s: float) -> list[float | None]:
+    """Each worker's calibrated target (or None), sent before it waits at the barrier."""
+    targets: list[float | None] = [None] * len(job.links)
+    waiting = dict(enumerate(job.links))
+    deadline = time.monotonic() + timeout_s
+    while waiting and time.monotonic() < deadline:
+        by_link = {id(link): i for i, link in waiting.items()}
+        for link in wait(list(waiting.values()), timeout=deadline - time.monotonic()):
+            worker = by_link[id(link)]
+            try:
+                message = link.recv()
+            except (EOFError, OSError):
+                del waiting[worker]
+                continue
+            if message[0] == "target":
+                targets[worker] = message[1]
+                del waiting[worker]
+    return targets
+
+
+def combined_target(loadgen_scenario: str, targets: Sequence[float | None]) -> float | None:
+    """The layout's target from the instances': QPS add up, latencies take the best instance."""
+    from mlperf_mig.harness.calibration import SERVER_CAP_QPS
+
+    known = [t for t in targets if t is not None]
+    if not known:
+        return None
+    if loadgen_scenario == "Offline":
+        return sum(known)
+    if loadgen_scenario == "Server":
+        return min(sum(known), SERVER_CAP_QPS)
+    return min(known)
+
+
+def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progress: Callable[[int], None]) -> dict[str, Any]:
+    """Worker target of the coordinator: run the layout's LoadGen test over the instance workers."""
+    import mlperf_loadgen as lg
+
+    from mlperf_mig._io import atomic_write_text, ensure_writable_dir
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness import datasets
+    from mlperf_mig.harness.samples import SampleLibrary
+    from mlperf_mig.harness.settings import load_test_settings, resolve_settings
+
+    task = job.task
+    started = time.monotonic()
+    benchmark = get_benchmark(task.benchmark)
+    folder = ensure_writable_dir(task.outdir)
+    log_dir = ensure_writable_dir(task.log_dir)
+    source = datasets.open_source(task, benchmark)
+    targets = _collect_targets(job, job.ready_timeout_s)
+    calibrated = (
+        combined_target(task.loadgen_scenario, targets)
+        if _calibrates(task, benchmark)
+        else None
+    )
+    resolved = resolve_settings(
+        task.settings, benchmark, task.loadgen_scenario, calibrated_target=calibrated
+    )
+    conf_path = atomic_write_text(folder / "user.conf", resolved.conf_text())
+    test_settings = load_test_settings(conf_path, resolved, lg)
+    test_settings.mode = (
+        lg.TestMode.AccuracyOnly if task.mode == "accuracy" else lg.TestMode.PerformanceOnly
+    )
+    arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
+    library = SampleLibrary(arrays, total_count=source.total_count)
+    keep_alive: collections.deque[Any] = collections.deque(maxlen=64)
+    last_progress = [0.0]
+
+    def complete(ids: Sequence[int], blob: bytes, item_size: int) -> None:
+        buffer = np.frombuffer(blob, dtype=np.uint8) if blob else None
+        keep_alive.append(buffer)
+        base = 0 if buffer is None else buffer.ctypes.data
+        response = lg.QuerySampleResponse
+        lg.QuerySamplesComplete(
+            [response(qid, base + k * item_size if item_size else 0, item_size) for k, qid in enumerate(ids)]
+        )
+        now = time.monotonic()
+        if now - last_progress[0] >= _PROGRESS_INTERVAL_S:
+            last_progress[0] = now
+            progress(dispatcher.completed)
+
+    dispatcher = Dispatcher(job.links, job.weights, batch_size=job.batch_size, complete=complete)
+    for i, target in enumerate(targets):
+        if target is None:
+            dispatcher.worker_died(i)
+    receiver = _Receiver(job.links, dispatcher)
+
+    def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
+        dispatcher.submit(ids, library.slots(indices).tolist())
+
+    capacity = job.samples[0].shape[0]
+    lg_sut = lg.ConstructFastSUT(issue, lambda: None)
+    lg_qsl = lg.ConstructQSL(
+        source.total_count, capacity, lambda idx: library.load(idx, source), library.unload
+    )
+    log_settings = lg.LogSettings()
+    log_settings.log_output.outdir = str(log_dir)
+    log_settings.log_output.copy_summary_to_stdout = False
+    log_settings.enable_trace = False
+    receiver.start()
+    try:
+        before_start()
+        log.info("StartTest %s %s %s over %d workers", task.benchmark, task.loadgen_scenario, task.mode, len(job.links))
+        lg.StartTestWithLogSettings(lg_sut, lg_qsl, test_settings, log_settings, str(log_dir / "audit.config"))
+    finally:
+        dispatcher.stop_workers()
+        receiver.stop()
+        lg.DestroyQSL(lg_qsl)
+        lg.DestroyFastSUT(lg_sut)
+    progress(dispatcher.completed)
+    result = layout_result(
+        task,
+        benchmark=benchmark,
+        source=source,
+        resolved=resolved,
+        conf_path=conf_path,
+        dispatcher=dispatcher,
+        synthetic_weights=job.synthetic_weights,
+        device=",".join(job.names),
+        wall_s=time.monotonic() - started,
+    )
+    return {
+        "result": result.to_dict(),
+        "served": dict(zip(job.names, dispatcher.served)),
+        "lost_workers": [n for n, alive in zip(job.names, dispatcher.alive) if not alive],
+    }
+
+
+def layout_result(
+    task: Any,
+    *,
+    benchmark: Any,
+    source: Any,
+    resolved: Any,
+    conf_path: Any,
+    dispatcher: Dispatcher,
+    synthetic_weights: bool,
+    device: str,
+    wall_s: float,
+) -> Any:
+    """The layout's InstanceResult, parsed from the coordinator's detail log."""
+    from mlperf_mig.engines.backend import DeviceReport
+    from mlperf_mig.harness import accuracy
+    from mlperf_mig.harness.logs import parse_detail_log
+    from mlperf_mig.harness.result import (
+        InstanceResult,
+        effective_settings,
+        invalid_reasons,
+        latencies,
+        throughput,
+    )
+
+    records = parse_detail_log(task.log_dir)
+    reasons = invalid_reasons(records)
+    if dispatcher.error is not None:
+        reasons.insert(0, f"{dispatcher.failed_samples} samples without data: {dispatcher.error}")
+    performance = task.mode == "performance"
+    validity = str(records.get("result_validity", "")) if performance else ""
+    valid = dispatcher.error is None and (validity == "VALID" or not performance)
+    value, unit = throughput(records, task.loadgen_scenario)
+    report = None
+    if not performance:
+        report = accuracy.score(benchmark, source, task.log_dir, weights_synthetic=synthetic_weights)
+    return InstanceResult(
+        benchmark=benchmark.name,
+        loadgen_scenario=task.loadgen_scenario,
+        mode=task.mode,
+        valid=valid,
+        validity=validity,
+        invalid_reasons=tuple(reasons),
+        throughput=value if performance else None,
+        throughput_unit=unit,
+        latency_ns=latencies(records, task.loadgen_scenario) if performance else {},
+        effective_settings=effective_settings(records),
+        device=DeviceReport(backend="unified", provider="dispatch", device=device),
+        log_dir=str(task.log_dir),
+        user_conf=str(conf_path),
+        target_source=resolved.target_source,
+        samples_completed=dispatcher.completed,
+        failed_samples=dispatcher.failed_samples,
+        error=dispatcher.error,
+        synthetic_data=source.synthetic,
+        accuracy=report,
+        wall_s=round(wall_s, 3),
+    )
+
+
+# --- instance worker target ------------------------------------------------------------------------
+def serve_instance(
+    job: ServeJob,
+    *,
+    before_start: Callable[[], None],
+    progress: Callable[[int], None],
+    open_backend: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """Worker target of one instance: load the engine, report a target, serve batches until stop.
+
+    `open_backend` replaces the task's backend (tests use it to give instances known speeds).
+    """
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness import datasets
+    from mlperf_mig.harness.calibration import calibrated_target
+    from mlperf_mig.harness.instance import open_task_backend
+    from mlperf_mig.harness.settings import resolve_settings
+    from mlperf_mig.harness.sut import response_payload
+
+    task = job.task
+    benchmark = get_benchmark(task.benchmark)
+    arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
+    backend = open_backend() if open_backend is not None else open_task_backend(task, benchmark)
+    served = 0
+    busy_s = 0.0
+    try:
+        target = None
+        if _calibrates(task, benchmark):
+            preliminary = resolve_settings(task.settings, benchmark, task.loadgen_scenario)
+            target = calibrated_target(
+                backend,
+                datasets.open_source(task, benchmark),
+                task.loadgen_scenario,
+                batch_size=job.batch_size,
+                samples_per_query=int(preliminary.values.get("samples_per_query", 8)),
+            )
+        job.link.send(("target", target))
+        before_start()
+        stop = False
+        while not stop:
+            batches, stop = _next_batches(job.link, job.batch_size)
+            if not batches:
+                continue
+            batch_ids = [b[0] for b in batches]
+            rows = np.asarray([r for b in batches for r in b[2]], dtype=np.int64)
+            began = time.perf_counter()
+            feeds = {name: np.take(array, rows, axis=0) for name, array in arrays.items()}
+            payload = response_payload(benchmark, backend.run(feeds))
+            busy_s += time.perf_counter() - began
+            item_size = payload[0].nbytes
+            job.link.send(("done", batch_ids, payload.tobytes(), item_size))
+            served += len(rows)
+            progress(served)
+        device = backend.device.to_dict()
+    finally:
+        backend.close()
+    return {"served": served, "busy_s": round(busy_s, 3), "device": device}
+
+
+def _next_batches(link: Connection, batch_size: int) -> tuple[list[tuple[Any, ...]], bool]:
+    """Block for the next batch, merge what else is queued up to `batch_size` samples.
+
+    Returns the batches (batch id, sample ids, rows) and whether a stop message came.
+    """
+    batches: list[tuple[Any, ...]] = []
+    size = 0
+    while not batches or (size < batch_size and link.poll()):
+        message = link.recv()
+        if message[0] == "stop":
+            return batches, True
+        batches.append(message[1:])
+        size += len(message[3])
+    return batches, False
