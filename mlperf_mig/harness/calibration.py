@@ -1,0 +1,75 @@
+"""Measured targets for the quick preset: time a few batches, derive what LoadGen should expect.
+
+LoadGen needs a target before the test: Offline's expected QPS sizes its single query (too low
+and the run ends before min_duration, trap 10), the stream scenarios pre-generate queries from the
+expected latency (too high and they run out before min_duration). The quick preset measures the
+harness's own batch path (gather, backend, payload) instead of trusting a table, with margins that
+err on the valid side.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+OFFLINE_MARGIN = 1.5  # expect more than measured: a longer run, never a short one
+SERVER_LOAD = 0.5  # target half the measured capacity
+STREAM_LATENCY_FACTOR = 0.5  # expect less latency than measured: more queries pre-generated
+LOADGEN_COST_S = 2e-6  # per sample: response objects and LoadGen's own bookkeeping
+OFFLINE_CAP_QPS = 1_000_000.0  # the Python completion path cannot go faster
+SERVER_CAP_QPS = 10_000.0  # beyond this the issue path, not the backend, is the limit
+MIN_LATENCY_MS = 0.005
+TIMING_BUDGET_S = 1.0
+
+
+def seconds_per_batch(infer: Callable[[np.ndarray], object], rows: np.ndarray) -> float:
+    """Median time of `infer(rows)` after a warm-up call (at most 5 timed calls, about 1 s)."""
+    infer(rows)
+    timings: list[float] = []
+    while len(timings) < 5 and (not timings or sum(timings) < TIMING_BUDGET_S):
+        start = time.perf_counter()
+        infer(rows)
+        timings.append(time.perf_counter() - start)
+    return statistics.median(timings) + LOADGEN_COST_S * len(rows)
+
+
+def calibrated_target(
+    infer: Callable[[np.ndarray], object],
+    loaded_rows: int,
+    loadgen_scenario: str,
+    *,
+    batch_size: int,
+    samples_per_query: int,
+) -> float:
+    """The target (QPS for Offline/Server, latency in ms for the stream scenarios).
+
+    `infer(rows)` runs one batch of library rows; rows 0..loaded_rows-1 are loaded.
+    """
+    if loadgen_scenario in ("SingleStream", "MultiStream"):
+        count = 1 if loadgen_scenario == "SingleStream" else samples_per_query
+        latency = seconds_per_batch(infer, _rows(count, loaded_rows, shuffled=True))
+        target = max(MIN_LATENCY_MS, STREAM_LATENCY_FACTOR * latency * 1e3)
+    elif loadgen_scenario == "Offline":
+        capacity = batch_size / seconds_per_batch(
+            infer, _rows(batch_size, loaded_rows, shuffled=False)
+        )
+        target = min(OFFLINE_MARGIN * capacity, OFFLINE_CAP_QPS)
+    else:
+        capacity = batch_size / seconds_per_batch(
+            infer, _rows(batch_size, loaded_rows, shuffled=True)
+        )
+        target = min(SERVER_LOAD * capacity, SERVER_CAP_QPS)
+    logger.info("calibrated %s target: %.4g", loadgen_scenario, target)
+    return target
+
+
+def _rows(count: int, loaded_rows: int, *, shuffled: bool) -> np.ndarray:
+    """Rows as the SUT sees them: consecutive for Offline batches, scattered otherwise."""
+    rows = np.arange(count, dtype=np.int64) % loaded_rows
+    return rows[::-1].copy() if shuffled and count > 1 else rows

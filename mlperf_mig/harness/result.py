@@ -1,0 +1,145 @@
+"""What one LoadGen test produced: InstanceResult (plain data, to_dict / from_dict)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from mlperf_mig.engines.backend import DeviceReport
+
+
+@attrs.frozen(kw_only=True)
+class AccuracyReport:
+    """Accuracy of an AccuracyOnly run, computed from mlperf_log_accuracy.json in our code.
+
+    `meaningful` is False with synthetic weights or data: then `passed` is None and `note` says
+    why, because a number from random weights or random inputs says nothing about the model.
+    """
+
+    metric: str  # "top1" (percent) or "f1" (percent)
+    value: float | None  # None with synthetic data: there is no ground truth to compare with
+    target: float
+    meaningful: bool
+    passed: bool | None
+    sample_count: int
+    extra: dict[str, float] = attrs.field(factory=dict)
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AccuracyReport:
+        return cls(**data)
+
+
+@attrs.frozen(kw_only=True)
+class InstanceResult:
+    """The outcome of one LoadGen test in one process, parsed from mlperf_log_detail.txt.
+
+    `throughput` is samples/s for Offline, the scheduled samples/s (= QPS) for Server, and derived
+    from the metric latency for the stream scenarios; `throughput_unit` says which. `valid` is
+    LoadGen's verdict, and False whenever the backend failed on any sample.
+    """
+
+    benchmark: str
+    loadgen_scenario: str
+    mode: str
+    valid: bool
+    validity: str  # LoadGen's result_validity; "" for accuracy runs, which have none
+    invalid_reasons: tuple[str, ...] = attrs.field(converter=tuple)
+    throughput: float | None
+    throughput_unit: str
+    latency_ns: dict[str, int]
+    effective_settings: dict[str, Any]
+    device: DeviceReport
+    log_dir: str
+    user_conf: str
+    target_source: str
+    samples_completed: int
+    failed_samples: int
+    error: str | None
+    synthetic_data: bool
+    accuracy: AccuracyReport | None
+    wall_s: float
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self, recurse=False)
+        data["invalid_reasons"] = list(self.invalid_reasons)
+        data["device"] = self.device.to_dict()
+        data["accuracy"] = self.accuracy.to_dict() if self.accuracy else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InstanceResult:
+        fields = dict(data)
+        fields["device"] = DeviceReport(**fields["device"])
+        if fields.get("accuracy") is not None:
+            fields["accuracy"] = AccuracyReport.from_dict(fields["accuracy"])
+        return cls(**fields)
+
+
+_PERCENTILE = re.compile(r"^result_(\d+\.\d+)_percentile(_per_query)?_latency_ns$")
+
+
+def latencies(records: Mapping[str, Any], loadgen_scenario: str) -> dict[str, int]:
+    """Latency percentiles and min/mean/max (ns); MultiStream reports per-query latencies."""
+    per_query = loadgen_scenario == "MultiStream"
+    result: dict[str, int] = {}
+    for key, value in records.items():
+        match = _PERCENTILE.match(key)
+        if match and bool(match.group(2)) == per_query:
+            result[match.group(1)] = int(value)
+    infix = "_query" if per_query else ""
+    for name in ("min", "mean", "max"):
+        value = records.get(f"result_{name}{infix}_latency_ns")
+        if value is not None:
+            result[name] = int(value)
+    return result
+
+
+def throughput(records: Mapping[str, Any], loadgen_scenario: str) -> tuple[float | None, str]:
+    """The scenario's throughput and its unit."""
+    if loadgen_scenario == "Offline":
+        return _float(records.get("result_samples_per_second")), "samples/s"
+    if loadgen_scenario == "Server":
+        return _float(records.get("result_scheduled_samples_per_sec")), "scheduled samples/s"
+    if loadgen_scenario == "SingleStream":
+        p90 = records.get("result_90.00_percentile_latency_ns")
+        return (1e9 / p90 if p90 else None), "samples/s (1 / p90 latency)"
+    per_query = int(records.get("effective_samples_per_query") or 8)
+    p99 = records.get("result_99.00_percentile_per_query_latency_ns")
+    return (per_query * 1e9 / p99 if p99 else None), f"samples/s ({per_query} / p99 query latency)"
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def invalid_reasons(records: Mapping[str, Any]) -> list[str]:
+    """LoadGen's reasons for INVALID, in words, plus the errors it logged."""
+    reasons = []
+    if records.get("result_min_duration_met") is False:
+        reasons.append("min duration not met")
+    if records.get("result_min_queries_met") is False:
+        reasons.append("min query count not met")
+    if records.get("early_stopping_met") is False:
+        reasons.append("early stopping condition not met")
+    reason = str(records.get("result_invalid_reason") or "").strip()
+    if reason:
+        reasons.append(reason)
+    reasons.extend(records.get("errors", ()))
+    return reasons
+
+
+def effective_settings(records: Mapping[str, Any]) -> dict[str, Any]:
+    """The `effective_*` settings LoadGen ran with, without the prefix."""
+    prefix = "effective_"
+    return {k[len(prefix) :]: v for k, v in records.items() if k.startswith(prefix)}

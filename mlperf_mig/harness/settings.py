@@ -1,0 +1,393 @@
+"""LoadGen settings: presets as data, user overrides, a generated user.conf, and its read-back.
+
+LoadGen's user.conf parser has traps (reference/mlperf.md section 1, traps 2-4): `key=value`
+without spaces and unknown keys are silently ignored, a trailing comment rejects the whole file,
+unknown model names fall back to wildcard defaults, and the Server `target_latency` is parsed as
+an integer. So the harness never hands LoadGen a file it did not write: it resolves every source
+(preset, per-profile target, the user's user.conf, keyword overrides) into one mapping, checks it
+here, writes it as `model.Scenario.key = value` lines, checks FromConfig's return code and reads
+every value back from the TestSettings object.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mlperf_mig._paths import data_dir
+from mlperf_mig.benchmark import Benchmark
+from mlperf_mig.errors import DataFileError, SettingsError
+
+logger = logging.getLogger(__name__)
+
+LOADGEN_SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+PRESETS = ("quick", "submission")
+TARGET_KEYS = {
+    "Offline": "target_qps",
+    "Server": "target_qps",
+    "SingleStream": "target_latency",
+    "MultiStream": "target_latency",
+}
+CONF_MODEL_NAMES = ("resnet50", "bert")
+
+
+@attrs.frozen(kw_only=True)
+class ConfKey:
+    """A user.conf key: the TestSettings attribute it sets, the unit factor and the value type."""
+
+    attribute: str
+    scale: float = 1.0
+    integer: bool = True
+
+
+_COMMON_KEYS = {
+    "min_duration": ConfKey(attribute="min_duration_ms"),
+    "max_duration": ConfKey(attribute="max_duration_ms"),
+    "min_query_count": ConfKey(attribute="min_query_count"),
+    "max_query_count": ConfKey(attribute="max_query_count"),
+    "performance_sample_count_override": ConfKey(attribute="performance_sample_count_override"),
+    "accuracy_sample_count_override": ConfKey(attribute="accuracy_sample_count_override"),
+}
+_SCENARIO_KEYS = {
+    "Offline": {"target_qps": ConfKey(attribute="offline_expected_qps", integer=False)},
+    "Server": {
+        "target_qps": ConfKey(attribute="server_target_qps", integer=False),
+        # LoadGen parses the Server latency with strtoull: 0.5 ms would silently become 0.
+        "target_latency": ConfKey(attribute="server_target_latency_ns", scale=1e6),
+        "target_latency_percentile": ConfKey(
+            attribute="server_target_latency_percentile", scale=0.01, integer=False
+        ),
+    },
+    "SingleStream": {
+        "target_latency": ConfKey(
+            attribute="single_stream_expected_latency_ns", scale=1e6, integer=False
+        ),
+        "target_latency_percentile": ConfKey(
+            attribute="single_stream_target_latency_percentile", scale=0.01, integer=False
+        ),
+    },
+    "MultiStream": {
+        "target_latency": ConfKey(
+            attribute="multi_stream_expected_latency_ns", scale=1e6, integer=False
+        ),
+        "samples_per_query": ConfKey(attribute="multi_stream_samples_per_query"),
+        "target_latency_percentile": ConfKey(
+            attribute="multi_stream_target_latency_percentile", scale=0.01, integer=False
+        ),
+    },
+}
+
+
+def conf_keys(loadgen_scenario: str) -> dict[str, ConfKey]:
+    """Return the user.conf keys that apply to `loadgen_scenario`."""
+    return {**_COMMON_KEYS, **_SCENARIO_KEYS[loadgen_scenario]}
+
+
+def _all_key_names() -> list[str]:
+    names = set(_COMMON_KEYS)
+    for keys in _SCENARIO_KEYS.values():
+        names.update(keys)
+    return sorted(names)
+
+
+def normalize_loadgen_scenario(name: str) -> str:
+    """Return the canonical LoadGen scenario name ('offline' -> 'Offline')."""
+    for scenario in LOADGEN_SCENARIOS:
+        if name.strip().lower() == scenario.lower():
+            return scenario
+    raise SettingsError(
+        f"unknown LoadGen scenario {name!r}; expected one of {', '.join(LOADGEN_SCENARIOS)} "
+        "(the MIG layout is chosen with scenario=1-8, not here)"
+    )
+
+
+def _convert_overrides(value: Mapping[str, float] | tuple[tuple[str, float], ...] | None):
+    items = value.items() if isinstance(value, Mapping) else (value or ())
+    return tuple(sorted((str(k), v) for k, v in items))
+
+
+@attrs.frozen(kw_only=True)
+class SettingsSpec:
+    """Which LoadGen settings a run uses: a preset, keyword overrides and an optional user.conf.
+
+    `overrides` maps user.conf keys (`min_duration`, `target_qps`, `target_latency`,
+    `performance_sample_count_override`, ...) to values in user.conf units (ms for durations
+    and latencies). `profile` ("2g.20gb", "7g", or None for CPU) picks the per-profile target.
+    """
+
+    preset: str = attrs.field(default="quick", validator=attrs.validators.in_(PRESETS))
+    overrides: tuple[tuple[str, float], ...] = attrs.field(
+        factory=tuple, converter=_convert_overrides
+    )
+    user_conf: str | None = attrs.field(
+        default=None, converter=attrs.converters.optional(os.fspath)
+    )
+    profile: str | None = None
+
+    def override_dict(self) -> dict[str, float]:
+        return dict(self.overrides)
+
+
+@attrs.frozen(kw_only=True)
+class ResolvedSettings:
+    """The user.conf values of one run (model and LoadGen scenario fixed) and their origin."""
+
+    benchmark: str
+    conf_model: str
+    loadgen_scenario: str
+    values: dict[str, float]
+    target_source: str  # "override", "user.conf", "profile <key>" or "calibration"
+
+    def conf_text(self) -> str:
+        """The user.conf text: one `model.Scenario.key = value` line per value, no comments."""
+        lines = [
+            f"{self.conf_model}.{self.loadgen_scenario}.{key} = {_format_value(key, value, self.loadgen_scenario)}"
+            for key, value in self.values.items()
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _format_value(key: str, value: float, loadgen_scenario: str) -> str:
+    if conf_keys(loadgen_scenario)[key].integer:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _check_value(key: str, value: Any, loadgen_scenario: str, origin: str) -> float:
+    keys = conf_keys(loadgen_scenario)
+    if key not in keys:
+        if key in _all_key_names():
+            raise SettingsError(
+                f"{origin}: {key!r} does not apply to the {loadgen_scenario} LoadGen scenario; "
+                f"keys for it: {', '.join(sorted(keys))}"
+            )
+        raise SettingsError(
+            f"{origin}: unknown LoadGen setting {key!r} (LoadGen would ignore it silently); "
+            f"known keys: {', '.join(_all_key_names())}"
+        )
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SettingsError(f"{origin}: {key} must be a finite number, got {value!r}")
+    if value < 0:
+        raise SettingsError(f"{origin}: {key} must not be negative, got {value!r}")
+    if keys[key].integer and value != int(value):
+        raise SettingsError(
+            f"{origin}: {key} must be a whole number for {loadgen_scenario} "
+            f"(LoadGen truncates {value!r} to {int(value)}); got {value!r}"
+        )
+    return value
+
+
+# --- presets and targets (data files) ----------------------------------------------------------
+def load_settings_data(benchmark: Benchmark) -> dict[str, Any]:
+    """Return the parsed `harness/<benchmark>.toml`."""
+    path = data_dir("harness") / f"{benchmark.name}.toml"
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise DataFileError(f"cannot read harness settings {str(path)!r}: {exc}") from None
+
+
+def preset_values(data: Mapping[str, Any], preset: str, loadgen_scenario: str) -> dict[str, float]:
+    """Return the preset's values for one LoadGen scenario ('all' first, then the scenario)."""
+    table = data.get("presets", {}).get(preset)
+    if table is None:
+        raise DataFileError(f"harness settings have no preset {preset!r}")
+    values = {**table.get("all", {}), **table.get(loadgen_scenario, {})}
+    return {
+        key: _check_value(key, value, loadgen_scenario, f"preset {preset!r}")
+        for key, value in values.items()
+    }
+
+
+def preset_calibrates(data: Mapping[str, Any], preset: str) -> bool:
+    return bool(data["presets"][preset].get("calibrate", False))
+
+
+def profile_key(profile: str | None) -> str:
+    """'2g.20gb' -> '2g'; None or 'cpu' -> 'cpu'; a whole GPU is '7g'."""
+    if profile is None or profile.lower() == "cpu":
+        return "cpu"
+    return profile.lower().split(".")[0].split("+")[0]
+
+
+def profile_target(data: Mapping[str, Any], loadgen_scenario: str, profile: str | None) -> float:
+    """Return the per-profile target (QPS, or latency in ms) of the data file."""
+    key = profile_key(profile)
+    table = data.get("targets", {}).get(loadgen_scenario, {})
+    if key not in table:
+        raise SettingsError(
+            f"no {loadgen_scenario} target for profile {profile!r} (key {key!r}); known: "
+            f"{', '.join(table)}; pass {TARGET_KEYS[loadgen_scenario]} as an override"
+        )
+    return float(table[key])
+
+
+# --- user.conf files given by the user ---------------------------------------------------------
+def read_user_conf(
+    path: str | os.PathLike[str], conf_model: str, loadgen_scenario: str
+) -> dict[str, float]:
+    """Return the values of a user.conf that apply to this model and LoadGen scenario.
+
+    Lines LoadGen would silently ignore or that would make it reject the file raise
+    SettingsError naming the line. Exact `model.Scenario.key` lines beat wildcard ones, as in
+    LoadGen.
+    """
+    conf = Path(path)
+    try:
+        text = conf.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"cannot read user.conf {str(conf)!r}: {exc.strerror or exc}") from None
+    ranked: dict[str, tuple[int, float]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        parsed = _parse_conf_line(line, f"{conf}:{number}")
+        if parsed is None:
+            continue
+        model, scenario, key, value = parsed
+        if model not in (conf_model, "*") or scenario not in (loadgen_scenario, "*"):
+            continue
+        origin = f"{conf}:{number}"
+        rank = (model != "*") * 2 + (scenario != "*")
+        if key in ranked and ranked[key][0] > rank:
+            continue
+        ranked[key] = (rank, _check_value(key, value, loadgen_scenario, origin))
+    return {key: value for key, (_, value) in ranked.items()}
+
+
+def _parse_conf_line(line: str, origin: str) -> tuple[str, str, str, float] | None:
+    tokens = line.split()
+    if not tokens or tokens[0].startswith("#"):
+        return None
+    if len(tokens) != 3 or tokens[1] != "=":
+        if any("#" in t for t in tokens[1:]):
+            raise SettingsError(
+                f"{origin}: trailing comment {line.strip()!r}; LoadGen rejects the whole file "
+                "(return code -22): put comments on their own line"
+            )
+        raise SettingsError(
+            f"{origin}: {line.strip()!r} is not 'model.Scenario.key = value' with spaces around "
+            "'='; LoadGen silently ignores such lines"
+        )
+    parts = tokens[0].split(".")
+    if len(parts) != 3:
+        raise SettingsError(f"{origin}: key {tokens[0]!r} is not 'model.Scenario.key'")
+    model, scenario, key = parts
+    if model not in (*CONF_MODEL_NAMES, "*"):
+        raise SettingsError(
+            f"{origin}: model {model!r} is not one LoadGen knows here (it would fall back to "
+            f"wildcard defaults); use one of {', '.join(CONF_MODEL_NAMES)} or '*'"
+        )
+    if scenario not in (*LOADGEN_SCENARIOS, "*"):
+        raise SettingsError(
+            f"{origin}: LoadGen scenario {scenario!r} unknown; use one of "
+            f"{', '.join(LOADGEN_SCENARIOS)} or '*'"
+        )
+    try:
+        value = float(tokens[2])
+    except ValueError:
+        raise SettingsError(f"{origin}: value {tokens[2]!r} is not a number") from None
+    return model, scenario, key, int(value) if value.is_integer() else value
+
+
+# --- resolution --------------------------------------------------------------------------------
+def resolve_settings(
+    spec: SettingsSpec,
+    benchmark: Benchmark,
+    loadgen_scenario: str,
+    *,
+    calibrated_target: float | None = None,
+) -> ResolvedSettings:
+    """Merge preset, target, user.conf and overrides (in that order of precedence)."""
+    data = load_settings_data(benchmark)
+    values = preset_values(data, spec.preset, loadgen_scenario)
+    target_key = TARGET_KEYS[loadgen_scenario]
+    from_file = (
+        read_user_conf(spec.user_conf, benchmark.conf_model_name, loadgen_scenario)
+        if spec.user_conf
+        else {}
+    )
+    overrides = {
+        key: _check_value(key, value, loadgen_scenario, "override")
+        for key, value in spec.override_dict().items()
+    }
+    if target_key in overrides:
+        source = "override"
+    elif target_key in from_file:
+        source = "user.conf"
+    elif calibrated_target is not None:
+        values[target_key] = _rounded_target(target_key, calibrated_target, loadgen_scenario)
+        source = "calibration"
+    else:
+        values[target_key] = profile_target(data, loadgen_scenario, spec.profile)
+        source = f"profile {profile_key(spec.profile)}"
+    values.update(from_file)
+    values.update(overrides)
+    return ResolvedSettings(
+        benchmark=benchmark.name,
+        conf_model=benchmark.conf_model_name,
+        loadgen_scenario=loadgen_scenario,
+        values=values,
+        target_source=source,
+    )
+
+
+def _rounded_target(key: str, value: float, loadgen_scenario: str) -> float:
+    if conf_keys(loadgen_scenario)[key].integer:
+        return max(1, round(value))
+    return float(f"{value:.4g}")
+
+
+def needs_calibration(spec: SettingsSpec, benchmark: Benchmark, loadgen_scenario: str) -> bool:
+    """True when the preset measures the target and neither an override nor user.conf sets it."""
+    data = load_settings_data(benchmark)
+    if not preset_calibrates(data, spec.preset):
+        return False
+    target_key = TARGET_KEYS[loadgen_scenario]
+    if target_key in spec.override_dict():
+        return False
+    if spec.user_conf:
+        file_values = read_user_conf(spec.user_conf, benchmark.conf_model_name, loadgen_scenario)
+        return target_key not in file_values
+    return True
+
+
+# --- LoadGen ---------------------------------------------------------------------------------
+def load_test_settings(
+    conf_path: str | os.PathLike[str], resolved: ResolvedSettings, lg: Any
+) -> Any:
+    """Return LoadGen TestSettings from the generated user.conf, checked value by value.
+
+    Must be the first FromConfig of the process: only that one loads LoadGen's built-in
+    mlperf.conf rules (trap 2).
+    """
+    settings = lg.TestSettings()
+    code = settings.FromConfig(os.fspath(conf_path), resolved.conf_model, resolved.loadgen_scenario)
+    if code != 0:
+        raise SettingsError(
+            f"LoadGen rejected user.conf {os.fspath(conf_path)!r} (FromConfig returned {code}); "
+            "lines must be 'model.Scenario.key = value' with numeric values and no trailing comments"
+        )
+    verify_test_settings(settings, resolved)
+    settings.scenario = getattr(lg.TestScenario, resolved.loadgen_scenario)
+    return settings
+
+
+def verify_test_settings(settings: Any, resolved: ResolvedSettings) -> None:
+    """Raise SettingsError when a value in the user.conf did not reach LoadGen's TestSettings."""
+    keys = conf_keys(resolved.loadgen_scenario)
+    for key, value in resolved.values.items():
+        spec = keys[key]
+        expected = value * spec.scale
+        actual = getattr(settings, spec.attribute)
+        if not math.isclose(float(actual), expected, rel_tol=1e-6, abs_tol=1e-9):
+            raise SettingsError(
+                f"LoadGen did not take {resolved.conf_model}.{resolved.loadgen_scenario}.{key} = "
+                f"{value}: TestSettings.{spec.attribute} is {actual}, expected {expected}"
+            )

@@ -1,0 +1,396 @@
+"""SQuAD v1.1 for BERT: WordPiece tokenizer, features, answer extraction and F1 / exact match.
+
+Features follow the reference (reference/mlperf.md section 2): max_seq_len 384, doc_stride 128,
+max_query_len 64, uncased WordPiece with the model's vocab.txt; `[CLS] query [SEP] context [SEP]`.
+Answers are the best-scoring span (n-best 20, at most 30 tokens, start in its maximum-context
+window) mapped back to the whitespace-split words of the context; F1 and exact match use the
+official SQuAD v1.1 answer normalisation.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import re
+import string
+import unicodedata
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from mlperf_mig.benchmark import BERT, SEQ_LEN, Benchmark
+from mlperf_mig.errors import DatasetError
+
+logger = logging.getLogger(__name__)
+
+DEV_FILE = "dev-v1.1.json"
+VOCAB_FILE = "vocab.txt"
+DOC_STRIDE = 128
+MAX_QUERY_LEN = 64
+N_BEST = 20
+MAX_ANSWER_LEN = 30
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+# --- tokenizer -------------------------------------------------------------------------------
+def load_vocab(path: Path) -> dict[str, int]:
+    """Token -> id of a BERT vocab.txt (one token per line)."""
+    if not path.is_file():
+        raise DatasetError(
+            f"BERT vocabulary {str(path)!r} not found; pass the model's vocab.txt (vocab=...) "
+            "or put it next to the SQuAD json"
+        )
+    tokens = path.read_text(encoding="utf-8").splitlines()
+    vocab = {token: index for index, token in enumerate(tokens)}
+    for needed in ("[CLS]", "[SEP]", "[UNK]"):
+        if needed not in vocab:
+            raise DatasetError(f"vocabulary {str(path)!r} lacks {needed}; is it a BERT vocab.txt?")
+    return vocab
+
+
+def _is_punctuation(char: str) -> bool:
+    code = ord(char)
+    if 33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def basic_tokens(text: str) -> list[str]:
+    """Uncased BERT basic tokenisation: clean, lower-case, strip accents, split punctuation."""
+    cleaned = []
+    for char in text:
+        code = ord(char)
+        if code in (0, 0xFFFD) or (
+            unicodedata.category(char).startswith("C") and char not in "\t\n\r"
+        ):
+            continue
+        cleaned.append(" " if char.isspace() else char)
+    words = "".join(cleaned).lower().split()
+    tokens: list[str] = []
+    for word in words:
+        word = "".join(
+            c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn"
+        )
+        current = ""
+        for char in word:
+            if _is_punctuation(char):
+                if current:
+                    tokens.append(current)
+                tokens.append(char)
+                current = ""
+            else:
+                current += char
+        if current:
+            tokens.append(current)
+    return tokens
+
+
+class WordPieceTokenizer:
+    """Greedy longest-match-first WordPiece over BERT's uncased basic tokens."""
+
+    def __init__(self, vocab: Mapping[str, int], *, max_chars_per_word: int = 100) -> None:
+        self.vocab = vocab
+        self.max_chars_per_word = max_chars_per_word
+        self._cache: dict[str, list[str]] = {}
+
+    def tokenize(self, text: str) -> list[str]:
+        pieces: list[str] = []
+        for token in basic_tokens(text):
+            pieces.extend(self._wordpiece(token))
+        return pieces
+
+    def ids(self, tokens: Sequence[str]) -> list[int]:
+        return [self.vocab[t] for t in tokens]
+
+    def _wordpiece(self, word: str) -> list[str]:
+        cached = self._cache.get(word)
+        if cached is not None:
+            return cached
+        pieces = self._split(word)
+        self._cache[word] = pieces
+        return pieces
+
+    def _split(self, word: str) -> list[str]:
+        if len(word) > self.max_chars_per_word:
+            return ["[UNK]"]
+        pieces = []
+        start = 0
+        while start < len(word):
+            end = len(word)
+            while start < end:
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in self.vocab:
+                    break
+                end -= 1
+            else:
+                return ["[UNK]"]
+            pieces.append(piece)
+            start = end
+        return pieces
+
+
+# --- examples and features -------------------------------------------------------------------
+@attrs.frozen(kw_only=True)
+class Example:
+    """One SQuAD question with its context split into words and its ground-truth answers."""
+
+    qas_id: str
+    question: str
+    doc_words: tuple[str, ...]
+    answers: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class Feature:
+    """Where one 384-token window came from (the arrays themselves live in SquadSource)."""
+
+    example_index: int
+    token_count: int
+    token_to_word: dict[int, int]
+    max_context: dict[int, bool]
+
+
+def split_words(context: str) -> tuple[str, ...]:
+    """The context split on whitespace, as the reference does before tokenising."""
+    return tuple(context.replace("\u202f", " ").split())
+
+
+def read_examples(path: Path) -> list[Example]:
+    """The questions of a SQuAD v1.1 json file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DatasetError(f"{str(path)!r} is not a SQuAD v1.1 json file: {exc}") from None
+    examples = []
+    try:
+        for article in data:
+            for paragraph in article["paragraphs"]:
+                words = split_words(paragraph["context"])
+                for qa in paragraph["qas"]:
+                    examples.append(
+                        Example(
+                            qas_id=str(qa["id"]),
+                            question=qa["question"],
+                            doc_words=words,
+                            answers=tuple(a["text"] for a in qa.get("answers", ())),
+                        )
+                    )
+    except (KeyError, TypeError) as exc:
+        raise DatasetError(f"{str(path)!r} is not SQuAD v1.1: missing {exc}") from None
+    if not examples:
+        raise DatasetError(f"{str(path)!r} holds no questions")
+    return examples
+
+
+def _doc_spans(doc_length: int, max_tokens: int) -> list[tuple[int, int]]:
+    spans = []
+    start = 0
+    while start < doc_length:
+        length = min(doc_length - start, max_tokens)
+        spans.append((start, length))
+        if start + length == doc_length:
+            break
+        start += min(length, DOC_STRIDE)
+    return spans
+
+
+def _is_max_context(spans: Sequence[tuple[int, int]], index: int, position: int) -> bool:
+    best_score, best_index = None, None
+    for span_index, (start, length) in enumerate(spans):
+        end = start + length - 1
+        if position < start or position > end:
+            continue
+        score = min(position - start, end - position) + 0.01 * length
+        if best_score is None or score > best_score:
+            best_score, best_index = score, span_index
+    return best_index == index
+
+
+def build_features(
+    examples: Sequence[Example], tokenizer: WordPieceTokenizer, *, limit: int | None = None
+) -> tuple[list[Feature], dict[str, np.ndarray]]:
+    """Features of the examples (at most `limit`) and their int64 `[N, 384]` input arrays."""
+    features: list[Feature] = []
+    rows: dict[str, list[list[int]]] = {"input_ids": [], "input_mask": [], "segment_ids": []}
+    cls_id, sep_id = tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
+    doc_cache: dict[tuple[str, ...], tuple[list[str], list[int]]] = {}
+    for example_index, example in enumerate(examples):
+        if limit is not None and len(features) >= limit:
+            break
+        query = tokenizer.tokenize(example.question)[:MAX_QUERY_LEN]
+        if example.doc_words not in doc_cache:
+            doc_cache[example.doc_words] = _tokenize_words(example.doc_words, tokenizer)
+        doc_tokens, token_word = doc_cache[example.doc_words]
+        spans = _doc_spans(len(doc_tokens), SEQ_LEN - len(query) - 3)
+        for span_index, (start, length) in enumerate(spans):
+            tokens = ["[CLS]", *query, "[SEP]"]
+            offset = len(tokens)
+            token_to_word = {offset + i: token_word[start + i] for i in range(length)}
+            max_context = {
+                offset + i: _is_max_context(spans, span_index, start + i) for i in range(length)
+            }
+            ids = [
+                cls_id,
+                *tokenizer.ids(query),
+                sep_id,
+                *tokenizer.ids(doc_tokens[start : start + length]),
+                sep_id,
+            ]
+            segments = [0] * offset + [1] * (length + 1)
+            padding = SEQ_LEN - len(ids)
+            rows["input_ids"].append(ids + [0] * padding)
+            rows["input_mask"].append([1] * len(ids) + [0] * padding)
+            rows["segment_ids"].append(segments + [0] * padding)
+            features.append(
+                Feature(
+                    example_index=example_index,
+                    token_count=len(ids),
+                    token_to_word=token_to_word,
+                    max_context=max_context,
+                )
+            )
+    arrays = {
+        name: np.asarray(values, dtype=np.int64).reshape(-1, SEQ_LEN)
+        for name, values in rows.items()
+    }
+    return features, arrays
+
+
+def _tokenize_words(
+    words: Sequence[str], tokenizer: WordPieceTokenizer
+) -> tuple[list[str], list[int]]:
+    tokens: list[str] = []
+    token_word: list[int] = []
+    for word_index, word in enumerate(words):
+        for piece in tokenizer.tokenize(word):
+            tokens.append(piece)
+            token_word.append(word_index)
+    return tokens, token_word
+
+
+# --- answers and scores ----------------------------------------------------------------------
+def best_span(
+    feature: Feature, start_logits: np.ndarray, end_logits: np.ndarray
+) -> tuple[float, int, int] | None:
+    """(score, first word, last word) of the best valid answer span of one feature."""
+    starts = np.argsort(start_logits)[::-1][:N_BEST]
+    ends = np.argsort(end_logits)[::-1][:N_BEST]
+    best = None
+    for start in starts:
+        if start not in feature.token_to_word or not feature.max_context.get(int(start), False):
+            continue
+        for end in ends:
+            if end not in feature.token_to_word or end < start or end - start + 1 > MAX_ANSWER_LEN:
+                continue
+            score = float(start_logits[start] + end_logits[end])
+            if best is None or score > best[0]:
+                best = (score, feature.token_to_word[int(start)], feature.token_to_word[int(end)])
+    return best
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1 normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(c for c in text.lower() if c not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def f1_score(prediction: str, truth: str) -> float:
+    predicted = normalize_answer(prediction).split()
+    expected = normalize_answer(truth).split()
+    common = collections.Counter(predicted) & collections.Counter(expected)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision = same / len(predicted)
+    recall = same / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, truth: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(truth))
+
+
+@attrs.define(kw_only=True)
+class SquadSource:
+    """SQuAD v1.1 dev features for BERT, tokenised once when the source is opened."""
+
+    path: Path
+    examples: list[Example]
+    features: list[Feature]
+    arrays: dict[str, np.ndarray]
+    benchmark: Benchmark = BERT
+    synthetic: bool = attrs.field(default=False, init=False)
+
+    @classmethod
+    def open(
+        cls,
+        dataset: str | os.PathLike[str],
+        *,
+        vocab: str | os.PathLike[str] | None = None,
+        limit: int | None = None,
+    ) -> SquadSource:
+        """Features of the SQuAD json `dataset` (or a folder holding dev-v1.1.json)."""
+        path = Path(dataset)
+        if path.is_dir():
+            path = path / DEV_FILE
+        if not path.is_file():
+            raise DatasetError(
+                f"SQuAD file {str(path)!r} does not exist; pass the dev-v1.1.json file or its folder"
+            )
+        vocab_path = Path(vocab) if vocab is not None else path.parent / VOCAB_FILE
+        tokenizer = WordPieceTokenizer(load_vocab(vocab_path))
+        examples = read_examples(path)
+        features, arrays = build_features(examples, tokenizer, limit=limit)
+        if limit is not None:
+            features = features[:limit]
+            arrays = {name: array[:limit] for name, array in arrays.items()}
+        logger.info("SQuAD: %d questions -> %d features", len(examples), len(features))
+        return cls(path=path, examples=examples, features=features, arrays=arrays)
+
+    @property
+    def total_count(self) -> int:
+        return len(self.features)
+
+    @property
+    def performance_count(self) -> int:
+        return min(self.benchmark.performance_sample_count, self.total_count)
+
+    @property
+    def description(self) -> str:
+        return f"SQuAD {self.path} ({self.total_count} features)"
+
+    def fill(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
+        rows = np.asarray(indices, dtype=np.int64)
+        for name, array in out.items():
+            np.take(self.arrays[name], rows, axis=0, out=array[: len(rows)])
+
+    def score(self, logits: Mapping[int, np.ndarray]) -> tuple[float, float, int]:
+        """(F1, exact match, question count) in percent over the questions with logged features.
+
+        `logits` maps a feature index to its `[384, 2]` float32 (start, end) payload.
+        """
+        best: dict[int, tuple[float, int, int]] = {}
+        for index, pair in logits.items():
+            feature = self.features[index]
+            span = best_span(feature, pair[:, 0], pair[:, 1])
+            current = best.get(feature.example_index)
+            if span is not None and (current is None or span[0] > current[0]):
+                best[feature.example_index] = span
+        questions = {self.features[i].example_index for i in logits}
+        f1_total = em_total = 0.0
+        for example_index in questions:
+            example = self.examples[example_index]
+            span = best.get(example_index)
+            prediction = " ".join(example.doc_words[span[1] : span[2] + 1]) if span else ""
+            truths = example.answers or ("",)
+            f1_total += max(f1_score(prediction, t) for t in truths)
+            em_total += max(exact_match(prediction, t) for t in truths)
+        count = len(questions)
+        if count == 0:
+            return 0.0, 0.0, 0
+        return 100.0 * f1_total / count, 100.0 * em_total / count, count

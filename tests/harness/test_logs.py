@@ -1,0 +1,102 @@
+"""Reading LoadGen's detail log and the InstanceResult record."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from mlperf_mig.engines.backend import DeviceReport
+from mlperf_mig.errors import DatasetError
+from mlperf_mig.harness import InstanceResult, parse_detail_log
+from mlperf_mig.harness.result import AccuracyReport, invalid_reasons, latencies, throughput
+
+
+def _record(key: str, value: object, *, error: bool = False) -> str:
+    body = {"key": key, "value": value, "metadata": {"is_error": error, "is_warning": False}}
+    return ":::MLLOG " + json.dumps(body)
+
+
+@pytest.fixture(name="detail_log")
+def fixture_detail_log(tmp_path: Path) -> Path:
+    """A detail log of an INVALID Server run."""
+    lines = [
+        "garbage line that is not a record",
+        _record("result_validity", "INVALID"),
+        _record("result_scheduled_samples_per_sec", 1234.5),
+        _record("result_99.00_percentile_latency_ns", 20_000_000),
+        _record("result_mean_latency_ns", 5_000_000),
+        _record("result_min_duration_met", True),
+        _record("result_invalid_reason", "Reduce target QPS to improve latency. "),
+        _record("effective_target_qps", 1234),
+        _record("error_runtime", "something broke", error=True),
+        ':::MLLOG {"key": "cut short',
+    ]
+    path = tmp_path / "mlperf_log_detail.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_parse_detail_log_reads_records(detail_log: Path) -> None:
+    """Records become {key: value}; errors are also collected in order."""
+    records = parse_detail_log(detail_log.parent)
+    assert records["result_scheduled_samples_per_sec"] == 1234.5
+    assert records["errors"] == ["error_runtime: something broke"]
+
+
+def test_server_fields_from_records(detail_log: Path) -> None:
+    """Server throughput is the scheduled rate; reasons carry LoadGen's words and errors."""
+    records = parse_detail_log(detail_log)
+    assert throughput(records, "Server") == (1234.5, "scheduled samples/s")
+    assert latencies(records, "Server") == {"99.00": 20_000_000, "mean": 5_000_000}
+    assert invalid_reasons(records) == [
+        "Reduce target QPS to improve latency.",
+        "error_runtime: something broke",
+    ]
+
+
+def test_missing_detail_log_raises(tmp_path: Path) -> None:
+    """A folder without a detail log is reported, not parsed as empty."""
+    with pytest.raises(DatasetError, match="cannot read LoadGen detail log"):
+        parse_detail_log(tmp_path)
+
+
+def _result() -> InstanceResult:
+    return InstanceResult(
+        benchmark="bert",
+        loadgen_scenario="Offline",
+        mode="accuracy",
+        valid=True,
+        validity="",
+        invalid_reasons=(),
+        throughput=None,
+        throughput_unit="samples/s",
+        latency_ns={},
+        effective_settings={"min_duration_ms": 1000},
+        device=DeviceReport(backend="null", provider="null", device="cpu"),
+        log_dir="/tmp/x/accuracy",
+        user_conf="/tmp/x/user.conf",
+        target_source="calibration",
+        samples_completed=10,
+        failed_samples=0,
+        error=None,
+        synthetic_data=False,
+        accuracy=AccuracyReport(
+            metric="f1", value=91.0, target=89.9, meaningful=True, passed=True, sample_count=10
+        ),
+        wall_s=1.5,
+    )
+
+
+def test_result_round_trips_through_json() -> None:
+    """to_dict -> JSON -> from_dict gives back an equal result."""
+    result = _result()
+    assert InstanceResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+
+
+def test_result_pickles() -> None:
+    """Results cross process boundaries by pickle."""
+    result = _result()
+    assert pickle.loads(pickle.dumps(result)) == result

@@ -1,0 +1,86 @@
+"""One LoadGen test per spawned process with the null backend, in all four LoadGen scenarios."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from mlperf_mig.harness import InstanceResult, InstanceTask, SettingsSpec, run_instance
+from mlperf_mig.harness.logs import ACCURACY_LOG, DETAIL_LOG, SUMMARY_LOG
+
+SHORT = {"min_duration": 500}
+
+
+def _task(tmp_path: Path, benchmark: str, scenario: str, **overrides: float) -> InstanceTask:
+    return InstanceTask(
+        benchmark=benchmark,
+        loadgen_scenario=scenario,
+        outdir=tmp_path / "instance",
+        settings=SettingsSpec(overrides={**SHORT, **overrides}),
+        sample_count=256,
+    )
+
+
+def test_task_pickles(tmp_path: Path) -> None:
+    """Tasks are plain records that cross to spawned workers."""
+    task = _task(tmp_path, "resnet50", "Offline")
+    assert pickle.loads(pickle.dumps(task)) == task
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "scenario", "unit"),
+    [
+        ("resnet50", "Offline", "samples/s"),
+        ("bert", "Server", "scheduled samples/s"),
+        ("resnet50", "SingleStream", "samples/s (1 / p90 latency)"),
+        ("bert", "MultiStream", "samples/s (8 / p99 query latency)"),
+    ],
+)
+def test_null_backend_run_is_parsed(
+    in_child, tmp_path: Path, benchmark: str, scenario: str, unit: str
+) -> None:
+    """A short run writes the MLPerf logs and the result carries the parsed fields."""
+    result: InstanceResult = in_child(run_instance, _task(tmp_path, benchmark, scenario))
+    log_dir = tmp_path / "instance" / "performance"
+    for name in (DETAIL_LOG, SUMMARY_LOG, ACCURACY_LOG):
+        assert (log_dir / name).is_file()
+    assert not (log_dir / "mlperf_log_trace.json").stat().st_size  # trace off
+    assert result.validity in ("VALID", "INVALID")
+    assert result.throughput > 0 and result.throughput_unit == unit
+    assert result.latency_ns["99.00"] >= result.latency_ns["50.00"] > 0
+    assert result.effective_settings["min_duration_ms"] == 500
+    assert result.effective_settings["scenario"] == scenario
+    assert result.device.backend == "null"
+    assert result.samples_completed > 0 and result.error is None
+    assert result.target_source == "calibration"
+    assert Path(result.user_conf).read_text().startswith(f"{benchmark}.{scenario}.")
+
+
+def test_offline_target_from_override_is_used(in_child, tmp_path: Path) -> None:
+    """An explicit target beats calibration and is what LoadGen ran with."""
+    task = _task(tmp_path, "bert", "Offline", target_qps=20000)
+    result = in_child(run_instance, task)
+    assert result.target_source == "override"
+    assert result.effective_settings["target_qps"] == 20000
+
+
+def test_null_accuracy_run_says_not_meaningful(in_child, tmp_path: Path) -> None:
+    """An AccuracyOnly run on synthetic data reports that accuracy is not meaningful."""
+    result = in_child(run_instance, _accuracy_task(tmp_path))
+    assert result.mode == "accuracy" and result.valid
+    assert result.accuracy.meaningful is False and result.accuracy.passed is None
+    assert "synthetic data" in result.accuracy.note
+    assert (tmp_path / "instance" / "accuracy" / ACCURACY_LOG).stat().st_size > 100
+
+
+def _accuracy_task(tmp_path: Path) -> InstanceTask:
+    return InstanceTask(
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        mode="accuracy",
+        outdir=tmp_path / "instance",
+        settings=SettingsSpec(overrides=SHORT),
+        sample_count=32,
+    )
