@@ -12,8 +12,8 @@ Precisions, honestly (checked on the saved optimised graphs):
   it would run float convolutions on dequantized weights, slower than fp32
   (benchmarks/ortcpu_throughput.py --precision int8 measured 1.1-2.4 samples/s against 2.6-4.3
   for fp32 on the same loaded 2-core machine), so ResNet50 int8 is refused. fp16 is refused: the
-  CPU provider has no fp16 convolution/GEMM kernels on x86 and would cast back to fp32 behind
-  the user's back.
+  CPU provider has no fp16 convolution/GEMM kernels on x86; it inserts casts to fp32 (for
+  ResNet50 it folds the weights back to fp32 outright), so an "fp16" run would be fp32.
 - CUDA provider: fp32 and fp16. Q/DQ graphs would run as float with fake quantization, not as
   int8, so int8 is refused there (use TensorRT for int8 on a GPU).
 """
