@@ -16,6 +16,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from mlperf_mig.engines.backend import Backend
+from mlperf_mig.harness.samples import SampleLibrary, SampleSource, input_layouts
+from mlperf_mig.harness.sut import response_payload
+
 logger = logging.getLogger(__name__)
 
 OFFLINE_MARGIN = 1.5  # expect more than measured: a longer run, never a short one
@@ -40,8 +44,8 @@ def seconds_per_batch(infer: Callable[[np.ndarray], object], rows: np.ndarray) -
 
 
 def calibrated_target(
-    infer: Callable[[np.ndarray], object],
-    loaded_rows: int,
+    backend: Backend,
+    source: SampleSource,
     loadgen_scenario: str,
     *,
     batch_size: int,
@@ -49,27 +53,34 @@ def calibrated_target(
 ) -> float:
     """The target (QPS for Offline/Server, latency in ms for the stream scenarios).
 
-    `infer(rows)` runs one batch of library rows; rows 0..loaded_rows-1 are loaded.
+    Times the SUT's own batch path (library gather, backend, response payload) on the first
+    samples of `source`, loaded into a small library of their own.
     """
+    benchmark = source.benchmark
+    loaded = min(max(batch_size, samples_per_query, 8), source.total_count)
+    library = SampleLibrary.allocate(
+        input_layouts(benchmark), capacity=loaded, total_count=source.total_count
+    )
+    library.load(range(loaded), source)
+
+    def infer(rows: np.ndarray) -> np.ndarray:
+        return response_payload(benchmark, backend.run(library.gather(rows)))
+
     if loadgen_scenario in ("SingleStream", "MultiStream"):
         count = 1 if loadgen_scenario == "SingleStream" else samples_per_query
-        latency = seconds_per_batch(infer, _rows(count, loaded_rows, shuffled=True))
+        latency = seconds_per_batch(infer, _rows(count, loaded, shuffled=True))
         target = max(MIN_LATENCY_MS, STREAM_LATENCY_FACTOR * latency * 1e3)
     elif loadgen_scenario == "Offline":
-        capacity = batch_size / seconds_per_batch(
-            infer, _rows(batch_size, loaded_rows, shuffled=False)
-        )
-        target = min(OFFLINE_MARGIN * capacity, OFFLINE_CAP_QPS)
+        rows = _rows(batch_size, loaded, shuffled=False)
+        target = min(OFFLINE_MARGIN * batch_size / seconds_per_batch(infer, rows), OFFLINE_CAP_QPS)
     else:
-        capacity = batch_size / seconds_per_batch(
-            infer, _rows(batch_size, loaded_rows, shuffled=True)
-        )
-        target = min(SERVER_LOAD * capacity, SERVER_CAP_QPS)
+        rows = _rows(batch_size, loaded, shuffled=True)
+        target = min(SERVER_LOAD * batch_size / seconds_per_batch(infer, rows), SERVER_CAP_QPS)
     logger.info("calibrated %s target: %.4g", loadgen_scenario, target)
     return target
 
 
-def _rows(count: int, loaded_rows: int, *, shuffled: bool) -> np.ndarray:
+def _rows(count: int, loaded: int, *, shuffled: bool) -> np.ndarray:
     """Rows as the SUT sees them: consecutive for Offline batches, scattered otherwise."""
-    rows = np.arange(count, dtype=np.int64) % loaded_rows
+    rows = np.arange(count, dtype=np.int64) % loaded
     return rows[::-1].copy() if shuffled and count > 1 else rows

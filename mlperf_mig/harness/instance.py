@@ -154,7 +154,16 @@ def run_instance(
         )
         resolved = preliminary
         if calibrate:
-            resolved = _calibrated_settings(task, benchmark, source, library, runner, preliminary)
+            target = calibrated_target(
+                backend,
+                source,
+                task.loadgen_scenario,
+                batch_size=batch_size,
+                samples_per_query=int(preliminary.values.get("samples_per_query", 8)),
+            )
+            resolved = resolve_settings(
+                task.settings, benchmark, task.loadgen_scenario, calibrated_target=target
+            )
         conf_path = atomic_write_text(folder / "user.conf", resolved.conf_text())
         test_settings = load_test_settings(conf_path, resolved, lg)
         test_settings.mode = (
@@ -201,29 +210,6 @@ def _library_capacity(
     if resolved.loadgen_scenario == "MultiStream":
         extra = int(resolved.values.get("samples_per_query", 8))
     return min(performance_count + extra, source.total_count)
-
-
-def _calibrated_settings(
-    task: InstanceTask,
-    benchmark: Benchmark,
-    source: SampleSource,
-    library: SampleLibrary,
-    runner: BatchRunner,
-    preliminary: ResolvedSettings,
-) -> ResolvedSettings:
-    """Settings whose target was measured on the harness's own batch path."""
-    loaded = min(library.capacity, max(runner.batch_size, 8))
-    library.load(range(loaded), source)
-    target = calibrated_target(
-        runner.infer,
-        loaded,
-        task.loadgen_scenario,
-        batch_size=runner.batch_size,
-        samples_per_query=int(preliminary.values.get("samples_per_query", 8)),
-    )
-    return resolve_settings(
-        task.settings, benchmark, task.loadgen_scenario, calibrated_target=target
-    )
 
 
 def _start_test(
