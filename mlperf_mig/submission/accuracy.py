@@ -39,11 +39,6 @@ class AccuracyFigures:
             {"exact_match": float(self.values["exact_match"]), "f1": float(self.values["f1"])}
         )
 
-    def headline(self) -> float:
-        """Top-1 (%) for ResNet50, F1 for BERT: the value compared with the target."""
-        key = "accuracy" if self.model == "resnet" else "f1"
-        return float(self.values[key])
-
 
 def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

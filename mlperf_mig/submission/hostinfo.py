@@ -184,10 +184,12 @@ class GpuFacts:
         try:
             import pynvml
         except ImportError:
+            log.info("nvidia-ml-py is not installed: no GPU facts")
             return None
         try:
             pynvml.nvmlInit()
-        except pynvml.NVMLError:
+        except pynvml.NVMLError as exc:
+            log.info("NVML unavailable (%s): no GPU facts", exc)
             return None
         try:
             return first_matching_gpu(pynvml, gpu_name)

@@ -29,7 +29,7 @@ import attrs
 
 from mlperf_mig import __version__
 from mlperf_mig._io import atomic_write_json, atomic_write_text, ensure_writable_dir
-from mlperf_mig.errors import SubmissionError
+from mlperf_mig.errors import MlperfMigError, SubmissionError
 from mlperf_mig.registry.catalog import default_catalog
 from mlperf_mig.runner.results import InstanceRun, RunResult
 from mlperf_mig.submission import accuracy, readme, rules
@@ -117,11 +117,11 @@ def write_submission(
 ) -> SubmissionTree:
     """Write the submission tree of `run_dirs` under `outdir`; see the module docstring."""
     _check_arguments(run_dirs, division, submitter, bert_folder, version)
-    runs = [(Path(d), RunResult.load(d)) for d in run_dirs]
     override_fields = load_overrides(overrides)
     host_descriptions = load_host_descriptions(hosts)
+    runs, problems = _load_runs(run_dirs)
     sources = [s for run_dir, run in runs for s in _sources(run_dir, run, bert_folder)]
-    problems = _duplicate_problems(sources)
+    problems += _duplicate_problems(sources)
     for source in sources:
         problems += _source_problems(source, division, version)
     descriptions, description_problems = _system_descriptions(
@@ -155,6 +155,16 @@ def _check_arguments(
         )
     if not run_dirs:
         raise SubmissionError("no run folder given; pass the folders written by mlperf-mig run")
+
+
+def _load_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, RunResult]], list[str]]:
+    runs, problems = [], []
+    for run_dir in map(Path, run_dirs):
+        try:
+            runs.append((run_dir, RunResult.load(run_dir)))
+        except MlperfMigError as exc:
+            problems.append(str(exc))
+    return runs, problems
 
 
 def _sources(run_dir: Path, run: RunResult, bert_folder: str) -> list[ResultSource]:

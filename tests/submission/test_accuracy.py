@@ -34,7 +34,6 @@ def test_bert_line_matches_the_checker_pattern() -> None:
     figures = accuracy.AccuracyFigures(model="bert-99", values={"exact_match": 83.5, "f1": 90.9})
     assert figures.line() == '{"exact_match": 83.5, "f1": 90.9}'
     assert rules.ACCURACY_PATTERNS["bert-99"].match(figures.line()).group(1) == "90.9"
-    assert figures.headline() == 90.9
 
 
 def test_accuracy_txt_ends_with_the_hash_line() -> None:
@@ -44,3 +43,24 @@ def test_accuracy_txt_ends_with_the_hash_line() -> None:
     text = accuracy.accuracy_txt(figures, digest, "# note")
     assert text.splitlines() == ["accuracy=1.000%, good=1, total=100", "# note", f"hash={digest}"]
     assert rules.HASH_LINE.match(text.splitlines()[-1])
+
+
+def test_figures_from_the_harness_reports() -> None:
+    """ResNet50 top-1 becomes good/total; BERT takes exact_match from the report's extra."""
+    from mlperf_mig.harness.result import AccuracyReport
+    from mlperf_mig.submission.writer import accuracy_figures
+
+    top1 = AccuracyReport(metric="top1", value=75.0, target=75.7, meaningful=True, passed=False, sample_count=1000)
+    figures, note = accuracy_figures("resnet", top1)
+    assert (figures.line(), note) == ("accuracy=75.000%, good=750, total=1000", "")
+    f1 = AccuracyReport(
+        metric="f1", value=90.5, target=89.9, meaningful=True, passed=True, sample_count=10570,
+        extra={"exact_match": 83.2},
+    )
+    figures, _ = accuracy_figures("bert-99", f1)
+    assert figures.line() == '{"exact_match": 83.2, "f1": 90.5}'
+    synthetic = AccuracyReport(
+        metric="f1", value=None, target=89.9, meaningful=False, passed=None, sample_count=64,
+        note="synthetic data: there is no ground truth",
+    )
+    assert accuracy_figures("bert-99", synthetic) == (None, "# accuracy not reported: synthetic data: there is no ground truth")
