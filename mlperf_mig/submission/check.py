@@ -271,6 +271,10 @@ def _scenario_rule_problems(detail: DetailLog, model: str, division: str) -> lis
         found = detail.get("effective_min_query_count") or 0
         if required and found < required:
             problems.append(f"min_query_count is {found}; the checker needs >= {required}")
+    validity = detail.get("result_validity")
+    if division == "closed" and validity != "VALID":
+        reason = str(detail.get("result_invalid_reason") or "").strip()
+        problems.append(f"closed division needs a VALID LoadGen result, the log says {validity} {reason}".strip())
     per_query = detail.get("effective_samples_per_query") or 0
     minimum = rules.OFFLINE_MIN_SAMPLES_PER_QUERY[model]
     if scenario == "Offline" and division == "closed" and per_query < minimum:

@@ -157,6 +157,12 @@ def test_closed_tree_with_overrides(real_run: Path, tmp_path: Path, overrides_fi
     assert problems == ["closed division needs the scenarios SingleStream, MultiStream as well"]
 
 
+def test_closed_division_refuses_invalid_results(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A LoadGen result that is not VALID is refused for the closed division."""
+    with pytest.raises(SubmissionError, match="closed division needs a VALID LoadGen result"):
+        write_submission([runs["unified"]], division="closed", submitter="Acme", outdir=tmp_path / "S")
+
+
 def test_host_description_fills_undetectable_fields(runs: dict[str, Path], tmp_path: Path) -> None:
     """A host description that matches the host fills cooling and networking."""
     hosts = tmp_path / "hosts"
