@@ -18,6 +18,7 @@ import attrs
 from mlperf_mig._io import atomic_write_text, ensure_writable_dir
 from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend
+from mlperf_mig.engines.spec import EngineSpec
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness import accuracy, datasets
 from mlperf_mig.harness.calibration import calibrated_target
@@ -66,7 +67,7 @@ class InstanceTask:
     loadgen_scenario: str = attrs.field(converter=normalize_loadgen_scenario)
     outdir: str = attrs.field(converter=os.fspath)
     mode: str = attrs.field(default="performance", validator=attrs.validators.in_(MODES))
-    engine: Any = None
+    engine: EngineSpec | None = None
     cache_dir: str | None = attrs.field(
         default=None, converter=attrs.converters.optional(os.fspath)
     )
@@ -100,18 +101,17 @@ def open_task_backend(task: InstanceTask, benchmark: Benchmark) -> Backend:
 
 def weights_are_synthetic(task: InstanceTask) -> bool:
     """True unless the engine was built from a model file the user passed."""
-    if task.engine is None:
+    if task.engine is None or task.engine.backend == "null":
         return True
-    return bool(getattr(task.engine, "synthetic_weights", True))
+    return task.engine.model_path is None
 
 
 def batch_size_of(task: InstanceTask) -> int:
     """Explicit batch size, else the engine recipe's largest, else a per-scenario default."""
     if task.batch_size:
         return task.batch_size
-    sizes = getattr(task.engine, "batch_sizes", None)
-    if sizes:
-        return max(sizes) if task.loadgen_scenario != "SingleStream" else 1
+    if task.engine is not None:
+        return 1 if task.loadgen_scenario == "SingleStream" else task.engine.max_batch_size
     return DEFAULT_BATCH[task.loadgen_scenario]
 
 

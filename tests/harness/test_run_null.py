@@ -84,3 +84,44 @@ def _accuracy_task(tmp_path: Path) -> InstanceTask:
         settings=SettingsSpec(overrides=SHORT),
         sample_count=32,
     )
+
+
+def _run_with_failing_backend(task: InstanceTask) -> InstanceResult:
+    from mlperf_mig.engines.null import NullBackend
+
+    def fail(self, feeds):
+        raise RuntimeError("device lost")
+
+    NullBackend.run = fail
+    return run_instance(task)
+
+
+def test_backend_failure_completes_the_run_and_fails_it(in_child, tmp_path: Path) -> None:
+    """A backend that raises still lets LoadGen finish; the result is failed with the error."""
+    task = _task(tmp_path, "resnet50", "Server", target_qps=200)
+    result: InstanceResult = in_child(_run_with_failing_backend, task)
+    assert result.failed and not result.valid
+    assert result.error == "RuntimeError: device lost"
+    assert result.failed_samples == result.samples_completed > 0
+    assert result.invalid_reasons[0].startswith("backend failed on")
+
+
+def test_unwritable_outdir_raises(tmp_path: Path) -> None:
+    """An output folder under a regular file cannot be created: OutputDirError, before LoadGen."""
+    from mlperf_mig.errors import OutputDirError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(OutputDirError, match="cannot be written"):
+        run_instance(_task(blocker / "sub", "resnet50", "Offline"))
+
+
+def test_stray_audit_config_is_refused(tmp_path: Path) -> None:
+    """An audit.config in the log folder would change LoadGen's settings silently: refused."""
+    from mlperf_mig.errors import SettingsError
+
+    log_dir = tmp_path / "instance" / "performance"
+    log_dir.mkdir(parents=True)
+    (log_dir / "audit.config").write_text("")
+    with pytest.raises(SettingsError, match=r"audit\.config"):
+        run_instance(_task(tmp_path, "resnet50", "Offline"))
