@@ -29,7 +29,12 @@ def add_commands(subparsers: Any) -> None:
             "or check a tree (`mlperf-mig submission check DIR`)."
         ),
     )
-    parser.add_argument("paths", nargs="*", metavar="RUN_DIR | check DIR")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="RUN_DIR | check DIR",
+        help="run folders written by `mlperf-mig run`, or the word check and a submission folder",
+    )
     parser.add_argument("--division", help="closed or open")
     parser.add_argument("--submitter", help="organisation name (the submitter folder)")
     parser.add_argument("--outdir", help="root of the submission tree to write")

@@ -8,6 +8,7 @@ for MIG slices; synthetic weights or data make accuracy meaningless.
 from __future__ import annotations
 
 import platform
+import socket
 from typing import Any
 
 from mlperf_mig import __version__
@@ -58,6 +59,13 @@ def system_notes(run: RunResult, instance: InstanceRun | None) -> list[str]:
         )
     else:
         notes.append(f"MIG layout {run.layout} measured with one LoadGen for the whole layout")
+    ran_on = sorted({instance.host} if instance is not None and instance.host else set(run.hosts))
+    here = socket.gethostname()
+    if ran_on and ran_on != [here]:
+        notes.append(
+            f"Host facts were detected on {here}, the run ran on {', '.join(ran_on)}: the host "
+            "fields describe this machine unless the overrides file says otherwise"
+        )
     return notes
 
 

@@ -220,3 +220,13 @@ def test_same_result_twice_is_refused(runs: dict[str, Path], tmp_path: Path) -> 
     """Two runs that would write the same result folder are refused."""
     with pytest.raises(SubmissionError, match="both give"):
         write_submission([runs["unified"]] * 2, division="open", submitter="Acme", outdir=tmp_path)
+
+
+def test_run_from_another_host_is_noted(runs: dict[str, Path], tmp_path: Path) -> None:
+    """When the run ran on another host, hw_notes says where the host facts were detected."""
+    run_dir = shutil.copytree(runs["unified"], tmp_path / "run")
+    data = json.loads((run_dir / "results.json").read_text())
+    data["hosts"] = ["vm-7"]
+    (run_dir / "results.json").write_text(json.dumps(data))
+    tree = write_submission([run_dir], division="open", submitter="Acme", outdir=tmp_path / "S")
+    assert "the run ran on vm-7" in _system(tmp_path / "S", tree.results[0])["hw_notes"]
