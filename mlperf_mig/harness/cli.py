@@ -1,0 +1,160 @@
+"""`mlperf-mig harness`: one LoadGen test of one instance in this process, without MIG."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from mlperf_mig.errors import SettingsError
+
+_BACKENDS = "onnxruntime, tensorrt, null or auto"
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "harness",
+        help="run one LoadGen test on this machine (one instance, no MIG) and print the result",
+        description=(
+            "Run one MLPerf LoadGen test of ResNet50 or BERT in this process: settings from a "
+            "preset, a user.conf and --set overrides; MLPerf logs under OUTDIR/<mode>/; the "
+            "result parsed from mlperf_log_detail.txt."
+        ),
+    )
+    parser.add_argument("--benchmark", required=True, help="resnet50 or bert")
+    parser.add_argument(
+        "--loadgen-scenario",
+        required=True,
+        help="Offline, Server, SingleStream or MultiStream (the MLPerf scenario, not a MIG layout)",
+    )
+    parser.add_argument(
+        "--backend", default="onnxruntime", help=f"{_BACKENDS} (default onnxruntime)"
+    )
+    parser.add_argument("--preset", default="quick", help="quick or submission (default quick)")
+    parser.add_argument("--outdir", required=True, help="folder for the logs and the user.conf")
+    parser.add_argument("--mode", default="performance", choices=("performance", "accuracy"))
+    parser.add_argument("--variant", default="full", choices=("full", "tiny"), help="model size")
+    parser.add_argument(
+        "--precision", default=None, help="fp32, fp16 or int8 (default: the backend's)"
+    )
+    parser.add_argument(
+        "--model", default=None, help="an ONNX model file instead of the generated graph"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads of the backend")
+    parser.add_argument("--user-conf", default=None, help="a user.conf with LoadGen settings")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a LoadGen setting in user.conf keys and units, e.g. min_duration=5000 (repeatable)",
+    )
+    parser.add_argument(
+        "--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)"
+    )
+    parser.add_argument("--vocab", default=None, help="vocab.txt for SQuAD (default: next to it)")
+    parser.add_argument(
+        "--sample-count", type=int, default=None, help="use the first N samples of the dataset"
+    )
+    parser.add_argument(
+        "--profile", default=None, help="MIG profile whose target to use, e.g. 2g.20gb"
+    )
+    parser.add_argument("--cache-dir", default=None, help="model and engine cache folder")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=_run)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, float]:
+    """`["min_duration=5000"]` -> `{"min_duration": 5000}`; SettingsError on malformed pairs."""
+    overrides: dict[str, float] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not sep or not key.strip() or number is None:
+            raise SettingsError(f"--set {pair!r}: expected KEY=NUMBER, e.g. min_duration=5000")
+        overrides[key.strip()] = int(number) if number.is_integer() else number
+    return overrides
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    if args.backend == "null":
+        return None
+    from mlperf_mig.engines import EngineSpec
+
+    return EngineSpec.create(
+        args.benchmark,
+        backend=args.backend,
+        precision=args.precision,
+        variant=args.variant,
+        model_path=args.model,
+        loadgen_scenario=args.loadgen_scenario,
+        cache_dir=args.cache_dir,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from mlperf_mig.harness import InstanceTask, SettingsSpec, run_instance
+
+    task = InstanceTask(
+        benchmark=args.benchmark,
+        loadgen_scenario=args.loadgen_scenario,
+        outdir=args.outdir,
+        mode=args.mode,
+        engine=_engine(args),
+        cache_dir=args.cache_dir,
+        threads=args.threads,
+        settings=SettingsSpec(
+            preset=args.preset,
+            overrides=parse_overrides(args.set),
+            user_conf=args.user_conf,
+            profile=args.profile,
+        ),
+        dataset=args.dataset,
+        vocab=args.vocab,
+        sample_count=args.sample_count,
+    )
+    result = run_instance(task)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else summary(result))
+    return 1 if result.failed else 0
+
+
+def summary(result: Any) -> str:
+    """The result as a short two-column table."""
+    from mlperf_mig._table import text_table
+
+    device = result.device
+    rows = [
+        {"field": "run", "value": f"{result.benchmark} {result.loadgen_scenario} {result.mode}"},
+        {"field": "device", "value": f"{device.backend} {device.provider} {device.device}"},
+    ]
+    if result.mode == "performance":
+        rows.append({"field": "validity", "value": result.validity})
+        if result.throughput is not None:
+            rows.append(
+                {
+                    "field": "throughput",
+                    "value": f"{result.throughput:,.2f} {result.throughput_unit}",
+                }
+            )
+        for percentile in ("50.00", "90.00", "99.00"):
+            if percentile in result.latency_ns:
+                ms = result.latency_ns[percentile] / 1e6
+                rows.append({"field": f"latency p{percentile[:2]}", "value": f"{ms:,.3f} ms"})
+    if result.accuracy is not None:
+        rows.append({"field": "accuracy", "value": _accuracy_text(result.accuracy)})
+    rows.append({"field": "target from", "value": result.target_source})
+    rows.extend({"field": "reason", "value": reason} for reason in result.invalid_reasons)
+    rows.append({"field": "logs", "value": result.log_dir})
+    return text_table(rows, ["field", "value"])
+
+
+def _accuracy_text(report: Any) -> str:
+    if report.value is None:
+        return f"{report.metric}: - ({report.note})"
+    text = f"{report.metric} {report.value:.3f} (target {report.target:.3f})"
+    if report.meaningful:
+        return f"{text}: {'PASS' if report.passed else 'FAIL'}"
+    return f"{text}: {report.note}"
