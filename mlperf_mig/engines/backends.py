@@ -32,9 +32,6 @@ class BackendInfo:
     reason: str | None  # why it cannot run; None when it can
     version: str | None
 
-    def to_dict(self) -> dict[str, object]:
-        return attrs.asdict(self)
-
 
 def backend_class(name: str) -> type[Backend]:
     """The class of backend `name`; raises BackendUnavailableError for unknown or missing ones."""
