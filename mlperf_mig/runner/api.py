@@ -69,7 +69,7 @@ def run(
     options:          variant ("full"/"tiny"), precision, shared (time-share a GPU without MIG),
                       emulate (CPU partitions even with a GPU), accuracy (run the accuracy test
                       too, default True), settings ({user.conf key: value}), user_conf, dataset,
-                      vocab, sample_count, model_path, cache_dir, timeout_s (per LoadGen test),
+                      vocab, sample_count, batch_size, model_path, cache_dir, timeout_s (per LoadGen test),
                       worker_target ("module:function", for tests), nvml_source, cpus.
     """
     from mlperf_mig.runner.execute import execute

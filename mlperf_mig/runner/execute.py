@@ -158,6 +158,7 @@ def _task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: Any, thr
         dataset=plan.dataset,
         vocab=plan.vocab,
         sample_count=plan.sample_count,
+        batch_size=plan.batch_size,
     )
 
 
@@ -284,7 +285,8 @@ def _unified_round(
     )
     layouts, capacity = _sample_capacity(plan, layout_task)
     batch_sizes = {
-        slot.name: _batch_size(specs[plan.engine_of[slot.name]], plan.loadgen_scenario)
+        slot.name: plan.batch_size
+        or _batch_size(specs[plan.engine_of[slot.name]], plan.loadgen_scenario)
         for slot in plan.slots
     }
     names = [LAYOUT_FOLDER, *(slot.name for slot in plan.slots)]
@@ -385,7 +387,7 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     outdir = ensure_writable_dir(plan.outdir)
     stream = (sys.stderr if progress is True else progress) or None
     atomic_write_json(outdir / "plan.json", plan.to_dict())
-    started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     began = time.monotonic()
     specs = _build_engines(plan, outdir, stream)
     names = [slot.name for slot in plan.slots]

@@ -67,6 +67,7 @@ class RunPlan:
     dataset: str | None
     vocab: str | None
     sample_count: int | None
+    batch_size: int | None  # None: the engine recipe's
     model_path: str | None
     cache_dir: str | None
     accuracy: bool
@@ -104,6 +105,7 @@ class RunPlan:
             "user_conf": _file_digest(self.user_conf),
             "dataset": self.dataset,
             "sample_count": self.sample_count,
+            "batch_size": self.batch_size,
             "model_path": _file_digest(self.model_path),
             "gpu": self.gpu,
             "target": self.target.kind,
@@ -269,6 +271,7 @@ def make_plan(
     dataset: str | os.PathLike[str] | None = None,
     vocab: str | os.PathLike[str] | None = None,
     sample_count: int | None = None,
+    batch_size: int | None = None,
     model_path: str | os.PathLike[str] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
@@ -324,6 +327,7 @@ def make_plan(
         dataset=_optional_path(dataset),
         vocab=_optional_path(vocab),
         sample_count=sample_count,
+        batch_size=batch_size,
         model_path=_optional_path(model_path),
         cache_dir=_optional_path(cache_dir),
         accuracy=accuracy,

@@ -279,9 +279,10 @@ def _calibrates(task: Any, benchmark: Any) -> bool:
     )
 
 
-def _collect_targets(job: CoordinatorJob, timeout_s: float) -> list[float | None]:
-    """Each worker's calibrated target (or None), sent before it waits at the barrier."""
-    targets: list[float | None] = [None] * len(job.links)
+def _collect_targets(job: CoordinatorJob, timeout_s: float) -> dict[int, float | None]:
+    """Each worker's calibrated target (None when it calibrated nothing), sent before it waits
+    at the barrier; a worker missing from the answer died or did not report in time."""
+    targets: dict[int, float | None] = {}
     waiting = dict(enumerate(job.links))
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
@@ -331,7 +332,7 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
     source = datasets.open_source(task, benchmark)
     targets = _collect_targets(job, job.ready_timeout_s)
     calibrated = (
-        combined_target(task.loadgen_scenario, targets)
+        combined_target(task.loadgen_scenario, list(targets.values()))
         if _calibrates(task, benchmark)
         else None
     )
@@ -362,8 +363,8 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
             progress(dispatcher.completed)
 
     dispatcher = Dispatcher(job.links, job.weights, batch_size=job.batch_size, complete=complete)
-    for i, target in enumerate(targets):
-        if target is None:
+    for i in range(len(job.links)):
+        if i not in targets:
             dispatcher.worker_died(i)
     receiver = _Receiver(job.links, dispatcher)
 

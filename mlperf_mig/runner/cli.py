@@ -1,0 +1,200 @@
+"""Sub-commands of the runner: run, plan, sweep, report, aggregate.
+
+Thin over the notebook API. Progress goes to stderr, the final table to stdout. Exit codes:
+0 every worker finished, 1 a worker crashed, raised or hung (its row says which), 2 bad input
+(one line, from mlperf_mig.cli), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from mlperf_mig.errors import NameParseError, SettingsError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+def _scenario(text: str) -> int | str:
+    """A study layout number stays an int; anything else is a layout string or system ID."""
+    stripped = text.strip()
+    return int(stripped) if stripped.lstrip("+-").isdigit() else stripped
+
+
+def _scenarios(values: list[str]) -> list[int | str]:
+    """'1-8', '1,3,7' and layout strings, in order."""
+    result: list[int | str] = []
+    for value in values:
+        for part in value.split(","):
+            low, dash, high = part.partition("-")
+            if dash and low.isdigit() and high.isdigit():
+                result.extend(range(int(low), int(high) + 1))
+            elif part:
+                result.append(_scenario(part))
+    if not result:
+        raise NameParseError("--scenarios is empty; pass study layouts such as 1-8 or 1,6,7")
+    return result
+
+
+def _overrides(pairs: list[str]) -> dict[str, float]:
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not sep or not key or number is None:
+            raise SettingsError(
+                f"--set {pair!r} is not KEY=NUMBER (user.conf keys and units, e.g. min_duration=5000)"
+            )
+        settings[key.strip()] = int(number) if number.is_integer() else number
+    return settings
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)")
+    parser.add_argument(
+        "--loadgen-scenario", default="Offline",
+        help="MLPerf LoadGen scenario: Offline, Server, SingleStream, MultiStream (default Offline)",
+    )
+    parser.add_argument("--mode", default="independent", choices=("independent", "unified"),
+                        help="independent: one LoadGen per instance (summed); unified: one LoadGen for the layout")
+    parser.add_argument("--backend", default="auto", help="auto, tensorrt, onnxruntime or null (default auto)")
+    parser.add_argument("--preset", default="quick", help="quick or submission (default quick)")
+    parser.add_argument("--variant", default="full", choices=("full", "tiny"), help="model size (default full)")
+    parser.add_argument("--precision", default=None, help="fp32, fp16 or int8 (default: the backend's)")
+    parser.add_argument("--gpu", default=None, help="GPU to emulate without a GPU (default A100-SXM4-80GB)")
+    parser.add_argument("--shared", action="store_true",
+                        help="on a GPU without MIG, let the instances time-share it (labelled shared)")
+    parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
+    parser.add_argument("--no-accuracy", action="store_true", help="skip the accuracy run")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="LoadGen setting in user.conf keys and units, e.g. min_duration=5000; repeatable")
+    parser.add_argument("--user-conf", default=None, help="a user.conf file with LoadGen settings")
+    parser.add_argument("--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)")
+    parser.add_argument("--vocab", default=None, help="vocab.txt for SQuAD")
+    parser.add_argument("--model", default=None, help="an ONNX model file instead of the generated graph")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before a worker counts as hung")
+    parser.add_argument("--outdir", default=None, help="output folder (default: a new timestamped folder here)")
+    parser.add_argument("--worker-target", default=None, help=argparse.SUPPRESS)  # tests inject faults
+    parser.add_argument("--nvml-state", default=None, metavar="FILE",
+                        help="use a recorded NVML state (from `mlperf-mig detect --record FILE`) instead of this machine's GPUs")
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "benchmark": args.benchmark,
+        "loadgen_scenario": args.loadgen_scenario,
+        "mode": args.mode,
+        "backend": args.backend,
+        "preset": args.preset,
+        "gpu": args.gpu,
+        "outdir": args.outdir,
+        "variant": args.variant,
+        "precision": args.precision,
+        "shared": args.shared,
+        "emulate": args.emulate,
+        "accuracy": not args.no_accuracy,
+        "settings": _overrides(args.set),
+        "user_conf": args.user_conf,
+        "dataset": args.dataset,
+        "vocab": args.vocab,
+        "model_path": args.model,
+        "timeout_s": args.timeout,
+        "nvml_source": _nvml_source(args.nvml_state),
+        "worker_target": args.worker_target,
+    }
+
+
+def _nvml_source(path: str | None) -> Any:
+    if path is None:
+        return None
+    from mlperf_mig.registry import RecordedNvml
+
+    return RecordedNvml.from_file(path)
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register run, plan, sweep, report and aggregate on the `mlperf-mig` parser."""
+    scenario_help = (
+        "the study's MIG layout 1-8, a layout such as 3x2g.20gb+1g.10gb, or a system ID "
+        "(default 7; the LoadGen scenario is --loadgen-scenario)"
+    )
+    parser = subparsers.add_parser("run", help="run a benchmark on every instance of a MIG layout at once")
+    parser.add_argument("--scenario", type=_scenario, default=7, help=scenario_help)
+    _run_options(parser)
+    parser.add_argument("--json", action="store_true", help="print results.json instead of the table")
+    parser.set_defaults(handler=_run)
+
+    parser = subparsers.add_parser("plan", help="show what `run` would do, without running anything")
+    parser.add_argument("--scenario", type=_scenario, default=7, help=scenario_help)
+    _run_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.set_defaults(handler=_plan)
+
+    parser = subparsers.add_parser("sweep", help="run several MIG layouts one after the other; table and chart")
+    parser.add_argument("--scenarios", nargs="+", default=["1-8"],
+                        help="study layouts (1-8, 1,6,7) or layout strings (default 1-8)")
+    _run_options(parser)
+    parser.add_argument("--no-resume", action="store_true", help="run every layout again")
+    parser.set_defaults(handler=_sweep)
+
+    parser = subparsers.add_parser("report", help="print the results of a run or sweep folder")
+    parser.add_argument("folder", metavar="DIR", help="a run folder (results.json) or a sweep folder")
+    parser.add_argument("--markdown", action="store_true", help="Markdown instead of a text table")
+    parser.set_defaults(handler=_report)
+
+    parser = subparsers.add_parser(
+        "aggregate", help="combine run folders from several hosts (one instance per VM) into one result"
+    )
+    parser.add_argument("folders", metavar="DIR", nargs="+", help="run folders with results.json")
+    parser.add_argument("--outdir", default=None, help="write the combined results.json here")
+    parser.add_argument("--markdown", action="store_true", help="Markdown instead of a text table")
+    parser.set_defaults(handler=_aggregate)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from mlperf_mig.runner.api import run
+
+    result = run(args.scenario, **_options(args))
+    print(result.to_json() if args.json else result.table())
+    print(f"results: {Path(result.outdir) / 'results.json'}", file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from mlperf_mig.runner.api import plan
+
+    the_plan = plan(args.scenario, **_options(args))
+    print(json.dumps(the_plan.to_dict(), indent=2) if args.json else the_plan.table())
+    return EXIT_OK
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from mlperf_mig.runner.api import sweep
+
+    options = _options(args)
+    result = sweep(_scenarios(args.scenarios), resume=not args.no_resume, **options)
+    print(result.table())
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _report(args: argparse.Namespace) -> int:
+    from mlperf_mig.runner.sweep import load_report
+
+    report = load_report(args.folder)
+    print(report.to_markdown() if args.markdown else report.table())
+    return EXIT_OK
+
+
+def _aggregate(args: argparse.Namespace) -> int:
+    from mlperf_mig.runner.api import aggregate
+
+    result = aggregate(args.folders, outdir=args.outdir)
+    print(result.to_markdown() if args.markdown else result.table())
+    return EXIT_OK if result.ok else EXIT_FAILED

@@ -1,0 +1,292 @@
+"""Sweeps: several MIG layouts one after the other, the table of all of them and the chart.
+
+The chart is the seed study's figure: one bar per layout with the total throughput, stacked by
+instance. It is drawn with matplotlib's object API on an Agg canvas (no pyplot, so a notebook's
+backend is left alone) and saved as PNG and SVG. matplotlib is optional: without it the sweep
+still runs and says that the chart was not drawn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from mlperf_mig._io import atomic_write_json, ensure_writable_dir
+from mlperf_mig._table import markdown_table, text_table
+from mlperf_mig.errors import MlperfMigError, OutputDirError
+from mlperf_mig.runner.placement import ScenarioSpec
+from mlperf_mig.runner.plan import default_outdir, make_plan
+from mlperf_mig.runner.results import (
+    EMULATED_LABEL,
+    RESULTS_FILE,
+    SUM_LABEL,
+    UNIFIED_LABEL,
+    RunResult,
+    html_table,
+    require_pandas,
+)
+
+log = logging.getLogger(__name__)
+
+SWEEP_FILE = "sweep.json"
+CHART_NAME = "throughput"
+_COLUMNS = ("scenario", "layout", "target", "instances", "total", "unit", "all valid", "vs scenario 1")
+
+
+def layout_folder(scenario: ScenarioSpec) -> str:
+    """`scenario-7` for a study layout, `layout-3x2g.20gb-1g.10gb` for anything else."""
+    if isinstance(scenario, int):
+        return f"scenario-{scenario}"
+    text = scenario if isinstance(scenario, str) else "+".join(scenario)
+    return "layout-" + re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
+
+
+@attrs.frozen(kw_only=True)
+class SweepResult:
+    """The runs of a sweep, the table of all layouts and the chart files."""
+
+    runs: tuple[RunResult, ...] = attrs.field(converter=tuple)
+    outdir: str
+    resumed: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    chart_png: str | None = None
+    chart_svg: str | None = None
+    chart_note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(run.ok for run in self.runs)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [run.summary_row() for run in self.runs]
+
+    def _notes(self) -> list[str]:
+        notes = []
+        if any(run.mode == "independent" for run in self.runs):
+            notes.append(f"totals of independent runs: {SUM_LABEL}")
+        if any(run.mode == "unified" for run in self.runs):
+            notes.append(f"unified totals: {UNIFIED_LABEL}")
+        if any(run.emulated for run in self.runs):
+            notes.append(EMULATED_LABEL)
+        if self.resumed:
+            notes.append(f"resumed from disk: {', '.join(self.resumed)}")
+        if self.chart_png:
+            notes.append(f"chart: {self.chart_png} and {self.chart_svg}")
+        elif self.chart_note:
+            notes.append(self.chart_note)
+        return notes
+
+    def title(self) -> str:
+        if not self.runs:
+            return "empty sweep"
+        first = self.runs[0]
+        where = f"{first.gpu} [emulated]" if first.emulated else first.gpu
+        return (
+            f"sweep: {first.benchmark} {first.loadgen_scenario} (LoadGen scenario) on {where}, "
+            f"{first.mode} mode, backend {first.backend}"
+        )
+
+    def table(self) -> str:
+        return "\n".join(
+            [self.title(), text_table(self.rows(), _COLUMNS), *(f"note: {n}" for n in self._notes())]
+        )
+
+    def to_markdown(self) -> str:
+        notes = "\n".join(f"- {n}" for n in self._notes())
+        return f"**{self.title()}**\n\n{markdown_table(self.rows(), _COLUMNS)}\n\n{notes}\n"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self._notes())
+        return f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), _COLUMNS)}<ul>{notes}</ul>"
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_pandas(self) -> Any:
+        """One row per layout (needs pandas)."""
+        return require_pandas().DataFrame(self.rows())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": [os.path.relpath(run.outdir, self.outdir) for run in self.runs],
+            "outdir": self.outdir,
+            "resumed": list(self.resumed),
+            "chart_png": self.chart_png,
+            "chart_svg": self.chart_svg,
+            "chart_note": self.chart_note,
+        }
+
+    def save(self) -> Path:
+        return atomic_write_json(Path(self.outdir) / SWEEP_FILE, self.to_dict())
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> SweepResult:
+        """Read a sweep folder: sweep.json and the results.json of every layout in it."""
+        path = Path(folder)
+        try:
+            data = json.loads((path / SWEEP_FILE).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise OutputDirError(f"{str(path)!r} holds no readable {SWEEP_FILE} ({exc})") from None
+        runs = [RunResult.load(path / sub) for sub in data["runs"]]
+        return cls(
+            runs=runs,
+            outdir=str(path),
+            resumed=data.get("resumed", ()),
+            chart_png=data.get("chart_png"),
+            chart_svg=data.get("chart_svg"),
+            chart_note=data.get("chart_note"),
+        )
+
+
+def load_report(folder: str | os.PathLike[str]) -> RunResult | SweepResult:
+    """A run folder (results.json) or a sweep folder (sweep.json)."""
+    path = Path(folder)
+    if (path / RESULTS_FILE).is_file():
+        return RunResult.load(path)
+    if (path / SWEEP_FILE).is_file():
+        return SweepResult.load(path)
+    raise OutputDirError(
+        f"{str(path)!r} holds neither {RESULTS_FILE} nor {SWEEP_FILE}; pass a folder written by "
+        "mlperf-mig run or sweep"
+    )
+
+
+# --- chart -------------------------------------------------------------------------------------------
+def _stack_values(run: RunResult) -> list[tuple[str, float]]:
+    """(profile, throughput) of each instance: measured (independent) or served share (unified)."""
+    if run.mode == "unified":
+        total = run.total_throughput or 0.0
+        served = sum(i.dispatched_samples or 0 for i in run.instances) or 1
+        return [(i.profile, total * (i.dispatched_samples or 0) / served) for i in run.instances]
+    return [(i.profile, i.throughput or 0.0) for i in run.instances]
+
+
+def _bar_label(run: RunResult) -> str:
+    head = f"S{run.scenario}" if run.scenario is not None else "layout"
+    return f"{head}\n" + run.layout.replace("+", "+\n")
+
+
+def save_chart(runs: Sequence[RunResult], folder: Path) -> tuple[Path, Path]:
+    """Draw the stacked bar chart of `runs` into folder/throughput.{png,svg}."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(max(6.0, 1.3 * len(runs) + 2.0), 5.0), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+    profiles = sorted({i.profile for run in runs for i in run.instances})
+    colour = {p: palette[k % len(palette)] for k, p in enumerate(profiles)}
+    labelled: set[str] = set()
+    for x, run in enumerate(runs):
+        bottom = 0.0
+        for profile, value in _stack_values(run):
+            label = profile if profile not in labelled else None
+            labelled.add(profile)
+            axes.bar(x, value, bottom=bottom, color=colour[profile], edgecolor="white", label=label)
+            bottom += value
+        change = run.change_vs_baseline
+        text = f"{bottom:,.0f}" + (f"\n{change:+.1%}" if change is not None and run.scenario != 1 else "")
+        axes.annotate(text, (x, bottom), ha="center", va="bottom", fontsize=8)
+    axes.set_xticks(range(len(runs)), [_bar_label(run) for run in runs], fontsize=7)
+    first = runs[0]
+    axes.set_ylabel(first.throughput_unit)
+    emulated = " [emulated on CPU]" if first.emulated else ""
+    axes.set_title(
+        f"{first.benchmark} {first.loadgen_scenario}: total throughput per MIG layout, "
+        f"stacked by instance ({first.gpu}{emulated})",
+        fontsize=9,
+    )
+    axes.legend(title="MIG profile", fontsize=7, title_fontsize=8)
+    note = SUM_LABEL if first.mode == "independent" else UNIFIED_LABEL
+    figure.text(0.01, 0.005, note, fontsize=6, color="#555555")
+    png, svg = folder / f"{CHART_NAME}.png", folder / f"{CHART_NAME}.svg"
+    figure.savefig(png, dpi=120)
+    figure.savefig(svg)
+    return png, svg
+
+
+def _chart(runs: Sequence[RunResult], folder: Path) -> tuple[str | None, str | None, str | None]:
+    drawable = [run for run in runs if run.total_throughput is not None]
+    if not drawable:
+        return None, None, "no layout produced a throughput: no chart"
+    try:
+        png, svg = save_chart(drawable, folder)
+    except ImportError:
+        note = "chart not drawn: matplotlib is not installed (pip install matplotlib)"
+        log.warning(note)
+        return None, None, note
+    return str(png), str(svg), None
+
+
+# --- the sweep ---------------------------------------------------------------------------------------
+def _resumable(folder: Path, plan: Any) -> RunResult | None:
+    """The finished run in `folder` when it was made with the same settings and layout."""
+    if not (folder / RESULTS_FILE).is_file():
+        return None
+    try:
+        previous = RunResult.load(folder)
+    except MlperfMigError as exc:
+        log.warning("not resuming %s: %s", folder, exc)
+        return None
+    same = previous.settings_key == plan.settings_key and previous.layout == plan.layout
+    return previous if same and previous.ok else None
+
+
+def _with_baseline(runs: list[RunResult]) -> list[RunResult]:
+    """Every run gets the change against the sweep's own scenario 1, when it has one."""
+    base = next((r for r in runs if r.scenario == 1 and r.ok), None)
+    if base is None or base.total_throughput is None:
+        return runs
+    updated = []
+    for run in runs:
+        run = attrs.evolve(
+            run, baseline_throughput=base.total_throughput, baseline_source=base.outdir
+        )
+        run.save()
+        updated.append(run)
+    return updated
+
+
+def run_sweep(
+    scenarios: Iterable[ScenarioSpec],
+    *,
+    outdir: str | os.PathLike[str] | None,
+    resume: bool,
+    chart: bool,
+    progress: bool | TextIO,
+    **options: Any,
+) -> SweepResult:
+    """See mlperf_mig.sweep."""
+    from mlperf_mig.runner.execute import execute
+
+    folder = ensure_writable_dir(outdir if outdir is not None else default_outdir("sweep"))
+    runs: list[RunResult] = []
+    resumed: list[str] = []
+    for scenario in scenarios:
+        sub = folder / layout_folder(scenario)
+        plan = make_plan(scenario, outdir=sub, **options)
+        previous = _resumable(sub, plan) if resume else None
+        if previous is not None:
+            log.info("resuming %s from %s", plan.layout, sub)
+            resumed.append(sub.name)
+            runs.append(previous)
+            continue
+        runs.append(execute(plan, progress=progress))
+    runs = _with_baseline(runs)
+    png = svg = note = None
+    if chart:
+        png, svg, note = _chart(runs, folder)
+    result = SweepResult(
+        runs=runs, outdir=str(folder), resumed=resumed, chart_png=png, chart_svg=svg, chart_note=note
+    )
+    result.save()
+    return result

@@ -1,0 +1,87 @@
+"""Worker targets for the runner tests, imported by path in the spawned workers.
+
+Each target behaves like the harness's run_instance for every instance but the one it picks
+(by the MLPERF_MIG_INSTANCE variable the runner sets), which crashes, raises or hangs after the
+start barrier, that is mid-run. Every worker writes its pid to <run folder>/pids/<instance>.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from mlperf_mig.harness import run_instance
+
+
+def _instance() -> str:
+    return os.environ["MLPERF_MIG_INSTANCE"]
+
+
+def _record_pid(task: Any) -> None:
+    pids = Path(task.outdir).parent / "pids"
+    pids.mkdir(exist_ok=True)
+    (pids / _instance()).write_text(str(os.getpid()))
+
+
+def crash_raise_hang(task: Any, *, before_start: Any, progress: Any) -> Any:
+    """i1 is killed with SIGKILL, i2 raises, i3 hangs, all after the barrier; i0 runs normally."""
+    _record_pid(task)
+    name = _instance()
+    if name.startswith(("i1-", "i2-", "i3-")):
+        before_start()
+        progress(1)
+        time.sleep(0.3)
+        if name.startswith("i1-"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if name.startswith("i2-"):
+            raise ValueError("injected failure in the worker")
+        time.sleep(3600)
+    return run_instance(task, before_start=before_start, progress=progress)
+
+
+def hang_after_barrier(task: Any, *, before_start: Any, progress: Any) -> Any:
+    """Every worker waits at the barrier, then hangs (for the Ctrl-C test)."""
+    _record_pid(task)
+    before_start()
+    time.sleep(3600)
+
+
+class SleepyBackend:
+    """A null backend that serves `rate` samples/s per compute slice of its instance."""
+
+    def __init__(self, benchmark: Any, samples_per_s: float) -> None:
+        from mlperf_mig.engines.null import NullBackend
+
+        self._null = NullBackend(benchmark)
+        self._seconds_per_sample = 1.0 / samples_per_s
+        self.device = self._null.device
+        self.benchmark = benchmark
+
+    def run(self, feeds: Any) -> Any:
+        batch = len(next(iter(feeds.values())))
+        time.sleep(batch * self._seconds_per_sample)
+        return self._null.run(feeds)
+
+    def close(self) -> None:
+        self._null.close()
+
+
+RATE_PER_SLICE = 150.0
+
+
+def sleepy_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
+    """Unified-mode instance worker whose speed is proportional to its compute slices."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.runner.unified import serve_instance
+
+    slices = int(_instance().split("-")[1].split("g")[0])
+    benchmark = get_benchmark(job.task.benchmark)
+    return serve_instance(
+        job,
+        before_start=before_start,
+        progress=progress,
+        open_backend=lambda: SleepyBackend(benchmark, RATE_PER_SLICE * slices),
+    )

@@ -1,0 +1,60 @@
+"""Bad input to `mlperf-mig run`: one line on stderr and exit code 2, before any worker starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlperf_mig import cli
+
+from .conftest import NVML_STATES
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("mlperf-mig: error:") and "\n" not in err
+    return err
+
+
+def test_scenario_outside_1_to_8(capsys: pytest.CaptureFixture[str]) -> None:
+    """--scenario 9 names the range of the study's layouts."""
+    err = _one_line_error(capsys, ["run", "--scenario", "9", "--backend", "null"])
+    assert "1-8" in err and "--loadgen-scenario" in err
+
+
+def test_layout_invalid_on_the_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two 4g instances do not fit an A100."""
+    _one_line_error(capsys, ["run", "--scenario", "4g.40gb+4g.40gb", "--backend", "null"])
+
+
+def test_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """--gpu H900 is not in the catalog."""
+    err = _one_line_error(capsys, ["run", "--gpu", "H900", "--backend", "null"])
+    assert "H900" in err
+
+
+def test_live_layout_differs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A live MIG layout other than the requested one is refused with the creation plan."""
+    state = NVML_STATES / "a100-80gb-scenario7.json"
+    err = _one_line_error(
+        capsys, ["run", "--scenario", "1", "--backend", "null", "--nvml-state", str(state)]
+    )
+    assert "7g.80gb" in err and "nvidia-smi" in err
+
+
+def test_output_folder_not_writable(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """An output folder below a regular file cannot be created."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    err = _one_line_error(
+        capsys, ["run", "--backend", "null", "--outdir", str(blocker / "run")]
+    )
+    assert "a-file" in err
+
+
+def test_bad_setting_override(capsys: pytest.CaptureFixture[str]) -> None:
+    """--set without '=' is refused."""
+    _one_line_error(capsys, ["run", "--backend", "null", "--set", "min_duration"])

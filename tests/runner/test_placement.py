@@ -1,0 +1,124 @@
+"""Where instances run: emulated CPU partitions, live MIG devices (recorded NVML), shared GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+import mlperf_mig
+from mlperf_mig.errors import (
+    LayoutError,
+    LiveLayoutMismatchError,
+    NameParseError,
+    PlacementError,
+    UnknownGpuError,
+)
+from mlperf_mig.registry import RecordedNvml
+from mlperf_mig.runner.placement import emulated_cpu_sets
+
+from .conftest import NVML_STATES
+
+
+def _state(name: str) -> RecordedNvml:
+    return RecordedNvml.from_file(NVML_STATES / f"{name}.json")
+
+
+def test_emulated_cpus_follow_compute_slices_on_two_cores() -> None:
+    """Scenario 7 on 2 CPUs: the three 2g and the 1g share the cores in slice order."""
+    assert emulated_cpu_sets([2, 2, 2, 1], 7, [0, 1]) == [(0,), (0,), (1,), (1,)]
+
+
+def test_emulated_cpus_scale_with_the_machine() -> None:
+    """On 14 CPUs each 1g of scenario 8 gets 2 CPUs and a 7g gets all 14."""
+    assert emulated_cpu_sets([1] * 7, 7, range(14)) == [(2 * i, 2 * i + 1) for i in range(7)]
+    assert emulated_cpu_sets([7], 7, range(14)) == [tuple(range(14))]
+
+
+def test_smaller_layouts_get_proportionally_fewer_cpus() -> None:
+    """A 4g instance gets 4/7 of the CPUs, as on the GPU."""
+    assert emulated_cpu_sets([4], 7, range(14)) == [tuple(range(8))]
+
+
+def test_plan_without_gpu_is_emulated_and_labelled() -> None:
+    """Without a GPU the plan emulates the A100-80GB's scenario 7 and says so."""
+    plan = mlperf_mig.plan(7, backend="null", emulate=True, cpus=[0, 1])
+    assert plan.target.kind == "emulated"
+    assert plan.layout == "3x2g.20gb+1g.10gb"
+    assert all(slot.env["CUDA_VISIBLE_DEVICES"] == "" for slot in plan.slots)
+    assert "emulated" in plan.table()
+
+
+def test_plan_emulates_another_gpu_by_name() -> None:
+    """gpu='H200' translates scenario 7 to the H200's profiles."""
+    plan = mlperf_mig.plan(7, backend="null", gpu="H200", emulate=True)
+    assert plan.layout == "3x2g.35gb+1g.18gb"
+
+
+@pytest.mark.parametrize("scenario", [0, 9, "12"])
+def test_scenario_outside_study_range(scenario: object) -> None:
+    """A layout number outside 1-8 names the range and the loadgen_scenario keyword."""
+    with pytest.raises(NameParseError, match="1-8.*loadgen_scenario"):
+        mlperf_mig.plan(scenario, backend="null", emulate=True)
+
+
+def test_loadgen_scenario_passed_as_scenario() -> None:
+    """'Server' given as the MIG layout is explained as a LoadGen scenario."""
+    with pytest.raises(NameParseError, match="LoadGen scenario"):
+        mlperf_mig.plan("Server", backend="null", emulate=True)
+
+
+def test_layout_invalid_on_gpu() -> None:
+    """4g+4g does not fit the A100."""
+    with pytest.raises(LayoutError):
+        mlperf_mig.plan("4g.40gb+4g.40gb", backend="null", emulate=True)
+
+
+def test_unknown_gpu() -> None:
+    """An unknown GPU name is a lookup error."""
+    with pytest.raises(UnknownGpuError):
+        mlperf_mig.plan(7, backend="null", gpu="H900", emulate=True)
+
+
+def test_live_mig_devices_match_the_layout() -> None:
+    """A100-80GB carrying scenario 7: each instance gets a MIG device of its profile."""
+    plan = mlperf_mig.plan(7, backend="null", nvml_source=_state("a100-80gb-scenario7"))
+    assert plan.target.kind == "mig"
+    assert [s.profile for s in plan.slots] == ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
+    uuids = [s.device for s in plan.slots]
+    assert len(set(uuids)) == 4 and all(u.startswith("MIG-") for u in uuids)
+    assert all(s.env["CUDA_VISIBLE_DEVICES"] == s.device for s in plan.slots)
+
+
+def test_live_mig_devices_match_h200() -> None:
+    """H200 with 7x 1g.18gb carries the study's scenario 8."""
+    plan = mlperf_mig.plan(8, backend="null", nvml_source=_state("h200-7x1g"))
+    assert [s.profile for s in plan.slots] == ["1g.18gb"] * 7
+
+
+def test_live_layout_mismatch_shows_both_layouts_and_the_plan() -> None:
+    """Asking for scenario 6 on a GPU carrying scenario 7 shows both and the creation steps."""
+    with pytest.raises(LiveLayoutMismatchError) as excinfo:
+        mlperf_mig.plan(6, backend="null", nvml_source=_state("a100-80gb-scenario7"))
+    message = str(excinfo.value)
+    assert "3x 2g.20gb + 1g.10gb" in message
+    assert "4g.40gb + 2g.20gb + 1g.10gb" in message
+    assert "nvidia-smi mig" in message and "\n" not in message
+
+
+def test_mig_disabled_is_refused() -> None:
+    """A GPU with MIG disabled is refused, pointing at --shared."""
+    with pytest.raises(PlacementError, match="shared"):
+        mlperf_mig.plan(7, backend="null", nvml_source=_state("h100-mig-disabled"))
+
+
+def test_mig_disabled_with_shared_time_shares_the_gpu() -> None:
+    """With shared=True every instance runs on the whole GPU, labelled shared."""
+    plan = mlperf_mig.plan(7, backend="null", shared=True, nvml_source=_state("h100-mig-disabled"))
+    assert plan.target.kind == "shared"
+    assert len({s.device for s in plan.slots}) == 1
+    assert "shared" in plan.table()
+
+
+def test_no_driver_means_emulation() -> None:
+    """A machine without the NVIDIA driver runs emulated partitions."""
+    plan = mlperf_mig.plan(7, backend="null", nvml_source=_state("no-driver"))
+    assert plan.target.kind == "emulated"
