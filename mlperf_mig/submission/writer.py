@@ -33,7 +33,7 @@ from mlperf_mig.errors import MlperfMigError, SubmissionError
 from mlperf_mig.registry.catalog import default_catalog
 from mlperf_mig.runner.results import InstanceRun, RunResult
 from mlperf_mig.submission import accuracy, readme, rules
-from mlperf_mig.submission.check import performance_problems
+from mlperf_mig.submission.check import performance_problems, system_description_problems
 from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts
 from mlperf_mig.submission.logs import DetailLog
 from mlperf_mig.submission.sysdesc import (
@@ -328,6 +328,11 @@ def _system_descriptions(
             )
         elif missing:
             fields = mark_not_reported(fields, missing)
+        if not (missing and division == "closed"):
+            problems += [
+                f"system {system}: {p}"
+                for p in system_description_problems(fields, division=division, submitter=submitter)
+            ]
         descriptions[system] = fields
     return descriptions, problems
 

@@ -230,3 +230,11 @@ def test_run_from_another_host_is_noted(runs: dict[str, Path], tmp_path: Path) -
     (run_dir / "results.json").write_text(json.dumps(data))
     tree = write_submission([run_dir], division="open", submitter="Acme", outdir=tmp_path / "S")
     assert "the run ran on vm-7" in _system(tmp_path / "S", tree.results[0])["hw_notes"]
+
+
+def test_override_with_a_bad_status_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+    """An override that breaks a system-description rule is refused before writing."""
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps({"status": "released"}))
+    with pytest.raises(SubmissionError, match="status 'released' is not one of available, preview, rdi"):
+        write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path / "S", overrides=path)
