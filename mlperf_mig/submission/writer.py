@@ -233,8 +233,11 @@ def _run_problems(source: ResultSource, division: str) -> list[str]:
     problems = []
     if run.interrupted:
         problems.append("the run was interrupted")
-    if instance is not None and instance.status != "ok":
-        problems.append(f"the worker ended with status {instance.status!r} ({instance.error})")
+    if instance is not None and not instance.ok:
+        problems.append(
+            f"the worker ended with status {instance.status!r}, accuracy run "
+            f"{instance.accuracy_status!r} ({instance.error or instance.accuracy_error})"
+        )
     if instance is None and not run.ok:
         failed = [f"{i.name} {i.status}" for i in run.instances if not i.ok]
         problems.append(
@@ -343,7 +346,10 @@ def _system_type(members: list[ResultSource]) -> str:
 
 
 def _loadgen_version(source: ResultSource) -> str:
-    detail = DetailLog.read(source.logs("performance") / "mlperf_log_detail.txt")
+    try:
+        detail = DetailLog.read(source.logs("performance") / "mlperf_log_detail.txt")
+    except SubmissionError:
+        return "unknown"  # _source_problems reports the unreadable log
     return str(detail.get("loadgen_version", "unknown")).split(" @")[0]
 
 

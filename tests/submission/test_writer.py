@@ -238,3 +238,12 @@ def test_override_with_a_bad_status_is_refused(runs: dict[str, Path], tmp_path: 
     path.write_text(json.dumps({"status": "released"}))
     with pytest.raises(SubmissionError, match="status 'released' is not one of available, preview, rdi"):
         write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path / "S", overrides=path)
+
+
+def test_missing_logs_are_listed_with_other_problems(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A run folder without its performance logs is one of the problems of the one error."""
+    run_dir = shutil.copytree(runs["unified"], tmp_path / "run")
+    (run_dir / "layout" / "performance" / "mlperf_log_detail.txt").unlink()
+    with pytest.raises(SubmissionError, match=r"lacks mlperf_log_detail\.txt") as excinfo:
+        write_submission([run_dir, tmp_path / "nothing"], division="open", submitter="Acme", outdir=tmp_path / "S")
+    assert "2 problem(s)" in str(excinfo.value)
