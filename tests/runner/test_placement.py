@@ -56,7 +56,7 @@ def test_plan_emulates_another_gpu_by_name() -> None:
 @pytest.mark.parametrize("scenario", [0, 9, "12"])
 def test_scenario_outside_study_range(scenario: object) -> None:
     """A layout number outside 1-8 names the range and the loadgen_scenario keyword."""
-    with pytest.raises(NameParseError, match="1-8.*loadgen_scenario"):
+    with pytest.raises(NameParseError, match=r"1-8.*loadgen_scenario"):
         mlperf_mig.plan(scenario, backend="null", emulate=True)
 
 

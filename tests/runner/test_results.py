@@ -1,0 +1,102 @@
+"""Results as data: JSON round trip, tables, pandas, baseline change, report and aggregate."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from mlperf_mig import cli
+from mlperf_mig.errors import SettingsError
+from mlperf_mig.runner.api import aggregate
+from mlperf_mig.runner.results import RunResult
+
+
+def test_json_round_trip(good_run: Any) -> None:
+    """to_json / from_json gives back an equal RunResult, instances and LoadGen results included."""
+    again = RunResult.from_json(good_run.to_json())
+    assert again == good_run
+    assert again.instances[0].performance == good_run.instances[0].performance
+
+
+def test_results_file_is_the_record(good_run: Any) -> None:
+    """results.json on disk loads to the returned RunResult."""
+    assert RunResult.load(good_run.outdir) == good_run
+
+
+def test_markdown_and_html_carry_the_labels(good_run: Any) -> None:
+    """Markdown and notebook HTML both say emulated and engineering metric."""
+    for text in (good_run.to_markdown(), good_run._repr_html_()):
+        assert "emulated" in text and "not an MLPerf result" in text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pandas") is not None, reason="pandas is installed")
+def test_to_pandas_without_pandas_says_how_to_get_it(good_run: Any) -> None:
+    """Without pandas, to_pandas raises ImportError naming the install command."""
+    with pytest.raises(ImportError, match="pip install pandas"):
+        good_run.to_pandas()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed")
+def test_to_pandas_has_one_row_per_instance(good_run: Any) -> None:
+    """to_pandas gives one row per instance with the run's columns."""
+    frame = good_run.to_pandas()
+    assert len(frame) == len(good_run.instances) and "layout" in frame.columns
+
+
+def test_change_against_scenario_1(good_run: Any) -> None:
+    """With a baseline, the change is total / baseline - 1 and the table shows it."""
+    half = attrs.evolve(good_run, baseline_throughput=good_run.total_throughput / 2, baseline_source="x")
+    assert half.change_vs_baseline == pytest.approx(1.0)
+    assert "+100.00%" in half.table()
+
+
+def test_report_prints_a_run(good_run: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`mlperf-mig report DIR` prints the run's table."""
+    assert cli.main(["report", good_run.outdir]) == 0
+    assert "total (sum)" in capsys.readouterr().out
+
+
+def _copy_as_host(good_run: Any, folder: Path, host: str) -> Path:
+    shutil.copytree(good_run.outdir, folder)
+    data = json.loads((folder / "results.json").read_text())
+    data["hosts"] = [host]
+    data["outdir"] = str(folder)
+    (folder / "results.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_aggregate_combines_hosts(good_run: Any, tmp_path: Path) -> None:
+    """Two hosts' folders combine into one run: instances renumbered, totals added."""
+    first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
+    second = _copy_as_host(good_run, tmp_path / "vm2", "vm2")
+    combined = aggregate([first, second], outdir=tmp_path / "all")
+    assert [i.name for i in combined.instances] == [
+        "i0-2g.20gb", "i1-1g.10gb", "i2-2g.20gb", "i3-1g.10gb"
+    ]
+    assert combined.layout == "2x2g.20gb+2x1g.10gb"
+    assert combined.hosts == ("vm1", "vm2")
+    assert combined.total_throughput == pytest.approx(2 * good_run.total_throughput)
+    assert RunResult.load(tmp_path / "all") == combined
+
+
+def test_aggregate_refuses_other_benchmarks(good_run: Any, tmp_path: Path) -> None:
+    """Folders of different benchmarks cannot be summed."""
+    other = _copy_as_host(good_run, tmp_path / "vm2", "vm2")
+    data = json.loads((other / "results.json").read_text())
+    data["benchmark"] = "bert"
+    (other / "results.json").write_text(json.dumps(data))
+    with pytest.raises(SettingsError, match="benchmark"):
+        aggregate([good_run.outdir, other])
+
+
+def test_aggregate_cli(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`mlperf-mig aggregate DIR DIR` prints the combined table."""
+    first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
+    assert cli.main(["aggregate", str(first), good_run.outdir]) == 0
+    assert "i3-1g.10gb" in capsys.readouterr().out

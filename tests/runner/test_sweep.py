@@ -1,0 +1,52 @@
+"""Sweeps: the table of several layouts, the stacked chart, and resuming from disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mlperf_mig
+from mlperf_mig import cli
+
+from .conftest import QUICK_NULL
+
+
+@pytest.fixture(scope="module", name="sweep_dir")
+def fixture_sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("sweep") / "sweep"
+
+
+@pytest.fixture(scope="module", name="swept")
+def fixture_swept(sweep_dir: Path) -> Any:
+    """Layouts 1 and 7 on the null backend."""
+    return mlperf_mig.sweep([1, 7], outdir=sweep_dir, accuracy=False, **QUICK_NULL)
+
+
+def test_table_has_every_layout_and_the_change(swept: Any) -> None:
+    """One row per layout; scenario 7 shows its change against scenario 1."""
+    assert [r.scenario for r in swept.runs] == [1, 7]
+    assert swept.runs[1].change_vs_baseline is not None
+    table = swept.table()
+    assert "3x2g.20gb+1g.10gb" in table and "emulated" in table
+
+
+def test_chart_saved_as_png_and_svg(swept: Any) -> None:
+    """The stacked bar chart is written in both formats."""
+    pytest.importorskip("matplotlib")
+    assert Path(swept.chart_png).stat().st_size > 0
+    assert Path(swept.chart_svg).read_text().lstrip().startswith("<?xml")
+
+
+def test_sweep_resumes_unchanged_layouts(swept: Any, sweep_dir: Path) -> None:
+    """Running the same sweep again reuses both layouts from disk."""
+    again = mlperf_mig.sweep([1, 7], outdir=sweep_dir, accuracy=False, chart=False, **QUICK_NULL)
+    assert again.resumed == ("scenario-1", "scenario-7")
+    assert [r.started_at for r in again.runs] == [r.started_at for r in swept.runs]
+
+
+def test_report_prints_a_sweep(swept: Any, sweep_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`mlperf-mig report SWEEPDIR` prints the sweep table."""
+    assert cli.main(["report", str(sweep_dir)]) == 0
+    assert "vs scenario 1" in capsys.readouterr().out

@@ -1,0 +1,67 @@
+"""Unified mode: one LoadGen for the layout, samples dispatched to the instance workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mlperf_mig
+from mlperf_mig.harness import parse_detail_log
+
+from .conftest import QUICK_NULL
+
+
+@pytest.fixture(scope="module", name="unified_run")
+def fixture_unified_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Scenario 7, unified, null backend, BERT-shaped samples (small), performance and accuracy."""
+    outdir = tmp_path_factory.mktemp("unified") / "run"
+    return mlperf_mig.run(7, benchmark="bert", mode="unified", outdir=outdir, batch_size=16, **QUICK_NULL)
+
+
+def test_one_log_for_the_whole_layout(unified_run: Any) -> None:
+    """The layout folder holds the one MLPerf log; the instance folders hold only worker logs."""
+    outdir = Path(unified_run.outdir)
+    assert (outdir / "layout" / "performance" / "mlperf_log_detail.txt").is_file()
+    assert (outdir / "layout" / "accuracy" / "mlperf_log_accuracy.json").is_file()
+    for instance in unified_run.instances:
+        assert sorted(p.name for p in (outdir / instance.name).iterdir()) == ["worker.log"]
+
+
+def test_logged_samples_equal_the_sum_dispatched(unified_run: Any) -> None:
+    """The log's completed-sample count is the sum of the samples dispatched to the instances."""
+    records = parse_detail_log(Path(unified_run.outdir) / "layout" / "performance")
+    logged = records["result_query_count"] * records["effective_samples_per_query"]
+    dispatched = sum(i.dispatched_samples for i in unified_run.instances)
+    assert dispatched == logged
+    assert all(i.dispatched_samples > 0 for i in unified_run.instances)
+
+
+def test_unified_result_is_labelled(unified_run: Any) -> None:
+    """The table shows the layout row and the one-LoadGen label, and every worker ended ok."""
+    assert unified_run.ok
+    assert unified_run.total_throughput == unified_run.layout_result.throughput
+    table = unified_run.table()
+    assert "layout (unified)" in table and "one LoadGen" in table and "emulated" in table
+
+
+def test_dispatch_follows_capacity(tmp_path: Path) -> None:
+    """With instance speeds proportional to compute slices, each gets its share within 10%."""
+    result = mlperf_mig.run(
+        7,
+        benchmark="bert",
+        mode="unified",
+        outdir=tmp_path / "run",
+        backend="null",
+        batch_size=4,
+        accuracy=False,
+        progress=False,
+        settings={"min_duration": 2000, "target_qps": 7 * 150},
+        worker_target="fault_targets:sleepy_serve",
+    )
+    assert result.ok
+    total = sum(i.dispatched_samples for i in result.instances)
+    for instance in result.instances:
+        expected = instance.compute_slices / 7
+        assert instance.dispatched_samples / total == pytest.approx(expected, rel=0.10)
