@@ -362,7 +362,7 @@ def _file_set(
     for name in required:
         if name not in present:
             yield folder / name, "missing"
-    for name in sorted(present - set(required) - set(optional)):
+    for name in sorted(present - set(required) - set(optional) - set(rules.ALWAYS_OPTIONAL_FILES)):
         yield folder / name, "unexpected entry; the checker compares this folder's file list"
 
 

@@ -92,7 +92,9 @@ VIEWABLE_SIZE = 4096
 TRUNCATION_MARKER = b"\n\n...\n\n"
 
 REQUIRED_PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
-OPTIONAL_PERF_FILES = ("mlperf_log_accuracy.json", "mlperf_log_trace.json")
+OPTIONAL_PERF_FILES = ("mlperf_log_accuracy.json",)
+# utils.files_diff ignores these in every folder whose file list it compares.
+ALWAYS_OPTIONAL_FILES = ("mlperf_log_trace.json", "results.json", ".gitkeep")
 REQUIRED_ACC_FILES = (
     "mlperf_log_summary.txt",
     "mlperf_log_detail.txt",
