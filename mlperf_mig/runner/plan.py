@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from mlperf_mig._table import markdown_table, text_table
-from mlperf_mig.errors import SettingsError
+from mlperf_mig.errors import BackendUnavailableError, SettingsError
 from mlperf_mig.runner.placement import InstanceSlot, ScenarioSpec, Target, choose_target
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
@@ -299,7 +299,7 @@ def make_plan(
     target = choose_target(
         scenario, gpu=gpu, catalog=catalog, detection=detection, shared=shared, emulate=emulate, cpus=cpus
     )
-    backend_name = backend if backend == "null" else resolve_backend(backend)
+    backend_name = _backend_for(target, backend, resolve_backend)
     overrides = tuple(sorted((settings or {}).items()))
     engines, engine_of = _engine_requests(
         target,
@@ -338,6 +338,20 @@ def make_plan(
         timeouts=Timeouts(ready_s=timeout_s or READY_TIMEOUT_S, run_s=run_s),
         expected_s=expected,
     )
+
+
+def _backend_for(target: Target, backend: str, resolve: Any) -> str:
+    """The backend name; emulated partitions are CPU partitions, so "auto" means ONNX Runtime."""
+    if backend == "null":
+        return "null"
+    if target.emulated and backend == "auto":
+        return resolve("onnxruntime")
+    if target.emulated and backend == "tensorrt":
+        raise BackendUnavailableError(
+            "emulated partitions run on the CPU, where TensorRT cannot; use --backend "
+            "onnxruntime (or auto), or run on a MIG GPU"
+        )
+    return resolve(backend)
 
 
 def _optional_path(value: str | os.PathLike[str] | None) -> str | None:

@@ -122,3 +122,11 @@ def test_no_driver_means_emulation() -> None:
     """A machine without the NVIDIA driver runs emulated partitions."""
     plan = mlperf_mig.plan(7, backend="null", nvml_source=_state("no-driver"))
     assert plan.target.kind == "emulated"
+
+
+def test_emulated_partitions_refuse_tensorrt() -> None:
+    """TensorRT cannot run emulated (CPU) partitions; the error says what to use."""
+    from mlperf_mig.errors import BackendUnavailableError
+
+    with pytest.raises(BackendUnavailableError, match="onnxruntime"):
+        mlperf_mig.plan(7, backend="tensorrt", emulate=True)

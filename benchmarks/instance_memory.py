@@ -1,0 +1,146 @@
+"""Resident memory of N emulated ResNet50 instances in unified mode (N = 1, 2, 4, 7).
+
+Unified mode keeps the sample set once, in shared memory, instead of one copy per instance. This
+runs `mlperf_mig.run(mode="unified")` on N emulated 1g.10gb instances of the A100-80GB with the
+official performance sample count (1024 ResNet50 samples, 616.6 MB) and samples the memory of
+every process of the run (coordinator, instance workers, resource tracker) every 0.2 s:
+    PSS  proportional set size: shared pages split between the processes that map them, so the
+         shared sample set counts once; the sum over processes is the run's real footprint
+    RSS  resident set size: shared pages counted in every process that touched them
+The peak PSS sum is reported per N; the cost of an extra instance is the slope between N values,
+to be compared with the size of the sample set.
+
+    .venv/bin/python benchmarks/instance_memory.py [--counts 1,2,4,7] [--variant full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import mlperf_mig
+from mlperf_mig._table import text_table
+
+MIB = 2**20
+SAMPLE_BYTES = 3 * 224 * 224 * 4
+
+
+def _children(root: int) -> list[int]:
+    """Every live descendant of process `root`."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        kids = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def _memory_kib(pid: int) -> tuple[int, int]:
+    """(PSS, RSS) of one process in KiB, from /proc/<pid>/smaps_rollup."""
+    values = {"Pss:": 0, "Rss:": 0}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            key, _, rest = line.partition(" ")
+            if key in values:
+                values[key] = int(rest.split()[0])
+    except OSError:
+        pass
+    return values["Pss:"], values["Rss:"]
+
+
+class PeakSampler(threading.Thread):
+    """Samples the summed PSS and RSS of this process's descendants until stopped."""
+
+    def __init__(self, interval_s: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.interval_s = interval_s
+        self.peak_pss_kib = 0
+        self.peak_rss_kib = 0
+        self.peak_processes = 0
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        me = os.getpid()
+        while not self._stopping.wait(self.interval_s):
+            pids = _children(me)
+            pss = rss = 0
+            for pid in pids:
+                p, r = _memory_kib(pid)
+                pss += p
+                rss += r
+            if pss > self.peak_pss_kib:
+                self.peak_pss_kib, self.peak_rss_kib, self.peak_processes = pss, rss, len(pids)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join()
+
+
+def measure(count: int, *, variant: str, sample_count: int, outdir: Path) -> dict[str, float]:
+    sampler = PeakSampler()
+    sampler.start()
+    began = time.monotonic()
+    result = mlperf_mig.run(
+        f"{count}x1g.10gb",
+        mode="unified",
+        backend="onnxruntime",
+        variant=variant,
+        accuracy=False,
+        progress=False,
+        outdir=outdir / f"n{count}",
+        settings={"performance_sample_count_override": sample_count},
+    )
+    sampler.stop()
+    if not result.ok:
+        raise SystemExit(f"the run with {count} instances failed:\n{result.table()}")
+    return {
+        "instances": count,
+        "processes": sampler.peak_processes,
+        "peak PSS MiB": sampler.peak_pss_kib / 1024,
+        "peak RSS MiB": sampler.peak_rss_kib / 1024,
+        "samples/s": result.total_throughput,
+        "wall s": time.monotonic() - began,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="1,2,4,7", help="instance counts (default 1,2,4,7)")
+    parser.add_argument("--variant", default="full", choices=("full", "tiny"))
+    parser.add_argument("--sample-count", type=int, default=1024, help="samples in the shared set")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.counts.split(",")]
+    sample_set_mib = args.sample_count * SAMPLE_BYTES / MIB
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="instance-memory-") as folder:
+        for count in counts:
+            row = measure(count, variant=args.variant, sample_count=args.sample_count, outdir=Path(folder))
+            if rows:
+                previous = rows[-1]
+                row["MiB per extra instance"] = (row["peak PSS MiB"] - previous["peak PSS MiB"]) / (
+                    count - previous["instances"]
+                )
+            rows.append(row)
+            print(f"{count} instances: peak PSS {row['peak PSS MiB']:.0f} MiB", flush=True)
+    columns = ["instances", "processes", "peak PSS MiB", "peak RSS MiB", "MiB per extra instance", "samples/s", "wall s"]
+    print(f"\nResNet50 ({args.variant}) on ONNX Runtime CPU, unified mode, emulated 1g.10gb instances")
+    print(f"shared sample set: {args.sample_count} samples = {sample_set_mib:.1f} MiB (held once)")
+    print(text_table(rows, columns))
+
+
+if __name__ == "__main__":
+    main()
