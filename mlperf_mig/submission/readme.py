@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import platform
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 from mlperf_mig import __version__
@@ -94,7 +95,9 @@ def measurements(run: RunResult) -> dict[str, str]:
     }
 
 
-def result_readme(run: RunResult, instance: InstanceRun | None, division: str) -> str:
+def result_readme(
+    run: RunResult, instance: InstanceRun | None, division: str, settings: Mapping[str, Any]
+) -> str:
     """README.md of one result folder."""
     lines = [
         f"# {run.benchmark} {run.loadgen_scenario} on NVIDIA {run.gpu}, MIG layout {run.layout}",
@@ -104,15 +107,21 @@ def result_readme(run: RunResult, instance: InstanceRun | None, division: str) -
     ]
     lines += [f"**{p}**" if p else p for p in _warnings(run, instance)]
     lines += ["", "## How it ran", "", *_facts(run, instance), "", "## Reproduce", ""]
-    lines += [
-        "```",
-        f"mlperf-mig run --scenario {_scenario_argument(run)} --benchmark {run.benchmark} "
-        f"--loadgen-scenario {run.loadgen_scenario} --mode {run.mode} --preset {run.preset} "
-        f"--backend {run.backend}",
-        "```",
-        "",
-    ]
+    lines += ["```", reproduce_command(run, settings), "```", ""]
     return "\n".join(lines)
+
+
+def reproduce_command(run: RunResult, settings: Mapping[str, Any]) -> str:
+    """The `mlperf-mig run` command line that repeats `run` with its LoadGen settings."""
+    words = [
+        f"mlperf-mig run --scenario {_scenario_argument(run)} --gpu {run.gpu}",
+        f"--benchmark {run.benchmark} --loadgen-scenario {run.loadgen_scenario}",
+        f"--mode {run.mode} --backend {run.backend} --preset {run.preset} --variant {run.variant}",
+        f"--precision {run.precision}",
+    ]
+    words += {"emulated": ["--emulate"], "shared": ["--shared"]}.get(run.target, [])
+    words += [f"--set {key}={value}" for key, value in settings.items()]
+    return " ".join(words)
 
 
 def _scenario_argument(run: RunResult) -> str:

@@ -17,6 +17,7 @@ missing system-description value, is reported in one SubmissionError before a fi
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -88,6 +89,15 @@ class ResultSource:
         if not conventional.is_dir() and result is not None and Path(result.log_dir).is_dir():
             return Path(result.log_dir)
         return conventional
+
+    def settings(self) -> dict[str, Any]:
+        """The run's LoadGen setting overrides, as its plan.json records them ({} without one)."""
+        try:
+            plan = json.loads((self.run_dir / "plan.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        overrides = plan.get("overrides") if isinstance(plan, dict) else None
+        return dict(overrides) if isinstance(overrides, dict) else {}
 
     def label(self) -> str:
         what = f"instance {self.instance.name}" if self.instance else "layout"
@@ -424,7 +434,8 @@ def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> P
     _write_accuracy(folder / "accuracy", source)
     atomic_write_json(folder / "measurements.json", readme.measurements(source.run))
     atomic_write_text(folder / "user.conf", _user_conf_text(source))
-    atomic_write_text(folder / "README.md", readme.result_readme(source.run, source.instance, division))
+    text = readme.result_readme(source.run, source.instance, division, source.settings())
+    atomic_write_text(folder / "README.md", text)
     return folder
 
 

@@ -93,9 +93,9 @@ def test_missing_run_1(tree: Path) -> None:
     assert _reported(tree, "run_1: missing; the performance logs go in performance/run_1")
 
 
-def test_untruncated_accuracy_log(tree: Path, runs: dict[str, Path]) -> None:
+def test_untruncated_accuracy_log(tree: Path, real_run: Path) -> None:
     """A full accuracy log above 10 KiB is reported as not truncated."""
-    full = runs["unified"] / "layout" / "accuracy" / "mlperf_log_accuracy.json"
+    full = real_run / "layout" / "accuracy" / "mlperf_log_accuracy.json"
     shutil.copyfile(full, _result(tree) / "accuracy" / "mlperf_log_accuracy.json")
     assert _reported(tree, "mlperf_log_accuracy.json: not truncated")
 
