@@ -20,8 +20,8 @@ from mlperf_mig.errors import DatasetError
 
 logger = logging.getLogger(__name__)
 
-# Above this sample size, one copy per row beats np.take (3x on a 588 KiB ResNet50 sample).
-_ROW_COPY_BYTES = 1 << 16
+# Above this sample size, one copy per row beats fancy indexing (588 KiB ResNet50 samples).
+ROW_COPY_BYTES = 1 << 16
 
 
 @attrs.frozen(kw_only=True)
@@ -110,26 +110,32 @@ class SampleLibrary:
         *,
         contiguous: bool | None = None,
     ) -> dict[str, np.ndarray]:
-        """Return the batch of `rows` per input: a view when the rows are consecutive, else a copy
-        (into `out` when given). `contiguous` saves the check when the caller knows."""
+        """Return the batch of `rows` per input: a view when the rows are consecutive, else a
+        copy. Large samples are copied row by row into `out` when given (3x faster than
+        np.take for ResNet50), small ones by fancy indexing. `contiguous` saves the check."""
         count = len(rows)
         if contiguous is None:
-            contiguous = bool(count) and bool(np.all(np.diff(rows) == 1))
+            contiguous = _consecutive(rows)
         if contiguous:
             start = int(rows[0])
             return {name: buf[start : start + count] for name, buf in self.buffers.items()}
-        if out is None:
-            return {name: buf[rows] for name, buf in self.buffers.items()}
         batch = {}
         for name, buf in self.buffers.items():
+            if out is None or buf[0].nbytes < ROW_COPY_BYTES:
+                batch[name] = buf[rows]
+                continue
             target = out[name][:count]
-            if buf[0].nbytes >= _ROW_COPY_BYTES:
-                for row, source_row in enumerate(rows.tolist()):
-                    target[row] = buf[source_row]
-            else:
-                np.take(buf, rows, axis=0, out=target)
+            for row, source_row in enumerate(rows.tolist()):
+                target[row] = buf[source_row]
             batch[name] = target
         return batch
+
+
+def _consecutive(rows: np.ndarray) -> bool:
+    count = len(rows)
+    if not count or int(rows[-1]) - int(rows[0]) != count - 1:
+        return False
+    return count < 3 or bool(np.all(np.diff(rows) == 1))
 
 
 @attrs.define(kw_only=True)

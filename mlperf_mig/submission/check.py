@@ -56,7 +56,7 @@ Finding = tuple[Path, str]
 def _tree(top: Path, version: str) -> Iterator[Finding]:
     divisions = [p for p in _children(top) if p.is_dir() and p.name in rules.VALID_DIVISIONS]
     for entry in _children(top):
-        if entry not in divisions:
+        if entry not in divisions and not entry.name.startswith("."):  # .git of a results repo
             yield entry, (
                 f"unexpected entry at the top of the tree; expected only "
                 f"{', '.join(rules.VALID_DIVISIONS)} folders"

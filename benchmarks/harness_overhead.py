@@ -1,0 +1,243 @@
+"""How much the harness costs on top of LoadGen, measured with the null backend (no model).
+
+1. Offline: samples/s of our Offline SUT (run_instance, null backend) against a bare FastSUT
+   that completes each query at once with one QuerySamplesComplete call. Target: ours >= 80%.
+2. Server: the highest target QPS whose run stays VALID with a 15 ms p99 latency bound, through
+   our Server SUT (issue only enqueues, a batcher thread completes). Target: 40k or more.
+
+Every LoadGen test runs in its own spawned process (LoadGen is process-global). BERT is the
+default benchmark: its samples are 9 KiB, so the numbers are the harness's own cost; a ResNet50
+sample is 588 KiB, and copying scattered samples into a batch is bounded by memory bandwidth.
+
+    .venv/bin/python benchmarks/harness_overhead.py [--benchmark bert] [--duration-ms 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+OFFLINE_TARGET_FRACTION = 0.80
+SERVER_TARGET_QPS = 40_000
+SERVER_LATENCY_MS = 15
+
+
+def in_child(function: Any, *args: Any) -> Any:
+    """Run `function(*args)` in a fresh spawned process (one LoadGen test per process)."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(function, *args).result(timeout=600)
+
+
+def bare_fastsut_offline(
+    benchmark: str, outdir: str, duration_ms: int, expected_qps: float
+) -> float:
+    """Samples/s of a FastSUT that completes every sample at once (same settings as ours)."""
+    import mlperf_loadgen as lg
+    import numpy as np
+
+    from mlperf_mig.benchmark import get_benchmark
+
+    bench = get_benchmark(benchmark)
+    conf = Path(outdir) / "user.conf"
+    model = bench.conf_model_name
+    conf.write_text(
+        f"{model}.Offline.min_duration = {duration_ms}\n"
+        f"{model}.Offline.target_qps = {expected_qps}\n"
+        f"{model}.Offline.min_query_count = 1\n"
+        f"{model}.Offline.performance_sample_count_override = 64\n"
+    )
+    settings = lg.TestSettings()
+    if settings.FromConfig(str(conf), model, "Offline") != 0:
+        raise RuntimeError("LoadGen rejected the benchmark's user.conf")
+    settings.scenario = lg.TestScenario.Offline
+    settings.mode = lg.TestMode.PerformanceOnly
+    payload = np.zeros(1, dtype=np.int32)
+    address = payload.ctypes.data
+
+    def issue(ids: list[int], indices: list[int]) -> None:
+        response = lg.QuerySampleResponse
+        lg.QuerySamplesComplete([response(qid, address, 4) for qid in ids])
+
+    log = lg.LogSettings()
+    log.log_output.outdir = outdir
+    log.log_output.copy_summary_to_stdout = False
+    log.enable_trace = False
+    sut = lg.ConstructFastSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(bench.performance_sample_count, 64, lambda i: None, lambda i: None)
+    lg.StartTestWithLogSettings(sut, qsl, settings, log, str(Path(outdir) / "audit.config"))
+    lg.DestroyQSL(qsl)
+    lg.DestroyFastSUT(sut)
+    from mlperf_mig.harness import parse_detail_log
+
+    return float(parse_detail_log(outdir)["result_samples_per_second"])
+
+
+def harness_run(
+    benchmark: str,
+    scenario: str,
+    outdir: str,
+    overrides: dict[str, float],
+    batch: int,
+    window_ms: float | None,
+) -> dict[str, Any]:
+    """Our harness with the null backend; returns the result as a dict."""
+    from mlperf_mig.harness import InstanceTask, SettingsSpec, run_instance
+
+    task = InstanceTask(
+        benchmark=benchmark,
+        loadgen_scenario=scenario,
+        outdir=outdir,
+        settings=SettingsSpec(overrides=overrides),
+        batch_size=batch,
+        batch_window_ms=window_ms,
+    )
+    return run_instance(task).to_dict()
+
+
+def offline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    rows = []
+    best_bare = best_ours = 0.0
+    for attempt in range(args.repeats):
+        bare_dir = root / f"bare-{attempt}"
+        bare_dir.mkdir()
+        bare = in_child(
+            bare_fastsut_offline, args.benchmark, str(bare_dir), args.duration_ms, args.offline_qps
+        )
+        overrides = {
+            "min_duration": args.duration_ms,
+            "target_qps": args.offline_qps,
+            "min_query_count": 1,
+            "performance_sample_count_override": 64,
+        }
+        ours = in_child(
+            harness_run,
+            args.benchmark,
+            "Offline",
+            str(root / f"ours-{attempt}"),
+            overrides,
+            args.offline_batch,
+            None,
+        )["throughput"]
+        rows.append({"attempt": attempt, "bare_fastsut": bare, "ours": ours, "ratio": ours / bare})
+        best_bare, best_ours = max(best_bare, bare), max(best_ours, ours)
+    ratio = best_ours / best_bare
+    return {
+        "attempts": rows,
+        "best_bare_samples_per_s": best_bare,
+        "best_ours_samples_per_s": best_ours,
+        "ratio_of_best": ratio,
+        "target": OFFLINE_TARGET_FRACTION,
+        "met": ratio >= OFFLINE_TARGET_FRACTION,
+    }
+
+
+def server(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    rows = []
+    highest_valid = highest_bare = 0
+    for qps in args.server_qps:
+        overrides = {
+            "min_duration": args.duration_ms,
+            "target_qps": qps,
+            "target_latency": SERVER_LATENCY_MS,
+            "min_query_count": 1024,
+            "performance_sample_count_override": 64,
+        }
+        result = in_child(
+            harness_run,
+            args.benchmark,
+            "Server",
+            str(root / f"server-{qps}"),
+            overrides,
+            args.server_batch,
+            args.window_ms,
+        )
+        bare_dir = root / f"bare-server-{qps}"
+        bare_dir.mkdir()
+        bare = in_child(bare_run, args.benchmark, "Server", str(bare_dir), overrides)
+        p99_ms = result["latency_ns"].get("99.00", 0) / 1e6
+        bare_p99_ms = bare["latency_ns"].get("99.00", 0) / 1e6
+        rows.append(
+            {
+                "target_qps": qps,
+                "validity": result["validity"],
+                "p99_ms": round(p99_ms, 3),
+                "bare_validity": bare["validity"],
+                "bare_p99_ms": round(bare_p99_ms, 3),
+            }
+        )
+        print(
+            f"  server {qps:>7}: ours {result['validity']:<7} p99 {p99_ms:8.3f} ms | bare deque "
+            f"SUT {bare['validity']:<7} p99 {bare_p99_ms:8.3f} ms",
+            flush=True,
+        )
+        if result["validity"] == "VALID":
+            highest_valid = max(highest_valid, qps)
+        if bare["validity"] == "VALID":
+            highest_bare = max(highest_bare, qps)
+    return {
+        "runs": rows,
+        "highest_valid_qps": highest_valid,
+        "bare_highest_valid_qps": highest_bare,
+        "latency_bound_ms": SERVER_LATENCY_MS,
+        "target_qps": SERVER_TARGET_QPS,
+        "met": highest_valid >= SERVER_TARGET_QPS,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--benchmark", default="bert", help="bert (default) or resnet50")
+    parser.add_argument("--duration-ms", type=int, default=3000, help="min_duration of every run")
+    parser.add_argument("--offline-qps", type=float, default=400_000, help="Offline expected QPS")
+    parser.add_argument("--offline-batch", type=int, default=64, help="our Offline batch size")
+    parser.add_argument("--server-batch", type=int, default=32, help="our Server batch size")
+    parser.add_argument("--window-ms", type=float, default=1.0, help="Server batching window")
+    parser.add_argument("--repeats", type=int, default=2, help="Offline attempts (best counts)")
+    parser.add_argument(
+        "--server-qps",
+        type=int,
+        nargs="+",
+        default=[20_000, 30_000, 40_000, 45_000, 50_000, 60_000],
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    args = parser.parse_args()
+    print(
+        f"harness overhead, null backend, {args.benchmark}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="harness-overhead-") as tmp:
+        root = Path(tmp)
+        report = {"benchmark": args.benchmark, "offline": offline(args, root)}
+        off = report["offline"]
+        print(
+            f"Offline: bare FastSUT {off['best_bare_samples_per_s']:,.0f} samples/s, ours "
+            f"{off['best_ours_samples_per_s']:,.0f} samples/s = {off['ratio_of_best']:.1%} "
+            f"(target >= {OFFLINE_TARGET_FRACTION:.0%}: {'met' if off['met'] else 'NOT met'})",
+            flush=True,
+        )
+        report["server"] = server(args, root)
+    srv = report["server"]
+    print(
+        f"Server: highest VALID target at {SERVER_LATENCY_MS} ms: {srv['highest_valid_qps']:,} QPS "
+        f"(target >= {SERVER_TARGET_QPS:,}: {'met' if srv['met'] else 'NOT met'}); the bare "
+        f"deque SUT on this machine now: {srv['bare_highest_valid_qps']:,} QPS"
+    )
+    print(f"took {time.monotonic() - started:.0f} s")
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
