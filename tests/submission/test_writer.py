@@ -207,6 +207,7 @@ def test_quick_preset_logs_are_refused(runs: dict[str, Path], tmp_path: Path) ->
         write_submission([run], division="open", submitter="Acme", outdir=tmp_path / "S")
     assert "min_duration is 2000 ms" in str(excinfo.value)
     assert "performance_sample_count is 64" in str(excinfo.value)
+    assert "--set min_duration=600000 --set performance_sample_count_override=1024" in str(excinfo.value)
 
 
 def test_rewriting_a_result_replaces_it(runs: dict[str, Path], tmp_path: Path) -> None:
