@@ -69,7 +69,7 @@ class SleepyBackend:
         self._null.close()
 
 
-RATE_PER_SLICE = 150.0
+RATE_PER_SLICE = 40.0
 
 
 def sleepy_serve(job: Any, *, before_start: Any, progress: Any) -> Any:

@@ -11,6 +11,7 @@ import mlperf_mig
 from mlperf_mig.harness import parse_detail_log
 
 from .conftest import QUICK_NULL
+from .fault_targets import RATE_PER_SLICE
 
 
 @pytest.fixture(scope="module", name="unified_run")
@@ -57,7 +58,7 @@ def test_dispatch_follows_capacity(tmp_path: Path) -> None:
         batch_size=4,
         accuracy=False,
         progress=False,
-        settings={"min_duration": 2000, "target_qps": 7 * 150},
+        settings={"min_duration": 3000, "target_qps": 7 * RATE_PER_SLICE},
         worker_target="fault_targets:sleepy_serve",
     )
     assert result.ok
