@@ -64,12 +64,17 @@ def build_engine_job(request: EngineRequest, **_protocol: Any) -> dict[str, Any]
 
 
 # --- helpers ----------------------------------------------------------------------------------------
+def _expected(plan: RunPlan, phase: str) -> float | None:
+    """The LoadGen min duration for performance runs; accuracy runs and builds have none."""
+    return plan.expected_s if phase == "performance" else None
+
+
 class _Round:
     """One supervised round with its progress display."""
 
     def __init__(self, plan: RunPlan, phase: str, names: list[str], stream: TextIO | None) -> None:
         self.display = (
-            ProgressDisplay(names, phase=phase, expected_s=plan.expected_s, stream=stream)
+            ProgressDisplay(names, phase=phase, expected_s=_expected(plan, phase), stream=stream)
             if stream is not None
             else None
         )

@@ -85,3 +85,30 @@ def sleepy_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
         progress=progress,
         open_backend=lambda: SleepyBackend(benchmark, RATE_PER_SLICE * slices),
     )
+
+
+class DyingBackend(SleepyBackend):
+    """Serves a few batches, then the process is killed with SIGKILL mid-run."""
+
+    def __init__(self, benchmark: Any, samples_per_s: float, batches: int) -> None:
+        super().__init__(benchmark, samples_per_s)
+        self._left = batches
+
+    def run(self, feeds: Any) -> Any:
+        self._left -= 1
+        if self._left < 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().run(feeds)
+
+
+def dying_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
+    """Unified-mode instance worker; i1 dies after 5 batches, the others keep serving."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.runner.unified import serve_instance
+
+    benchmark = get_benchmark(job.task.benchmark)
+    if _instance().startswith("i1-"):
+        make = lambda: DyingBackend(benchmark, 4 * RATE_PER_SLICE, batches=5)  # noqa: E731
+    else:
+        make = lambda: SleepyBackend(benchmark, 4 * RATE_PER_SLICE)  # noqa: E731
+    return serve_instance(job, before_start=before_start, progress=progress, open_backend=make)

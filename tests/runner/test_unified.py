@@ -66,3 +66,27 @@ def test_dispatch_follows_capacity(tmp_path: Path) -> None:
     for instance in result.instances:
         expected = instance.compute_slices / 7
         assert instance.dispatched_samples / total == pytest.approx(expected, rel=0.10)
+
+
+def test_dead_worker_samples_go_to_the_others(tmp_path: Path) -> None:
+    """A worker killed mid-run is 'crashed'; its in-flight samples are served by the others."""
+    result = mlperf_mig.run(
+        "3x1g.10gb",
+        benchmark="bert",
+        mode="unified",
+        outdir=tmp_path / "run",
+        backend="null",
+        batch_size=4,
+        accuracy=False,
+        progress=False,
+        settings={"min_duration": 1000, "target_qps": 3 * 4 * RATE_PER_SLICE},
+        worker_target="fault_targets:dying_serve",
+    )
+    statuses = {i.name: i.status for i in result.instances}
+    assert statuses == {"i0-1g.10gb": "ok", "i1-1g.10gb": "crashed", "i2-1g.10gb": "ok"}
+    assert not result.ok and result.layout_status == "ok"
+    records = parse_detail_log(Path(result.outdir) / "layout" / "performance")
+    logged = records["result_query_count"] * records["effective_samples_per_query"]
+    assert result.layout_result.samples_completed == logged
+    assert sum(i.dispatched_samples for i in result.instances) == logged
+    assert result.layout_result.failed_samples == 0
