@@ -37,48 +37,84 @@ def in_child(function: Any, *args: Any) -> Any:
         return pool.submit(function, *args).result(timeout=600)
 
 
-def bare_fastsut_offline(
-    benchmark: str, outdir: str, duration_ms: int, expected_qps: float
-) -> float:
-    """Samples/s of a FastSUT that completes every sample at once (same settings as ours)."""
+def bare_run(
+    benchmark: str, scenario: str, outdir: str, overrides: dict[str, float]
+) -> dict[str, Any]:
+    """A bare FastSUT that does nothing but complete samples with a 4-byte payload.
+
+    Offline completes each query inside the issue callback with one QuerySamplesComplete call;
+    Server is the minimal threaded design (the issue callback appends to a deque, one thread
+    drains it and completes), to show what this machine allows at the moment of the run.
+    """
+    import collections
+    import threading
+
     import mlperf_loadgen as lg
     import numpy as np
 
     from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness import parse_detail_log
+    from mlperf_mig.harness.result import latencies
 
-    bench = get_benchmark(benchmark)
+    model = get_benchmark(benchmark).conf_model_name
     conf = Path(outdir) / "user.conf"
-    model = bench.conf_model_name
-    conf.write_text(
-        f"{model}.Offline.min_duration = {duration_ms}\n"
-        f"{model}.Offline.target_qps = {expected_qps}\n"
-        f"{model}.Offline.min_query_count = 1\n"
-        f"{model}.Offline.performance_sample_count_override = 64\n"
-    )
+    conf.write_text("".join(f"{model}.{scenario}.{k} = {v}\n" for k, v in overrides.items()))
     settings = lg.TestSettings()
-    if settings.FromConfig(str(conf), model, "Offline") != 0:
+    if settings.FromConfig(str(conf), model, scenario) != 0:
         raise RuntimeError("LoadGen rejected the benchmark's user.conf")
-    settings.scenario = lg.TestScenario.Offline
+    settings.scenario = getattr(lg.TestScenario, scenario)
     settings.mode = lg.TestMode.PerformanceOnly
     payload = np.zeros(1, dtype=np.int32)
     address = payload.ctypes.data
+    queue: collections.deque[list[int]] = collections.deque()
+    wakeup = threading.Event()
+    stopping = threading.Event()
 
-    def issue(ids: list[int], indices: list[int]) -> None:
+    def complete(ids: list[int]) -> None:
         response = lg.QuerySampleResponse
         lg.QuerySamplesComplete([response(qid, address, 4) for qid in ids])
 
+    def drain() -> None:
+        while not stopping.is_set() or queue:
+            if not queue:
+                wakeup.wait(0.001)
+                wakeup.clear()
+                continue
+            ids: list[int] = []
+            while queue:
+                ids.extend(queue.popleft())
+            complete(ids)
+
+    def enqueue(ids: list[int], indices: list[int]) -> None:
+        queue.append(ids)
+        wakeup.set()
+
+    threaded = scenario == "Server"
+    thread = threading.Thread(target=drain, daemon=True)
+    if threaded:
+        thread.start()
     log = lg.LogSettings()
     log.log_output.outdir = outdir
     log.log_output.copy_summary_to_stdout = False
     log.enable_trace = False
+    issue = enqueue if threaded else (lambda ids, indices: complete(ids))
     sut = lg.ConstructFastSUT(issue, lambda: None)
-    qsl = lg.ConstructQSL(bench.performance_sample_count, 64, lambda i: None, lambda i: None)
+    qsl = lg.ConstructQSL(1024, 64, lambda indices: None, lambda indices: None)
     lg.StartTestWithLogSettings(sut, qsl, settings, log, str(Path(outdir) / "audit.config"))
+    stopping.set()
+    if threaded:
+        thread.join()
     lg.DestroyQSL(qsl)
     lg.DestroyFastSUT(sut)
-    from mlperf_mig.harness import parse_detail_log
-
-    return float(parse_detail_log(outdir)["result_samples_per_second"])
+    records = parse_detail_log(outdir)
+    key = (
+        "result_samples_per_second" if scenario == "Offline" else "result_scheduled_samples_per_sec"
+    )
+    return {
+        "validity": records["result_validity"],
+        "throughput": float(records[key]),
+        "latency_ns": latencies(records, scenario),
+    }
 
 
 def harness_run(
@@ -109,15 +145,13 @@ def offline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     for attempt in range(args.repeats):
         bare_dir = root / f"bare-{attempt}"
         bare_dir.mkdir()
-        bare = in_child(
-            bare_fastsut_offline, args.benchmark, str(bare_dir), args.duration_ms, args.offline_qps
-        )
         overrides = {
             "min_duration": args.duration_ms,
             "target_qps": args.offline_qps,
             "min_query_count": 1,
             "performance_sample_count_override": 64,
         }
+        bare = in_child(bare_run, args.benchmark, "Offline", str(bare_dir), overrides)["throughput"]
         ours = in_child(
             harness_run,
             args.benchmark,

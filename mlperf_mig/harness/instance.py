@@ -39,7 +39,12 @@ from mlperf_mig.harness.settings import (
     normalize_loadgen_scenario,
     resolve_settings,
 )
-from mlperf_mig.harness.sut import BatchingSUT, BatchRunner, InlineSUT
+from mlperf_mig.harness.sut import (
+    OFFLINE_COMPLETION_SAMPLES,
+    BatchingSUT,
+    BatchRunner,
+    InlineSUT,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +155,14 @@ def run_instance(
             total_count=source.total_count,
         )
         runner = BatchRunner(
-            lg=lg, backend=backend, library=library, batch_size=batch_size, progress=progress
+            lg=lg,
+            backend=backend,
+            library=library,
+            batch_size=batch_size,
+            progress=progress,
+            completion_samples=(
+                OFFLINE_COMPLETION_SAMPLES if task.loadgen_scenario == "Offline" else 0
+            ),
         )
         resolved = preliminary
         if calibrate:
