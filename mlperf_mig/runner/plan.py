@@ -131,7 +131,7 @@ class RunPlan:
     _COLUMNS = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
 
     def header(self) -> list[str]:
-        scenario = f"scenario {self.target.scenario}, " if self.target.scenario else ""
+        scenario = f"study scenario {self.target.scenario}: " if self.target.scenario else ""
         lines = [
             f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {scenario}MIG layout "
             f"{self.layout} on {self.gpu} ({self.target.kind}), {self.mode} mode",

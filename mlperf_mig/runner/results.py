@@ -234,7 +234,7 @@ class RunResult:
         return labels
 
     def title(self) -> str:
-        what = f"scenario {self.scenario} " if self.scenario is not None else ""
+        what = f"study scenario {self.scenario}: " if self.scenario is not None else ""
         where = f"{self.gpu} [emulated]" if self.emulated else self.gpu
         return (
             f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {what}MIG layout "
@@ -245,14 +245,14 @@ class RunResult:
         """One row for tables of several layouts (sweeps)."""
         change = self.change_vs_baseline
         return {
-            "scenario": self.scenario,
+            "MIG scenario": self.scenario,
             "layout": self.layout,
             "target": self.target,
             "instances": len(self.instances),
             "total": self.total_throughput,
             "unit": self.throughput_unit,
             "all valid": _yes_no(self.all_valid),
-            "vs scenario 1": None if change is None else f"{change:+.2%}",
+            "vs MIG scenario 1": None if change is None else f"{change:+.2%}",
         }
 
     def instance_rows(self) -> list[dict[str, Any]]:
@@ -282,7 +282,7 @@ class RunResult:
         lines = [f"throughput in {self.throughput_unit}"]
         change = self.change_vs_baseline
         if change is not None:
-            lines.append(f"change against scenario 1 ({self.baseline_source}): {change:+.2%}")
+            lines.append(f"change against MIG scenario 1 ({self.baseline_source}): {change:+.2%}")
         return lines + [f"note: {label}" for label in self.labels()]
 
     def table(self) -> str:

@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 
 SWEEP_FILE = "sweep.json"
 CHART_NAME = "throughput"
-_COLUMNS = ("scenario", "layout", "target", "instances", "total", "unit", "all valid", "vs scenario 1")
+_COLUMNS = (
+    "MIG scenario", "layout", "target", "instances", "total", "unit", "all valid", "vs MIG scenario 1"
+)
 
 
 def layout_folder(scenario: ScenarioSpec) -> str:

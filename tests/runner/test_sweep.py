@@ -49,4 +49,4 @@ def test_sweep_resumes_unchanged_layouts(swept: Any, sweep_dir: Path) -> None:
 def test_report_prints_a_sweep(swept: Any, sweep_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`mlperf-mig report SWEEPDIR` prints the sweep table."""
     assert cli.main(["report", str(sweep_dir)]) == 0
-    assert "vs scenario 1" in capsys.readouterr().out
+    assert "vs MIG scenario 1" in capsys.readouterr().out
