@@ -12,19 +12,21 @@ results gathered so far are written and KeyboardInterrupt is raised again.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
+import os
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
 
 from mlperf_mig import errors
-from mlperf_mig._io import atomic_write_json, ensure_writable_dir
+from mlperf_mig._io import atomic_write_bytes, atomic_write_json, ensure_writable_dir
 from mlperf_mig.errors import SettingsError, WorkerError
 from mlperf_mig.runner.plan import EngineRequest, RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
@@ -35,6 +37,7 @@ from mlperf_mig.runner.worker import WorkerJob
 log = logging.getLogger(__name__)
 
 LAYOUT_FOLDER = "layout"
+USER_CONF = "user.conf"
 BUILD_TARGET = "mlperf_mig.runner.execute:build_engine_job"
 COORDINATOR_TARGET = "mlperf_mig.runner.unified:coordinate"
 SERVE_TARGET = "mlperf_mig.runner.unified:serve_instance"
@@ -387,6 +390,21 @@ def _given_baseline(baseline: Any, plan: RunPlan) -> tuple[float | None, str | N
     return other.total_throughput, other.outdir
 
 
+@contextlib.contextmanager
+def _performance_user_conf_kept(folders: list[Path]) -> Iterator[None]:
+    """Keep `<instance>/user.conf` the performance run's (the one a submission needs); the
+    accuracy run's own user.conf goes to `<instance>/accuracy/user.conf`."""
+    kept = {f: (f / USER_CONF).read_bytes() for f in folders if (f / USER_CONF).is_file()}
+    try:
+        yield
+    finally:
+        for folder, data in kept.items():
+            written = folder / USER_CONF
+            if (folder / "accuracy").is_dir() and written.is_file():
+                os.replace(written, folder / "accuracy" / USER_CONF)
+            atomic_write_bytes(written, data)
+
+
 def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = None) -> RunResult:
     """Run `plan`: engines, performance round, accuracy round; write and return the RunResult."""
     outdir = ensure_writable_dir(plan.outdir)
@@ -406,10 +424,12 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     layout_ok = not unified or (LAYOUT_FOLDER in performance and performance[LAYOUT_FOLDER].ok)
     if plan.accuracy and not interrupted and layout_ok:
         passed = [n for n in names if n in performance and performance[n].ok]
-        if unified:
-            accuracy, interrupted = run_round(plan, outdir, specs, "accuracy", stream)
-        elif passed:
-            accuracy, interrupted = run_round(plan, outdir, specs, "accuracy", passed, stream)
+        folders = [outdir / n for n in ([LAYOUT_FOLDER] if unified else passed)]
+        with _performance_user_conf_kept(folders):
+            if unified:
+                accuracy, interrupted = run_round(plan, outdir, specs, "accuracy", stream)
+            elif passed:
+                accuracy, interrupted = run_round(plan, outdir, specs, "accuracy", passed, stream)
     result = _assemble(plan, specs, performance, accuracy, interrupted, started_at, time.monotonic() - began)
     if baseline is not None:
         base, source = _given_baseline(baseline, plan)

@@ -199,6 +199,7 @@ def save_chart(runs: Sequence[RunResult], folder: Path) -> tuple[Path, Path]:
         text = f"{bottom:,.0f}" + (f"\n{change:+.1%}" if change is not None and run.scenario != 1 else "")
         axes.annotate(text, (x, bottom), ha="center", va="bottom", fontsize=8)
     axes.set_xticks(range(len(runs)), [_bar_label(run) for run in runs], fontsize=7)
+    axes.margins(y=0.15)
     first = runs[0]
     axes.set_ylabel(first.throughput_unit)
     emulated = " [emulated on CPU]" if first.emulated else ""
@@ -270,7 +271,7 @@ def run_sweep(
     """See mlperf_mig.sweep."""
     from mlperf_mig.runner.execute import execute
 
-    folder = ensure_writable_dir(outdir if outdir is not None else default_outdir("sweep"))
+    folder = ensure_writable_dir(Path(outdir).absolute() if outdir is not None else default_outdir("sweep"))
     runs: list[RunResult] = []
     resumed: list[str] = []
     for scenario in scenarios:

@@ -33,7 +33,8 @@ def _pids(outdir: Path) -> list[int]:
 
 
 def test_run_folder_layout(good_run: Any) -> None:
-    """Each instance has user.conf, worker.log, performance and accuracy logs; results.json on top."""
+    """Each instance has the performance run's user.conf, worker.log, performance and accuracy
+    logs (with the accuracy run's user.conf); results.json on top."""
     outdir = Path(good_run.outdir)
     assert (outdir / "results.json").is_file()
     for instance in good_run.instances:
@@ -42,6 +43,7 @@ def test_run_folder_layout(good_run: Any) -> None:
         assert (folder / "worker.log").is_file()
         assert (folder / "performance" / "mlperf_log_detail.txt").is_file()
         assert (folder / "accuracy" / "mlperf_log_accuracy.json").is_file()
+        assert (folder / "accuracy" / "user.conf").is_file()
 
 
 def test_aggregate_is_the_sum(good_run: Any) -> None:
