@@ -1,1 +1,14 @@
-"""The multi-instance runner: one worker per MIG instance, aggregation, sweeps."""
+"""The multi-instance runner: one worker per MIG instance, aggregation, sweeps.
+
+    placement   where instances run: live MIG devices, a shared GPU, or emulated CPU partitions
+    plan        RunPlan: everything a run needs, resolved before anything runs
+    worker      the child side of the worker protocol (spawned entry point)
+    supervisor  the parent side: barrier, bounded waits, crash/raise/hang/interrupt outcomes
+    execute     the rounds of a run (engines, performance, accuracy) and results.json
+    unified     one LoadGen for the layout, samples in shared memory, capacity-weighted dispatch
+    results     InstanceRun and RunResult records, tables, aggregation labels
+    sweep       several layouts, the table and the stacked bar chart
+    combine     run folders of several hosts combined into one result
+    api         run, plan, sweep, aggregate (exported as mlperf_mig.*)
+    cli         run, plan, sweep, report, aggregate sub-commands
+"""

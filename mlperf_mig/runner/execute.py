@@ -175,7 +175,8 @@ def _settings_profile(plan: RunPlan, profile: str) -> str | None:
     return None if plan.target.emulated else profile
 
 
-def _env(plan: RunPlan, slot: Any) -> dict[str, str]:
+def _env(slot: Any) -> dict[str, str]:
+    """The slot's device variables, its name (for logs and tests) and its thread count."""
     env = {**slot.env, "MLPERF_MIG_INSTANCE": slot.name}
     if slot.threads is not None:
         env["OMP_NUM_THREADS"] = str(slot.threads)
@@ -205,7 +206,7 @@ def _independent_round(
                 target=plan.worker_target or INSTANCE_TARGET,
                 payload=task,
                 log_path=str(outdir / slot.name / "worker.log"),
-                env=_env(plan, slot),
+                env=_env(slot),
                 cpus=slot.cpus,
             )
         )
@@ -335,7 +336,7 @@ def _unified_round(
                     batch_size=batch_sizes[slot.name],
                 ),
                 log_path=str(outdir / slot.name / "worker.log"),
-                env=_env(plan, slot),
+                env=_env(slot),
                 cpus=slot.cpus,
             )
             for slot, (_, b) in zip(plan.slots, pipes)
@@ -351,7 +352,8 @@ def _unified_round(
 
 
 # --- the run ---------------------------------------------------------------------------------------------
-def _device_of(runs: list[InstanceRun], outcomes: Mapping[str, WorkerOutcome], plan: RunPlan) -> str:
+def _device_of(runs: list[InstanceRun], outcomes: Mapping[str, WorkerOutcome]) -> str:
+    """What the instances actually ran on, as their backends reported it."""
     for run in runs:
         if run.performance is not None:
             d = run.performance.device
@@ -488,7 +490,7 @@ def _assemble(
         benchmark=plan.benchmark,
         loadgen_scenario=plan.loadgen_scenario,
         backend=plan.backend,
-        device=_device_of(runs, performance, plan),
+        device=_device_of(runs, performance),
         precision=_precision(specs, plan),
         variant=plan.variant,
         preset=plan.preset,
