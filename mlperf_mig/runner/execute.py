@@ -31,13 +31,14 @@ from mlperf_mig.errors import SettingsError, WorkerError
 from mlperf_mig.runner.plan import EngineRequest, RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
 from mlperf_mig.runner.results import RESULTS_FILE, InstanceRun, RunResult
-from mlperf_mig.runner.supervisor import Supervisor, WorkerOutcome
+from mlperf_mig.runner.supervisor import Supervisor, Timeouts, WorkerOutcome
 from mlperf_mig.runner.worker import WorkerJob
 
 log = logging.getLogger(__name__)
 
 LAYOUT_FOLDER = "layout"
 USER_CONF = "user.conf"
+BUILD_TIMEOUT_S = 3600.0
 BUILD_TARGET = "mlperf_mig.runner.execute:build_engine_job"
 COORDINATOR_TARGET = "mlperf_mig.runner.unified:coordinate"
 SERVE_TARGET = "mlperf_mig.runner.unified:serve_instance"
@@ -75,7 +76,14 @@ def _expected(plan: RunPlan, phase: str) -> float | None:
 class _Round:
     """One supervised round with its progress display."""
 
-    def __init__(self, plan: RunPlan, phase: str, names: list[str], stream: TextIO | None) -> None:
+    def __init__(
+        self,
+        plan: RunPlan,
+        phase: str,
+        names: list[str],
+        stream: TextIO | None,
+        timeouts: Timeouts | None = None,
+    ) -> None:
         self.display = (
             ProgressDisplay(names, phase=phase, expected_s=_expected(plan, phase), stream=stream)
             if stream is not None
@@ -83,7 +91,7 @@ class _Round:
         )
         d = self.display
         self.supervisor = Supervisor(
-            timeouts=plan.timeouts,
+            timeouts=timeouts or plan.timeouts,
             on_progress=d.progress if d else None,
             on_event=d.event if d else None,
             on_tick=d.tick if d else None,
@@ -135,7 +143,10 @@ def _build_engines(plan: RunPlan, outdir: Path, stream: TextIO | None) -> dict[s
         )
         for request in plan.engines
     ]
-    round_ = _Round(plan, "engines", [j.name for j in jobs], stream)
+    # Builds have their own deadline: a TensorRT build inside a small slice can take minutes, and
+    # a short --timeout meant for hung LoadGen tests must not kill it.
+    timeouts = Timeouts(ready_s=BUILD_TIMEOUT_S, run_s=BUILD_TIMEOUT_S)
+    round_ = _Round(plan, "engines", [j.name for j in jobs], stream, timeouts)
     outcomes = round_.run(jobs)
     if round_.interrupted:
         raise KeyboardInterrupt

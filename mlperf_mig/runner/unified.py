@@ -18,6 +18,7 @@ A worker that dies has its in-flight batches re-sent to the others; every sample
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import threading
@@ -194,6 +195,8 @@ class Dispatcher:
     def done(self, worker: int, batch_ids: Sequence[int], blob: bytes, item_size: int) -> None:
         """A worker's reply: complete its samples with LoadGen and send more work."""
         with self._lock:
+            if not self.alive[worker]:
+                return  # its batches were re-sent to the others when it was given up
             ids: list[int] = []
             for batch_id in batch_ids:
                 batch_ids_, _ = self._inflight[worker].pop(batch_id)
@@ -230,13 +233,11 @@ class Dispatcher:
             self._complete(ids, b"", 0)
 
     def stop_workers(self) -> None:
+        """Tell every worker still listening (given up on or not) that the test is over."""
         with self._lock:
-            for i, link in enumerate(self._links):
-                if self.alive[i]:
-                    try:
-                        link.send(("stop",))
-                    except (BrokenPipeError, OSError):
-                        self.alive[i] = False
+            for link in self._links:
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    link.send(("stop",))
 
 
 class _Receiver(threading.Thread):
