@@ -128,7 +128,10 @@ def run_instance(
 ) -> InstanceResult:
     """Run one LoadGen test in this process and return its result parsed from the logs.
 
-    `before_start()` is called once the model and samples are loaded, just before StartTest;
+    `before_start()` is called once the model and samples are loaded, just before the timed part
+    of the test (from LoadGen's first sample-load callback, inside StartTest). An exception it
+    raises makes the SUT complete every sample at once without the backend, so that LoadGen ends
+    as soon as its settings allow, and is raised again when StartTest has returned.
     `progress(completed_samples)` now and then from the thread that completes samples.
     """
     started = time.monotonic()
@@ -185,6 +188,7 @@ def run_instance(
         _start_test(
             lg,
             sut=sut,
+            runner=runner,
             library=library,
             performance_count=performance_count,
             source=source,
@@ -228,6 +232,7 @@ def _start_test(
     lg: Any,
     *,
     sut: InlineSUT | BatchingSUT,
+    runner: BatchRunner,
     library: SampleLibrary,
     performance_count: int,
     source: SampleSource,
@@ -240,22 +245,36 @@ def _start_test(
     log_settings.log_output.outdir = str(log_dir)
     log_settings.log_output.copy_summary_to_stdout = False
     log_settings.enable_trace = False  # trap 9: tracing costs Server latency
+    waiting = [before_start] if before_start is not None else []
+    barrier_errors: list[Exception] = []
+
+    def load(indices: list[int]) -> None:
+        # An exception must not unwind through LoadGen (its threads then abort the process at
+        # exit): a sample that cannot be loaded fails the run; a failed barrier aborts it.
+        try:
+            library.load(indices, source)
+        except Exception as exc:
+            runner.fail(exc)
+        # LoadGen loads the sample set inside StartTest, before its timed phase: the runner's
+        # barrier goes here, so that every instance's timed phase starts together.
+        if waiting:
+            try:
+                waiting.pop()()
+            except Exception as exc:
+                barrier_errors.append(exc)
+                runner.abort(exc)
+
     lg_sut = lg.ConstructFastSUT(sut.issue, sut.flush)
-    lg_qsl = lg.ConstructQSL(
-        library.total_count,
-        performance_count,
-        lambda indices: library.load(indices, source),
-        library.unload,
-    )
+    lg_qsl = lg.ConstructQSL(library.total_count, performance_count, load, library.unload)
     sut.start()
     try:
-        if before_start is not None:
-            before_start()
         lg.StartTestWithLogSettings(lg_sut, lg_qsl, test_settings, log_settings, str(audit_path))
     finally:
         sut.stop()
         lg.DestroyQSL(lg_qsl)
         lg.DestroyFastSUT(lg_sut)
+    if barrier_errors:
+        raise barrier_errors[0]
 
 
 def _make_sut(
@@ -283,7 +302,9 @@ def _result(
     records = parse_detail_log(task.log_dir)
     reasons = invalid_reasons(records)
     if runner.error is not None:
-        reasons.insert(0, f"backend failed on {runner.failed_samples} samples: {runner.error}")
+        reasons.insert(
+            0, f"run failed ({runner.failed_samples} samples without data): {runner.error}"
+        )
     performance = task.mode == "performance"
     validity = str(records.get("result_validity", "")) if performance else ""
     valid = runner.error is None and (validity == "VALID" or not performance)

@@ -133,6 +133,16 @@ class BatchRunner:
         self.completed = 0
         self.failed_samples = 0
         self.error: str | None = None
+        self.aborted = False
+
+    def fail(self, exc: Exception) -> None:
+        """Record an error outside a batch (a sample that could not be loaded): the run fails."""
+        self._record_error(exc, 0)
+
+    def abort(self, exc: Exception) -> None:
+        """Fail the run and complete every further sample at once, without the backend."""
+        self._record_error(exc, 0)
+        self.aborted = True
 
     def run_offline(self, ids: Sequence[int], indices: Sequence[int]) -> None:
         """Run the whole Offline query in batches, in an order that keeps batches contiguous.
@@ -174,6 +184,8 @@ class BatchRunner:
         if self._staged + count > len(self._staging):
             self.flush()
         try:
+            if self.aborted:
+                raise RuntimeError("the run was aborted")
             feeds = self._library.gather(rows, self._feeds, contiguous=contiguous)
             outputs = self._backend.run(feeds)
             payload = response_payload(self._benchmark, outputs, self._staging[self._staged :])
@@ -202,7 +214,7 @@ class BatchRunner:
     def _record_error(self, exc: Exception, count: int) -> None:
         if self.error is None:
             self.error = f"{type(exc).__name__}: {exc}"
-            logger.error("backend failed; completing samples without data: %s", self.error)
+            logger.error("run failed, samples are completed without data: %s", self.error)
         self.failed_samples += count
 
     def _complete_empty(self, ids: Sequence[int], exc: Exception) -> None:

@@ -103,7 +103,7 @@ def test_backend_failure_completes_the_run_and_fails_it(in_child, tmp_path: Path
     assert result.failed and not result.valid
     assert result.error == "RuntimeError: device lost"
     assert result.failed_samples == result.samples_completed > 0
-    assert result.invalid_reasons[0].startswith("backend failed on")
+    assert result.invalid_reasons[0].startswith("run failed (")
 
 
 def test_unwritable_outdir_raises(tmp_path: Path) -> None:
@@ -125,3 +125,61 @@ def test_stray_audit_config_is_refused(tmp_path: Path) -> None:
     (log_dir / "audit.config").write_text("")
     with pytest.raises(SettingsError, match=r"audit\.config"):
         run_instance(_task(tmp_path, "resnet50", "Offline"))
+
+
+def _run_with_barrier(task: InstanceTask) -> tuple[int, int]:
+    """Run with a before_start that records how many samples were loaded when it ran."""
+    import mlperf_mig.harness.samples as samples
+
+    seen: list[int] = []
+    loaded: list[int] = []
+    original = samples.SampleLibrary.load
+
+    def load(self, indices, source):
+        original(self, indices, source)
+        loaded.append(self.loaded_count)
+
+    samples.SampleLibrary.load = load
+    run_instance(task, before_start=lambda: seen.append(loaded[-1] if loaded else 0))
+    return len(seen), seen[0]
+
+
+def test_before_start_runs_once_after_the_samples_are_loaded(in_child, tmp_path: Path) -> None:
+    """The runner's barrier runs once, with the performance sample set already loaded."""
+    task = _task(tmp_path, "bert", "Offline", target_qps=1000, performance_sample_count_override=16)
+    assert in_child(_run_with_barrier, task) == (1, 16)
+
+
+def _run_with_failing_barrier(task: InstanceTask) -> str:
+    def broken() -> None:
+        raise TimeoutError("barrier not released")
+
+    try:
+        run_instance(task, before_start=broken)
+    except TimeoutError as exc:
+        return str(exc)
+    return "no exception"
+
+
+def test_failed_barrier_ends_the_run_and_is_raised(in_child, tmp_path: Path) -> None:
+    """A before_start that raises is raised from run_instance once LoadGen has ended."""
+    task = _task(tmp_path, "bert", "Server", target_qps=100)
+    assert in_child(_run_with_failing_barrier, task) == "barrier not released"
+
+
+def test_undecodable_image_fails_the_run(in_child, tmp_path: Path, imagenet_dir: Path) -> None:
+    """An image that cannot be decoded while LoadGen loads samples fails the run, not the process."""
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    for item in imagenet_dir.iterdir():
+        (folder / item.name).write_bytes(item.read_bytes())
+    (folder / "ILSVRC2012_val_00000001.JPEG").write_bytes(b"not a jpeg")
+    task = InstanceTask(
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        outdir=tmp_path / "instance",
+        dataset=folder,
+        settings=SettingsSpec(overrides={**SHORT, "target_qps": 100}),
+    )
+    result: InstanceResult = in_child(run_instance, task)
+    assert result.failed and not result.valid and "cannot decode image" in result.error
