@@ -130,7 +130,13 @@ def worker_main(conn: Connection, start: Event, job: WorkerJob, ready_timeout_s:
         os.sched_setaffinity(0, job.cpus)
     _redirect_output(job.log_path)
     log = logging.getLogger(__name__)
-    log.info("worker %s pid=%d target=%s cpus=%s", job.name, os.getpid(), job.target, job.cpus)
+    log.info(
+        "worker %s pid=%d target=%s cpus=%s",
+        job.name,
+        os.getpid(),
+        job.target,
+        sorted(os.sched_getaffinity(0)),
+    )
     channel = _Channel(conn, start, ready_timeout_s)
     try:
         target = resolve_target(job.target)

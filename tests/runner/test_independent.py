@@ -46,6 +46,13 @@ def test_run_folder_layout(good_run: Any) -> None:
         assert (folder / "accuracy" / "user.conf").is_file()
 
 
+def test_emulated_workers_are_pinned(good_run: Any) -> None:
+    """Each worker ran pinned to the CPUs of its emulated partition, as its log records."""
+    for instance in good_run.instances:
+        log = (Path(good_run.outdir) / instance.name / "worker.log").read_text()
+        assert f"cpus={sorted(instance.cpus)}" in log
+
+
 def test_aggregate_is_the_sum(good_run: Any) -> None:
     """The total is the sum of the instances' throughput, with every instance ok."""
     assert good_run.ok

@@ -130,3 +130,18 @@ def test_emulated_partitions_refuse_tensorrt() -> None:
 
     with pytest.raises(BackendUnavailableError, match="onnxruntime"):
         mlperf_mig.plan(7, backend="tensorrt", emulate=True)
+
+
+def test_system_id_names_its_gpu_and_layout() -> None:
+    """A system ID selects both the GPU and the layout."""
+    plan = mlperf_mig.plan(
+        "H100-SXM5-80GB_MIG_1x4g.40gb+1x3g.40gb", backend="null", emulate=True
+    )
+    assert plan.gpu == "H100-SXM5-80GB"
+    assert [s.profile for s in plan.slots] == ["4g.40gb", "3g.40gb"]
+
+
+def test_profile_list_is_a_layout() -> None:
+    """A list of profile names is a layout, ordered largest first."""
+    plan = mlperf_mig.plan(["1g.10gb", "3g.40gb"], backend="null", emulate=True)
+    assert [s.name for s in plan.slots] == ["i0-3g.40gb", "i1-1g.10gb"]
