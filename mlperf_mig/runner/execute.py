@@ -271,8 +271,9 @@ def _instance_runs(
 
 
 # --- unified mode --------------------------------------------------------------------------------------
-def _sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int]:
-    """Input layouts and how many samples the shared sample memory must hold."""
+def _sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
+    """Input layouts, LoadGen's performance sample count, and how many samples the shared
+    sample memory must hold (MultiStream may load one query more than the performance count)."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness import datasets
     from mlperf_mig.harness.samples import input_layouts
@@ -283,8 +284,12 @@ def _sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int]:
     values = resolve_settings(
         task.settings, benchmark, plan.loadgen_scenario, calibrated_target=1.0
     ).values
-    count = int(values.get("performance_sample_count_override") or source.performance_count)
-    return input_layouts(benchmark), min(count, source.total_count)
+    count = min(
+        int(values.get("performance_sample_count_override") or source.performance_count),
+        source.total_count,
+    )
+    extra = int(values.get("samples_per_query", 8)) if plan.loadgen_scenario == "MultiStream" else 0
+    return input_layouts(benchmark), count, min(count + extra, source.total_count)
 
 
 def _batch_size(spec: Any, loadgen_scenario: str) -> int:
@@ -303,7 +308,7 @@ def _unified_round(
     layout_task = _task(
         plan, name=LAYOUT_FOLDER, outdir=outdir, mode=mode, engine=None, threads=None, profile=None
     )
-    layouts, capacity = _sample_capacity(plan, layout_task)
+    layouts, performance_count, capacity = _sample_capacity(plan, layout_task)
     batch_sizes = {
         slot.name: plan.batch_size
         or _batch_size(specs[plan.engine_of[slot.name]], plan.loadgen_scenario)
@@ -319,6 +324,7 @@ def _unified_round(
             payload=CoordinatorJob(
                 task=layout_task,
                 samples=samples.specs,
+                performance_count=performance_count,
                 links=tuple(a for a, _ in pipes),
                 names=tuple(slot.name for slot in plan.slots),
                 weights=tuple(float(slot.compute_slices) for slot in plan.slots),

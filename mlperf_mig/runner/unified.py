@@ -108,6 +108,7 @@ class CoordinatorJob:
 
     task: Any  # harness InstanceTask of the whole layout (engine None: no model here)
     samples: tuple[SharedArraySpec, ...]
+    performance_count: int  # LoadGen's; the shared arrays may hold a few rows more (MultiStream)
     links: tuple[Connection, ...]
     names: tuple[str, ...]
     weights: tuple[float, ...]
@@ -372,10 +373,12 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         dispatcher.submit(ids, library.slots(indices).tolist())
 
-    capacity = job.samples[0].shape[0]
     lg_sut = lg.ConstructFastSUT(issue, lambda: None)
     lg_qsl = lg.ConstructQSL(
-        source.total_count, capacity, lambda idx: library.load(idx, source), library.unload
+        source.total_count,
+        job.performance_count,
+        lambda idx: library.load(idx, source),
+        library.unload,
     )
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(log_dir)
