@@ -90,3 +90,19 @@ def test_dead_worker_samples_go_to_the_others(tmp_path: Path) -> None:
     assert result.layout_result.samples_completed == logged
     assert sum(i.dispatched_samples for i in result.instances) == logged
     assert result.layout_result.failed_samples == 0
+
+
+def test_unified_multistream(tmp_path: Path) -> None:
+    """MultiStream, whose QSL loads one query beyond the performance count, runs unified."""
+    result = mlperf_mig.run(
+        "2g.20gb+1g.10gb",
+        benchmark="bert",
+        loadgen_scenario="MultiStream",
+        mode="unified",
+        outdir=tmp_path / "run",
+        backend="null",
+        accuracy=False,
+        progress=False,
+        settings={"min_duration": 300},
+    )
+    assert result.ok and result.layout_result.throughput > 0
