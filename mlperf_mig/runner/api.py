@@ -53,6 +53,9 @@ def run(
 ) -> RunResult:
     """Run MLPerf `benchmark` on every instance of a MIG layout at once and return the RunResult.
 
+    Works from notebooks; the workers are spawned processes, so a plain script must call it
+    under `if __name__ == "__main__":` (Python's rule for the 'spawn' start method).
+
     scenario:         the seed study's MIG layout 1-8, a layout string ("3x2g.20gb+1g.10gb"), a
                       list of profile names, or a system ID. Not the LoadGen scenario:
     loadgen_scenario: Offline, Server, SingleStream or MultiStream.
