@@ -128,7 +128,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="instance-memory-") as folder:
         for count in counts:
-            row = measure(count, variant=args.variant, sample_count=args.sample_count, outdir=Path(folder))
+            row = measure(
+                count, variant=args.variant, sample_count=args.sample_count, outdir=Path(folder)
+            )
             if rows:
                 previous = rows[-1]
                 row["MiB per extra instance"] = (row["peak PSS MiB"] - previous["peak PSS MiB"]) / (
@@ -136,8 +138,18 @@ def main() -> None:
                 )
             rows.append(row)
             print(f"{count} instances: peak PSS {row['peak PSS MiB']:.0f} MiB", flush=True)
-    columns = ["instances", "processes", "peak PSS MiB", "peak RSS MiB", "MiB per extra instance", "samples/s", "wall s"]
-    print(f"\nResNet50 ({args.variant}) on ONNX Runtime CPU, unified mode, emulated 1g.10gb instances")
+    columns = [
+        "instances",
+        "processes",
+        "peak PSS MiB",
+        "peak RSS MiB",
+        "MiB per extra instance",
+        "samples/s",
+        "wall s",
+    ]
+    print(
+        f"\nResNet50 ({args.variant}) on ONNX Runtime CPU, unified mode, emulated 1g.10gb instances"
+    )
     print(f"shared sample set: {args.sample_count} samples = {sample_set_mib:.1f} MiB (held once)")
     print(text_table(rows, columns))
 
