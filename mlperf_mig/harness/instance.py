@@ -89,9 +89,6 @@ class InstanceTask:
     def log_dir(self) -> Path:
         return Path(self.outdir) / self.mode
 
-    def backend_name(self) -> str:
-        return "null" if self.engine is None else str(self.engine.backend)
-
 
 def open_task_backend(task: InstanceTask, benchmark: Benchmark) -> Backend:
     """Open the task's backend in this process (the null backend when there is no engine)."""
@@ -153,9 +150,7 @@ def run_instance(
         batch_size = batch_size_of(task)
         performance_count = _performance_count(preliminary, source)
         library = SampleLibrary.allocate(
-            input_layouts(benchmark),
-            capacity=_library_capacity(performance_count, preliminary, source),
-            total_count=source.total_count,
+            input_layouts(benchmark), capacity=performance_count, total_count=source.total_count
         )
         runner = BatchRunner(
             lg=lg,
@@ -216,16 +211,6 @@ def _performance_count(resolved: ResolvedSettings, source: SampleSource) -> int:
     """LoadGen's performance sample count: the override, else the source's."""
     override = int(resolved.values.get("performance_sample_count_override", 0))
     return min(override or source.performance_count, source.total_count)
-
-
-def _library_capacity(
-    performance_count: int, resolved: ResolvedSettings, source: SampleSource
-) -> int:
-    """Rows to allocate: MultiStream loads up to one query more than the performance count."""
-    extra = 0
-    if resolved.loadgen_scenario == "MultiStream":
-        extra = int(resolved.values.get("samples_per_query", 8))
-    return min(performance_count + extra, source.total_count)
 
 
 def _start_test(

@@ -82,16 +82,18 @@ class SampleLibrary:
         return int(np.count_nonzero(self._slots >= 0))
 
     def load(self, indices: Sequence[int], source: SampleSource) -> None:
-        """Load `indices` (replacing what was loaded) into rows 0..n-1."""
-        count = len(indices)
+        """Load `indices` (replacing what was loaded) into rows 0..n-1, each index once
+        (MultiStream repeats indices to fill its last query)."""
+        unique = list(dict.fromkeys(int(i) for i in indices))
+        count = len(unique)
         if count > self.capacity:
             raise DatasetError(
                 f"LoadGen asked to load {count} samples but the library holds {self.capacity}; "
                 "raise the performance sample count"
             )
         self._slots.fill(-1)
-        self._slots[np.asarray(indices, dtype=np.int64)] = np.arange(count)
-        source.fill(indices, {name: buf[:count] for name, buf in self.buffers.items()})
+        self._slots[np.asarray(unique, dtype=np.int64)] = np.arange(count)
+        source.fill(unique, {name: buf[:count] for name, buf in self.buffers.items()})
 
     def unload(self, indices: Sequence[int]) -> None:
         self._slots[np.asarray(indices, dtype=np.int64)] = -1

@@ -46,3 +46,13 @@ def test_loading_more_than_capacity_raises() -> None:
     library = SampleLibrary.allocate(input_layouts(BERT), capacity=2, total_count=5)
     with pytest.raises(DatasetError, match="holds 2"):
         library.load([0, 1, 2], SyntheticSource(benchmark=BERT, total_count=5, performance_count=2))
+
+
+def test_repeated_indices_take_one_row() -> None:
+    """MultiStream repeats indices to fill its last query; each index takes one row."""
+    library = SampleLibrary.allocate(input_layouts(BERT), capacity=3, total_count=5)
+    library.load(
+        [4, 1, 4, 2, 1], SyntheticSource(benchmark=BERT, total_count=5, performance_count=3)
+    )
+    assert library.loaded_count == 3
+    assert library.slots([4, 1, 2]).tolist() == [0, 1, 2]
