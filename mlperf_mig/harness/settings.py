@@ -108,9 +108,16 @@ def normalize_loadgen_scenario(name: str) -> str:
     )
 
 
-def _convert_overrides(value: Mapping[str, float] | tuple[tuple[str, float], ...] | None):
+def _convert_overrides(
+    value: Mapping[str, float] | tuple[tuple[str, float], ...] | None,
+) -> tuple[tuple[str, float], ...]:
     items = value.items() if isinstance(value, Mapping) else (value or ())
     return tuple(sorted((str(k), v) for k, v in items))
+
+
+def _check_preset(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    if value not in PRESETS:
+        raise SettingsError(f"unknown preset {value!r}; expected one of {', '.join(PRESETS)}")
 
 
 @attrs.frozen(kw_only=True)
@@ -122,7 +129,7 @@ class SettingsSpec:
     and latencies). `profile` ("2g.20gb", "7g", or None for CPU) picks the per-profile target.
     """
 
-    preset: str = attrs.field(default="quick", validator=attrs.validators.in_(PRESETS))
+    preset: str = attrs.field(default="quick", validator=_check_preset)
     overrides: tuple[tuple[str, float], ...] = attrs.field(
         factory=tuple, converter=_convert_overrides
     )

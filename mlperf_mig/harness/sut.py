@@ -2,10 +2,12 @@
 
 Every SUT is a LoadGen FastSUT (ids and indices arrive as two plain int lists). Offline,
 SingleStream and MultiStream run the backend inside the issue callback, in batches of the
-recipe's size, and complete each batch with one QuerySamplesComplete call. Server only enqueues
-in the issue callback; a batcher thread forms dynamic batches within a window well under the
-latency bound. Every issued sample is completed, even when the backend raises (trap 11): the
-error is recorded and the run is marked failed.
+recipe's size; Offline orders its samples so that batches are views of the sample library and
+completes them in bulk (OFFLINE_COMPLETION_SAMPLES per QuerySamplesComplete call), the stream
+scenarios complete each query with one call. Server only enqueues in the issue callback; a
+batcher thread forms dynamic batches within a window well under the latency bound and completes
+each batch with one call. Every issued sample is completed, even when the backend raises (trap
+11): the error is recorded and the run is marked failed.
 """
 
 from __future__ import annotations

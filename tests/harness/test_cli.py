@@ -88,3 +88,9 @@ def test_run_prints_the_result(tmp_path: Path) -> None:
     assert result["device"]["provider"] == "CPUExecutionProvider"
     assert result["loadgen_scenario"] == "SingleStream" and result["throughput"] > 0
     assert (tmp_path / "out" / "performance" / "mlperf_log_detail.txt").is_file()
+
+
+def test_unknown_preset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A preset that does not exist: one line naming the known ones, exit 2."""
+    code, err = _main(capsys, *_base(tmp_path / "out"), "--preset", "fast")
+    _assert_one_line(code, err, "quick, submission")
