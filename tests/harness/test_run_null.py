@@ -183,3 +183,15 @@ def test_undecodable_image_fails_the_run(in_child, tmp_path: Path, imagenet_dir:
     )
     result: InstanceResult = in_child(run_instance, task)
     assert result.failed and not result.valid and "cannot decode image" in result.error
+
+
+def _run_with_progress(task: InstanceTask) -> tuple[InstanceResult, list[int]]:
+    calls: list[int] = []
+    return run_instance(task, progress=calls.append), calls
+
+
+def test_progress_reports_completed_samples(in_child, tmp_path: Path) -> None:
+    """progress() gets growing sample counts, the last one being every completed sample."""
+    task = _task(tmp_path, "bert", "SingleStream", target_latency=0.01)
+    result, calls = in_child(_run_with_progress, task)
+    assert calls and calls == sorted(calls) and calls[-1] == result.samples_completed

@@ -164,3 +164,37 @@ def test_values_loadgen_ignored_are_caught(in_child, conf) -> None:
     """A value missing from the file LoadGen read is reported instead of silently dropped."""
     path = conf("resnet50.Offline.min_duration=1234\n")
     assert "did not take" in in_child(_load_in_child, str(path))
+
+
+def _submission_settings_in_child(benchmark: str, scenario: str, path: str) -> dict[str, float]:
+    import mlperf_loadgen as lg
+
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.settings import load_test_settings
+
+    spec = SettingsSpec(preset="submission", profile="1g.10gb")
+    resolved = resolve_settings(spec, get_benchmark(benchmark), scenario)
+    Path(path).write_text(resolved.conf_text())
+    settings = load_test_settings(path, resolved, lg)
+    return {
+        "min_duration_ms": settings.min_duration_ms,
+        "performance_sample_count_override": settings.performance_sample_count_override,
+        "server_target_latency_ns": settings.server_target_latency_ns,
+        "server_target_qps": settings.server_target_qps,
+    }
+
+
+@pytest.mark.parametrize(
+    ("benchmark", "latency_ms", "samples"), [("resnet50", 15, 1024), ("bert", 130, 10833)]
+)
+def test_submission_preset_gets_the_official_rules(
+    in_child, tmp_path: Path, benchmark: str, latency_ms: int, samples: int
+) -> None:
+    """The submission preset leaves LoadGen's mlperf.conf rules in force: 600 s, bounds, counts."""
+    values = in_child(
+        _submission_settings_in_child, benchmark, "Server", str(tmp_path / "user.conf")
+    )
+    assert values["min_duration_ms"] == 600_000
+    assert values["server_target_latency_ns"] == latency_ms * 1_000_000
+    assert values["performance_sample_count_override"] == samples
+    assert values["server_target_qps"] > 0
