@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 PROGRESS_INTERVAL_S = 0.5
 OFFLINE_COMPLETION_SAMPLES = 512
+OFFLINE_COMPLETION_INTERVAL_S = 0.05  # a slow backend completes every batch
 
 
 def contiguous_order(rows: np.ndarray) -> np.ndarray:
@@ -103,8 +104,9 @@ class BatchRunner:
     """Runs batches on the backend and completes their samples; counts and records errors.
 
     Payloads are staged in one buffer. Stream and Server batches are completed as soon as they
-    ran; Offline completes `completion_samples` at a time with one QuerySamplesComplete call,
-    which halves LoadGen's per-call cost at 64-sample batches.
+    ran; Offline completes up to `completion_samples` at a time with one QuerySamplesComplete
+    call, and at least every OFFLINE_COMPLETION_INTERVAL_S, so that a slow backend still reports
+    each batch (latencies and progress stay meaningful).
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class BatchRunner:
         self._staging = np.empty((max(batch_size, completion_samples), *shape), dtype=dtype)
         self._staged = 0
         self._responses: list[Any] = []
+        self._last_flush = time.monotonic()
         self._progress = progress
         self._last_progress = time.monotonic()
         self.completed = 0
@@ -201,7 +204,7 @@ class BatchRunner:
         else:
             self._staged += count
         self._responses.extend(responses)
-        if not defer:
+        if not defer or time.monotonic() - self._last_flush >= OFFLINE_COMPLETION_INTERVAL_S:
             self.flush()
 
     def flush(self) -> None:
@@ -211,6 +214,7 @@ class BatchRunner:
         responses, self._responses = self._responses, []
         self._lg.QuerySamplesComplete(responses)
         self._staged = 0
+        self._last_flush = time.monotonic()
         self._count(len(responses))
 
     def _record_error(self, exc: Exception, count: int) -> None:
