@@ -16,8 +16,8 @@ def ensure_writable_dir(path: str | os.PathLike[str]) -> Path:
     folder = Path(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-", delete=True)
-        probe.close()
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
+            pass
     except OSError as exc:
         raise OutputDirError(
             f"output folder {str(folder)!r} cannot be written ({exc.strerror or exc}); "

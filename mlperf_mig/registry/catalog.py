@@ -11,12 +11,12 @@ import functools
 import logging
 import os
 import re
+import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
-import tomllib
 
 from mlperf_mig._paths import data_dir
 from mlperf_mig.errors import DataFileError, UnknownGpuError

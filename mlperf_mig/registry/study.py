@@ -4,10 +4,10 @@ kept as data in `systems/study.toml`, and their translation to any GPU by slice 
 from __future__ import annotations
 
 import functools
+import tomllib
 from pathlib import Path
 
 import attrs
-import tomllib
 
 from mlperf_mig._paths import data_dir
 from mlperf_mig.errors import DataFileError, LayoutError, MlperfMigError, NameParseError

@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 MODES = ("independent", "unified")
 READY_TIMEOUT_S = 900.0
-OFFICIAL_MIN_DURATION_MS = 600_000  # mlperf.conf's min duration, when the preset leaves it there
 
 
 @attrs.frozen(kw_only=True)
@@ -242,13 +241,11 @@ def _engine_requests(
 
 
 def expected_seconds(benchmark: str, loadgen_scenario: str, preset: str, overrides: Mapping[str, float]) -> float:
-    """The LoadGen test's min duration (s) under these settings: what the progress display expects."""
+    """About how long one instance's LoadGen test lasts (s): what the progress display expects."""
     from mlperf_mig.benchmark import get_benchmark
-    from mlperf_mig.harness.settings import load_settings_data, preset_values
+    from mlperf_mig.harness.settings import expected_test_seconds
 
-    values = preset_values(load_settings_data(get_benchmark(benchmark)), preset, loadgen_scenario)
-    values.update(overrides)
-    return float(values.get("min_duration", OFFICIAL_MIN_DURATION_MS)) / 1000.0
+    return expected_test_seconds(get_benchmark(benchmark), loadgen_scenario, preset, overrides)
 
 
 def make_plan(

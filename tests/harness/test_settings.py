@@ -10,6 +10,7 @@ from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness.settings import (
     SettingsSpec,
+    expected_test_seconds,
     needs_calibration,
     normalize_loadgen_scenario,
     profile_key,
@@ -31,11 +32,47 @@ def fixture_conf(tmp_path: Path):
 
 
 def test_quick_preset_is_short() -> None:
-    """The quick preset shrinks duration and sample counts for every LoadGen scenario."""
-    for scenario in ("Offline", "Server", "SingleStream", "MultiStream"):
+    """The quick preset shrinks duration and sample counts for the time-driven LoadGen scenarios."""
+    for scenario in ("Server", "SingleStream", "MultiStream"):
         values = resolve_settings(SettingsSpec(preset="quick"), RESNET50, scenario).values
         assert values["min_duration"] <= 5000
         assert values["performance_sample_count_override"] <= 256
+
+
+def test_quick_offline_keeps_the_official_rules_in_the_log() -> None:
+    """Quick Offline keeps the 600 s minimum and the official sample count a submission needs."""
+    values = resolve_settings(
+        SettingsSpec(preset="quick"), RESNET50, "Offline", calibrated_target=100.0
+    ).values
+    assert values["min_duration"] == 600_000
+    assert "performance_sample_count_override" not in values
+
+
+def test_quick_offline_query_holds_a_few_seconds_of_work() -> None:
+    """The calibrated Offline target is scaled so the one query lasts offline_query_s, not 600 s."""
+    rate = 100.0
+    values = resolve_settings(
+        SettingsSpec(preset="quick"), RESNET50, "Offline", calibrated_target=rate
+    ).values
+    query_seconds = values["target_qps"] * values["min_duration"] / 1000 / rate
+    assert 1.0 <= query_seconds <= 5.0
+
+
+def test_quick_offline_with_a_short_min_duration_is_not_scaled() -> None:
+    """A user who shortens min_duration gets the calibrated target as it is: a VALID short run."""
+    values = resolve_settings(
+        SettingsSpec(preset="quick", overrides={"min_duration": 1000}),
+        RESNET50,
+        "Offline",
+        calibrated_target=100.0,
+    ).values
+    assert values["target_qps"] == 100.0
+
+
+def test_expected_test_seconds_follow_the_offline_query() -> None:
+    """The progress display expects the query's few seconds, not the 600 s in the log."""
+    assert expected_test_seconds(RESNET50, "Offline", "quick", {}) < 10
+    assert expected_test_seconds(RESNET50, "Offline", "submission", {}) == 600
 
 
 def test_submission_preset_only_sets_the_profile_target() -> None:
@@ -157,7 +194,8 @@ def test_loadgen_return_code_is_checked(in_child, conf) -> None:
 def test_values_are_read_back_from_loadgen(in_child, conf) -> None:
     """Every generated value reaches TestSettings, checked one by one."""
     path = conf("")
-    assert in_child(_load_in_child, str(path), generated=True) == "ok 1234 64"
+    # quick Offline leaves the performance sample count to mlperf.conf (1024 for resnet50)
+    assert in_child(_load_in_child, str(path), generated=True) == "ok 1234 1024"
 
 
 def test_values_loadgen_ignored_are_caught(in_child, conf) -> None:
