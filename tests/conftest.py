@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -31,3 +32,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(name="session_engine_cache", autouse=True, scope="session")
+def fixture_session_engine_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Generated models and engines go to a folder of this test session, never to ~/.cache."""
+    folder = str(tmp_path_factory.mktemp("engine-cache"))
+    os.environ["MLPERF_MIG_CACHE"] = folder  # spawned workers inherit it
+    return folder
