@@ -16,12 +16,14 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 import numpy as np
 
 from mlperf_mig.benchmark import Benchmark, TensorSpec
+from mlperf_mig.errors import EngineBuildError
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
@@ -72,7 +74,6 @@ class Backend(abc.ABC):
         raise NotImplementedError(f"the {cls.name} backend builds no engine files")
 
     @classmethod
-    @abc.abstractmethod
     def load(
         cls,
         spec: EngineSpec,
@@ -80,7 +81,23 @@ class Backend(abc.ABC):
         *,
         threads: int | None = None,
     ) -> Backend:
-        """Open the engine at `engine_path` (checked by the cache; None without engine_suffix)."""
+        """Open the engine at `engine_path` (checked by the cache; None without engine_suffix).
+
+        `threads` is the number of CPU threads for backends that compute on the CPU.
+        """
+        if not cls.engine_suffix:
+            return cls._open(spec, None, threads=threads)
+        if engine_path is None:
+            raise EngineBuildError(
+                f"the {cls.name} backend needs an engine file to load; build it first "
+                "(build_engine, or open_backend which builds it)"
+            )
+        return cls._open(spec, Path(engine_path), threads=threads)
+
+    @classmethod
+    @abc.abstractmethod
+    def _open(cls, spec: EngineSpec, engine_path: Path | None, *, threads: int | None) -> Backend:
+        """`load` after its checks: `engine_path` is a Path exactly when there is engine_suffix."""
 
     # --- the instance side: what the harness calls -------------------------------------------
     @property

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -29,13 +28,7 @@ class NullBackend(Backend):
         return ("fp32", "fp16", "int8")  # nothing is computed, so any label is honest
 
     @classmethod
-    def load(
-        cls,
-        spec: EngineSpec,
-        engine_path: str | os.PathLike[str] | None,
-        *,
-        threads: int | None = None,
-    ) -> NullBackend:
+    def _open(cls, spec: EngineSpec, engine_path: None, *, threads: int | None) -> NullBackend:
         return cls(get_benchmark(spec.benchmark))
 
     @property

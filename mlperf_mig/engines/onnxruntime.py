@@ -2,8 +2,11 @@
 
 The "engine" is the graph after ONNX Runtime's offline graph optimisations (fusions, constant
 folding) for the provider it will run on, saved by ONNX Runtime itself; loading it applies only
-the hardware-specific layout passes. A spec with a `gpu` runs on the CUDA provider, one without on
-the CPU provider; the session is checked to have got exactly that provider, never a fallback.
+the hardware-specific layout passes. On the CPU provider those run once per machine: the result
+is saved next to the engine with its weights in a file that every session maps, so that emulated
+instances share one copy of the weights (engines/onnxruntime_cpu.py). A spec with a `gpu` runs on
+the CUDA provider, one without on the CPU provider; the session is checked to have got exactly
+that provider, never a fallback.
 
 Precisions, honestly (checked on the saved optimised graphs):
 - CPU provider: fp32. int8 for BERT only: it fuses the Q/DQ matmuls into integer GEMMs
@@ -23,12 +26,19 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport
+from mlperf_mig.engines.onnxruntime_cpu import (
+    EXTERNAL_MIN_BYTES,
+    MODEL_NAME,
+    WEIGHTS_NAME,
+    shared_model,
+)
 from mlperf_mig.errors import BackendUnavailableError, EngineBuildError
 
 if TYPE_CHECKING:
@@ -82,6 +92,57 @@ def _new_session(
     return session
 
 
+def session_options(
+    spec: EngineSpec, *, threads: int | None, optimized: bool = False
+) -> ort.SessionOptions:
+    """Options of an inference session; `optimized`: the graph is this CPU's saved copy.
+
+    Throughput defaults: one batch at a time using every intra-op thread; one inter-op thread
+    (the graphs are chains); denormals flushed, which costs no accuracy here. On the CPU the
+    memory pattern is off: with it, the arena keeps the first run's activations and then a
+    second block of the same size for the pattern (about 55 MiB more per ResNet50 batch-8
+    session), which several instances on one machine pay each.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    # The saved CPU copy already has every optimisation for this CPU; optimising it again
+    # would copy its mapped weights onto the heap.
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        if optimized
+        else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.inter_op_num_threads = 1
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.set_denormal_as_zero", "1")
+    if provider_for(spec) == CPU_PROVIDER:
+        options.enable_mem_pattern = False
+    options.log_severity_level = 3
+    return options
+
+
+def _save_cpu_copy(spec: EngineSpec, engine_path: str | os.PathLike[str], folder: Path) -> None:
+    """Save the engine with every optimisation for this CPU, its weights in a file to map."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(folder / MODEL_NAME)
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", WEIGHTS_NAME
+    )
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(EXTERNAL_MIN_BYTES)
+    )
+    # Pre-packed GEMM weights go to the mapped file too, instead of each session's heap.
+    options.add_session_config_entry("session.save_external_prepacked_constant_initializers", "1")
+    options.log_severity_level = 3
+    _new_session(spec, engine_path, options)
+
+
 class OnnxRuntimeBackend(Backend):
     """An ONNX Runtime session on the provider the spec asks for."""
 
@@ -89,9 +150,15 @@ class OnnxRuntimeBackend(Backend):
     engine_suffix = ".onnx"
 
     def __init__(
-        self, *, spec: EngineSpec, session: ort.InferenceSession, threads: int | None
+        self,
+        *,
+        spec: EngineSpec,
+        session: ort.InferenceSession,
+        threads: int | None,
+        model_path: str | os.PathLike[str],
     ) -> None:
         self._spec = spec
+        self.model_path = Path(model_path)  # the file the session loaded
         self._benchmark = get_benchmark(spec.benchmark)
         self._session: ort.InferenceSession | None = session
         self._threads = threads
@@ -125,37 +192,26 @@ class OnnxRuntimeBackend(Backend):
 
         options = ort.SessionOptions()
         # EXTENDED fusions are provider-specific but not CPU-model-specific; the layout passes
-        # of ENABLE_ALL depend on the exact CPU and run at load time instead.
+        # of ENABLE_ALL depend on the exact CPU and run on the machine that loads the engine.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         options.optimized_model_filepath = str(out_path)
         options.log_severity_level = 3
         _new_session(spec, onnx_path, options)
 
     @classmethod
-    def load(
-        cls,
-        spec: EngineSpec,
-        engine_path: str | os.PathLike[str] | None,
-        *,
-        threads: int | None = None,
+    def _open(
+        cls, spec: EngineSpec, engine_path: Path, *, threads: int | None
     ) -> OnnxRuntimeBackend:
-        import onnxruntime as ort
-
-        if engine_path is None:
-            raise EngineBuildError("the onnxruntime backend needs an engine file to load")
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # Throughput defaults: one batch at a time using every intra-op thread; one inter-op
-        # thread (the graphs are chains); denormals flushed, which costs no accuracy here.
-        options.inter_op_num_threads = 1
-        if threads is not None:
-            options.intra_op_num_threads = threads
-        options.add_session_config_entry("session.set_denormal_as_zero", "1")
-        options.log_severity_level = 3
-        session = _new_session(spec, engine_path, options)
-        log.info("loaded %s on %s (threads %s)", engine_path, provider_for(spec), threads or "auto")
-        return cls(spec=spec, session=session, threads=threads)
+        shared = None
+        if provider_for(spec) == CPU_PROVIDER:
+            shared = shared_model(
+                engine_path, lambda folder: _save_cpu_copy(spec, engine_path, folder)
+            )
+        model_path = shared or engine_path
+        options = session_options(spec, threads=threads, optimized=shared is not None)
+        session = _new_session(spec, model_path, options)
+        log.info("loaded %s on %s (threads %s)", model_path, provider_for(spec), threads or "auto")
+        return cls(spec=spec, session=session, threads=threads, model_path=model_path)
 
     @property
     def benchmark(self) -> Benchmark:

@@ -15,6 +15,7 @@ import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,6 @@ from mlperf_mig.engines.tensorrt_engine_file import EngineHeader, write_engine_f
 from mlperf_mig.engines.tensorrt_runner import TensorRTRunner
 from mlperf_mig.errors import (
     BackendUnavailableError,
-    EngineBuildError,
     EngineMismatchError,
     ModelFileError,
     PrecisionError,
@@ -200,16 +200,8 @@ class TensorRTBackend(Backend):
         write_engine_file(out_path, header, plan)
 
     @classmethod
-    def load(
-        cls,
-        spec: EngineSpec,
-        engine_path: str | os.PathLike[str] | None,
-        *,
-        threads: int | None = None,
-    ) -> TensorRTBackend:
+    def _open(cls, spec: EngineSpec, engine_path: Path, *, threads: int | None) -> TensorRTBackend:
         """Open the engine file on this process's device; `threads` has no meaning on a GPU."""
-        if engine_path is None:
-            raise EngineBuildError("the tensorrt backend needs an engine file; build it first")
         benchmark = get_benchmark(spec.benchmark)
         trt, cudart = import_libraries()
         device = DeviceIdentity.detect(cudart)

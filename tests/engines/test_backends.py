@@ -14,6 +14,7 @@ from mlperf_mig.engines import (
     EngineSpec,
     NullBackend,
     available_backends,
+    backend_class,
     backend_info,
     build_engine,
     generated_model,
@@ -21,7 +22,12 @@ from mlperf_mig.engines import (
     resolve_backend,
 )
 from mlperf_mig.engines.models import calibration_feeds
-from mlperf_mig.errors import BackendUnavailableError, EngineMismatchError, PrecisionError
+from mlperf_mig.errors import (
+    BackendUnavailableError,
+    EngineBuildError,
+    EngineMismatchError,
+    PrecisionError,
+)
 
 TENSORRT_USABLE = backend_info("tensorrt").available
 
@@ -155,3 +161,10 @@ def test_onnxruntime_cuda_runs_fp16_on_the_gpu(benchmark, cache_dir: Path) -> No
         outputs = backend.run(calibration_feeds(benchmark, 2, seed=0))
         assert backend.device.provider == "CUDAExecutionProvider"
     assert outputs[benchmark.outputs[1].name].shape == (2, *benchmark.outputs[1].shape[1:])
+
+
+def test_backend_with_engine_files_refuses_to_load_without_one(cache_dir: Path) -> None:
+    """Backend.load without an engine file says to build one first."""
+    spec = EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    with pytest.raises(EngineBuildError, match="build it first"):
+        backend_class("onnxruntime").load(spec, None)

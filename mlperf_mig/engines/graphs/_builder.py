@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+import attrs
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -178,3 +180,33 @@ class GraphBuilder:
         )
         model.ir_version = 8
         return model
+
+
+@attrs.frozen(kw_only=True)
+class GraphGenerator:
+    """One generated model: its name, its shapes per variant and the function that adds its graph.
+
+    `add_graph(builder, shape)` adds the inputs, layers and outputs; calling the generator with
+    variant, precision, seed and (for int8) act_amax returns the model and the names of the
+    tensors that the int8 graph quantizes.
+    """
+
+    graph_name: str
+    title: str  # opens the model's doc string
+    shapes: Mapping[str, Any]
+    add_graph: Callable[[GraphBuilder, Any], None]
+
+    def __call__(
+        self,
+        *,
+        variant: str,
+        precision: str,
+        seed: int,
+        act_amax: Mapping[str, float] | None = None,
+    ) -> tuple[onnx.ModelProto, list[str]]:
+        builder = GraphBuilder(precision=precision, seed=seed, act_amax=act_amax)
+        self.add_graph(builder, self.shapes[variant])
+        doc = (
+            f"{self.title} ({variant}, {precision}, seed {seed}), synthetic weights from mlperf-mig"
+        )
+        return builder.model(self.graph_name, doc), list(builder.quant_points)

@@ -13,11 +13,10 @@ import math
 
 import attrs
 import numpy as np
-import onnx
 from onnx import TensorProto
 
 from mlperf_mig.benchmark import BERT
-from mlperf_mig.engines.graphs._builder import GraphBuilder
+from mlperf_mig.engines.graphs._builder import GraphBuilder, GraphGenerator
 
 VOCAB_SIZE = 30522
 MAX_POSITIONS = 512
@@ -105,16 +104,7 @@ def _attention_bias(b: GraphBuilder, input_mask: str) -> str:
     return b.node("Unsqueeze", [bias, b.const(np.array([1, 2]))])
 
 
-def build_bert(
-    *,
-    variant: str,
-    precision: str,
-    seed: int,
-    act_amax: dict[str, float] | None = None,
-) -> tuple[onnx.ModelProto, list[str]]:
-    """The graph and the names of the tensors that the int8 graph quantizes."""
-    shape = SHAPES[variant]
-    b = GraphBuilder(precision=precision, seed=seed, act_amax=act_amax)
+def _add_bert(b: GraphBuilder, shape: BertShape) -> None:
     ids, mask, segments = (b.add_input(t.name, TensorProto.INT64, _DIMS) for t in BERT.inputs)
 
     x = _embeddings(b, ids, segments, shape)
@@ -129,7 +119,8 @@ def build_bert(
         squeezed = b.to_float32(b.node("Squeeze", [tensor, squeeze_axis]))
         b.named_node("Identity", [squeezed], spec.name)
         b.add_output(spec.name, TensorProto.FLOAT, _DIMS)
-    doc = (
-        f"BERT-Large SQuAD ({variant}, {precision}, seed {seed}), synthetic weights from mlperf-mig"
-    )
-    return b.model("bert_squad", doc), list(b.quant_points)
+
+
+build_bert = GraphGenerator(
+    graph_name="bert_squad", title="BERT-Large SQuAD", shapes=SHAPES, add_graph=_add_bert
+)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 
 import attrs
-import onnx
 from onnx import TensorProto
 
 from mlperf_mig.benchmark import RESNET50
-from mlperf_mig.engines.graphs._builder import GraphBuilder
+from mlperf_mig.engines.graphs._builder import GraphBuilder, GraphGenerator
 
 NUM_CLASSES = RESNET50.outputs[1].shape[1]
 _IMAGE_SHAPE = RESNET50.inputs[0].shape[1:]
@@ -61,16 +60,7 @@ def _bottleneck(b: GraphBuilder, x: str, cin: int, width: int, stride: int) -> s
     return b.node("Relu", [b.node("Add", [y, shortcut])])
 
 
-def build_resnet50(
-    *,
-    variant: str,
-    precision: str,
-    seed: int,
-    act_amax: dict[str, float] | None = None,
-) -> tuple[onnx.ModelProto, list[str]]:
-    """The graph and the names of the tensors that the int8 graph quantizes."""
-    shape = SHAPES[variant]
-    b = GraphBuilder(precision=precision, seed=seed, act_amax=act_amax)
+def _add_resnet50(b: GraphBuilder, shape: ResNetShape) -> None:
     image = b.add_input(RESNET50.inputs[0].name, TensorProto.FLOAT, ["N", *_IMAGE_SHAPE])
 
     x = b.node("Relu", [_conv(b, b.to_float(image), 3, shape.stem_width, 7, 2)])
@@ -92,5 +82,8 @@ def build_resnet50(
     b.named_node("Softmax", [logits], softmax.name, axis=1)
     b.add_output(argmax.name, TensorProto.INT64, ["N"])
     b.add_output(softmax.name, TensorProto.FLOAT, ["N", NUM_CLASSES])
-    doc = f"ResNet50-v1.5 ({variant}, {precision}, seed {seed}), synthetic weights from mlperf-mig"
-    return b.model("resnet50_v1_5", doc), list(b.quant_points)
+
+
+build_resnet50 = GraphGenerator(
+    graph_name="resnet50_v1_5", title="ResNet50-v1.5", shapes=SHAPES, add_graph=_add_resnet50
+)

@@ -1,0 +1,141 @@
+"""The CPU provider's saved, mapped copy of an engine and the session settings that use it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import numpy as np
+import pytest
+
+from mlperf_mig.benchmark import BERT, RESNET50
+from mlperf_mig.engines import EngineSpec, build_engine, onnxruntime_cpu, open_backend
+from mlperf_mig.engines.models import calibration_feeds
+from mlperf_mig.engines.onnxruntime import session_options
+from mlperf_mig.errors import OutputDirError
+
+ort = pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(name="spec")
+def fixture_spec(cache_dir: Path) -> EngineSpec:
+    """A tiny ResNet50 spec on the CPU provider, in the test's own cache."""
+    return EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+
+
+def _reference_outputs(engine: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """What the engine file computes when ONNX Runtime optimises it in this session."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(engine), options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def test_cpu_load_saves_a_mapped_copy_next_to_the_engine(spec: EngineSpec) -> None:
+    """Loading on the CPU saves the optimised graph with its weights in a separate data file."""
+    engine = build_engine(spec).path
+    with open_backend(spec, threads=1) as backend:
+        loaded = backend.model_path
+    folder = onnxruntime_cpu.shared_model_folder(engine)
+    assert loaded == folder / onnxruntime_cpu.MODEL_NAME
+    weights = folder / onnxruntime_cpu.WEIGHTS_NAME
+    assert weights.stat().st_size > loaded.stat().st_size
+    manifest = json.loads((folder / onnxruntime_cpu.MANIFEST_NAME).read_text())
+    assert manifest["made_from"]["cpu"] == onnxruntime_cpu.cpu_fingerprint()
+    assert folder.name.endswith(onnxruntime_cpu.cpu_fingerprint())
+
+
+def test_cpu_session_runs_the_copy_without_optimising_it_again(spec: EngineSpec) -> None:
+    """The session on the copy has graph optimisations and the memory pattern off."""
+    with open_backend(spec, threads=1) as backend:
+        options = backend._session.get_session_options()
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert options.enable_mem_pattern is False
+    assert options.intra_op_num_threads == 1
+
+
+def test_cpu_session_options(spec: EngineSpec) -> None:
+    """CPU sessions flush denormals, use one inter-op thread and no memory pattern."""
+    options = session_options(spec, threads=2)
+    assert options.get_session_config_entry("session.set_denormal_as_zero") == "1"
+    assert (options.inter_op_num_threads, options.intra_op_num_threads) == (1, 2)
+    assert options.enable_mem_pattern is False
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+def test_gpu_session_options_keep_the_memory_pattern(spec: EngineSpec) -> None:
+    """Sessions on the CUDA provider keep ONNX Runtime's memory pattern."""
+    options = session_options(attrs.evolve(spec, gpu="H100-SXM5-80GB"), threads=None)
+    assert options.enable_mem_pattern is True
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+@pytest.mark.parametrize(("benchmark", "precision"), [(RESNET50, "fp32"), (BERT, "int8")])
+def test_copy_computes_what_the_engine_computes(cache_dir: Path, benchmark, precision: str) -> None:
+    """The saved copy gives the outputs of the engine optimised in the session itself."""
+    spec = EngineSpec.create(
+        benchmark.name, backend="onnxruntime", precision=precision, variant="tiny"
+    )
+    feeds = calibration_feeds(benchmark, 2, seed=0)
+    with open_backend(spec, threads=1) as backend:
+        got = backend.run(feeds)
+    expected = _reference_outputs(build_engine(spec).path, feeds)
+    for tensor, want in zip(benchmark.outputs, expected):
+        np.testing.assert_allclose(got[tensor.name], want, rtol=1e-4, atol=1e-5)
+
+
+def test_second_load_reuses_the_copy(spec: EngineSpec) -> None:
+    """A second session maps the copy the first one saved instead of saving another."""
+    with open_backend(spec, threads=1) as backend:
+        weights = backend.model_path.with_name(onnxruntime_cpu.WEIGHTS_NAME)
+    written = weights.stat().st_mtime_ns, weights.stat().st_ino
+    with open_backend(spec, threads=1) as backend:
+        assert backend.model_path.with_name(onnxruntime_cpu.WEIGHTS_NAME) == weights
+    assert (weights.stat().st_mtime_ns, weights.stat().st_ino) == written
+
+
+def test_damaged_copy_is_made_again(spec: EngineSpec) -> None:
+    """A copy whose weights changed on disk is discarded and saved again, never loaded."""
+    with open_backend(spec, threads=1) as backend:
+        weights = backend.model_path.with_name(onnxruntime_cpu.WEIGHTS_NAME)
+        expected = backend.run(calibration_feeds(RESNET50, 2, seed=0))
+    original = weights.read_bytes()
+    weights.write_bytes(original[:100] + bytes([original[100] ^ 0xFF]) + original[101:])
+    with open_backend(spec, threads=1) as backend:
+        got = backend.run(calibration_feeds(RESNET50, 2, seed=0))
+    assert weights.read_bytes() == original
+    np.testing.assert_array_equal(got["softmax_tensor:0"], expected["softmax_tensor:0"])
+
+
+def test_copy_from_another_cpu_is_replaced(spec: EngineSpec) -> None:
+    """A copy whose manifest names another CPU type is not used."""
+    with open_backend(spec, threads=1) as backend:
+        folder = backend.model_path.parent
+    manifest_path = folder / onnxruntime_cpu.MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    manifest["made_from"]["cpu"] = "another-cpu"
+    manifest_path.write_text(json.dumps(manifest))
+    with open_backend(spec, threads=1):
+        pass
+    assert json.loads(manifest_path.read_text())["made_from"]["cpu"] == (
+        onnxruntime_cpu.cpu_fingerprint()
+    )
+
+
+def test_unwritable_cache_loads_the_engine_itself(
+    spec: EngineSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the copy cannot be saved, the session optimises the engine file as before."""
+
+    def refuse(folder: Path) -> Path:
+        raise OutputDirError(f"{folder} is read-only")
+
+    engine = build_engine(spec).path
+    monkeypatch.setattr(onnxruntime_cpu, "ensure_writable_dir", refuse)
+    with open_backend(spec, threads=1) as backend:
+        options = backend._session.get_session_options()
+        assert backend.model_path == engine
+        assert backend.device.provider == "CPUExecutionProvider"
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert not onnxruntime_cpu.shared_model_folder(engine).exists()
