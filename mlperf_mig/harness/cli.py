@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from mlperf_mig.errors import SettingsError
+from mlperf_mig._cli_args import add_settings_option, parse_overrides
 
 _BACKENDS = "onnxruntime, tensorrt, null or auto"
 
@@ -42,13 +42,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--threads", type=int, default=None, help="CPU threads of the backend")
     parser.add_argument("--user-conf", default=None, help="a user.conf with LoadGen settings")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a LoadGen setting in user.conf keys and units, e.g. min_duration=5000 (repeatable)",
-    )
+    add_settings_option(parser)
     parser.add_argument(
         "--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)"
     )
@@ -62,21 +56,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache-dir", default=None, help="model and engine cache folder")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=_run)
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, float]:
-    """`["min_duration=5000"]` -> `{"min_duration": 5000}`; SettingsError on malformed pairs."""
-    overrides: dict[str, float] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-        if not sep or not key.strip() or number is None:
-            raise SettingsError(f"--set {pair!r}: expected KEY=NUMBER, e.g. min_duration=5000")
-        overrides[key.strip()] = int(number) if number.is_integer() else number
-    return overrides
 
 
 def _engine(args: argparse.Namespace) -> Any:

@@ -100,7 +100,7 @@ class ImageNetSource:
                 f"holding the images and {VAL_MAP}"
             )
         names, labels = read_val_map(root)
-        if limit:
+        if limit is not None:
             names, labels = names[:limit], labels[:limit]
         return cls(folder=root, names=names, labels=labels)
 

@@ -11,19 +11,22 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from mlperf_mig._io import atomic_write_text, ensure_writable_dir
 from mlperf_mig.benchmark import Benchmark, get_benchmark
-from mlperf_mig.engines.backend import Backend
+from mlperf_mig.engines.backend import Backend, DeviceReport
 from mlperf_mig.engines.spec import EngineSpec
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness import accuracy, datasets
 from mlperf_mig.harness.calibration import calibrated_target
 from mlperf_mig.harness.logs import parse_detail_log
 from mlperf_mig.harness.result import (
+    LOADGEN_OFFLINE_ADVICE,
+    MIN_DURATION_REASON,
+    QUICK_OFFLINE_REASON,
     InstanceResult,
     effective_settings,
     invalid_reasons,
@@ -57,6 +60,21 @@ def _benchmark_name(value: str) -> str:
     return get_benchmark(value).name
 
 
+def check_positive(name: str, value: int | None) -> None:
+    """Refuse a count below 1: 0 would otherwise quietly mean "the default" somewhere below."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise SettingsError(f"{name} must be a whole number of at least 1 (or None), got {value!r}")
+
+
+def _mode(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    if value not in MODES:
+        raise SettingsError(f"mode {value!r} is not one of {', '.join(MODES)}")
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: int | None) -> None:
+    check_positive(attribute.name, value)
+
+
 @attrs.frozen(kw_only=True)
 class InstanceTask:
     """Everything one worker needs to run one LoadGen test; plain, picklable data.
@@ -71,17 +89,17 @@ class InstanceTask:
     benchmark: str = attrs.field(converter=_benchmark_name)
     loadgen_scenario: str = attrs.field(converter=normalize_loadgen_scenario)
     outdir: str = attrs.field(converter=os.fspath)
-    mode: str = attrs.field(default="performance", validator=attrs.validators.in_(MODES))
+    mode: str = attrs.field(default="performance", validator=_mode)
     engine: EngineSpec | None = None
     cache_dir: str | None = attrs.field(
         default=None, converter=attrs.converters.optional(os.fspath)
     )
-    threads: int | None = None
+    threads: int | None = attrs.field(default=None, validator=_positive)
     settings: SettingsSpec = attrs.field(factory=SettingsSpec)
     dataset: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
     vocab: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
-    sample_count: int | None = None
-    batch_size: int | None = None
+    sample_count: int | None = attrs.field(default=None, validator=_positive)
+    batch_size: int | None = attrs.field(default=None, validator=_positive)
     batch_window_ms: float | None = None
     seed: int = 0
 
@@ -110,7 +128,7 @@ def weights_are_synthetic(task: InstanceTask) -> bool:
 
 def batch_size_of(task: InstanceTask) -> int:
     """Explicit batch size, else the engine recipe's largest, else a per-scenario default."""
-    if task.batch_size:
+    if task.batch_size is not None:
         return task.batch_size
     if task.engine is not None:
         return 1 if task.loadgen_scenario == "SingleStream" else task.engine.max_batch_size
@@ -133,24 +151,17 @@ def run_instance(
     """
     started = time.monotonic()
     benchmark = get_benchmark(task.benchmark)
-    folder = ensure_writable_dir(task.outdir)
-    log_dir = ensure_writable_dir(task.log_dir)
-    audit_path = log_dir / "audit.config"
-    if audit_path.exists():
-        raise SettingsError(
-            f"{str(audit_path)!r} exists and would silently change LoadGen's settings; remove it"
-        )
+    audit_path = prepare_folders(task)
     source = datasets.open_source(task, benchmark)
-    calibrate = needs_calibration(task.settings, benchmark, task.loadgen_scenario)
     preliminary = resolve_settings(task.settings, benchmark, task.loadgen_scenario)
 
     import mlperf_loadgen as lg
 
     with open_task_backend(task, benchmark) as backend:
         batch_size = batch_size_of(task)
-        performance_count = _performance_count(preliminary, source)
+        count = performance_count(preliminary, source)
         library = SampleLibrary.allocate(
-            input_layouts(benchmark), capacity=performance_count, total_count=source.total_count
+            input_layouts(benchmark), capacity=count, total_count=source.total_count
         )
         runner = BatchRunner(
             lg=lg,
@@ -162,52 +173,103 @@ def run_instance(
                 OFFLINE_COMPLETION_SAMPLES if task.loadgen_scenario == "Offline" else 0
             ),
         )
-        resolved = preliminary
-        if calibrate:
-            target = calibrated_target(
-                backend,
-                source,
-                task.loadgen_scenario,
-                batch_size=batch_size,
-                samples_per_query=int(preliminary.values.get("samples_per_query", 8)),
-            )
-            resolved = resolve_settings(
-                task.settings, benchmark, task.loadgen_scenario, calibrated_target=target
-            )
-        conf_path = atomic_write_text(folder / "user.conf", resolved.conf_text())
-        test_settings = load_test_settings(conf_path, resolved, lg)
-        test_settings.mode = (
-            lg.TestMode.AccuracyOnly if task.mode == "accuracy" else lg.TestMode.PerformanceOnly
-        )
+        target = measured_target(task, benchmark, backend, source, batch_size=batch_size)
+        resolved, conf_path, test_settings = prepare_test(task, benchmark, lg, calibrated=target)
         sut = _make_sut(task, runner, benchmark)
         _start_test(
             lg,
             sut=sut,
             runner=runner,
             library=library,
-            performance_count=performance_count,
+            performance_count=count,
             source=source,
             test_settings=test_settings,
-            log_dir=log_dir,
+            log_dir=task.log_dir,
             audit_path=audit_path,
             before_start=before_start,
         )
         device = backend.device
     if progress is not None:
         progress(runner.completed)
-    return _result(
+    return task_result(
         task,
         benchmark=benchmark,
         source=source,
         resolved=resolved,
         conf_path=conf_path,
-        runner=runner,
+        counts=runner,
         device=device,
+        weights_synthetic=weights_are_synthetic(task),
         wall_s=time.monotonic() - started,
     )
 
 
-def _performance_count(resolved: ResolvedSettings, source: SampleSource) -> int:
+def prepare_folders(task: InstanceTask) -> Path:
+    """Create the task's folder and log folder; return the path LoadGen reads an audit.config
+    from, which must not exist (it would silently change the settings)."""
+    ensure_writable_dir(task.outdir)
+    audit_path = ensure_writable_dir(task.log_dir) / "audit.config"
+    if audit_path.exists():
+        raise SettingsError(
+            f"{str(audit_path)!r} exists and would silently change LoadGen's settings; remove it"
+        )
+    return audit_path
+
+
+def calibrates(task: InstanceTask, benchmark: Benchmark) -> bool:
+    """Performance runs of a calibrating preset measure their target; accuracy runs need none."""
+    return task.mode == "performance" and needs_calibration(
+        task.settings, benchmark, task.loadgen_scenario
+    )
+
+
+def measured_target(
+    task: InstanceTask,
+    benchmark: Benchmark,
+    backend: Backend,
+    source: SampleSource,
+    *,
+    batch_size: int,
+) -> float | None:
+    """The target timed on `backend` when the task calibrates (see calibration.py), else None."""
+    if not calibrates(task, benchmark):
+        return None
+    preliminary = resolve_settings(task.settings, benchmark, task.loadgen_scenario)
+    return calibrated_target(
+        backend,
+        source,
+        task.loadgen_scenario,
+        batch_size=batch_size,
+        samples_per_query=int(preliminary.values.get("samples_per_query", 8)),
+    )
+
+
+def prepare_test(
+    task: InstanceTask, benchmark: Benchmark, lg: Any, *, calibrated: float | None
+) -> tuple[ResolvedSettings, Path, Any]:
+    """Resolve the settings, write `<outdir>/user.conf` and load LoadGen's TestSettings from it
+    in the task's mode; returns (resolved settings, user.conf path, TestSettings)."""
+    resolved = resolve_settings(
+        task.settings, benchmark, task.loadgen_scenario, calibrated_target=calibrated
+    )
+    conf_path = atomic_write_text(Path(task.outdir) / "user.conf", resolved.conf_text())
+    test_settings = load_test_settings(conf_path, resolved, lg)
+    test_settings.mode = (
+        lg.TestMode.AccuracyOnly if task.mode == "accuracy" else lg.TestMode.PerformanceOnly
+    )
+    return resolved, conf_path, test_settings
+
+
+def log_settings(lg: Any, log_dir: Path) -> Any:
+    """LoadGen LogSettings writing into `log_dir`, without stdout copy or trace."""
+    settings = lg.LogSettings()
+    settings.log_output.outdir = str(log_dir)
+    settings.log_output.copy_summary_to_stdout = False
+    settings.enable_trace = False  # trap 9: tracing costs Server latency
+    return settings
+
+
+def performance_count(resolved: ResolvedSettings, source: SampleSource) -> int:
     """LoadGen's performance sample count: the override, else the source's."""
     override = int(resolved.values.get("performance_sample_count_override", 0))
     return min(override or source.performance_count, source.total_count)
@@ -226,10 +288,6 @@ def _start_test(
     audit_path: Path,
     before_start: Callable[[], None] | None,
 ) -> None:
-    log_settings = lg.LogSettings()
-    log_settings.log_output.outdir = str(log_dir)
-    log_settings.log_output.copy_summary_to_stdout = False
-    log_settings.enable_trace = False  # trap 9: tracing costs Server latency
     waiting = [before_start] if before_start is not None else []
     barrier_errors: list[Exception] = []
 
@@ -253,7 +311,9 @@ def _start_test(
     lg_qsl = lg.ConstructQSL(library.total_count, performance_count, load, library.unload)
     sut.start()
     try:
-        lg.StartTestWithLogSettings(lg_sut, lg_qsl, test_settings, log_settings, str(audit_path))
+        lg.StartTestWithLogSettings(
+            lg_sut, lg_qsl, test_settings, log_settings(lg, log_dir), str(audit_path)
+        )
     finally:
         sut.stop()
         lg.DestroyQSL(lg_qsl)
@@ -273,32 +333,41 @@ def _make_sut(
     return BatchingSUT(runner, window_s=window_ms / 1e3)
 
 
-def _result(
+class CompletionCounts(Protocol):
+    """What completed the samples of a test: the harness's BatchRunner or the runner's dispatcher."""
+
+    completed: int
+    failed_samples: int
+    error: str | None
+
+
+def task_result(
     task: InstanceTask,
     *,
     benchmark: Benchmark,
     source: SampleSource,
     resolved: ResolvedSettings,
     conf_path: Path,
-    runner: BatchRunner,
-    device: Any,
+    counts: CompletionCounts,
+    device: DeviceReport,
+    weights_synthetic: bool,
     wall_s: float,
 ) -> InstanceResult:
+    """The InstanceResult of a finished test, parsed from the detail log in `task.log_dir`."""
     records = parse_detail_log(task.log_dir)
-    reasons = [_explain(reason, task, resolved) for reason in invalid_reasons(records)]
-    if runner.error is not None:
+    reasons, by_design = _explained_reasons(invalid_reasons(records), task, resolved)
+    if counts.error is not None:
         reasons.insert(
-            0, f"run failed ({runner.failed_samples} samples without data): {runner.error}"
+            0, f"run failed ({counts.failed_samples} samples without data): {counts.error}"
         )
+        by_design = False
     performance = task.mode == "performance"
     validity = str(records.get("result_validity", "")) if performance else ""
-    valid = runner.error is None and (validity == "VALID" or not performance)
+    valid = counts.error is None and (validity == "VALID" or not performance)
     value, unit = throughput(records, task.loadgen_scenario)
     report = None
     if not performance:
-        report = accuracy.score(
-            benchmark, source, task.log_dir, weights_synthetic=weights_are_synthetic(task)
-        )
+        report = accuracy.score(benchmark, source, task.log_dir, weights_synthetic=weights_synthetic)
     return InstanceResult(
         benchmark=benchmark.name,
         loadgen_scenario=task.loadgen_scenario,
@@ -306,6 +375,7 @@ def _result(
         valid=valid,
         validity=validity,
         invalid_reasons=tuple(reasons),
+        invalid_by_design=by_design and validity == "INVALID",
         throughput=value if performance else None,
         throughput_unit=unit,
         latency_ns=latencies(records, task.loadgen_scenario) if performance else {},
@@ -314,22 +384,31 @@ def _result(
         log_dir=str(task.log_dir),
         user_conf=str(conf_path),
         target_source=resolved.target_source,
-        samples_completed=runner.completed,
-        failed_samples=runner.failed_samples,
-        error=runner.error,
+        samples_completed=counts.completed,
+        failed_samples=counts.failed_samples,
+        error=counts.error,
         synthetic_data=source.synthetic,
         accuracy=report,
         wall_s=round(wall_s, 3),
     )
 
 
-def _explain(reason: str, task: InstanceTask, resolved: ResolvedSettings) -> str:
-    """Say so when a short Offline run is INVALID by the preset's design, not by accident."""
-    if reason != "min duration not met" or task.loadgen_scenario != "Offline":
-        return reason
-    if resolved.target_source != "calibration" or task.settings.preset != "quick":
-        return reason
-    return (
-        "min duration not met: the quick preset sizes the Offline query to a few seconds "
-        "(preset='submission' runs the full 600 s)"
+def _explained_reasons(
+    reasons: list[str], task: InstanceTask, resolved: ResolvedSettings
+) -> tuple[list[str], bool]:
+    """LoadGen's reasons, and whether the run is INVALID only by the quick preset's design.
+
+    The quick preset sizes its Offline query to a few seconds under mlperf.conf's 600 s minimum:
+    "min duration not met" is then the design, and LoadGen's advice to raise the expected QPS
+    would mislead.
+    """
+    by_design = (
+        task.loadgen_scenario == "Offline"
+        and task.settings.preset == "quick"
+        and resolved.target_source == "calibration"
+        and MIN_DURATION_REASON in reasons
     )
+    if not by_design:
+        return list(reasons), False
+    others = [r for r in reasons if r not in (MIN_DURATION_REASON, LOADGEN_OFFLINE_ADVICE)]
+    return [QUICK_OFFLINE_REASON, *others], not others

@@ -10,6 +10,15 @@ import attrs
 
 from mlperf_mig.engines.backend import DeviceReport
 
+MIN_DURATION_REASON = "min duration not met"
+LOADGEN_OFFLINE_ADVICE = (
+    "Increase expected QPS so the loadgen pre-generates a larger (coalesced) query."
+)
+QUICK_OFFLINE_REASON = (
+    "min duration not met, by design of the quick preset: its Offline query holds a few seconds "
+    "of work under mlperf.conf's 600 s minimum (preset='submission' runs the full 600 s)"
+)
+
 
 @attrs.frozen(kw_only=True)
 class AccuracyReport:
@@ -42,7 +51,8 @@ class InstanceResult:
 
     `throughput` is samples/s for Offline, the scheduled samples/s (= QPS) for Server, and derived
     from the metric latency for the stream scenarios; `throughput_unit` says which. `valid` is
-    LoadGen's verdict, and False whenever the backend failed on any sample.
+    LoadGen's verdict, and False whenever the backend failed on any sample. `invalid_by_design`
+    is True when the only reason for INVALID is the quick preset's short Offline query.
     """
 
     benchmark: str
@@ -65,6 +75,7 @@ class InstanceResult:
     synthetic_data: bool
     accuracy: AccuracyReport | None
     wall_s: float
+    invalid_by_design: bool = False
 
     @property
     def failed(self) -> bool:
@@ -127,7 +138,7 @@ def invalid_reasons(records: Mapping[str, Any]) -> list[str]:
     """LoadGen's reasons for INVALID, in words, plus the errors it logged."""
     reasons = []
     if records.get("result_min_duration_met") is False:
-        reasons.append("min duration not met")
+        reasons.append(MIN_DURATION_REASON)
     if records.get("result_min_queries_met") is False:
         reasons.append("min query count not met")
     if records.get("early_stopping_met") is False:

@@ -36,6 +36,27 @@ MAX_ANSWER_LEN = 30
 _PUNCTUATION = frozenset(string.punctuation)
 
 
+def squad_paths(
+    dataset: str | os.PathLike[str], vocab: str | os.PathLike[str] | None = None
+) -> tuple[Path, Path]:
+    """The SQuAD json (`dataset`, or dev-v1.1.json in that folder) and the vocab.txt to use
+    (`vocab`, else the one next to the json); DatasetError when either is missing."""
+    path = Path(dataset)
+    if path.is_dir():
+        path = path / DEV_FILE
+    if not path.is_file():
+        raise DatasetError(
+            f"SQuAD file {str(path)!r} does not exist; pass the dev-v1.1.json file or its folder"
+        )
+    vocab_path = Path(vocab) if vocab is not None else path.parent / VOCAB_FILE
+    if not vocab_path.is_file():
+        raise DatasetError(
+            f"BERT vocabulary {str(vocab_path)!r} not found; pass the model's vocab.txt "
+            "(vocab=...) or put it next to the SQuAD json"
+        )
+    return path, vocab_path
+
+
 # --- tokenizer -------------------------------------------------------------------------------
 def load_vocab(path: Path) -> dict[str, int]:
     """Token -> id of a BERT vocab.txt (one token per line)."""
@@ -335,14 +356,7 @@ class SquadSource:
         limit: int | None = None,
     ) -> SquadSource:
         """Features of the SQuAD json `dataset` (or a folder holding dev-v1.1.json)."""
-        path = Path(dataset)
-        if path.is_dir():
-            path = path / DEV_FILE
-        if not path.is_file():
-            raise DatasetError(
-                f"SQuAD file {str(path)!r} does not exist; pass the dev-v1.1.json file or its folder"
-            )
-        vocab_path = Path(vocab) if vocab is not None else path.parent / VOCAB_FILE
+        path, vocab_path = squad_paths(dataset, vocab)
         tokenizer = WordPieceTokenizer(load_vocab(vocab_path))
         examples = read_examples(path)
         features, arrays = build_features(examples, tokenizer, limit=limit)

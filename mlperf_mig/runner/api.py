@@ -1,4 +1,7 @@
-"""The notebook API: `run`, `plan`, `sweep` and `aggregate` (exported as `mlperf_mig.*`)."""
+"""The notebook API: `run`, `plan`, `sweep` and `aggregate` (exported as `mlperf_mig.*`).
+
+`plan` is plan.make_plan: the same arguments as `run`, resolved without running anything.
+"""
 
 from __future__ import annotations
 
@@ -7,34 +10,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 from mlperf_mig.runner.placement import ScenarioSpec
-from mlperf_mig.runner.plan import RunPlan, make_plan
+from mlperf_mig.runner.plan import make_plan as plan
 from mlperf_mig.runner.results import RunResult
-
-
-def plan(
-    scenario: ScenarioSpec = 7,
-    benchmark: str = "resnet50",
-    loadgen_scenario: str = "Offline",
-    backend: str = "auto",
-    preset: str = "quick",
-    mode: str = "independent",
-    gpu: str | None = None,
-    outdir: str | os.PathLike[str] | None = None,
-    **options: Any,
-) -> RunPlan:
-    """What `run` would do with the same arguments: instances, profiles, devices, engines,
-    settings and the output folder. Starts nothing and writes nothing."""
-    return make_plan(
-        scenario,
-        benchmark=benchmark,
-        loadgen_scenario=loadgen_scenario,
-        backend=backend,
-        preset=preset,
-        mode=mode,
-        gpu=gpu,
-        outdir=outdir,
-        **options,
-    )
 
 
 def run(
@@ -78,15 +55,7 @@ def run(
     from mlperf_mig.runner.execute import execute
 
     the_plan = plan(
-        scenario,
-        benchmark=benchmark,
-        loadgen_scenario=loadgen_scenario,
-        backend=backend,
-        preset=preset,
-        mode=mode,
-        gpu=gpu,
-        outdir=outdir,
-        **options,
+        scenario, benchmark, loadgen_scenario, backend, preset, mode, gpu, outdir, **options
     )
     return execute(the_plan, progress=progress, baseline=baseline)
 

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig.errors import NameParseError, SettingsError
+from mlperf_mig._cli_args import add_settings_option, parse_overrides
+from mlperf_mig.errors import NameParseError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -40,22 +41,6 @@ def _scenarios(values: list[str]) -> list[int | str]:
     return result
 
 
-def _overrides(pairs: list[str]) -> dict[str, float]:
-    settings = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-        if not sep or not key or number is None:
-            raise SettingsError(
-                f"--set {pair!r} is not KEY=NUMBER (user.conf keys and units, e.g. min_duration=5000)"
-            )
-        settings[key.strip()] = int(number) if number.is_integer() else number
-    return settings
-
-
 def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)")
     parser.add_argument(
@@ -73,8 +58,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
                         help="on a GPU without MIG, let the instances time-share it (labelled shared)")
     parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
     parser.add_argument("--no-accuracy", action="store_true", help="skip the accuracy run")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="LoadGen setting in user.conf keys and units, e.g. min_duration=5000; repeatable")
+    add_settings_option(parser)
     parser.add_argument("--user-conf", default=None, help="a user.conf file with LoadGen settings")
     parser.add_argument("--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)")
     parser.add_argument("--vocab", default=None, help="vocab.txt for SQuAD")
@@ -100,7 +84,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "shared": args.shared,
         "emulate": args.emulate,
         "accuracy": not args.no_accuracy,
-        "settings": _overrides(args.set),
+        "settings": parse_overrides(args.set),
         "user_conf": args.user_conf,
         "dataset": args.dataset,
         "vocab": args.vocab,

@@ -181,9 +181,17 @@ def _task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: Any, thr
     )
 
 
-def _settings_profile(plan: RunPlan, profile: str) -> str | None:
-    """Per-profile LoadGen targets on GPUs; the CPU row for emulated partitions."""
-    return None if plan.target.emulated else profile
+def _slot_task(plan: RunPlan, slot: Any, *, outdir: Path, mode: str, specs: Mapping[str, Any]) -> Any:
+    """The harness task of one instance: its engine, threads and per-profile settings."""
+    return _task(
+        plan,
+        name=slot.name,
+        outdir=outdir,
+        mode=mode,
+        engine=specs[plan.engine_of[slot.name]],
+        threads=slot.threads,
+        profile=plan.settings_profile(slot),
+    )
 
 
 def _env(slot: Any) -> dict[str, str]:
@@ -202,20 +210,11 @@ def _independent_round(
     for slot in plan.slots:
         if slot.name not in names:
             continue
-        task = _task(
-            plan,
-            name=slot.name,
-            outdir=outdir,
-            mode=mode,
-            engine=specs[plan.engine_of[slot.name]],
-            threads=slot.threads,
-            profile=_settings_profile(plan, slot.profile),
-        )
         jobs.append(
             WorkerJob(
                 name=slot.name,
                 target=plan.worker_target or INSTANCE_TARGET,
-                payload=task,
+                payload=_slot_task(plan, slot, outdir=outdir, mode=mode, specs=specs),
                 log_path=str(outdir / slot.name / "worker.log"),
                 env=_env(slot),
                 cpus=slot.cpus,
@@ -276,44 +275,32 @@ def _sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
     sample memory must hold (MultiStream may load one query more than the performance count)."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness import datasets
+    from mlperf_mig.harness.instance import performance_count
     from mlperf_mig.harness.samples import input_layouts
     from mlperf_mig.harness.settings import resolve_settings
 
     benchmark = get_benchmark(plan.benchmark)
     source = datasets.open_source(task, benchmark)
-    values = resolve_settings(
+    resolved = resolve_settings(
         task.settings, benchmark, plan.loadgen_scenario, calibrated_target=1.0
-    ).values
-    count = min(
-        int(values.get("performance_sample_count_override") or source.performance_count),
-        source.total_count,
     )
+    values = resolved.values
+    count = performance_count(resolved, source)
     extra = int(values.get("samples_per_query", 8)) if plan.loadgen_scenario == "MultiStream" else 0
     return input_layouts(benchmark), count, min(count + extra, source.total_count)
-
-
-def _batch_size(spec: Any, loadgen_scenario: str) -> int:
-    from mlperf_mig.harness.instance import DEFAULT_BATCH
-
-    if spec is None:
-        return DEFAULT_BATCH[loadgen_scenario]
-    return 1 if loadgen_scenario == "SingleStream" else max(spec.batch_sizes)
 
 
 def _unified_round(
     plan: RunPlan, outdir: Path, specs: Mapping[str, Any], mode: str, stream: TextIO | None
 ) -> tuple[dict[str, WorkerOutcome], bool]:
+    from mlperf_mig.harness.instance import batch_size_of
     from mlperf_mig.runner.unified import CoordinatorJob, ServeJob, SharedSamples
 
     layout_task = _task(
         plan, name=LAYOUT_FOLDER, outdir=outdir, mode=mode, engine=None, threads=None, profile=None
     )
     layouts, performance_count, capacity = _sample_capacity(plan, layout_task)
-    batch_sizes = {
-        slot.name: plan.batch_size
-        or _batch_size(specs[plan.engine_of[slot.name]], plan.loadgen_scenario)
-        for slot in plan.slots
-    }
+    tasks = [_slot_task(plan, slot, outdir=outdir, mode=mode, specs=specs) for slot in plan.slots]
     names = [LAYOUT_FOLDER, *(slot.name for slot in plan.slots)]
     round_ = _Round(plan, mode, names, stream)
     with SharedSamples(layouts, capacity) as samples:
@@ -328,7 +315,7 @@ def _unified_round(
                 links=tuple(a for a, _ in pipes),
                 names=tuple(slot.name for slot in plan.slots),
                 weights=tuple(float(slot.compute_slices) for slot in plan.slots),
-                batch_size=min(batch_sizes.values()),
+                batch_size=min(batch_size_of(task) for task in tasks),
                 synthetic_weights=plan.model_path is None,
                 ready_timeout_s=plan.timeouts.ready_s,
             ),
@@ -339,24 +326,16 @@ def _unified_round(
                 name=slot.name,
                 target=plan.worker_target or SERVE_TARGET,
                 payload=ServeJob(
-                    task=_task(
-                        plan,
-                        name=slot.name,
-                        outdir=outdir,
-                        mode=mode,
-                        engine=specs[plan.engine_of[slot.name]],
-                        threads=slot.threads,
-                        profile=_settings_profile(plan, slot.profile),
-                    ),
+                    task=task,
                     samples=samples.specs,
                     link=b,
-                    batch_size=batch_sizes[slot.name],
+                    batch_size=batch_size_of(task),
                 ),
                 log_path=str(outdir / slot.name / "worker.log"),
                 env=_env(slot),
                 cpus=slot.cpus,
             )
-            for slot, (_, b) in zip(plan.slots, pipes)
+            for slot, task, (_, b) in zip(plan.slots, tasks, pipes)
         ]
 
         def close_parent_ends() -> None:
@@ -434,21 +413,14 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     specs = _build_engines(plan, outdir, stream)
     names = [slot.name for slot in plan.slots]
     unified = plan.mode == "unified"
-    run_round = _unified_round if unified else _independent_round
-    if unified:
-        performance, interrupted = run_round(plan, outdir, specs, "performance", stream)
-    else:
-        performance, interrupted = run_round(plan, outdir, specs, "performance", names, stream)
+    performance, interrupted = _round(plan, outdir, specs, "performance", names, stream)
     accuracy: dict[str, WorkerOutcome] = {}
     layout_ok = not unified or (LAYOUT_FOLDER in performance and performance[LAYOUT_FOLDER].ok)
-    if plan.accuracy and not interrupted and layout_ok:
-        passed = [n for n in names if n in performance and performance[n].ok]
+    passed = [n for n in names if n in performance and performance[n].ok]
+    if plan.accuracy and not interrupted and layout_ok and (unified or passed):
         folders = [outdir / n for n in ([LAYOUT_FOLDER] if unified else passed)]
         with _performance_user_conf_kept(folders):
-            if unified:
-                accuracy, interrupted = run_round(plan, outdir, specs, "accuracy", stream)
-            elif passed:
-                accuracy, interrupted = run_round(plan, outdir, specs, "accuracy", passed, stream)
+            accuracy, interrupted = _round(plan, outdir, specs, "accuracy", passed, stream)
     result = _assemble(plan, specs, performance, accuracy, interrupted, started_at, time.monotonic() - began)
     if baseline is not None:
         base, source = _given_baseline(baseline, plan)
@@ -461,6 +433,20 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     if interrupted:
         raise KeyboardInterrupt
     return result
+
+
+def _round(
+    plan: RunPlan,
+    outdir: Path,
+    specs: Mapping[str, Any],
+    mode: str,
+    names: list[str],
+    stream: TextIO | None,
+) -> tuple[dict[str, WorkerOutcome], bool]:
+    """One round in the plan's mode; independent mode runs the instances `names` only."""
+    if plan.mode == "unified":
+        return _unified_round(plan, outdir, specs, mode, stream)
+    return _independent_round(plan, outdir, specs, mode, names, stream)
 
 
 def _precision(specs: Mapping[str, Any], plan: RunPlan) -> str:

@@ -74,6 +74,30 @@ def instance_name(index: int, profile: str) -> str:
     return f"i{index}-{profile}"
 
 
+def _slot(
+    index: int,
+    profile: Any,
+    *,
+    placement_start: int | None,
+    device: str,
+    env: dict[str, str],
+    cpus: tuple[int, ...] | None = None,
+) -> InstanceSlot:
+    """The slot of instance `index` of registry Profile `profile`; threads follow `cpus`."""
+    return InstanceSlot(
+        index=index,
+        name=instance_name(index, profile.name),
+        profile=profile.name,
+        compute_slices=profile.compute_slices,
+        memory_slices=profile.memory_slices,
+        placement_start=placement_start,
+        device=device,
+        env=env,
+        cpus=cpus,
+        threads=None if cpus is None else len(set(cpus)),
+    )
+
+
 def describe_profiles(names: Sequence[str]) -> str:
     """'3x 2g.20gb + 1g.10gb' for a list of profile names (largest-first order kept)."""
     counts = Counter(names)
@@ -167,17 +191,13 @@ def emulated_target(
     sets = emulated_cpu_sets([p.compute_slices for p in profiles], layout.gpu.compute_slices, available)
     starts = solved_starts(layout)
     slots = tuple(
-        InstanceSlot(
-            index=i,
-            name=instance_name(i, p.name),
-            profile=p.name,
-            compute_slices=p.compute_slices,
-            memory_slices=p.memory_slices,
+        _slot(
+            i,
+            p,
             placement_start=start,
             device="cpu:" + ",".join(str(c) for c in cpu_set),
             env={"CUDA_VISIBLE_DEVICES": ""},
             cpus=cpu_set,
-            threads=len(set(cpu_set)),
         )
         for i, (p, cpu_set, start) in enumerate(zip(profiles, sets, starts))
     )
@@ -218,12 +238,9 @@ def match_live_devices(layout: Any, scenario: int | None, gpu_state: Any) -> Tar
         device = next(d for d in pool if d.profile.name == profile.name)
         pool.remove(device)
         slots.append(
-            InstanceSlot(
-                index=i,
-                name=instance_name(i, profile.name),
-                profile=profile.name,
-                compute_slices=profile.compute_slices,
-                memory_slices=profile.memory_slices,
+            _slot(
+                i,
+                profile,
                 placement_start=device.placement_start,
                 device=device.uuid,
                 env={"CUDA_VISIBLE_DEVICES": device.uuid},
@@ -242,12 +259,9 @@ def match_live_devices(layout: Any, scenario: int | None, gpu_state: Any) -> Tar
 def shared_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
     """All instances time-share the whole GPU (no MIG isolation); labelled `shared`."""
     slots = tuple(
-        InstanceSlot(
-            index=i,
-            name=instance_name(i, p.name),
-            profile=p.name,
-            compute_slices=p.compute_slices,
-            memory_slices=p.memory_slices,
+        _slot(
+            i,
+            p,
             placement_start=start,
             device=gpu_state.uuid,
             env={"CUDA_VISIBLE_DEVICES": gpu_state.uuid},

@@ -89,6 +89,11 @@ class RunPlan:
     def gpu(self) -> str:
         return self.target.gpu.name
 
+    def settings_profile(self, slot: InstanceSlot) -> str | None:
+        """The profile whose LoadGen targets the slot uses: its own on GPUs, the CPU row (None)
+        for emulated partitions."""
+        return None if self.target.emulated else slot.profile
+
     @property
     def settings_key(self) -> str:
         """Digest of every setting except the layout: runs with equal keys are comparable."""
@@ -250,7 +255,6 @@ def expected_seconds(benchmark: str, loadgen_scenario: str, preset: str, overrid
 
 def make_plan(
     scenario: ScenarioSpec = 7,
-    *,
     benchmark: str = "resnet50",
     loadgen_scenario: str = "Offline",
     backend: str = "auto",
@@ -258,6 +262,7 @@ def make_plan(
     mode: str = "independent",
     gpu: str | None = None,
     outdir: str | os.PathLike[str] | None = None,
+    *,
     variant: str = "full",
     precision: str | None = None,
     shared: bool = False,
@@ -276,7 +281,9 @@ def make_plan(
     nvml_source: Any = None,
     cpus: Sequence[int] | None = None,
 ) -> RunPlan:
-    """Resolve a run (see mlperf_mig.run for the arguments) without running or writing anything."""
+    """What `mlperf_mig.run` would do with the same arguments: instances, profiles, devices,
+    engines, settings and the output folder. Starts nothing and writes nothing; bad settings,
+    counts and dataset paths are refused here, before any worker starts."""
     from mlperf_mig import registry
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.engines import resolve_backend
@@ -308,6 +315,18 @@ def make_plan(
         loadgen_scenario=lg_scenario,
         cache_dir=_optional_path(cache_dir),
     )
+    _check_run_input(
+        target,
+        benchmark=bench,
+        loadgen_scenario=lg_scenario,
+        preset=preset,
+        overrides=dict(overrides),
+        user_conf=_optional_path(user_conf),
+        dataset=_optional_path(dataset),
+        vocab=_optional_path(vocab),
+        counts={"sample_count": sample_count, "batch_size": batch_size},
+        timeout_s=timeout_s,
+    )
     expected = expected_seconds(bench, lg_scenario, preset, dict(overrides))
     run_s = timeout_s if timeout_s is not None else max(600.0, 5 * expected)
     return RunPlan(
@@ -335,6 +354,39 @@ def make_plan(
         timeouts=Timeouts(ready_s=timeout_s or READY_TIMEOUT_S, run_s=run_s),
         expected_s=expected,
     )
+
+
+def _check_run_input(
+    target: Target,
+    *,
+    benchmark: str,
+    loadgen_scenario: str,
+    preset: str,
+    overrides: Mapping[str, float],
+    user_conf: str | None,
+    dataset: str | None,
+    vocab: str | None,
+    counts: Mapping[str, int | None],
+    timeout_s: float | None,
+) -> None:
+    """Refuse what every worker would refuse, so that bad input is one line and exit 2 rather
+    than a failed run: settings (for each distinct profile), counts, deadline, dataset paths."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.datasets import check_dataset
+    from mlperf_mig.harness.instance import check_positive
+    from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
+
+    bench = get_benchmark(benchmark)
+    for name, value in counts.items():
+        check_positive(name, value)
+    if timeout_s is not None and not timeout_s > 0:
+        raise SettingsError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    profiles = {None} if target.emulated else {slot.profile for slot in target.slots}
+    for profile in sorted(profiles, key=str):
+        spec = SettingsSpec(preset=preset, overrides=overrides, user_conf=user_conf, profile=profile)
+        resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0)
+    if dataset is not None:
+        check_dataset(bench, dataset, vocab)
 
 
 def _backend_for(target: Target, backend: str, resolve: Any) -> str:

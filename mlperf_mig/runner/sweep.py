@@ -24,6 +24,7 @@ from mlperf_mig.errors import MlperfMigError, OutputDirError
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import default_outdir, make_plan
 from mlperf_mig.runner.results import (
+    BY_DESIGN_LABEL,
     EMULATED_LABEL,
     RESULTS_FILE,
     SUM_LABEL,
@@ -76,6 +77,8 @@ class SweepResult:
             notes.append(f"unified totals: {UNIFIED_LABEL}")
         if any(run.emulated for run in self.runs):
             notes.append(EMULATED_LABEL)
+        if any(run.invalid_by_design for run in self.runs):
+            notes.append(BY_DESIGN_LABEL)
         if self.resumed:
             notes.append(f"resumed from disk: {', '.join(self.resumed)}")
         if self.chart_png:

@@ -272,15 +272,6 @@ class _Receiver(threading.Thread):
 
 
 # --- coordinator target ----------------------------------------------------------------------------
-def _calibrates(task: Any, benchmark: Any) -> bool:
-    """Performance runs of a calibrating preset measure their target; accuracy runs need none."""
-    from mlperf_mig.harness.settings import needs_calibration
-
-    return task.mode == "performance" and needs_calibration(
-        task.settings, benchmark, task.loadgen_scenario
-    )
-
-
 def _collect_targets(job: CoordinatorJob, timeout_s: float) -> dict[int, float | None]:
     """Each worker's calibrated target (None when it calibrated nothing), sent before it waits
     at the barrier; a worker missing from the answer died or did not report in time."""
@@ -320,32 +311,30 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
     """Worker target of the coordinator: run the layout's LoadGen test over the instance workers."""
     import mlperf_loadgen as lg
 
-    from mlperf_mig._io import atomic_write_text, ensure_writable_dir
     from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.engines.backend import DeviceReport
     from mlperf_mig.harness import datasets
+    from mlperf_mig.harness.instance import (
+        calibrates,
+        log_settings,
+        prepare_folders,
+        prepare_test,
+        task_result,
+    )
     from mlperf_mig.harness.samples import SampleLibrary
-    from mlperf_mig.harness.settings import load_test_settings, resolve_settings
 
     task = job.task
     started = time.monotonic()
     benchmark = get_benchmark(task.benchmark)
-    folder = ensure_writable_dir(task.outdir)
-    log_dir = ensure_writable_dir(task.log_dir)
+    audit_path = prepare_folders(task)
     source = datasets.open_source(task, benchmark)
     targets = _collect_targets(job, job.ready_timeout_s)
     calibrated = (
         combined_target(task.loadgen_scenario, list(targets.values()))
-        if _calibrates(task, benchmark)
+        if calibrates(task, benchmark)
         else None
     )
-    resolved = resolve_settings(
-        task.settings, benchmark, task.loadgen_scenario, calibrated_target=calibrated
-    )
-    conf_path = atomic_write_text(folder / "user.conf", resolved.conf_text())
-    test_settings = load_test_settings(conf_path, resolved, lg)
-    test_settings.mode = (
-        lg.TestMode.AccuracyOnly if task.mode == "accuracy" else lg.TestMode.PerformanceOnly
-    )
+    resolved, conf_path, test_settings = prepare_test(task, benchmark, lg, calibrated=calibrated)
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
     library = SampleLibrary(arrays, total_count=source.total_count)
     keep_alive: collections.deque[Any] = collections.deque(maxlen=64)
@@ -380,30 +369,28 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
         lambda idx: library.load(idx, source),
         library.unload,
     )
-    log_settings = lg.LogSettings()
-    log_settings.log_output.outdir = str(log_dir)
-    log_settings.log_output.copy_summary_to_stdout = False
-    log_settings.enable_trace = False
     receiver.start()
     try:
         before_start()
         log.info("StartTest %s %s %s over %d workers", task.benchmark, task.loadgen_scenario, task.mode, len(job.links))
-        lg.StartTestWithLogSettings(lg_sut, lg_qsl, test_settings, log_settings, str(log_dir / "audit.config"))
+        lg.StartTestWithLogSettings(
+            lg_sut, lg_qsl, test_settings, log_settings(lg, task.log_dir), str(audit_path)
+        )
     finally:
         dispatcher.stop_workers()
         receiver.stop()
         lg.DestroyQSL(lg_qsl)
         lg.DestroyFastSUT(lg_sut)
     progress(dispatcher.completed)
-    result = layout_result(
+    result = task_result(
         task,
         benchmark=benchmark,
         source=source,
         resolved=resolved,
         conf_path=conf_path,
-        dispatcher=dispatcher,
-        synthetic_weights=job.synthetic_weights,
-        device=",".join(job.names),
+        counts=dispatcher,
+        device=DeviceReport(backend="unified", provider="dispatch", device=",".join(job.names)),
+        weights_synthetic=job.synthetic_weights,
         wall_s=time.monotonic() - started,
     )
     return {
@@ -411,65 +398,6 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
         "served": dict(zip(job.names, dispatcher.served)),
         "lost_workers": [n for n, alive in zip(job.names, dispatcher.alive) if not alive],
     }
-
-
-def layout_result(
-    task: Any,
-    *,
-    benchmark: Any,
-    source: Any,
-    resolved: Any,
-    conf_path: Any,
-    dispatcher: Dispatcher,
-    synthetic_weights: bool,
-    device: str,
-    wall_s: float,
-) -> Any:
-    """The layout's InstanceResult, parsed from the coordinator's detail log."""
-    from mlperf_mig.engines.backend import DeviceReport
-    from mlperf_mig.harness import accuracy
-    from mlperf_mig.harness.logs import parse_detail_log
-    from mlperf_mig.harness.result import (
-        InstanceResult,
-        effective_settings,
-        invalid_reasons,
-        latencies,
-        throughput,
-    )
-
-    records = parse_detail_log(task.log_dir)
-    reasons = invalid_reasons(records)
-    if dispatcher.error is not None:
-        reasons.insert(0, f"{dispatcher.failed_samples} samples without data: {dispatcher.error}")
-    performance = task.mode == "performance"
-    validity = str(records.get("result_validity", "")) if performance else ""
-    valid = dispatcher.error is None and (validity == "VALID" or not performance)
-    value, unit = throughput(records, task.loadgen_scenario)
-    report = None
-    if not performance:
-        report = accuracy.score(benchmark, source, task.log_dir, weights_synthetic=synthetic_weights)
-    return InstanceResult(
-        benchmark=benchmark.name,
-        loadgen_scenario=task.loadgen_scenario,
-        mode=task.mode,
-        valid=valid,
-        validity=validity,
-        invalid_reasons=tuple(reasons),
-        throughput=value if performance else None,
-        throughput_unit=unit,
-        latency_ns=latencies(records, task.loadgen_scenario) if performance else {},
-        effective_settings=effective_settings(records),
-        device=DeviceReport(backend="unified", provider="dispatch", device=device),
-        log_dir=str(task.log_dir),
-        user_conf=str(conf_path),
-        target_source=resolved.target_source,
-        samples_completed=dispatcher.completed,
-        failed_samples=dispatcher.failed_samples,
-        error=dispatcher.error,
-        synthetic_data=source.synthetic,
-        accuracy=report,
-        wall_s=round(wall_s, 3),
-    )
 
 
 # --- instance worker target ------------------------------------------------------------------------
@@ -486,9 +414,7 @@ def serve_instance(
     """
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness import datasets
-    from mlperf_mig.harness.calibration import calibrated_target
-    from mlperf_mig.harness.instance import open_task_backend
-    from mlperf_mig.harness.settings import resolve_settings
+    from mlperf_mig.harness.instance import calibrates, measured_target, open_task_backend
     from mlperf_mig.harness.sut import response_payload
 
     task = job.task
@@ -499,15 +425,9 @@ def serve_instance(
     busy_s = 0.0
     try:
         target = None
-        if _calibrates(task, benchmark):
-            preliminary = resolve_settings(task.settings, benchmark, task.loadgen_scenario)
-            target = calibrated_target(
-                backend,
-                datasets.open_source(task, benchmark),
-                task.loadgen_scenario,
-                batch_size=job.batch_size,
-                samples_per_query=int(preliminary.values.get("samples_per_query", 8)),
-            )
+        if calibrates(task, benchmark):
+            source = datasets.open_source(task, benchmark)
+            target = measured_target(task, benchmark, backend, source, batch_size=job.batch_size)
         job.link.send(("target", target))
         before_start()
         stop = False

@@ -94,3 +94,15 @@ def test_unknown_preset(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     """A preset that does not exist: one line naming the known ones, exit 2."""
     code, err = _main(capsys, *_base(tmp_path / "out"), "--preset", "fast")
     _assert_one_line(code, err, "quick, submission")
+
+
+def test_zero_sample_count(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--sample-count 0 is refused rather than read as the official count: one line, exit 2."""
+    code, err = _main(capsys, *_base(tmp_path / "out"), "--sample-count", "0")
+    _assert_one_line(code, err, "sample_count")
+
+
+def test_malformed_setting(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--set without a number: one line, exit 2."""
+    code, err = _main(capsys, *_base(tmp_path / "out"), "--set", "min_duration=soon")
+    _assert_one_line(code, err, "KEY=NUMBER")

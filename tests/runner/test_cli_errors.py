@@ -58,3 +58,34 @@ def test_output_folder_not_writable(capsys: pytest.CaptureFixture[str], tmp_path
 def test_bad_setting_override(capsys: pytest.CaptureFixture[str]) -> None:
     """--set without '=' is refused."""
     _one_line_error(capsys, ["run", "--backend", "null", "--set", "min_duration"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--set", "min_durration=5000"], "unknown LoadGen setting"),
+        (["--set", "min_duration=-5"], "must not be negative"),
+        (["--user-conf", "/nonexistent/user.conf"], "cannot read user.conf"),
+        (["--timeout", "-1"], "timeout_s"),
+        (["--timeout", "0"], "timeout_s"),
+        (["--dataset", "/nonexistent"], "val_map.txt"),
+        (["--benchmark", "bert", "--dataset", "/nonexistent"], "SQuAD file"),
+    ],
+)
+def test_settings_refused_before_workers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], fragment: str
+) -> None:
+    """What every worker would refuse is refused by the plan: one line, exit 2, no run folder."""
+    outdir = tmp_path / "run"
+    err = _one_line_error(capsys, ["run", "--backend", "null", "--outdir", str(outdir), *argv])
+    assert fragment in err
+    assert not outdir.exists()
+
+
+def test_plan_refuses_zero_sample_count() -> None:
+    """sample_count=0 through the API is refused, not read as the official count."""
+    import mlperf_mig
+    from mlperf_mig.errors import SettingsError
+
+    with pytest.raises(SettingsError, match="sample_count"):
+        mlperf_mig.plan(7, backend="null", sample_count=0)

@@ -100,3 +100,32 @@ def test_aggregate_cli(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixt
     first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
     assert cli.main(["aggregate", str(first), good_run.outdir]) == 0
     assert "i3-1g.10gb" in capsys.readouterr().out
+
+
+def _short_by_design(good_run: Any) -> RunResult:
+    """good_run as if every instance were a quick-preset Offline run, INVALID by design."""
+    instances = [
+        attrs.evolve(
+            i, performance=attrs.evolve(i.performance, valid=False, invalid_by_design=True)
+        )
+        for i in good_run.instances
+    ]
+    return attrs.evolve(good_run, instances=instances)
+
+
+def test_quick_offline_invalid_by_design_is_labelled(good_run: Any) -> None:
+    """The valid column and a note say a quick run's INVALID is by design, not a failure."""
+    run = _short_by_design(good_run)
+    assert run.ok and not run.all_valid and run.invalid_by_design
+    assert {row["valid"] for row in run.instance_rows()} == {"no (quick preset)"}
+    assert "by design, not a failure" in run.table()
+
+
+def test_real_invalid_is_not_by_design(good_run: Any) -> None:
+    """One instance INVALID for another reason makes the total a plain NO."""
+    run = _short_by_design(good_run)
+    first = run.instances[0]
+    plain = attrs.evolve(first, performance=attrs.evolve(first.performance, invalid_by_design=False))
+    run = attrs.evolve(run, instances=[plain, *run.instances[1:]])
+    assert not run.invalid_by_design
+    assert run.instance_rows()[-1]["valid"] == "NO"
