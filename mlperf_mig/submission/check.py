@@ -140,6 +140,28 @@ def system_description_problems(
         value = str(description.get(key, ""))
         if key in description and value.lower() != expected.lower():
             problems.append(f"{key} is {value!r} but the folder says {expected!r}")
+    return problems + _network_problems(description, division)
+
+
+def _network_problems(description: dict[str, Any], division: str) -> list[str]:
+    """The checker's network-mode rules (system_check.network_check, required_fields_check)."""
+    if rules.NETWORK_FIELD not in description:
+        return []
+    flag = description[rules.NETWORK_FIELD]
+    if not isinstance(flag, str) or flag.lower() not in ("true", "false"):
+        return [
+            f"{rules.NETWORK_FIELD} is {flag!r}; the checker reads it as a string, "
+            '"true" or "false" (or leave it out: not a network system)'
+        ]
+    problems = []
+    if flag.lower() == "true" and division == "closed":
+        problems.append(f'{rules.NETWORK_FIELD} is "true"; a network-mode system belongs in network/')
+    if flag.lower() == "true":
+        problems += [
+            f"field {k!r} is missing (network-mode systems need it)"
+            for k in rules.NETWORK_MODE_FIELDS
+            if k not in description
+        ]
     return problems
 
 
@@ -180,6 +202,12 @@ def _required_scenarios(
     missing = [s for s in required if s not in present]
     if missing:
         yield benchmark, f"closed division needs the scenarios {', '.join(missing)} as well"
+    for scenario in present:
+        if scenario not in required:
+            yield benchmark / scenario, (
+                f"{scenario} is not a closed-division scenario of {model} for system_type "
+                f"{system_type!r} (the checker allows {', '.join(required)})"
+            )
 
 
 def _result(folder: Path, model: str, division: str, version: str) -> Iterator[Finding]:
@@ -240,8 +268,13 @@ def performance_problems(
         problems.append(f"the log is a {detail.scenario} run but the folder says {scenario}")
     if detail.test_mode == "AccuracyOnly":
         problems.append("the log is an accuracy run; performance/run_1 needs a performance run")
-    problems += _error_problems(detail)
+    problems += error_problems(detail)
     problems += seed_problems(detail, version)
+    result_key = rules.RESULT_KEYS.get(str(detail.scenario))
+    if result_key is not None and not isinstance(detail.get(result_key), int | float):
+        problems.append(
+            f"no numeric {result_key} record: the checker reads the {detail.scenario} result from it"
+        )
     required_count = rules.PERFORMANCE_SAMPLE_COUNT[model]
     count = detail.get("effective_performance_sample_count") or 0
     if count < required_count:
@@ -295,10 +328,18 @@ def seed_problems(detail: DetailLog, version: str) -> list[str]:
     return problems
 
 
-def _error_problems(detail: DetailLog) -> list[str]:
-    if not detail.errors:
-        return []
-    return [f"LoadGen logged {len(detail.errors)} error(s), first: {detail.errors[0]}"]
+def error_problems(detail: DetailLog) -> list[str]:
+    """Lines the checker cannot parse, and the errors LoadGen logged."""
+    problems = []
+    if detail.invalid_lines:
+        lines = ", ".join(map(str, detail.invalid_lines[:5]))
+        problems.append(
+            f"{len(detail.invalid_lines)} line(s) start with ':::MLLOG' but are "
+            f"not a JSON record (line {lines}); the checker stops at such a line"
+        )
+    if detail.errors:
+        problems.append(f"LoadGen logged {len(detail.errors)} error(s), first: {detail.errors[0]}")
+    return problems
 
 
 def _accuracy(folder: Path, model: str, division: str) -> Iterator[Finding]:
@@ -315,7 +356,7 @@ def _accuracy(folder: Path, model: str, division: str) -> Iterator[Finding]:
         else:
             if detail_log.test_mode != "AccuracyOnly":
                 yield detail, f"the log is a {detail_log.test_mode} run, not an accuracy run"
-            yield from ((detail, m) for m in _error_problems(detail_log))
+            yield from ((detail, m) for m in error_problems(detail_log))
     acc_log = folder / "mlperf_log_accuracy.json"
     acc_txt = folder / "accuracy.txt"
     if acc_log.is_file() and acc_log.stat().st_size > rules.MAX_ACCURACY_LOG_SIZE:

@@ -1,20 +1,21 @@
-"""Reading LoadGen's mlperf_log_detail.txt for the submission rules.
+"""Reading LoadGen's mlperf_log_detail.txt for the submission rules, as the checker reads it.
 
-The records come from the harness's parse_detail_log; on top, the submission checker
-(parsers/loadgen_parser.py) requires the `:::MLLOG` marker on the first line, which is checked
-here, and counts records whose metadata says `is_error`.
+The submission checker (parsers/loadgen_parser.py) requires the `:::MLLOG` marker on the first
+line, stops with "Encountered invalid line" at any `:::MLLOG` line that is not JSON, takes the
+first record of a key that occurs twice, and counts the records whose metadata says `is_error`.
+This module reads a log the same way, so our checks see what the MLCommons checker sees.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from mlperf_mig.errors import MlperfMigError, SubmissionError
-from mlperf_mig.harness.logs import parse_detail_log
+from mlperf_mig.errors import SubmissionError
 
 MARKER = ":::MLLOG"
 
@@ -26,22 +27,36 @@ class DetailLog:
     path: Path
     values: dict[str, Any]
     errors: tuple[str, ...]
+    invalid_lines: tuple[int, ...] = ()  # 1-based numbers of `:::MLLOG` lines that are not JSON
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> DetailLog:
         """Parse `path`; raises SubmissionError when it is not a LoadGen detail log."""
         log_path = Path(path)
         try:
-            with log_path.open(encoding="utf-8", errors="replace") as handle:
-                first = handle.readline()
-            records = parse_detail_log(log_path)
-        except (OSError, MlperfMigError) as exc:
-            raise SubmissionError(f"{log_path}: cannot be read ({exc})") from None
-        if not first.startswith(MARKER):
+            lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError as exc:
+            raise SubmissionError(f"{log_path}: cannot be read ({exc.strerror or exc})") from None
+        if not lines or not lines[0].startswith(MARKER):
             raise SubmissionError(f"{log_path}: not a LoadGen detail log (first line lacks {MARKER})")
-        errors = tuple(records.pop("errors", ()))
-        records.pop("warnings", None)
-        return cls(path=log_path, values=records, errors=errors)
+        values: dict[str, Any] = {}
+        errors: list[str] = []
+        invalid: list[int] = []
+        for number, line in enumerate(lines, start=1):
+            if not line.startswith(MARKER):
+                continue
+            try:
+                record = json.loads(line[len(MARKER) :])
+                key = record["key"]
+            except (ValueError, TypeError, KeyError):
+                invalid.append(number)
+                continue
+            value = record.get("value")
+            metadata = record.get("metadata")
+            if isinstance(metadata, dict) and metadata.get("is_error"):
+                errors.append(f"{key}: {value}")
+            values.setdefault(key, value)  # the checker takes a key's first record
+        return cls(path=log_path, values=values, errors=tuple(errors), invalid_lines=tuple(invalid))
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)

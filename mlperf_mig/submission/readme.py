@@ -96,9 +96,13 @@ def measurements(run: RunResult) -> dict[str, str]:
 
 
 def result_readme(
-    run: RunResult, instance: InstanceRun | None, division: str, settings: Mapping[str, Any]
+    run: RunResult,
+    instance: InstanceRun | None,
+    division: str,
+    settings: Mapping[str, Any],
+    performance_log: Mapping[str, Any] | None = None,
 ) -> str:
-    """README.md of one result folder."""
+    """README.md of one result folder; `performance_log` holds the run_1 detail log's records."""
     lines = [
         f"# {run.benchmark} {run.loadgen_scenario} on NVIDIA {run.gpu}, MIG layout {run.layout}",
         "",
@@ -106,6 +110,9 @@ def result_readme(
         "",
     ]
     lines += [f"**{p}**" if p else p for p in _warnings(run, instance)]
+    invalid = invalid_paragraph(run, performance_log or {})
+    if invalid:
+        lines += [f"**{invalid}**", ""]
     lines += ["", "## How it ran", "", *_facts(run, instance), "", "## Reproduce", ""]
     lines += ["```", reproduce_command(run, settings), "```", ""]
     return "\n".join(lines)
@@ -122,6 +129,36 @@ def reproduce_command(run: RunResult, settings: Mapping[str, Any]) -> str:
     words += {"emulated": ["--emulate"], "shared": ["--shared"]}.get(run.target, [])
     words += [f"--set {key}={value}" for key, value in settings.items()]
     return " ".join(words)
+
+
+def invalid_paragraph(run: RunResult, log: Mapping[str, Any]) -> str:
+    """Why LoadGen marked the performance run INVALID, in plain words ("" for a VALID run).
+
+    The quick preset keeps mlperf.conf's 600 s min_duration in the log (so the checker sees the
+    official setting) but sizes the query to a few seconds: LoadGen then says INVALID, which the
+    open division accepts. The README must say so rather than leave the INVALID to be found.
+    """
+    if str(log.get("result_validity", "")).upper() != "INVALID":
+        return ""
+    reason = str(log.get("result_invalid_reason") or "").strip()
+    min_ms = log.get("effective_min_duration_ms")
+    short = log.get("result_min_duration_met") is False or "min duration" in reason.lower()
+    if short and isinstance(min_ms, int | float):
+        took = log.get("result_max_latency_ns") if run.loadgen_scenario == "Offline" else None
+        ran = f"about {took / 1e9:.0f} s" if isinstance(took, int | float) and took > 0 else "seconds"
+        why = (
+            f"the {run.preset} preset ran it for {ran} rather than the {min_ms / 1000:g} s minimum "
+            "duration that mlperf.conf sets (the log keeps that official setting)"
+            if run.preset == "quick"
+            else f"it ran for {ran}, less than the {min_ms / 1000:g} s minimum duration"
+        )
+        text = f"LoadGen marked this run INVALID because {why}."
+    else:
+        text = f"LoadGen marked this run INVALID ({reason or 'no reason logged'})."
+    return (
+        f"{text} The open division accepts an INVALID run, but its numbers are not a valid "
+        "MLPerf performance result; `mlperf-mig run --preset submission` runs the full duration."
+    )
 
 
 def _scenario_argument(run: RunResult) -> str:

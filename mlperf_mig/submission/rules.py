@@ -91,6 +91,33 @@ MAX_ACCURACY_LOG_SIZE = 10 * 1024
 VIEWABLE_SIZE = 4096
 TRUNCATION_MARKER = b"\n\n...\n\n"
 
+# constants.py RESULT_FIELD_NEW: the log record each scenario's result is read from; the
+# checker's performance check fails when the performance log lacks it.
+RESULT_KEYS = {
+    "Offline": "result_samples_per_second",
+    "SingleStream": "early_stopping_latency_ss",
+    "MultiStream": "early_stopping_latency_ms",
+    "Server": "result_completed_samples_per_sec",
+}
+# checks/system_check.py and performance_check.py: the network-mode flag of a system
+# description. Absent means false; present, it must be the string "true" or "false" (the checker
+# calls .lower() on it), false in the closed division, and true needs the network fields too.
+NETWORK_FIELD = "is_network"
+NETWORK_MODE_FIELDS = (
+    "network_type",
+    "network_media",
+    "network_rate",
+    "nic_loadgen",
+    "number_nic_loadgen",
+    "net_software_stack_loadgen",
+    "network_protocol",
+    "number_connections",
+    "nic_sut",
+    "number_nic_sut",
+    "net_software_stack_sut",
+    "network_topology",
+)
+
 REQUIRED_PERF_FILES = ("mlperf_log_summary.txt", "mlperf_log_detail.txt")
 OPTIONAL_PERF_FILES = ("mlperf_log_accuracy.json",)
 # utils.files_diff ignores these in every folder whose file list it compares.

@@ -163,9 +163,20 @@ def describe_system(
             log.info("host description %r matches this machine", description.name)
             fields.update(_host_fields(description, accelerator))
     fields.update(overrides)
-    fields["hw_notes"] = _joined(fields["hw_notes"], *notes)
+    fields["hw_notes"] = _joined(fields["hw_notes"], *notes, _unknown_memory_note(accelerator, fields))
     missing = [k for k in rules.MEANINGFUL_SYSTEM_FIELDS if not fields[k]]
     return fields, missing
+
+
+def _unknown_memory_note(accelerator: Accelerator, fields: Mapping[str, Any]) -> str:
+    """Where the catalog has no memory size (e.g. B200 3g/4g/7g), say so rather than guess one."""
+    if accelerator.emulated or accelerator.memory_gib is not None or fields["accelerator_memory_capacity"]:
+        return ""
+    what = accelerator.instance or accelerator.gpu
+    return (
+        f"Accelerator memory capacity not known: the MIG profile table has no memory size for "
+        f"{what} of NVIDIA {accelerator.gpu}"
+    )
 
 
 def _host_fields(description: HostDescription, accelerator: Accelerator) -> dict[str, Any]:

@@ -34,7 +34,11 @@ from mlperf_mig.errors import MlperfMigError, SubmissionError
 from mlperf_mig.registry.catalog import default_catalog
 from mlperf_mig.runner.results import InstanceRun, RunResult
 from mlperf_mig.submission import accuracy, readme, rules
-from mlperf_mig.submission.check import performance_problems, system_description_problems
+from mlperf_mig.submission.check import (
+    error_problems,
+    performance_problems,
+    system_description_problems,
+)
 from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts
 from mlperf_mig.submission.logs import DetailLog
 from mlperf_mig.submission.sysdesc import (
@@ -306,7 +310,7 @@ def _accuracy_log_problems(acc_dir: Path) -> list[str]:
         detail = DetailLog.read(acc_dir / "mlperf_log_detail.txt")
     except SubmissionError as exc:
         return [str(exc)]
-    return [f"accuracy log: {e}" for e in detail.errors]
+    return [f"accuracy log: {e}" for e in error_problems(detail)]
 
 
 def _user_conf(source: ResultSource) -> Path | None:
@@ -392,15 +396,22 @@ def _accelerator(source: ResultSource) -> Accelerator:
 
 
 def _memory_gib(gpu_name: str, profile: str | None) -> float | None:
+    """The GPU's (or the profile's) memory in GiB, or None where the catalog does not know it.
+
+    None is honest: the MIG profile table leaves some sizes unknown (the 3g/4g/7g profiles of
+    B200 and GH200-144GB), and the system description then says so instead of a guess.
+    """
     gpu = default_catalog().find(gpu_name)
     if gpu is None:
         return None
     if profile is None:
-        return float(gpu.memory_gib)
-    try:
-        return float(gpu.profile(profile).memory_gib)
-    except LookupError:
-        return None
+        memory = gpu.memory_gib
+    else:
+        try:
+            memory = gpu.profile(profile).memory_gib
+        except LookupError:
+            return None
+    return None if memory is None else float(memory)
 
 
 def _write(
@@ -444,7 +455,13 @@ def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> P
     _write_accuracy(folder / "accuracy", source)
     atomic_write_json(folder / "measurements.json", readme.measurements(source.run))
     atomic_write_text(folder / "user.conf", _user_conf_text(source))
-    text = readme.result_readme(source.run, source.instance, division, source.settings())
+    try:
+        performance_log = DetailLog.read(run_1 / "mlperf_log_detail.txt").values
+    except SubmissionError:
+        performance_log = {}  # checked before anything was written; keep the README anyway
+    text = readme.result_readme(
+        source.run, source.instance, division, source.settings(), performance_log
+    )
     atomic_write_text(folder / "README.md", text)
     return folder
 

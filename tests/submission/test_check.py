@@ -177,3 +177,64 @@ def test_unknown_version_is_an_error(good_tree: Path) -> None:
     """An unknown checker version raises instead of checking with the wrong seeds."""
     with pytest.raises(SubmissionError, match=r"unknown checker version 'v9\.9'"):
         check_submission(good_tree, version="v9.9")
+
+
+# Rules the MLCommons checker (tools/submission/submission_checker) enforced that ours had missed.
+
+
+def _perf_detail(tree: Path) -> Path:
+    return _result(tree) / "performance" / "run_1" / "mlperf_log_detail.txt"
+
+
+def test_unparsable_mllog_line(tree: Path) -> None:
+    """A ':::MLLOG' line that is not JSON stops the checker's parser ("Encountered invalid line")."""
+    with _perf_detail(tree).open("a") as handle:
+        handle.write(':::MLLOG {"key": "cut short\n')
+    assert _reported(tree, "start with ':::MLLOG' but are not a JSON record")
+
+
+def test_missing_result_record(tree: Path) -> None:
+    """Without result_samples_per_second the checker cannot read an Offline result."""
+    detail = _perf_detail(tree)
+    kept = [line for line in detail.read_text().splitlines() if '"result_samples_per_second"' not in line]
+    detail.write_text("\n".join(kept) + "\n")
+    assert _reported(tree, "no numeric result_samples_per_second record")
+
+
+def test_first_record_of_a_key_counts(tree: Path) -> None:
+    """The checker reads a key's first record: a later correct seed does not hide a wrong one."""
+    detail = _perf_detail(tree)
+    lines = detail.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"effective_qsl_rng_seed"' in line)
+    wrong = lines[index].replace("2085463073848966840", "7")
+    detail.write_text("\n".join([*lines[:index], wrong, *lines[index:]]) + "\n")
+    assert _reported(tree, "qsl_rng_seed is 7, checker v6.1 expects")
+
+
+def test_network_flag_must_be_a_string(tree: Path) -> None:
+    """is_network as a JSON boolean breaks the checker's .lower(); it must be "true"/"false"."""
+    _edit_json(_system_file(tree), lambda d: d.update(is_network=False))
+    assert _reported(tree, "is_network is False; the checker reads it as a string")
+
+
+def test_network_system_needs_network_fields(tree: Path) -> None:
+    """A network-mode system description needs the network fields too."""
+    _edit_json(_system_file(tree), lambda d: d.update(is_network="true"))
+    assert _reported(tree, "field 'network_type' is missing (network-mode systems need it)")
+
+
+def test_closed_network_system_is_refused(tree: Path) -> None:
+    """The closed division refuses a system description in network mode."""
+    (tree / "open").rename(tree / "closed")
+    system_file = tree / "closed" / "Acme" / "systems" / f"{SYSTEM}.json"
+    _edit_json(system_file, lambda d: d.update(division="closed", is_network="true"))
+    assert _reported(tree, 'is_network is "true"; a network-mode system belongs in network/')
+
+
+def test_closed_scenario_outside_the_suite(tree: Path) -> None:
+    """Closed division: a scenario folder the system type's suite lacks is reported."""
+    (tree / "open").rename(tree / "closed")
+    _edit_json(tree / "closed" / "Acme" / "systems" / f"{SYSTEM}.json", lambda d: d.update(division="closed"))
+    offline = tree / "closed" / "Acme" / "results" / SYSTEM / "resnet50" / "Offline"
+    shutil.copytree(offline, offline.with_name("Server"))
+    assert _reported(tree, "Server is not a closed-division scenario of resnet for system_type 'edge'")

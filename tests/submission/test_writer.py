@@ -248,3 +248,75 @@ def test_missing_logs_are_listed_with_other_problems(runs: dict[str, Path], tmp_
     with pytest.raises(SubmissionError, match=r"lacks mlperf_log_detail\.txt") as excinfo:
         write_submission([run_dir, tmp_path / "nothing"], division="open", submitter="Acme", outdir=tmp_path / "S")
     assert "2 problem(s)" in str(excinfo.value)
+
+
+def test_unknown_profile_memory_is_not_invented() -> None:
+    """B200 3g/4g/7g have no memory size in the profile table: None, not a TypeError or a guess."""
+    from mlperf_mig.submission.writer import _memory_gib
+
+    assert _memory_gib("B200", "3g.90gb") is None
+    assert _memory_gib("GH200-144GB", "7g.144gb") is None
+    assert _memory_gib("B200", "1g.23gb") == 22.0
+    assert _memory_gib("B200", None) == 180.0
+
+
+def test_unknown_memory_is_said_not_known() -> None:
+    """The system description leaves the memory empty (so it is never made up) and says why."""
+    from mlperf_mig.submission.hostinfo import HostFacts
+    from mlperf_mig.submission.sysdesc import Accelerator, describe_system
+
+    accelerator = Accelerator(
+        gpu="B200-180GB",
+        target="mig",
+        layout="3g.90gb+4g.90gb",
+        instance="3g.90gb, instance 0",
+        memory_gib=None,
+        backend="tensorrt",
+        framework="TensorRT 10.3.0",
+    )
+    fields, missing = describe_system(
+        accelerator=accelerator,
+        division="open",
+        submitter="Acme",
+        system_type="edge",
+        loadgen_version="6.0.17",
+        notes=[],
+        host=HostFacts(fields={}),
+        gpu=None,
+        hosts=[],
+        overrides={},
+    )
+    assert fields["accelerator_memory_capacity"] == ""
+    assert "accelerator_memory_capacity" in missing
+    assert "Accelerator memory capacity not known" in fields["hw_notes"]
+    assert "3g.90gb, instance 0 of NVIDIA B200-180GB" in fields["hw_notes"]
+
+
+def test_readme_says_why_loadgen_said_invalid() -> None:
+    """A quick-preset run LoadGen marked INVALID says so plainly in the result README."""
+    from types import SimpleNamespace
+
+    from mlperf_mig.submission.readme import invalid_paragraph
+
+    run = SimpleNamespace(preset="quick", loadgen_scenario="Offline")
+    log = {
+        "result_validity": "INVALID",
+        "result_min_duration_met": False,
+        "effective_min_duration_ms": 600000,
+        "result_max_latency_ns": 3_200_000_000,
+    }
+    text = invalid_paragraph(run, log)
+    assert text.startswith(
+        "LoadGen marked this run INVALID because the quick preset ran it for about 3 s rather than "
+        "the 600 s minimum duration"
+    )
+    assert "open division accepts" in text
+    assert invalid_paragraph(run, {**log, "result_validity": "VALID"}) == ""
+
+
+def test_quick_run_readme_in_the_tree_says_invalid(good_tree: Path) -> None:
+    """Every result README whose performance log says INVALID carries the plain statement."""
+    for folder in _results(good_tree):
+        detail = (folder / "performance" / "run_1" / "mlperf_log_detail.txt").read_text()
+        invalid = '"result_validity", "value": "INVALID"' in detail
+        assert ("LoadGen marked this run INVALID" in (folder / "README.md").read_text()) == invalid
