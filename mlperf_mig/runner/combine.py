@@ -41,6 +41,20 @@ def _check_comparable(runs: Sequence[RunResult]) -> None:
         )
 
 
+def _check_distinct(runs: Sequence[RunResult]) -> None:
+    """The same run twice (one folder passed twice, or a copy of it) would be counted twice."""
+    seen: dict[tuple[object, ...], str] = {}
+    for run in runs:
+        key = (run.outdir, run.started_at, tuple(run.hosts))
+        if key in seen:
+            raise SettingsError(
+                f"cannot aggregate: {run.outdir} (started {run.started_at} on "
+                f"{', '.join(run.hosts) or 'an unknown host'}) is passed twice; its instances "
+                "would be counted twice"
+            )
+        seen[key] = run.outdir
+
+
 def combine_runs(runs: Sequence[RunResult], outdir: str | os.PathLike[str] | None = None) -> RunResult:
     """One RunResult whose instances are those of `runs`, renumbered, with their hosts kept."""
     from mlperf_mig import registry
@@ -48,6 +62,7 @@ def combine_runs(runs: Sequence[RunResult], outdir: str | os.PathLike[str] | Non
     if not runs:
         raise SettingsError("aggregate needs at least one run folder")
     _check_comparable(runs)
+    _check_distinct(runs)
     if len({run.settings_key for run in runs}) > 1:
         log.warning("the runs used different LoadGen settings; the sum is indicative only")
     instances = []
@@ -60,6 +75,7 @@ def combine_runs(runs: Sequence[RunResult], outdir: str | os.PathLike[str] | Non
     first = runs[0]
     gpu = registry.default_catalog().get(first.gpu)
     layout = registry.parse_layout(gpu, [i.profile for i in instances])
+    registry.solve_placements(layout)  # the hosts' instances must form one layout of one GPU
     folder = str(Path(outdir).absolute()) if outdir is not None else ""
     combined = attrs.evolve(
         first,

@@ -20,7 +20,12 @@ from typing import Any
 import attrs
 
 from mlperf_mig._table import markdown_table, text_table
-from mlperf_mig.errors import BackendUnavailableError, SettingsError
+from mlperf_mig.errors import (
+    BackendUnavailableError,
+    ModelFileError,
+    PrecisionError,
+    SettingsError,
+)
 from mlperf_mig.runner.placement import InstanceSlot, ScenarioSpec, Target, choose_target
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
@@ -315,6 +320,7 @@ def make_plan(
         loadgen_scenario=lg_scenario,
         cache_dir=_optional_path(cache_dir),
     )
+    _check_engine_input(precision=precision, variant=variant, model_path=_optional_path(model_path))
     _check_run_input(
         target,
         benchmark=bench,
@@ -354,6 +360,18 @@ def make_plan(
         timeouts=Timeouts(ready_s=timeout_s or READY_TIMEOUT_S, run_s=run_s),
         expected_s=expected,
     )
+
+
+def _check_engine_input(*, precision: str | None, variant: str, model_path: str | None) -> None:
+    """Refuse what the engine build would refuse, before the run folder and workers exist."""
+    from mlperf_mig.engines import PRECISIONS, VARIANTS
+
+    if precision is not None and precision not in PRECISIONS:
+        raise PrecisionError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+    if variant not in VARIANTS:
+        raise ModelFileError(f"unknown model variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+    if model_path is not None and not Path(model_path).is_file():
+        raise ModelFileError(f"model file {model_path!r} does not exist; pass the path of an ONNX file")
 
 
 def _check_run_input(

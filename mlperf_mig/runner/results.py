@@ -386,8 +386,11 @@ class RunResult:
             raise OutputDirError(
                 f"{str(file)!r} does not exist; pass a run folder written by mlperf-mig run"
             ) from None
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise OutputDirError(f"{str(file)!r} is not a results file of mlperf-mig ({exc})") from None
+        except (ValueError, KeyError, TypeError) as exc:  # JSON, missing or malformed fields
+            reason = exc.args[0] if exc.args else exc  # attrs validators add more arguments
+            raise OutputDirError(
+                f"{str(file)!r} is not a results file of mlperf-mig ({reason})"
+            ) from None
 
     def to_pandas(self) -> Any:
         """One row per instance with the run's settings as columns (needs pandas)."""

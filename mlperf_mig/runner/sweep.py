@@ -138,9 +138,13 @@ class SweepResult:
         path = Path(folder)
         try:
             data = json.loads((path / SWEEP_FILE).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise OutputDirError(f"{str(path)!r} holds no readable {SWEEP_FILE} ({exc})") from None
-        runs = [RunResult.load(path / sub) for sub in data["runs"]]
+            subfolders = [str(sub) for sub in data["runs"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise OutputDirError(
+                f"{str(path)!r} holds no readable {SWEEP_FILE} ({type(exc).__name__}: {exc}); "
+                "pass a folder written by mlperf-mig sweep"
+            ) from None
+        runs = [RunResult.load(path / sub) for sub in subfolders]
         return cls(
             runs=runs,
             outdir=str(path),

@@ -89,3 +89,20 @@ def test_plan_refuses_zero_sample_count() -> None:
 
     with pytest.raises(SettingsError, match="sample_count"):
         mlperf_mig.plan(7, backend="null", sample_count=0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--precision", "int3"], "unknown precision"),
+        (["--model", "/nonexistent.onnx"], "does not exist"),
+    ],
+)
+def test_engine_input_refused_before_workers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], fragment: str
+) -> None:
+    """What the engine build would refuse is refused by the plan, before the run folder exists."""
+    outdir = tmp_path / "run"
+    err = _one_line_error(capsys, ["run", "--backend", "null", "--outdir", str(outdir), *argv])
+    assert fragment in err
+    assert not outdir.exists()

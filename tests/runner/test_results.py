@@ -129,3 +129,47 @@ def test_real_invalid_is_not_by_design(good_run: Any) -> None:
     run = attrs.evolve(run, instances=[plain, *run.instances[1:]])
     assert not run.invalid_by_design
     assert run.instance_rows()[-1]["valid"] == "NO"
+
+
+def test_aggregate_refuses_one_run_twice(good_run: Any) -> None:
+    """The same folder twice would count its instances twice."""
+    with pytest.raises(SettingsError, match="passed twice"):
+        aggregate([good_run.outdir, good_run.outdir])
+
+
+def test_aggregate_refuses_more_than_one_gpu_holds(good_run: Any, tmp_path: Path) -> None:
+    """Three hosts' 2g+1g do not fit one A100 (9 of 7 compute slices): LayoutError."""
+    from mlperf_mig.errors import LayoutError
+
+    folders = [_copy_as_host(good_run, tmp_path / f"vm{n}", f"vm{n}") for n in range(3)]
+    with pytest.raises(LayoutError):
+        aggregate(folders)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("results.json", '{"schema": 1}'),
+        ("sweep.json", '{"x": 1}'),
+    ],
+)
+def test_report_of_a_malformed_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str
+) -> None:
+    """A results.json or sweep.json that is not ours: one line, exit 2, no traceback."""
+    (tmp_path / name).write_text(text)
+    assert cli.main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mlperf-mig: error:") and "\n" not in err
+
+
+def test_report_of_a_bad_status_is_one_line(
+    good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A results.json with an unknown instance status: one line naming it, exit 2."""
+    data = good_run.to_dict()
+    data["instances"][0]["status"] = "weird"
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert cli.main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "weird" in err and "\n" not in err
