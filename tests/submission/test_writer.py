@@ -320,3 +320,17 @@ def test_quick_run_readme_in_the_tree_says_invalid(good_tree: Path) -> None:
         detail = (folder / "performance" / "run_1" / "mlperf_log_detail.txt").read_text()
         invalid = '"result_validity", "value": "INVALID"' in detail
         assert ("LoadGen marked this run INVALID" in (folder / "README.md").read_text()) == invalid
+
+
+def test_short_singlestream_logs_hint_at_the_submission_preset() -> None:
+    """The seconds-long Offline recipe is no hint for SingleStream: those runs need 600 s."""
+    from types import SimpleNamespace
+
+    from mlperf_mig.submission.writer import _short_run_hint
+
+    source = SimpleNamespace(scenario="SingleStream", benchmark_folder="resnet50")
+    hint = _short_run_hint(["x: min_duration is 2000 ms; ..."], [source])
+    assert "--preset submission" in hint
+    assert "target_qps" not in hint
+    offline = SimpleNamespace(scenario="Offline", benchmark_folder="resnet50")
+    assert "--set target_qps=0.1" in _short_run_hint(["x: min_duration is 2000 ms"], [offline])
