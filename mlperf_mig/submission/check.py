@@ -140,7 +140,22 @@ def system_description_problems(
         value = str(description.get(key, ""))
         if key in description and value.lower() != expected.lower():
             problems.append(f"{key} is {value!r} but the folder says {expected!r}")
+    for key in rules.WHOLE_NUMBER_SYSTEM_FIELDS:
+        value = description.get(key)
+        if key in description and value and not _whole_number(value):
+            problems.append(
+                f"{key} is {value!r}; the checker's summary computes int(number_of_nodes) * "
+                "int(accelerators_per_node), so it must be a whole number"
+            )
     return problems + _network_problems(description, division)
+
+
+def _whole_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and value.strip().lstrip("+-").isdigit()
 
 
 def _network_problems(description: dict[str, Any], division: str) -> list[str]:

@@ -103,6 +103,9 @@ RESULT_KEYS = {
 # description. Absent means false; present, it must be the string "true" or "false" (the checker
 # calls .lower() on it), false in the closed division, and true needs the network fields too.
 NETWORK_FIELD = "is_network"
+# results.py (summary.csv) of recent checkers: int(number_of_nodes) * int(accelerators_per_node),
+# outside any check, so a value int() cannot read stops the whole checker.
+WHOLE_NUMBER_SYSTEM_FIELDS = ("number_of_nodes", "accelerators_per_node")
 NETWORK_MODE_FIELDS = (
     "network_type",
     "network_media",

@@ -238,3 +238,9 @@ def test_closed_scenario_outside_the_suite(tree: Path) -> None:
     offline = tree / "closed" / "Acme" / "results" / SYSTEM / "resnet50" / "Offline"
     shutil.copytree(offline, offline.with_name("Server"))
     assert _reported(tree, "Server is not a closed-division scenario of resnet for system_type 'edge'")
+
+
+def test_accelerator_count_must_be_a_whole_number(tree: Path) -> None:
+    """Recent checkers compute int(number_of_nodes) * int(accelerators_per_node) for summary.csv."""
+    _edit_json(_system_file(tree), lambda d: d.update(accelerators_per_node="1 (MIG)"))
+    assert _reported(tree, "accelerators_per_node is '1 (MIG)'; the checker's summary computes")
