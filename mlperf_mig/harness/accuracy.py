@@ -14,6 +14,8 @@ from mlperf_mig.harness.samples import SampleSource
 
 logger = logging.getLogger(__name__)
 
+SYNTHETIC_WEIGHTS_NOTE = "synthetic weights: the model is not trained, so accuracy is not meaningful"
+
 
 def score(
     benchmark: Benchmark,
@@ -28,17 +30,13 @@ def score(
     is computed but not meaningful. Either way `passed` is None and `note` says why.
     """
     entries = read_accuracy_log(log_dir)
-    target = benchmark.accuracy_target
+    metric, target = benchmark.accuracy_metric, benchmark.accuracy_target
     if source.synthetic:
+        note = "synthetic data: there is no ground truth, so accuracy is not meaningful"
         return AccuracyReport(
-            metric=benchmark.accuracy_metric,
-            value=None,
-            target=target,
-            meaningful=False,
-            passed=None,
-            sample_count=len(entries),
-            note="synthetic data: there is no ground truth, so accuracy is not meaningful",
-        )
+            metric=metric, value=None, target=target, meaningful=False, passed=None,
+            sample_count=len(entries), note=note,
+        )  # fmt: skip
     if benchmark.name == "bert":
         logits = {
             index: np.frombuffer(data, dtype=np.float32).reshape(SEQ_LEN, 2)
@@ -51,23 +49,14 @@ def score(
         labels = source.labels[np.array([index for index, _ in entries], dtype=np.int64)]
         value = 100.0 * float(np.mean(predicted == labels)) if len(entries) else 0.0
         extra, count = {}, len(entries)
-    if weights_synthetic:
-        return AccuracyReport(
-            metric=benchmark.accuracy_metric,
-            value=value,
-            target=target,
-            meaningful=False,
-            passed=None,
-            sample_count=count,
-            extra=extra,
-            note="synthetic weights: the model is not trained, so accuracy is not meaningful",
-        )
+    meaningful = not weights_synthetic
     return AccuracyReport(
-        metric=benchmark.accuracy_metric,
+        metric=metric,
         value=value,
         target=target,
-        meaningful=True,
-        passed=value >= target,
+        meaningful=meaningful,
+        passed=value >= target if meaningful else None,
         sample_count=count,
         extra=extra,
+        note="" if meaningful else SYNTHETIC_WEIGHTS_NOTE,
     )

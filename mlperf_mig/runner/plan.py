@@ -310,26 +310,30 @@ def make_plan(
     )
     backend_name = _backend_for(target, backend, resolve_backend)
     overrides = tuple(sorted((settings or {}).items()))
+    user_conf, dataset, vocab, model_path, cache_dir = (
+        None if path is None else os.fspath(path)
+        for path in (user_conf, dataset, vocab, model_path, cache_dir)
+    )
     engines, engine_of = _engine_requests(
         target,
         benchmark=bench,
         backend=backend_name,
         precision=precision,
         variant=variant,
-        model_path=_optional_path(model_path),
+        model_path=model_path,
         loadgen_scenario=lg_scenario,
-        cache_dir=_optional_path(cache_dir),
+        cache_dir=cache_dir,
     )
-    _check_engine_input(precision=precision, variant=variant, model_path=_optional_path(model_path))
+    _check_engine_input(precision=precision, variant=variant, model_path=model_path)
     _check_run_input(
         target,
         benchmark=bench,
         loadgen_scenario=lg_scenario,
         preset=preset,
         overrides=dict(overrides),
-        user_conf=_optional_path(user_conf),
-        dataset=_optional_path(dataset),
-        vocab=_optional_path(vocab),
+        user_conf=user_conf,
+        dataset=dataset,
+        vocab=vocab,
         counts={"sample_count": sample_count, "batch_size": batch_size},
         timeout_s=timeout_s,
     )
@@ -345,13 +349,13 @@ def make_plan(
         variant=variant,
         preset=preset,
         overrides=overrides,
-        user_conf=_optional_path(user_conf),
-        dataset=_optional_path(dataset),
-        vocab=_optional_path(vocab),
+        user_conf=user_conf,
+        dataset=dataset,
+        vocab=vocab,
         sample_count=sample_count,
         batch_size=batch_size,
-        model_path=_optional_path(model_path),
-        cache_dir=_optional_path(cache_dir),
+        model_path=model_path,
+        cache_dir=cache_dir,
         accuracy=accuracy,
         outdir=str(Path(outdir).absolute()) if outdir is not None else str(default_outdir()),
         engines=engines,
@@ -419,7 +423,3 @@ def _backend_for(target: Target, backend: str, resolve: Any) -> str:
             "onnxruntime (or auto), or run on a MIG GPU"
         )
     return resolve(backend)
-
-
-def _optional_path(value: str | os.PathLike[str] | None) -> str | None:
-    return None if value is None else os.fspath(value)

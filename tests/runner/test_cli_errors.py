@@ -70,12 +70,15 @@ def test_bad_setting_override(capsys: pytest.CaptureFixture[str]) -> None:
         (["--timeout", "0"], "timeout_s"),
         (["--dataset", "/nonexistent"], "val_map.txt"),
         (["--benchmark", "bert", "--dataset", "/nonexistent"], "SQuAD file"),
+        (["--precision", "int3"], "unknown precision"),
+        (["--model", "/nonexistent.onnx"], "does not exist"),
     ],
 )
-def test_settings_refused_before_workers(
+def test_input_refused_before_workers(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], fragment: str
 ) -> None:
-    """What every worker would refuse is refused by the plan: one line, exit 2, no run folder."""
+    """What a worker or engine build would refuse is refused by the plan: one line, exit 2, and
+    no run folder."""
     outdir = tmp_path / "run"
     err = _one_line_error(capsys, ["run", "--backend", "null", "--outdir", str(outdir), *argv])
     assert fragment in err
@@ -89,20 +92,3 @@ def test_plan_refuses_zero_sample_count() -> None:
 
     with pytest.raises(SettingsError, match="sample_count"):
         mlperf_mig.plan(7, backend="null", sample_count=0)
-
-
-@pytest.mark.parametrize(
-    ("argv", "fragment"),
-    [
-        (["--precision", "int3"], "unknown precision"),
-        (["--model", "/nonexistent.onnx"], "does not exist"),
-    ],
-)
-def test_engine_input_refused_before_workers(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], fragment: str
-) -> None:
-    """What the engine build would refuse is refused by the plan, before the run folder exists."""
-    outdir = tmp_path / "run"
-    err = _one_line_error(capsys, ["run", "--backend", "null", "--outdir", str(outdir), *argv])
-    assert fragment in err
-    assert not outdir.exists()

@@ -47,10 +47,12 @@ def test_unified_result_is_labelled(unified_run: Any) -> None:
     assert "layout (unified)" in table and "one LoadGen" in table and "emulated" in table
 
 
-def test_dispatch_follows_capacity(tmp_path: Path) -> None:
-    """With instance speeds proportional to compute slices, each gets its share within 10%."""
-    result = mlperf_mig.run(
-        7,
+def _bert_with_known_speeds(
+    tmp_path: Path, scenario: Any, worker_target: str, *, min_duration: int, target_qps: float
+) -> Any:
+    """A unified BERT run whose serving workers are the test target `worker_target`."""
+    return mlperf_mig.run(
+        scenario,
         benchmark="bert",
         mode="unified",
         outdir=tmp_path / "run",
@@ -58,8 +60,15 @@ def test_dispatch_follows_capacity(tmp_path: Path) -> None:
         batch_size=4,
         accuracy=False,
         progress=False,
-        settings={"min_duration": 3000, "target_qps": 7 * RATE_PER_SLICE},
-        worker_target="fault_targets:sleepy_serve",
+        settings={"min_duration": min_duration, "target_qps": target_qps},
+        worker_target=worker_target,
+    )
+
+
+def test_dispatch_follows_capacity(tmp_path: Path) -> None:
+    """With instance speeds proportional to compute slices, each gets its share within 10%."""
+    result = _bert_with_known_speeds(
+        tmp_path, 7, "fault_targets:sleepy_serve", min_duration=3000, target_qps=7 * RATE_PER_SLICE
     )
     assert result.ok
     total = sum(i.dispatched_samples for i in result.instances)
@@ -70,17 +79,12 @@ def test_dispatch_follows_capacity(tmp_path: Path) -> None:
 
 def test_dead_worker_samples_go_to_the_others(tmp_path: Path) -> None:
     """A worker killed mid-run is 'crashed'; its in-flight samples are served by the others."""
-    result = mlperf_mig.run(
+    result = _bert_with_known_speeds(
+        tmp_path,
         "3x1g.10gb",
-        benchmark="bert",
-        mode="unified",
-        outdir=tmp_path / "run",
-        backend="null",
-        batch_size=4,
-        accuracy=False,
-        progress=False,
-        settings={"min_duration": 1000, "target_qps": 3 * 4 * RATE_PER_SLICE},
-        worker_target="fault_targets:dying_serve",
+        "fault_targets:dying_serve",
+        min_duration=1000,
+        target_qps=3 * 4 * RATE_PER_SLICE,
     )
     statuses = {i.name: i.status for i in result.instances}
     assert statuses == {"i0-1g.10gb": "ok", "i1-1g.10gb": "crashed", "i2-1g.10gb": "ok"}
