@@ -91,6 +91,8 @@ def shared_model(engine_path: str | os.PathLike[str], write: Callable[[Path], No
         try:
             _make(folder, write, made_from)
         except OSError as exc:
+            if _invalid_reason(folder, made_from) is None:  # another process was quicker
+                return folder / MODEL_NAME
             log.warning(
                 "cannot save the shared CPU copy of %s (%s); each session keeps its own weights",
                 engine_path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import attrs
@@ -11,6 +12,7 @@ import pytest
 
 from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.engines import EngineSpec, build_engine, onnxruntime_cpu, open_backend
+from mlperf_mig.engines import onnxruntime as ort_backend
 from mlperf_mig.engines.models import calibration_feeds
 from mlperf_mig.engines.onnxruntime import session_options
 from mlperf_mig.errors import OutputDirError
@@ -139,3 +141,26 @@ def test_unwritable_cache_loads_the_engine_itself(
         assert backend.device.provider == "CPUExecutionProvider"
     assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     assert not onnxruntime_cpu.shared_model_folder(engine).exists()
+
+
+def test_concurrent_loads_save_one_copy(spec: EngineSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instances that load at the same time save the copy once and all map it."""
+    saved: list[Path] = []
+    save = ort_backend._save_cpu_copy
+
+    def counting_save(spec: EngineSpec, engine_path: Path, folder: Path) -> None:
+        saved.append(folder)
+        save(spec, engine_path, folder)
+
+    monkeypatch.setattr(ort_backend, "_save_cpu_copy", counting_save)
+    engine = build_engine(spec).path
+
+    def load(_: int) -> Path:
+        with open_backend(spec, threads=1) as backend:
+            return backend.model_path
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        loaded = set(pool.map(load, range(3)))
+    assert loaded == {onnxruntime_cpu.shared_model_folder(engine) / onnxruntime_cpu.MODEL_NAME}
+    assert len(saved) == 1
+    assert not [p for p in engine.parent.iterdir() if p.name.endswith(".tmp")]
