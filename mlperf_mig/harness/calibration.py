@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -56,10 +56,9 @@ def calibrated_target(
     Times the SUT's own batch path (library gather, backend, response payload) on the first
     samples of `source`, loaded into a small library of their own.
     """
-    benchmark = source.benchmark
     loaded = min(max(batch_size, samples_per_query, 8), source.total_count)
     library = SampleLibrary.allocate(
-        input_layouts(benchmark), capacity=loaded, total_count=source.total_count
+        input_layouts(source.benchmark), capacity=loaded, total_count=source.total_count
     )
     library.load(range(loaded), source)
     largest = max(batch_size, samples_per_query)
@@ -67,19 +66,41 @@ def calibrated_target(
         name: np.empty((largest, *buf.shape[1:]), buf.dtype)
         for name, buf in library.buffers.items()
     }
+    return timed_target(
+        backend,
+        lambda rows: library.gather(rows, feeds),
+        loaded,
+        loadgen_scenario,
+        batch_size=batch_size,
+        samples_per_query=samples_per_query,
+    )
+
+
+def timed_target(
+    backend: Backend,
+    gather: Callable[[np.ndarray], Mapping[str, np.ndarray]],
+    rows_available: int,
+    loadgen_scenario: str,
+    *,
+    batch_size: int,
+    samples_per_query: int,
+) -> float:
+    """The target measured on the path that will serve the test: `gather(rows)` (rows below
+    `rows_available`), the backend and the response payload."""
+    benchmark = backend.benchmark
 
     def infer(rows: np.ndarray) -> np.ndarray:
-        return response_payload(benchmark, backend.run(library.gather(rows, feeds)))
+        return response_payload(benchmark, backend.run(dict(gather(rows))))
 
     if loadgen_scenario in ("SingleStream", "MultiStream"):
         count = 1 if loadgen_scenario == "SingleStream" else samples_per_query
-        latency = seconds_per_batch(infer, _rows(count, loaded, shuffled=True))
+        latency = seconds_per_batch(infer, _rows(count, rows_available, shuffled=True))
         target = max(MIN_LATENCY_MS, STREAM_LATENCY_FACTOR * latency * 1e3)
     elif loadgen_scenario == "Offline":
-        rows = _rows(batch_size, loaded, shuffled=False)
+        rows = _rows(batch_size, rows_available, shuffled=False)
         target = min(OFFLINE_MARGIN * batch_size / seconds_per_batch(infer, rows), OFFLINE_CAP_QPS)
     else:
-        rows = _rows(batch_size, loaded, shuffled=True)
+        rows = _rows(batch_size, rows_available, shuffled=True)
         target = min(SERVER_LOAD * batch_size / seconds_per_batch(infer, rows), SERVER_CAP_QPS)
     logger.info("calibrated %s target: %.4g", loadgen_scenario, target)
     return target

@@ -21,7 +21,7 @@ from mlperf_mig.engines.backend import Backend, DeviceReport
 from mlperf_mig.engines.spec import EngineSpec
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness import accuracy, datasets
-from mlperf_mig.harness.calibration import calibrated_target
+from mlperf_mig.harness.calibration import calibrated_target, timed_target
 from mlperf_mig.harness.logs import parse_detail_log
 from mlperf_mig.harness.result import (
     LOADGEN_OFFLINE_ADVICE,
@@ -227,20 +227,39 @@ def measured_target(
     task: InstanceTask,
     benchmark: Benchmark,
     backend: Backend,
-    source: SampleSource,
+    source: SampleSource | None,
     *,
     batch_size: int,
+    serve_path: tuple[Callable[[Any], Any], int] | None = None,
 ) -> float | None:
-    """The target timed on `backend` when the task calibrates (see calibration.py), else None."""
+    """The target timed on `backend` when the task calibrates (see calibration.py), else None.
+
+    The timing covers the harness's own batch path on the first samples of `source`, or, with
+    `serve_path` = (gather(rows) -> feeds, rows available), the path by which the samples reach
+    the backend instead (the runner's unified mode copies them out of shared memory).
+    """
     if not calibrates(task, benchmark):
         return None
     preliminary = resolve_settings(task.settings, benchmark, task.loadgen_scenario)
+    samples_per_query = int(preliminary.values.get("samples_per_query", 8))
+    if serve_path is not None:
+        gather, rows_available = serve_path
+        return timed_target(
+            backend,
+            gather,
+            rows_available,
+            task.loadgen_scenario,
+            batch_size=batch_size,
+            samples_per_query=samples_per_query,
+        )
+    if source is None:
+        raise ValueError("measured_target needs a sample source or a serve path")
     return calibrated_target(
         backend,
         source,
         task.loadgen_scenario,
         batch_size=batch_size,
-        samples_per_query=int(preliminary.values.get("samples_per_query", 8)),
+        samples_per_query=samples_per_query,
     )
 
 

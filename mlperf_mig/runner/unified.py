@@ -413,21 +413,29 @@ def serve_instance(
     `open_backend` replaces the task's backend (tests use it to give instances known speeds).
     """
     from mlperf_mig.benchmark import get_benchmark
-    from mlperf_mig.harness import datasets
-    from mlperf_mig.harness.instance import calibrates, measured_target, open_task_backend
+    from mlperf_mig.harness.instance import measured_target, open_task_backend
     from mlperf_mig.harness.sut import response_payload
 
     task = job.task
     benchmark = get_benchmark(task.benchmark)
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
+
+    def gather(rows: np.ndarray) -> dict[str, np.ndarray]:
+        return {name: np.take(array, rows, axis=0) for name, array in arrays.items()}
+
     backend = open_backend() if open_backend is not None else open_task_backend(task, benchmark)
     served = 0
     busy_s = 0.0
     try:
-        target = None
-        if calibrates(task, benchmark):
-            source = datasets.open_source(task, benchmark)
-            target = measured_target(task, benchmark, backend, source, batch_size=job.batch_size)
+        # the target is timed on this worker's own path: rows copied out of shared memory
+        target = measured_target(
+            task,
+            benchmark,
+            backend,
+            source=None,
+            batch_size=job.batch_size,
+            serve_path=(gather, min(len(a) for a in arrays.values())),
+        )
         job.link.send(("target", target))
         before_start()
         stop = False
@@ -438,8 +446,7 @@ def serve_instance(
             batch_ids = [b[0] for b in batches]
             rows = np.asarray([r for b in batches for r in b[2]], dtype=np.int64)
             began = time.perf_counter()
-            feeds = {name: np.take(array, rows, axis=0) for name, array in arrays.items()}
-            payload = response_payload(benchmark, backend.run(feeds))
+            payload = response_payload(benchmark, backend.run(gather(rows)))
             busy_s += time.perf_counter() - began
             item_size = payload[0].nbytes
             job.link.send(("done", batch_ids, payload.tobytes(), item_size))

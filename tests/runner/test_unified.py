@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,21 @@ def test_unified_multistream(tmp_path: Path) -> None:
         settings={"min_duration": 300},
     )
     assert result.ok and result.layout_result.throughput > 0
+
+
+def test_quick_offline_query_is_sized_by_the_serving_path(tmp_path: Path) -> None:
+    """The quick preset's measured target covers the copy out of shared memory: a null-backend
+    unified Offline run ends in seconds and is INVALID only by the preset's design."""
+    started = time.monotonic()
+    result = mlperf_mig.run(
+        "2g.20gb+1g.10gb",
+        mode="unified",
+        outdir=tmp_path / "run",
+        backend="null",
+        accuracy=False,
+        progress=False,
+        timeout_s=120,
+    )
+    assert result.ok and result.layout_result.target_source == "calibration"
+    assert result.layout_result.invalid_by_design
+    assert time.monotonic() - started < 60

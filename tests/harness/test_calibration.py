@@ -1,0 +1,33 @@
+"""Measured targets: the timing covers the path that will serve the test."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from mlperf_mig.benchmark import BERT
+from mlperf_mig.engines.null import NullBackend
+from mlperf_mig.harness.calibration import OFFLINE_MARGIN, timed_target
+from mlperf_mig.harness.samples import input_layouts
+
+GATHER_S = 0.02
+BATCH = 8
+
+
+def _slow_gather(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Feeds of `rows` after GATHER_S seconds, as a copy out of shared memory would take."""
+    time.sleep(GATHER_S)
+    return {
+        layout.name: np.zeros((len(rows), *layout.shape), dtype=layout.dtype)
+        for layout in input_layouts(BERT)
+    }
+
+
+def test_offline_target_includes_the_gather_time() -> None:
+    """A backend that costs nothing behind a 20 ms gather is timed at about the gather's rate."""
+    target = timed_target(
+        NullBackend(BERT), _slow_gather, 16, "Offline", batch_size=BATCH, samples_per_query=8
+    )
+    assert target == pytest.approx(OFFLINE_MARGIN * BATCH / GATHER_S, rel=0.3)
