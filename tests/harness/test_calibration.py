@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mlperf_mig.benchmark import BERT
 from mlperf_mig.engines.null import NullBackend
+from mlperf_mig.harness import InstanceTask
 from mlperf_mig.harness.calibration import OFFLINE_MARGIN, timed_target
+from mlperf_mig.harness.instance import calibrates
 from mlperf_mig.harness.samples import input_layouts
 
 GATHER_S = 0.02
@@ -31,3 +34,21 @@ def test_offline_target_includes_the_gather_time() -> None:
         NullBackend(BERT), _slow_gather, 16, "Offline", batch_size=BATCH, samples_per_query=8
     )
     assert target == pytest.approx(OFFLINE_MARGIN * BATCH / GATHER_S, rel=0.3)
+
+
+@pytest.mark.parametrize(
+    ("mode", "scenario", "expected"),
+    [
+        ("performance", "Offline", True),
+        ("accuracy", "Offline", False),
+        ("accuracy", "SingleStream", False),
+        ("accuracy", "Server", True),
+    ],
+)
+def test_accuracy_runs_calibrate_only_where_the_target_paces_them(
+    tmp_path: Path, mode: str, scenario: str, expected: bool
+) -> None:
+    """Server accuracy runs are paced by the target (the CPU row would take minutes); the
+    others issue their samples regardless, so timing a target would be wasted."""
+    task = InstanceTask(benchmark="bert", loadgen_scenario=scenario, outdir=tmp_path, mode=mode)
+    assert calibrates(task, BERT) is expected
