@@ -305,6 +305,13 @@ def choose_target(
 ) -> Target:
     """Resolve the layout and decide where its instances run (see the module docstring)."""
     if emulate or detection is None or not detection.gpus:
+        if shared:
+            why = "emulate=True" if emulate else (getattr(detection, "message", "") or "no GPU found")
+            raise PlacementError(
+                f"shared=True asks the instances to time-share a GPU, but they would run on "
+                f"emulated CPU partitions ({why}); drop shared / --shared to emulate, or run on a "
+                "machine with the GPU"
+            )
         if not emulate and detection is not None and detection.message:
             log.info("no GPU to run on (%s): emulating MIG partitions on the CPU", detection.message)
         layout, number = resolve_layout(scenario, resolve_gpu(gpu, catalog), catalog)

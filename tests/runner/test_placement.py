@@ -145,3 +145,9 @@ def test_profile_list_is_a_layout() -> None:
     """A list of profile names is a layout, ordered largest first."""
     plan = mlperf_mig.plan(["1g.10gb", "3g.40gb"], backend="null", emulate=True)
     assert [s.name for s in plan.slots] == ["i0-3g.40gb", "i1-1g.10gb"]
+
+
+def test_shared_without_a_gpu_is_refused() -> None:
+    """shared=True on emulated partitions would be silently ignored: refused instead."""
+    with pytest.raises(PlacementError, match="time-share"):
+        mlperf_mig.plan(7, backend="null", shared=True, emulate=True)
