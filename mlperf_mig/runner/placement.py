@@ -59,11 +59,15 @@ class Target:
     """The resolved layout on its GPU and where each instance runs."""
 
     kind: str = attrs.field(validator=attrs.validators.in_(TARGET_KINDS))
-    gpu: Any  # registry Gpu
     layout: Any  # registry Layout
     scenario: int | None  # the study's layout number when one was asked for
     gpu_index: int | None
     slots: tuple[InstanceSlot, ...]
+
+    @property
+    def gpu(self) -> Any:
+        """The registry Gpu the layout is resolved on."""
+        return self.layout.gpu
 
     @property
     def emulated(self) -> bool:
@@ -201,9 +205,7 @@ def emulated_target(
         )
         for i, (p, cpu_set, start) in enumerate(zip(profiles, sets, starts))
     )
-    return Target(
-        kind="emulated", gpu=layout.gpu, layout=layout, scenario=scenario, gpu_index=None, slots=slots
-    )
+    return Target(kind="emulated", layout=layout, scenario=scenario, gpu_index=None, slots=slots)
 
 
 def _creation_hint(layout: Any) -> str:
@@ -247,12 +249,7 @@ def match_live_devices(layout: Any, scenario: int | None, gpu_state: Any) -> Tar
             )
         )
     return Target(
-        kind="mig",
-        gpu=layout.gpu,
-        layout=layout,
-        scenario=scenario,
-        gpu_index=gpu_state.index,
-        slots=tuple(slots),
+        kind="mig", layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=tuple(slots)
     )
 
 
@@ -269,12 +266,7 @@ def shared_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
         for i, (p, start) in enumerate(zip(layout.profiles, solved_starts(layout)))
     )
     return Target(
-        kind="shared",
-        gpu=layout.gpu,
-        layout=layout,
-        scenario=scenario,
-        gpu_index=gpu_state.index,
-        slots=slots,
+        kind="shared", layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=slots
     )
 
 
