@@ -110,7 +110,10 @@ def summary(result: Any) -> str:
         {"field": "device", "value": f"{device.backend} {device.provider} {device.device}"},
     ]
     if result.mode == "performance":
-        rows.append({"field": "validity", "value": result.validity})
+        validity = result.validity
+        if result.invalid_by_design:
+            validity += " (by design of the quick preset, not a failure; see the reason)"
+        rows.append({"field": "validity", "value": validity})
         if result.throughput is not None:
             rows.append(
                 {

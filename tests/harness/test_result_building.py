@@ -95,3 +95,11 @@ def test_unknown_mode_is_a_settings_error(tmp_path: Path) -> None:
     """A mode other than performance/accuracy is bad input (exit 2), not a ValueError traceback."""
     with pytest.raises(SettingsError, match="performance, accuracy"):
         InstanceTask(benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, mode="perf")
+
+
+def test_harness_summary_says_by_design(tmp_path: Path) -> None:
+    """`mlperf-mig harness` prints a quick Offline INVALID as by design, not as a failure."""
+    from mlperf_mig.harness.cli import summary
+
+    text = summary(_result(tmp_path, preset="quick", calibrated=100.0))
+    assert "INVALID (by design of the quick preset, not a failure" in text
