@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def _cell(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """One table cell: "-" for None, thousands separators and two decimals for floats."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -16,7 +17,7 @@ def _cell(value: Any) -> str:
 
 def text_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     """Return `rows` as an aligned text table with a header line; numbers right-aligned."""
-    cells = [[_cell(row.get(col)) for col in columns] for row in rows]
+    cells = [[cell_text(row.get(col)) for col in columns] for row in rows]
     widths = [max([len(col)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
     numeric = [
         all(isinstance(row.get(col), (int, float)) for row in rows if row.get(col) is not None)
@@ -38,5 +39,5 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) ->
     """Return `rows` as a GitHub-flavoured Markdown table."""
     head = "| " + " | ".join(columns) + " |"
     rule = "| " + " | ".join("---" for _ in columns) + " |"
-    body = ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
+    body = ["| " + " | ".join(cell_text(row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join([head, rule, *body])

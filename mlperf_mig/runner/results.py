@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from mlperf_mig._io import atomic_write_json
-from mlperf_mig._table import _cell, markdown_table, text_table
+from mlperf_mig._table import cell_text, markdown_table, text_table
 from mlperf_mig.errors import OutputDirError
 
 log = logging.getLogger(__name__)
@@ -425,7 +425,7 @@ def html_table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str]) -> str
     columns = list(columns)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(row.get(c)))}</td>" for c in columns) + "</tr>"
+        "<tr>" + "".join(f"<td>{html.escape(cell_text(row.get(c)))}</td>" for c in columns) + "</tr>"
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
