@@ -180,6 +180,13 @@ def split_words(context: str) -> tuple[str, ...]:
     return tuple(context.replace("\u202f", " ").split())
 
 
+def _text(record: dict, key: str) -> str:
+    value = record[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{key!r} should be a string, got {type(value).__name__} {value!r}")
+    return value
+
+
 def read_examples(path: Path) -> list[Example]:
     """The questions of a SQuAD v1.1 json file."""
     try:
@@ -190,18 +197,23 @@ def read_examples(path: Path) -> list[Example]:
     try:
         for article in data:
             for paragraph in article["paragraphs"]:
-                words = split_words(paragraph["context"])
+                words = split_words(_text(paragraph, "context"))
                 for qa in paragraph["qas"]:
                     examples.append(
                         Example(
                             qas_id=str(qa["id"]),
-                            question=qa["question"],
+                            question=_text(qa, "question"),
                             doc_words=words,
-                            answers=tuple(a["text"] for a in qa.get("answers", ())),
+                            answers=tuple(_text(a, "text") for a in qa.get("answers", ())),
                         )
                     )
-    except (KeyError, TypeError) as exc:
+    except KeyError as exc:
         raise DatasetError(f"{str(path)!r} is not SQuAD v1.1: missing {exc}") from None
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise DatasetError(
+            f"{str(path)!r} is not SQuAD v1.1 (data -> paragraphs -> context, qas -> id, question,"
+            f" answers -> text): {exc}"
+        ) from None
     if not examples:
         raise DatasetError(f"{str(path)!r} holds no questions")
     return examples

@@ -106,6 +106,24 @@ def test_squad_not_json_raises(tmp_path: Path, squad_dir: Path) -> None:
         SquadSource.open(bad, vocab=squad_dir / "vocab.txt")
 
 
+@pytest.mark.parametrize(
+    ("paragraph", "field"),
+    [
+        ({"context": 5, "qas": [{"id": "q", "question": "a", "answers": []}]}, "'context'"),
+        ({"context": "a b", "qas": [{"id": "q", "question": None, "answers": []}]}, "'question'"),
+        ({"context": "a b", "qas": "none"}, "string indices"),
+    ],
+)
+def test_squad_wrong_field_types_raise(
+    tmp_path: Path, squad_dir: Path, paragraph: dict, field: str
+) -> None:
+    """A SQuAD json whose fields have the wrong types is a dataset error naming the field."""
+    bad = tmp_path / "dev-v1.1.json"
+    bad.write_text(json.dumps({"data": [{"paragraphs": [paragraph]}]}))
+    with pytest.raises(DatasetError, match=f"is not SQuAD v1.1.*{field}"):
+        SquadSource.open(bad, vocab=squad_dir / "vocab.txt")
+
+
 def test_f1_and_normalisation() -> None:
     """Official SQuAD normalisation drops case, punctuation and articles before comparing."""
     assert normalize_answer("The  Lazy dog!") == "lazy dog"
