@@ -65,6 +65,10 @@ def create_spec(
         raise ModelFileError(
             f"unknown model variant {variant!r}; expected one of {', '.join(VARIANTS)}"
         )
+    if seed < 0:
+        raise ModelFileError(
+            f"seed {seed} is negative; the synthetic weights need a seed >= 0 (for example --seed 0)"
+        )
     name = resolve_backend(backend)
     cls = backend_class(name)
     gpu_name, profile_name, compute_slices = _resolve_target(gpu, mig_profile)

@@ -101,3 +101,8 @@ def test_backends_lists_every_backend(capsys: pytest.CaptureFixture[str]) -> Non
     assert cli.main(["backends"]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
     assert [r.split()[0] for r in rows] == ["tensorrt", "onnxruntime", "null"]
+
+
+def test_negative_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    """A negative --seed is one line asking for a seed >= 0, exit 2 (not numpy's traceback)."""
+    _assert_one_line_error(_build(capsys, "--benchmark", "resnet50", "--seed", "-1"), ">= 0")
