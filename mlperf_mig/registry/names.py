@@ -44,6 +44,12 @@ def parse_layout(gpu: Gpu | str, spec: str | Sequence[str], catalog: Catalog | N
     profiles: list[Profile] = []
     for entry in entries:
         count, name = _split_count(entry, spec)
+        if count > board.memory_slices:  # also keeps a huge count from building a huge list
+            raise LayoutError(
+                f"layout entry {entry!r} asks for {count} instances but {board.name} has only "
+                f"{board.memory_slices} memory slices (each instance takes at least one); "
+                f"use a count of {board.memory_slices} or fewer"
+            )
         profiles.extend([_resolve_entry(board, name, catalog)] * count)
     if not profiles:
         raise LayoutError(f"layout {spec!r} names no MIG profile; write it like {LAYOUT_EXAMPLE}")
