@@ -11,6 +11,7 @@ import re
 
 import attrs
 
+from mlperf_mig.errors import LayoutError
 from mlperf_mig.registry.model import Layout, Placement
 from mlperf_mig.registry.solver import solve_placements
 
@@ -65,6 +66,10 @@ class CreationPlan:
 
 def creation_plan(layout: Layout, *, gpu_index: int = 0) -> CreationPlan:
     """Plan the creation of `layout`; raises LayoutError when it does not fit its GPU."""
+    if gpu_index < 0:
+        raise LayoutError(
+            f"GPU index {gpu_index} is negative; nvidia-smi numbers GPUs from 0, so pass 0 or more"
+        )
     placements = tuple(
         sorted(solve_placements(layout), key=lambda p: (p.profile.size_key, p.start))
     )
