@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from mlperf_mig._table import text_table
@@ -208,6 +209,8 @@ def _detect(args: argparse.Namespace) -> int:
     from mlperf_mig.registry.discovery import detection_from_state, read_nvml_state
     from mlperf_mig.registry.replay import RecordedNvml
 
+    if args.record:
+        _check_record_target(Path(args.record))
     source = RecordedNvml.from_file(args.replay) if args.replay else None
     state = read_nvml_state(source) if source else read_nvml_state()
     if args.record:
@@ -227,6 +230,17 @@ def _detect(args: argparse.Namespace) -> int:
         for note in gpu.disagreements:
             print(f"GPU {gpu.index}: {note}")
     return EXIT_OK
+
+
+def _check_record_target(path: Path) -> None:
+    from mlperf_mig._io import ensure_writable_dir
+    from mlperf_mig.errors import OutputDirError
+
+    if path.is_dir():
+        raise OutputDirError(
+            f"--record {str(path)!r} is a folder; pass a file name such as {str(path / 'state.json')!r}"
+        )
+    ensure_writable_dir(path.parent)
 
 
 def _gpu_row(gpu: Any) -> dict[str, Any]:

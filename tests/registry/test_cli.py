@@ -151,3 +151,16 @@ def test_missing_replay_file_is_one_line_and_exit_2(capsys: pytest.CaptureFixtur
     """A replay file that does not exist is a data-file error, exit 2."""
     code, _, err = _run(capsys, "detect", "--replay", str(tmp_path / "none.json"))
     assert code == 2 and "record it again" in err
+
+
+def test_record_into_a_folder_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`detect --record` naming a folder asks for a file name, exit 2."""
+    code, _, err = _run(capsys, "detect", "--record", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and "is a folder; pass a file name" in err
+
+
+def test_record_under_a_file_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`detect --record` under a regular file says the folder cannot be written, exit 2."""
+    (tmp_path / "plain").write_text("")
+    code, _, err = _run(capsys, "detect", "--record", str(tmp_path / "plain" / "state.json"))
+    assert code == 2 and err.count("\n") == 1 and "cannot be written" in err
