@@ -324,7 +324,7 @@ def make_plan(
         loadgen_scenario=lg_scenario,
         cache_dir=cache_dir,
     )
-    _check_engine_input(precision=precision, variant=variant, model_path=model_path)
+    _check_engine_input(backend=backend_name, precision=precision, variant=variant, model_path=model_path)
     _check_run_input(
         target,
         benchmark=bench,
@@ -366,8 +366,9 @@ def make_plan(
     )
 
 
-def _check_engine_input(*, precision: str | None, variant: str, model_path: str | None) -> None:
-    """Refuse what the engine build would refuse, before the run folder and workers exist."""
+def _check_engine_input(*, backend: str, precision: str | None, variant: str, model_path: str | None) -> None:
+    """Refuse what the engine build would refuse, before the run folder and workers exist, and
+    engine options the null backend would ignore."""
     from mlperf_mig.engines import PRECISIONS, VARIANTS
 
     if precision is not None and precision not in PRECISIONS:
@@ -376,6 +377,11 @@ def _check_engine_input(*, precision: str | None, variant: str, model_path: str 
         raise ModelFileError(f"unknown model variant {variant!r}; expected one of {', '.join(VARIANTS)}")
     if model_path is not None and not Path(model_path).is_file():
         raise ModelFileError(f"model file {model_path!r} does not exist; pass the path of an ONNX file")
+    if backend == "null" and (precision is not None or model_path is not None):
+        raise SettingsError(
+            "the null backend runs no model, so a precision or model file would be ignored; "
+            "drop --precision/--model or pick --backend onnxruntime, tensorrt or auto"
+        )
 
 
 def _check_run_input(

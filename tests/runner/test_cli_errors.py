@@ -72,6 +72,7 @@ def test_bad_setting_override(capsys: pytest.CaptureFixture[str]) -> None:
         (["--benchmark", "bert", "--dataset", "/nonexistent"], "SQuAD file"),
         (["--precision", "int3"], "unknown precision"),
         (["--model", "/nonexistent.onnx"], "does not exist"),
+        (["--precision", "fp16"], "null backend runs no model"),
     ],
 )
 def test_input_refused_before_workers(
