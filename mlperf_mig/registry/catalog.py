@@ -140,7 +140,13 @@ def _toml_files(path: Path, *, origin: str) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        return sorted(path.glob("*.toml"))
+        files = sorted(path.glob("*.toml"))
+        if not files:
+            raise DataFileError(
+                f"GPU data folder {str(path)!r} (from {origin}) holds no .toml files; pass the "
+                "folder that holds the GPU files (like systems/gpus) or a single file"
+            )
+        return files
     raise DataFileError(
         f"GPU data path {str(path)!r} (from {origin}) does not exist; pass a folder of GPU "
         ".toml files or a single file"

@@ -129,6 +129,13 @@ def test_extra_path_argument_adds_a_gpu(tmp_path: Path, a100_80_text: str) -> No
     assert load_catalog([tmp_path]).get("a100x-test").compute_slices == 7
 
 
+def test_a_folder_without_gpu_files_is_an_error(tmp_path: Path) -> None:
+    """A search-path folder with no .toml files is refused instead of adding nothing silently."""
+    (tmp_path / "gpus").mkdir()
+    with pytest.raises(DataFileError, match=r"holds no \.toml files"):
+        load_catalog([tmp_path])
+
+
 def test_environment_search_path_adds_a_gpu(
     tmp_path: Path, a100_80_text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
