@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+
+import attrs
 
 from mlperf_mig.engines.spec import BACKEND_NAMES, PRECISIONS, VARIANTS
 
@@ -48,6 +51,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     backends = subparsers.add_parser(
         "backends", help="list the inference backends and whether they can run here"
     )
+    backends.add_argument("--json", action="store_true", help="print JSON for programs")
     backends.set_defaults(handler=_backends)
 
 
@@ -87,6 +91,10 @@ def _backends(args: argparse.Namespace) -> int:
     from mlperf_mig._table import text_table
     from mlperf_mig.engines.backends import iter_backend_infos
 
+    infos = list(iter_backend_infos())
+    if args.json:
+        print(json.dumps([attrs.asdict(info) for info in infos], indent=2))
+        return 0
     rows = [
         {
             "backend": info.name,
@@ -94,7 +102,7 @@ def _backends(args: argparse.Namespace) -> int:
             "version": info.version,
             "why not": info.reason,
         }
-        for info in iter_backend_infos()
+        for info in infos
     ]
     print(text_table(rows, ["backend", "usable", "version", "why not"]))
     return 0

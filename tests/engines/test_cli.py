@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import onnx
@@ -106,3 +107,12 @@ def test_backends_lists_every_backend(capsys: pytest.CaptureFixture[str]) -> Non
 def test_negative_seed(capsys: pytest.CaptureFixture[str]) -> None:
     """A negative --seed is one line asking for a seed >= 0, exit 2 (not numpy's traceback)."""
     _assert_one_line_error(_build(capsys, "--benchmark", "resnet50", "--seed", "-1"), ">= 0")
+
+
+def test_backends_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`backends --json` lists every backend with whether it can run and why not."""
+    assert cli.main(["backends", "--json"]) == 0
+    infos = {info["name"]: info for info in json.loads(capsys.readouterr().out)}
+    assert list(infos) == ["tensorrt", "onnxruntime", "null"]
+    assert infos["null"]["available"] is True and infos["null"]["reason"] is None
+    assert infos["tensorrt"]["available"] == (infos["tensorrt"]["reason"] is None)
