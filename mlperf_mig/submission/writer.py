@@ -283,7 +283,7 @@ def _run_problems(source: ResultSource, division: str) -> list[str]:
         )
     if source.accuracy is None:
         problems.append("no accuracy run; every result needs accuracy/ (open division too)")
-    elif division == "closed" and source.accuracy.accuracy and not source.accuracy.accuracy.passed:
+    elif division == "closed" and source.accuracy.accuracy and source.accuracy.accuracy.passed is False:
         report = source.accuracy.accuracy
         problems.append(f"accuracy {report.value} is below the closed-division target {report.target:.3f}")
     return problems

@@ -127,9 +127,24 @@ def test_accuracy_log_is_truncated_with_hash_of_full_log(real_run: Path, tmp_pat
 
 def test_closed_division_refuses_synthetic_runs(runs: dict[str, Path], tmp_path: Path) -> None:
     """The closed division refuses runs with synthetic weights or data, writing nothing."""
-    with pytest.raises(SubmissionError, match="closed division refuses runs with synthetic"):
+    with pytest.raises(SubmissionError, match="closed division refuses runs with synthetic") as excinfo:
         write_submission([runs["unified"]], division="closed", submitter="Acme", outdir=tmp_path / "S")
+    assert "below the closed-division target" not in str(excinfo.value)
     assert not (tmp_path / "S").exists()
+
+
+def test_closed_division_refuses_accuracy_below_target(
+    real_run: Path, tmp_path: Path, overrides_file: Path
+) -> None:
+    """A real-weights run whose accuracy failed its target is refused for the closed division."""
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    results = json.loads((run / "results.json").read_text())
+    report = results["layout_accuracy"]["accuracy"]
+    report.update(value=70.0, passed=False)
+    (run / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SubmissionError, match=r"accuracy 70\.0 is below the closed-division target 75\.695"):
+        write_submission([run], division="closed", submitter="Acme", outdir=tmp_path / "S", overrides=overrides_file)
 
 
 def test_missing_values_are_listed_in_one_error(real_run: Path, tmp_path: Path) -> None:
