@@ -33,6 +33,11 @@ def _scenarios(values: list[str]) -> list[int | str]:
         for part in value.split(","):
             low, dash, high = part.partition("-")
             if dash and low.isdigit() and high.isdigit():
+                if int(low) > int(high):
+                    raise NameParseError(
+                        f"--scenarios range {part!r} runs backwards; write it low to high, e.g. "
+                        f"{high}-{low}"
+                    )
                 result.extend(range(int(low), int(high) + 1))
             elif part:
                 result.append(_scenario(part))

@@ -50,3 +50,10 @@ def test_report_prints_a_sweep(swept: Any, sweep_dir: Path, capsys: pytest.Captu
     """`mlperf-mig report SWEEPDIR` prints the sweep table."""
     assert cli.main(["report", str(sweep_dir)]) == 0
     assert "vs MIG scenario 1" in capsys.readouterr().out
+
+
+def test_backwards_scenario_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """--scenarios 1,3-2 is refused in one line instead of silently dropping the empty range."""
+    assert cli.main(["sweep", "--scenarios", "1,3-2", "--backend", "null"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'3-2' runs backwards" in err and "2-3" in err
