@@ -7,7 +7,7 @@ import json
 
 import attrs
 
-from mlperf_mig.engines.spec import BACKEND_NAMES, PRECISIONS, VARIANTS
+from mlperf_mig.engines.spec import BACKEND_NAMES, PRECISIONS, VARIANTS, EngineSpec
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -57,7 +57,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     from mlperf_mig.engines.build import build_engine
-    from mlperf_mig.engines.spec import EngineSpec
 
     spec = EngineSpec.create(
         args.benchmark,
@@ -80,11 +79,28 @@ def _build(args: argparse.Namespace) -> int:
         target += f" {spec.mig_profile}"
     model = spec.model_path or f"generated {spec.variant} graph"
     batches = ",".join(str(b) for b in spec.batch_sizes)
+    if _batch_is_inferred(spec, args.loadgen_scenario):
+        batches += " [inferred: ours, not NVIDIA's]"
     print(
         f"{'reused' if built.reused else 'built'} {spec.benchmark} {spec.precision} "
         f"{spec.backend} engine for {target} (batch {batches}, {model}): {built.path}"
     )
     return 0
+
+
+def _batch_is_inferred(spec: EngineSpec, loadgen_scenario: str) -> bool:
+    """Whether the recipe's batch size that `spec` was built for is ours rather than NVIDIA's."""
+    from mlperf_mig.engines.recipes import load_recipe
+    from mlperf_mig.registry import default_catalog
+
+    recipe = load_recipe(spec.benchmark, spec.precision)
+    if spec.gpu is None:
+        slices = recipe.whole_gpu_slices if spec.backend == "tensorrt" else None
+    elif spec.mig_profile is None:
+        slices = default_catalog().get(spec.gpu).compute_slices
+    else:
+        slices = default_catalog().get(spec.gpu).profile(spec.mig_profile).compute_slices
+    return recipe.is_inferred(slices, loadgen_scenario)
 
 
 def _backends(args: argparse.Namespace) -> int:

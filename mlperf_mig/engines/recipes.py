@@ -81,9 +81,15 @@ class Recipe:
             return self.cpu[scenario]
         return self.tables[scenario].batch_size(compute_slices)
 
-    def is_inferred(self, compute_slices: int, loadgen_scenario: str) -> bool:
-        """True when the batch size for this profile size is ours rather than NVIDIA's."""
-        table = self.tables[canonical_loadgen_scenario(loadgen_scenario)]
+    def is_inferred(self, compute_slices: int | None, loadgen_scenario: str) -> bool:
+        """True when `batch_size(compute_slices, loadgen_scenario)` is ours rather than NVIDIA's
+        (the CPU sizes always are; the stream scenarios' sizes are fixed by MLPerf)."""
+        scenario = canonical_loadgen_scenario(loadgen_scenario)
+        if scenario in self.stream:
+            return False
+        if compute_slices is None:
+            return True
+        table = self.tables[scenario]
         return table.entry_for(compute_slices) in table.inferred
 
     @classmethod

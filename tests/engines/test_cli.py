@@ -9,7 +9,8 @@ import onnx
 import pytest
 
 from mlperf_mig import cli
-from mlperf_mig.engines import backend_info, generate_model
+from mlperf_mig.engines import EngineSpec, backend_info, generate_model
+from mlperf_mig.engines import cli as engines_cli
 
 
 def _build(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -116,3 +117,23 @@ def test_backends_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert list(infos) == ["tensorrt", "onnxruntime", "null"]
     assert infos["null"]["available"] is True and infos["null"]["reason"] is None
     assert infos["tensorrt"]["available"] == (infos["tensorrt"]["reason"] is None)
+
+
+def test_build_labels_an_inferred_batch_size(
+    capsys: pytest.CaptureFixture[str], cache_dir: Path
+) -> None:
+    """The CPU batch size is ours, and the build line says so."""
+    code, out, _ = _build(
+        capsys, "--benchmark", "resnet50", "--variant", "tiny", "--cache-dir", str(cache_dir)
+    )
+    assert code == 0 and "(batch 8 [inferred: ours, not NVIDIA's]," in out
+
+
+@pytest.mark.parametrize(("profile", "inferred"), [("1g.10gb", False), ("2g.20gb", True)])
+def test_profile_batch_sizes_are_labelled_by_the_recipe(profile: str, inferred: bool) -> None:
+    """NVIDIA's 1g Offline size is not labelled; the interpolated 2g size is."""
+    spec = EngineSpec(
+        benchmark="resnet50", backend="tensorrt", precision="int8", gpu="A100-SXM4-80GB",
+        mig_profile=profile,
+    )
+    assert engines_cli._batch_is_inferred(spec, "Offline") is inferred

@@ -34,6 +34,13 @@ def test_interpolated_sizes_are_marked_inferred() -> None:
     assert recipe.is_inferred(3, "Offline") and recipe.is_inferred(7, "Server")
 
 
+def test_stream_and_cpu_sizes_are_labelled() -> None:
+    """Stream sizes are MLPerf's (not inferred); the CPU sizes are ours (inferred)."""
+    recipe = load_recipe("resnet50", "int8")
+    assert not recipe.is_inferred(3, "SingleStream") and not recipe.is_inferred(None, "MultiStream")
+    assert recipe.is_inferred(None, "Offline")
+
+
 def test_unlisted_profile_size_uses_next_smaller() -> None:
     """A 6-slice profile gets the 4-slice batch size."""
     recipe = load_recipe("resnet50", "int8")
