@@ -386,7 +386,7 @@ class RunResult:
             raise OutputDirError(
                 f"{str(file)!r} does not exist; pass a run folder written by mlperf-mig run"
             ) from None
-        except (ValueError, KeyError, TypeError) as exc:  # JSON, missing or malformed fields
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON, missing or malformed fields
             reason = exc.args[0] if exc.args else exc  # attrs validators add more arguments
             raise OutputDirError(
                 f"{str(file)!r} is not a results file of mlperf-mig ({reason})"

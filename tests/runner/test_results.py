@@ -150,7 +150,11 @@ def test_aggregate_refuses_more_than_one_gpu_holds(good_run: Any, tmp_path: Path
     ("name", "text"),
     [
         ("results.json", '{"schema": 1}'),
+        ("results.json", "[]"),
+        ("results.json", '{"instances": [1]}'),
         ("sweep.json", '{"x": 1}'),
+        ("sweep.json", "[]"),
+        ("sweep.json", '{"runs": [1]}'),
     ],
 )
 def test_report_of_a_malformed_file_is_one_line(
