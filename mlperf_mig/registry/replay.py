@@ -72,7 +72,17 @@ class RecordedNvml:
                 f"{file}: field format is not {STATE_FORMAT!r}; record the state with "
                 "`mlperf-mig detect --record FILE`"
             )
-        return cls(state)
+        recorded = cls(state)
+        from mlperf_mig.registry.discovery import read_nvml_state  # discovery imports this module
+
+        try:
+            read_nvml_state(recorded)  # a field missing from a hand-edited file fails here, named
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise DataFileError(
+                f"{file}: the recorded NVML state is incomplete ({type(exc).__name__}: {exc}); "
+                "record it again with `mlperf-mig detect --record FILE`"
+            ) from None
+        return recorded
 
     # --- system -------------------------------------------------------------------------
     def nvmlInit(self) -> None:

@@ -164,3 +164,14 @@ def test_record_under_a_file_is_one_line_and_exit_2(capsys: pytest.CaptureFixtur
     (tmp_path / "plain").write_text("")
     code, _, err = _run(capsys, "detect", "--record", str(tmp_path / "plain" / "state.json"))
     assert code == 2 and err.count("\n") == 1 and "cannot be written" in err
+
+
+def test_replay_missing_a_field_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A recorded state with a field removed names the file and the field, exit 2."""
+    state = json.loads((FIXTURES / "h200-7x1g.json").read_text())
+    del state["gpus"][0]["name"]
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(state))
+    code, _, err = _run(capsys, "detect", "--replay", str(path))
+    assert code == 2 and err.count("\n") == 1
+    assert "edited.json: the recorded NVML state is incomplete (KeyError: 'name')" in err
