@@ -44,9 +44,6 @@ class WorkerOutcome:
     value: Any = None
     error: str | None = None
     traceback: str | None = None
-    exit_code: int | None = None
-    pid: int | None = None
-    elapsed_s: float = 0.0
     log_tail: str | None = None
 
     @property
@@ -93,7 +90,6 @@ class _Worker:
         self.job = job
         self.process = process
         self.conn: Connection | None = conn
-        self.started = time.monotonic()
         self.ready = False
         self.outcome: WorkerOutcome | None = None
         self.reported: tuple[Any, ...] | None = None
@@ -105,9 +101,6 @@ class _Worker:
         self.outcome = WorkerOutcome(
             name=self.job.name,
             status=status,
-            pid=self.process.pid,
-            exit_code=self.process.exitcode,
-            elapsed_s=time.monotonic() - self.started,
             log_tail=tail,
             **fields,
         )
