@@ -14,6 +14,7 @@ from typing import Any
 from mlperf_mig.errors import DatasetError
 
 DETAIL_LOG = "mlperf_log_detail.txt"
+SUMMARY_LOG = "mlperf_log_summary.txt"
 ACCURACY_LOG = "mlperf_log_accuracy.json"
 _PREFIX = ":::MLLOG "
 

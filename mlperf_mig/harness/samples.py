@@ -77,6 +77,10 @@ class SampleLibrary:
         }
         return cls(buffers, total_count=total_count)
 
+    @property
+    def loaded_count(self) -> int:
+        return int(np.count_nonzero(self._slots >= 0))
+
     def load(self, indices: Sequence[int], source: SampleSource) -> None:
         """Load `indices` (replacing what was loaded) into rows 0..n-1, each index once
         (MultiStream repeats indices to fill its last query)."""
