@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mlperf_mig._io import atomic_write_json, ensure_writable_dir
+from mlperf_mig.errors import OutputDirError
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,11 @@ _CHUNK = 1 << 22
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The cache folder: `cache_dir` if given, else $MLPERF_MIG_CACHE, else the per-user cache."""
     if cache_dir is not None:
+        if isinstance(cache_dir, str) and not cache_dir.strip():
+            raise OutputDirError(
+                "the cache folder is an empty name (it would be the current folder); pass a "
+                f"folder, or leave it out for ${CACHE_ENV} or ~/.cache/mlperf-mig"
+            )
         return Path(cache_dir).expanduser()
     from_env = os.environ.get(CACHE_ENV)
     if from_env:

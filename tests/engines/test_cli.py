@@ -137,3 +137,11 @@ def test_profile_batch_sizes_are_labelled_by_the_recipe(profile: str, inferred: 
         mig_profile=profile,
     )
     assert engines_cli._batch_is_inferred(spec, "Offline") is inferred
+
+
+def test_empty_cache_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    """--cache-dir '' is one line, exit 2, instead of filling the current folder."""
+    _assert_one_line_error(
+        _build(capsys, "--benchmark", "resnet50", "--variant", "tiny", "--cache-dir", ""),
+        "empty name",
+    )
