@@ -130,7 +130,7 @@ def _scenarios(args: argparse.Namespace) -> int:
     from mlperf_mig.registry.study import study_layout, study_scenarios
 
     catalog = _catalog(args)
-    gpu = catalog.get(args.gpu) if args.gpu else None
+    gpu = catalog.get(args.gpu) if args.gpu is not None else None
     rows = []
     for scenario in study_scenarios(catalog):
         target = gpu or scenario.layout.gpu

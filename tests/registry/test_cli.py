@@ -126,6 +126,7 @@ BAD_INPUTS = {
     "unknown GPU in layouts": (["layouts", "V100"], "unknown GPU 'V100'"),
     "layout too big for plan": (["plan-mig", "A30", "3x2g.12gb"], "allows at most 2"),
     "negative GPU index": (["plan-mig", "A100-80GB", "7g.80gb", "--gpu-index=-1"], "GPU index -1 is negative"),
+    "empty GPU for scenarios": (["scenarios", "--gpu", ""], "unknown GPU ''"),
     "huge count": (["check", "A100-80GB", "99999999999999999999x1g.10gb"], "has only 8 memory slices"),
 }
 
