@@ -120,6 +120,11 @@ def load_catalog(extra_paths: Sequence[str | os.PathLike[str]] | None = None) ->
     for path in env_paths:
         files.extend(_toml_files(Path(path), origin=ENV_VAR))
     for path in extra_paths or ():
+        if not str(path).strip():  # Path("") would silently be the current folder
+            raise DataFileError(
+                "GPU data path '' (from extra_paths) is empty; pass the folder that holds the "
+                "GPU files (like systems/gpus) or a single file"
+            )
         files.extend(_toml_files(Path(path), origin="extra_paths"))
     gpus: dict[str, Gpu] = {}
     for file in files:

@@ -209,11 +209,11 @@ def _detect(args: argparse.Namespace) -> int:
     from mlperf_mig.registry.discovery import detection_from_state, read_nvml_state
     from mlperf_mig.registry.replay import RecordedNvml
 
-    if args.record:
-        _check_record_target(Path(args.record))
-    source = RecordedNvml.from_file(args.replay) if args.replay else None
+    if args.record is not None:
+        _check_record_target(args.record)
+    source = RecordedNvml.from_file(args.replay) if args.replay is not None else None
     state = read_nvml_state(source) if source else read_nvml_state()
-    if args.record:
+    if args.record is not None:
         atomic_write_json(args.record, state)
     detection = detection_from_state(state, _catalog(args))
     if args.json:
@@ -232,10 +232,13 @@ def _detect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check_record_target(path: Path) -> None:
+def _check_record_target(name: str) -> None:
     from mlperf_mig._io import ensure_writable_dir
     from mlperf_mig.errors import OutputDirError
 
+    if not name.strip():
+        raise OutputDirError("--record needs a file name, got ''; pass one such as state.json")
+    path = Path(name)
     if path.is_dir():
         raise OutputDirError(
             f"--record {str(path)!r} is a folder; pass a file name such as {str(path / 'state.json')!r}"

@@ -127,6 +127,9 @@ BAD_INPUTS = {
     "layout too big for plan": (["plan-mig", "A30", "3x2g.12gb"], "allows at most 2"),
     "negative GPU index": (["plan-mig", "A100-80GB", "7g.80gb", "--gpu-index=-1"], "GPU index -1 is negative"),
     "empty GPU for scenarios": (["scenarios", "--gpu", ""], "unknown GPU ''"),
+    "empty systems path": (["gpus", "--systems-path", ""], "GPU data path '' (from extra_paths) is empty"),
+    "empty replay file": (["detect", "--replay", ""], "not a readable NVML state"),
+    "empty record file": (["detect", "--record", ""], "--record needs a file name"),
     "huge count": (["check", "A100-80GB", "99999999999999999999x1g.10gb"], "has only 8 memory slices"),
 }
 
