@@ -159,6 +159,10 @@ def graph_precision(model: onnx.ModelProto) -> str:
 
 def load_model_file(path: Path) -> onnx.ModelProto:
     """Parse an ONNX file (weights in external data files are not read)."""
+    if path.is_dir():
+        raise ModelFileError(
+            f"model file {str(path)!r} is a folder; pass the path of an ONNX file in it"
+        )
     if not path.is_file():
         raise ModelFileError(
             f"model file {str(path)!r} does not exist; pass the path of an ONNX file"

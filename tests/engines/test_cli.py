@@ -145,3 +145,10 @@ def test_empty_cache_dir(capsys: pytest.CaptureFixture[str]) -> None:
         _build(capsys, "--benchmark", "resnet50", "--variant", "tiny", "--cache-dir", ""),
         "empty name",
     )
+
+
+def test_model_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A folder given as --model is named a folder, not a missing file, exit 2."""
+    _assert_one_line_error(
+        _build(capsys, "--benchmark", "resnet50", "--model", str(tmp_path)), "is a folder"
+    )
