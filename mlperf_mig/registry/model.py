@@ -124,6 +124,11 @@ class Gpu:
             ]
             if len(matches) == 1:
                 return matches[0]
+            if matches:
+                raise UnknownProfileError(
+                    f"MIG profile {name!r} is ambiguous on {self.name}: it could be "
+                    f"{', '.join(p.name for p in matches)}; write the full name"
+                )
         raise UnknownProfileError(self._unknown_profile_message(name))
 
     def to_dict(self) -> dict[str, Any]:

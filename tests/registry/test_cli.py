@@ -130,6 +130,7 @@ BAD_INPUTS = {
     "empty systems path": (["gpus", "--systems-path", ""], "GPU data path '' (from extra_paths) is empty"),
     "empty replay file": (["detect", "--replay", ""], "not a readable NVML state"),
     "empty record file": (["detect", "--record", ""], "--record needs a file name"),
+    "ambiguous shorthand": (["check", "A100-80GB", "1g"], "'1g' is ambiguous on A100-SXM4-80GB: it could be 1g.10gb, 1g.20gb"),
     "huge count": (["check", "A100-80GB", "99999999999999999999x1g.10gb"], "has only 8 memory slices"),
 }
 
