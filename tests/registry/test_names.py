@@ -46,7 +46,7 @@ def test_layout_profiles_are_largest_first(h200: Gpu) -> None:
 def test_short_names_resolve_when_unambiguous(a100_80: Gpu) -> None:
     """`4g` means 4g.40gb on an 80 GB A100; `1g` is ambiguous and rejected."""
     assert parse_layout(a100_80, "4g").profiles[0].name == "4g.40gb"
-    with pytest.raises(UnknownProfileError):
+    with pytest.raises(UnknownProfileError, match="ambiguous"):
         parse_layout(a100_80, "1g")
 
 
