@@ -113,8 +113,12 @@ def _name_index(gpus: Iterable[Gpu]) -> dict[str, Gpu]:
     return index
 
 
-def load_catalog(extra_paths: Sequence[str | os.PathLike[str]] | None = None) -> Catalog:
+def load_catalog(
+    extra_paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str] | None = None,
+) -> Catalog:
     """Read the shipped GPU files, then those under MLPERF_MIG_SYSTEMS_PATH, then `extra_paths`."""
+    if isinstance(extra_paths, (str, os.PathLike)):  # one path, not a sequence of characters
+        extra_paths = [extra_paths]
     env_paths = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
     files = list(_toml_files(data_dir("systems") / "gpus", origin="the shipped data"))
     for path in env_paths:

@@ -129,6 +129,14 @@ def test_extra_path_argument_adds_a_gpu(tmp_path: Path, a100_80_text: str) -> No
     assert load_catalog([tmp_path]).get("a100x-test").compute_slices == 7
 
 
+def test_one_extra_path_may_be_given_without_a_list(tmp_path: Path, a100_80_text: str) -> None:
+    """A single str path is one folder, not a sequence of one-character paths."""
+    text = a100_80_text.replace('name = "A100-SXM4-80GB"', 'name = "A100X-TEST"', 1)
+    text = re.sub(r"(?m)^(nvml_names|aliases|system_id_name|vgpu_prefixes|pci_device_ids) = .*\n", "", text)
+    _write(tmp_path, text)
+    assert "A100X-TEST" in load_catalog(str(tmp_path))
+
+
 def test_a_folder_without_gpu_files_is_an_error(tmp_path: Path) -> None:
     """A search-path folder with no .toml files is refused instead of adding nothing silently."""
     (tmp_path / "gpus").mkdir()
