@@ -17,6 +17,15 @@ logger = logging.getLogger(__name__)
 SYNTHETIC_WEIGHTS_NOTE = "synthetic weights: the model is not trained, so accuracy is not meaningful"
 
 
+def not_scored(benchmark: Benchmark, error: str) -> AccuracyReport:
+    """The report of an accuracy run that failed: its log holds samples completed without data,
+    so a value computed from it would say nothing about the model."""
+    return AccuracyReport(
+        metric=benchmark.accuracy_metric, value=None, target=benchmark.accuracy_target,
+        meaningful=False, passed=None, sample_count=0, note=f"not scored: the run failed ({error})",
+    )  # fmt: skip
+
+
 def score(
     benchmark: Benchmark,
     source: SampleSource,

@@ -387,7 +387,9 @@ def task_result(
     valid = counts.error is None and (validity == "VALID" or not performance)
     value, unit = throughput(records, task.loadgen_scenario)
     report = None
-    if not performance:
+    if not performance and counts.error is not None:
+        report = accuracy.not_scored(benchmark, counts.error)
+    elif not performance:
         report = accuracy.score(benchmark, source, task.log_dir, weights_synthetic=weights_synthetic)
     return InstanceResult(
         benchmark=benchmark.name,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pickle
+import shutil
 from pathlib import Path
 
+import attrs
 import pytest
 
 from mlperf_mig.harness import InstanceResult, InstanceTask, SettingsSpec, run_instance
@@ -74,6 +76,22 @@ def test_null_accuracy_run_says_not_meaningful(in_child, tmp_path: Path) -> None
     assert result.accuracy.meaningful is False and result.accuracy.passed is None
     assert "synthetic data" in result.accuracy.note
     assert (tmp_path / "instance" / "accuracy" / ACCURACY_LOG).stat().st_size > 100
+
+
+def test_failed_accuracy_run_is_not_scored(
+    in_child, tmp_path: Path, imagenet_dir: Path
+) -> None:
+    """An accuracy run whose samples could not be loaded has no accuracy value, only the reason."""
+    dataset = tmp_path / "imagenet"
+    shutil.copytree(imagenet_dir, dataset)
+    for image in dataset.glob("ILSVRC*"):
+        image.write_bytes(b"not an image")
+    task = attrs.evolve(_accuracy_task(tmp_path), dataset=dataset, sample_count=None)
+    result = in_child(run_instance, task)
+    assert result.failed and "cannot decode image" in result.error
+    report = result.accuracy
+    assert report.value is None and report.passed is None and report.meaningful is False
+    assert report.note.startswith("not scored: the run failed (") and "cannot decode" in report.note
 
 
 def _accuracy_task(tmp_path: Path) -> InstanceTask:
