@@ -314,11 +314,12 @@ def _start_test(
 
     def load(indices: list[int]) -> None:
         # An exception must not unwind through LoadGen (its threads then abort the process at
-        # exit): a sample that cannot be loaded fails the run; a failed barrier aborts it.
+        # exit): a sample that cannot be loaded, or a failed barrier, aborts the run, so no
+        # sample runs on rows that were never filled.
         try:
             library.load(indices, source)
         except Exception as exc:
-            runner.fail(exc)
+            runner.abort(exc)
         # LoadGen loads the sample set inside StartTest, before its timed phase: the runner's
         # barrier goes here, so that every instance's timed phase starts together.
         if waiting:

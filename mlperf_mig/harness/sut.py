@@ -140,10 +140,6 @@ class BatchRunner:
         self.error: str | None = None
         self.aborted = False
 
-    def fail(self, exc: Exception) -> None:
-        """Record an error outside a batch (a sample that could not be loaded): the run fails."""
-        self._record_error(exc, 0)
-
     def abort(self, exc: Exception) -> None:
         """Fail the run and complete every further sample at once, without the backend."""
         self._record_error(exc, 0)

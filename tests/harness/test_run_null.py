@@ -89,6 +89,7 @@ def test_failed_accuracy_run_is_not_scored(
     task = attrs.evolve(_accuracy_task(tmp_path), dataset=dataset, sample_count=None)
     result = in_child(run_instance, task)
     assert result.failed and "cannot decode image" in result.error
+    assert result.failed_samples == result.samples_completed > 0  # none ran on unfilled rows
     report = result.accuracy
     assert report.value is None and report.passed is None and report.meaningful is False
     assert report.note.startswith("not scored: the run failed (") and "cannot decode" in report.note
