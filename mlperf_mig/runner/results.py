@@ -56,6 +56,12 @@ def result_throughput(result: Any) -> float | None:
     return None if result is None else result.throughput
 
 
+def result_error(*results: Any) -> str | None:
+    """The first error of the harness results given: a test that ran to the end but failed (a
+    sample that could not be loaded, a backend that raised) completed its samples without data."""
+    return next((r.error for r in results if r is not None and r.error is not None), None)
+
+
 def result_valid(result: Any) -> bool | None:
     return None if result is None else bool(result.valid)
 
@@ -106,7 +112,8 @@ class InstanceRun:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok" and self.accuracy_status in (None, "ok")
+        statuses_ok = self.status == "ok" and self.accuracy_status in (None, "ok")
+        return statuses_ok and result_error(self.performance, self.accuracy) is None
 
     @property
     def throughput(self) -> float | None:
@@ -136,13 +143,17 @@ class InstanceRun:
             "instance": self.name,
             "profile": self.profile,
             "device": self.device,
-            "status": self.status if self.status != "ok" else _accuracy_word(self),
+            "status": self.status if self.status != "ok" else _status_word(self),
             "valid": validity_word(self.performance),
             "throughput": self.throughput,
             "share": self.dispatched_samples,
             "p99 ms": result_p99_ms(self.performance),
-            "error": self.error or self.accuracy_error,
+            "error": self.error or self.accuracy_error or result_error(self.performance, self.accuracy),
         }
+
+
+def _status_word(instance: InstanceRun) -> str:
+    return "failed" if result_error(instance.performance, instance.accuracy) else _accuracy_word(instance)
 
 
 def _accuracy_word(instance: InstanceRun) -> str:
@@ -218,7 +229,8 @@ class RunResult:
     def ok(self) -> bool:
         """Every worker ended normally (validity aside)."""
         statuses_ok = all(i.ok for i in self.instances) and not self.interrupted
-        return statuses_ok and (self.mode != "unified" or self.layout_status == "ok")
+        layout_ok = self.layout_status == "ok" and result_error(self.layout_result, self.layout_accuracy) is None
+        return statuses_ok and (self.mode != "unified" or layout_ok)
 
     @property
     def invalid_by_design(self) -> bool:
@@ -294,7 +306,7 @@ class RunResult:
                 "valid": self._all_valid_word(),
                 "throughput": self.total_throughput,
                 "p99 ms": result_p99_ms(self.layout_result),
-                "error": self.layout_error,
+                "error": self.layout_error or result_error(self.layout_result, self.layout_accuracy),
             }
         )
         return rows

@@ -153,11 +153,26 @@ class Dispatcher:
         self.completed = 0
         self.failed_samples = 0
         self.error: str | None = None
+        self._aborted = False
         self._ids = itertools.count()
+
+    def abort(self, error: str) -> None:
+        """Fail the run (a sample could not be loaded): every sample submitted from now on is
+        completed at once, without data and without the workers."""
+        with self._lock:
+            if self.error is None:
+                self.error = error
+                log.error("run failed, samples are completed without data: %s", error)
+            self._aborted = True
 
     def submit(self, ids: Sequence[int], rows: Sequence[int]) -> None:
         """Queue samples (split into batches) and send what the windows allow."""
         with self._lock:
+            if self._aborted:
+                self.failed_samples += len(ids)
+                self.completed += len(ids)
+                self._complete(list(ids), b"", 0)
+                return
             for start in range(0, len(ids), self._batch_size):
                 end = start + self._batch_size
                 self._pending.append((list(ids[start:end]), list(rows[start:end])))
@@ -362,13 +377,16 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         dispatcher.submit(ids, library.slots(indices).tolist())
 
+    def load(indices: Sequence[int]) -> None:
+        # An exception must not unwind through LoadGen (the process then dies of a signal,
+        # without the reason): a sample that cannot be loaded fails the run instead.
+        try:
+            library.load(indices, source)
+        except Exception as exc:
+            dispatcher.abort(f"{type(exc).__name__}: {exc}")
+
     lg_sut = lg.ConstructFastSUT(issue, lambda: None)
-    lg_qsl = lg.ConstructQSL(
-        source.total_count,
-        job.performance_count,
-        lambda idx: library.load(idx, source),
-        library.unload,
-    )
+    lg_qsl = lg.ConstructQSL(source.total_count, job.performance_count, load, library.unload)
     receiver.start()
     try:
         before_start()
