@@ -32,7 +32,7 @@ from mlperf_mig import __version__
 from mlperf_mig._io import atomic_write_json, atomic_write_text, ensure_writable_dir
 from mlperf_mig.errors import MlperfMigError, SubmissionError
 from mlperf_mig.registry.catalog import default_catalog
-from mlperf_mig.runner.results import InstanceRun, RunResult
+from mlperf_mig.runner.results import InstanceRun, RunResult, result_error
 from mlperf_mig.submission import accuracy, readme, rules
 from mlperf_mig.submission.check import (
     error_problems,
@@ -265,16 +265,19 @@ def _run_problems(source: ResultSource, division: str) -> list[str]:
     problems = []
     if run.interrupted:
         problems.append("the run was interrupted")
-    if instance is not None and not instance.ok:
+    if instance is not None and not instance.ok and instance.status == "ok" and instance.accuracy_status in (None, "ok"):
+        problems.append(f"the test ran to the end but failed: {instance.row()['error']}")
+    elif instance is not None and not instance.ok:
         problems.append(
             f"the worker ended with status {instance.status!r}, accuracy run "
-            f"{instance.accuracy_status!r} ({instance.error or instance.accuracy_error})"
+            f"{instance.accuracy_status!r} ({instance.row()['error']})"
         )
     if instance is None and not run.ok:
-        failed = [f"{i.name} {i.status}" for i in run.instances if not i.ok]
+        failed = [f"{i.name} {i.row()['status']}" for i in run.instances if not i.ok]
+        layout_error = result_error(run.layout_result, run.layout_accuracy)
         problems.append(
-            f"the unified run did not end normally (coordinator {run.layout_status}; "
-            f"instances: {', '.join(failed) or 'ok'})"
+            f"the unified run did not end normally (coordinator {run.layout_status}"
+            f"{f', {layout_error}' if layout_error else ''}; instances: {', '.join(failed) or 'ok'})"
         )
     if division == "closed" and (run.synthetic_weights or run.synthetic_data):
         problems.append(

@@ -349,3 +349,18 @@ def test_short_singlestream_logs_hint_at_the_submission_preset() -> None:
     assert "target_qps" not in hint
     offline = SimpleNamespace(scenario="Offline", benchmark_folder="resnet50")
     assert "--set target_qps=0.1" in _short_run_hint(["x: min_duration is 2000 ms"], [offline])
+
+
+@pytest.mark.parametrize("mode", ["independent", "unified"])
+def test_failed_test_is_refused_with_its_reason(runs: dict[str, Path], tmp_path: Path, mode: str) -> None:
+    """A test that ran to the end but failed (samples completed without data) is refused, naming why."""
+    run = tmp_path / "run"
+    shutil.copytree(runs[mode], run)
+    results = json.loads((run / "results.json").read_text())
+    failed = results["layout_result"] if mode == "unified" else results["instances"][0]["performance"]
+    failed["error"] = "DatasetError: cannot decode image 'x.JPEG'"
+    (run / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SubmissionError, match=r"cannot decode image 'x\.JPEG'") as excinfo:
+        write_submission([run], division="open", submitter="Acme", outdir=tmp_path / "S")
+    assert "status 'ok'" not in str(excinfo.value)
+    assert not (tmp_path / "S").exists()
