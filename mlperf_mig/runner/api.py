@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
+from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import make_plan as plan
 from mlperf_mig.runner.results import RunResult
@@ -98,5 +100,10 @@ def aggregate(
     one RunResult; written to `outdir`/results.json when given."""
     from mlperf_mig.runner.combine import combine_runs
 
+    if outdir is not None and any(Path(outdir).resolve() == Path(f).resolve() for f in folders):
+        raise SettingsError(
+            f"aggregate --outdir {str(outdir)!r} is one of the run folders; its results.json would "
+            "be overwritten; pass a new folder"
+        )
     return combine_runs([RunResult.load(f) for f in folders], outdir=outdir)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import attrs
 
+from mlperf_mig._io import ensure_writable_dir
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.placement import instance_name
 from mlperf_mig.runner.results import RunResult
@@ -93,7 +94,7 @@ def combine_runs(runs: Sequence[RunResult], outdir: str | os.PathLike[str] | Non
         baseline_source=None,
     )
     if outdir is not None:
-        combined.save(folder)
+        combined.save(ensure_writable_dir(folder))
     return combined
 
 

@@ -102,6 +102,30 @@ def test_aggregate_cli(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "i3-1g.10gb" in capsys.readouterr().out
 
 
+def test_aggregate_outdir_that_is_an_input_is_refused(
+    good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--outdir naming one of the run folders would overwrite its results.json: one line, exit 2."""
+    first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
+    before = (first / "results.json").read_bytes()
+    assert cli.main(["aggregate", str(first), good_run.outdir, "--outdir", str(first)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is one of the run folders" in err and "\n" not in err
+    assert (first / "results.json").read_bytes() == before
+
+
+def test_aggregate_outdir_not_writable(
+    good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An --outdir that cannot be created: one line, exit 2, no traceback."""
+    first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert cli.main(["aggregate", str(first), good_run.outdir, "--outdir", str(blocker / "all")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot be written" in err and "\n" not in err
+
+
 def _short_by_design(good_run: Any) -> RunResult:
     """good_run as if every instance were a quick-preset Offline run, INVALID by design."""
     instances = [
