@@ -12,6 +12,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from mlperf_mig.errors import MlperfMigError
 
@@ -26,8 +27,15 @@ COMMAND_MODULES = (
 EXIT_USAGE = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors as one line naming the fix, not a usage block; sub-parsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="mlperf-mig",
         description="Run MLPerf Inference ResNet50 and BERT on NVIDIA MIG partitions and compare layouts.",
     )

@@ -25,3 +25,13 @@ def test_unknown_benchmark_names_the_known_ones() -> None:
 def test_bert_99_resolves_to_bert() -> None:
     """Submission folder names of BERT resolve to the bert benchmark."""
     assert get_benchmark("BERT-99.9").name == "bert"
+
+
+def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad option value of a sub-command is one line on stderr naming the help, exit code 2."""
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["plan-mig", "A100-80GB", "7g.80gb", "--format", "xml"])
+    assert excinfo.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "invalid choice: 'xml'" in err and "mlperf-mig plan-mig --help" in err
