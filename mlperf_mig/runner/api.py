@@ -10,10 +10,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from mlperf_mig.errors import SettingsError
+from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import make_plan as plan
-from mlperf_mig.runner.results import RunResult
+from mlperf_mig.runner.results import RESULTS_FILE, RunResult
 
 
 def run(
@@ -59,6 +59,11 @@ def run(
     the_plan = plan(
         scenario, benchmark, loadgen_scenario, backend, preset, mode, gpu, outdir, **options
     )
+    if (Path(the_plan.outdir) / RESULTS_FILE).exists():
+        raise OutputDirError(
+            f"{the_plan.outdir!r} already holds a run (results.json) that this one would overwrite; "
+            "pass a new --outdir, or move that run away first"
+        )
     return execute(the_plan, progress=progress, baseline=baseline)
 
 

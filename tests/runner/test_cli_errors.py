@@ -93,3 +93,14 @@ def test_plan_refuses_zero_sample_count() -> None:
 
     with pytest.raises(SettingsError, match="sample_count"):
         mlperf_mig.plan(7, backend="null", sample_count=0)
+
+
+def test_outdir_holding_a_run_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--outdir of an earlier run is refused before anything runs, and its results.json is kept."""
+    outdir = tmp_path / "run"
+    outdir.mkdir()
+    (outdir / "results.json").write_text("{}")
+    err = _one_line_error(capsys, ["run", "--backend", "null", "--outdir", str(outdir)])
+    assert "already holds a run" in err
+    assert (outdir / "results.json").read_text() == "{}"
+    assert sorted(p.name for p in outdir.iterdir()) == ["results.json"]
