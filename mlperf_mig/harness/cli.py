@@ -60,12 +60,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _engine(args: argparse.Namespace) -> Any:
     if args.backend == "null":
-        if args.precision is not None or args.model is not None:
+        if args.precision is not None or args.model is not None or args.threads is not None:
             from mlperf_mig.errors import SettingsError
 
             raise SettingsError(
-                "--backend null runs no model, so --precision and --model would be ignored; "
-                "drop them or pick --backend onnxruntime, tensorrt or auto"
+                "--backend null runs no model, so --precision, --model and --threads would be "
+                "ignored; drop them or pick --backend onnxruntime, tensorrt or auto"
             )
         return None
     from mlperf_mig.engines import EngineSpec

@@ -42,14 +42,14 @@ def test_missing_val_map(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     _assert_one_line(code, err, "val_map.txt")
 
 
-@pytest.mark.parametrize("option", ["--precision", "--model"])
+@pytest.mark.parametrize("option", ["--precision", "--model", "--threads"])
 def test_null_backend_refuses_engine_options(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str
 ) -> None:
-    """--precision or --model with the null backend, which runs no model, is refused, not ignored."""
+    """--precision, --model or --threads with the null backend, which runs no model, is refused."""
     model = tmp_path / "model.onnx"
     model.write_bytes(b"onnx")
-    value = {"--precision": "fp16", "--model": str(model)}[option]
+    value = {"--precision": "fp16", "--model": str(model), "--threads": "2"}[option]
     code, err = _main(capsys, *_base(tmp_path / "out"), option, value)
     _assert_one_line(code, err, "--backend null runs no model")
     assert not (tmp_path / "out").exists()
