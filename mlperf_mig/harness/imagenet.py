@@ -100,6 +100,11 @@ class ImageNetSource:
                 f"holding the images and {VAL_MAP}"
             )
         names, labels = read_val_map(root)
+        if limit is not None and limit > len(names):
+            raise DatasetError(
+                f"sample count {limit} is more than the {len(names)} images listed in "
+                f"{str(root / VAL_MAP)!r}; pass at most {len(names)}, or leave it out for all"
+            )
         if limit is not None:
             names, labels = names[:limit], labels[:limit]
         return cls(folder=root, names=names, labels=labels)

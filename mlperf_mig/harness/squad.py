@@ -372,6 +372,11 @@ class SquadSource:
         tokenizer = WordPieceTokenizer(load_vocab(vocab_path))
         examples = read_examples(path)
         features, arrays = build_features(examples, tokenizer, limit=limit)
+        if limit is not None and limit > len(features):
+            raise DatasetError(
+                f"sample count {limit} is more than the {len(features)} features (384-token "
+                f"windows) of {str(path)!r}; pass at most {len(features)}, or leave it out for all"
+            )
         if limit is not None:
             features = features[:limit]
             arrays = {name: array[:limit] for name, array in arrays.items()}

@@ -124,6 +124,21 @@ def test_squad_wrong_field_types_raise(
         SquadSource.open(bad, vocab=squad_dir / "vocab.txt")
 
 
+def test_imagenet_sample_count_beyond_the_folder_is_refused(imagenet_dir: Path) -> None:
+    """Asking for more images than val_map.txt lists is an error, not a silent cut to six."""
+    assert ImageNetSource.open(imagenet_dir, limit=6).total_count == 6
+    with pytest.raises(DatasetError, match="sample count 7 is more than the 6 images"):
+        ImageNetSource.open(imagenet_dir, limit=7)
+
+
+def test_squad_sample_count_beyond_the_file_is_refused(squad_dir: Path) -> None:
+    """Asking for more features than the SQuAD file makes is an error, not a silent cut."""
+    available = SquadSource.open(squad_dir).total_count
+    assert SquadSource.open(squad_dir, limit=available).total_count == available
+    with pytest.raises(DatasetError, match=f"sample count {available + 1} is more than the {available} features"):
+        SquadSource.open(squad_dir, limit=available + 1)
+
+
 def test_f1_and_normalisation() -> None:
     """Official SQuAD normalisation drops case, punctuation and articles before comparing."""
     assert normalize_answer("The  Lazy dog!") == "lazy dog"
