@@ -83,7 +83,13 @@ def load_host_descriptions(extra: Sequence[str | os.PathLike[str]] = ()) -> list
     for path in map(Path, extra):
         if not path.exists():
             raise SubmissionError(f"host description path {str(path)!r} does not exist")
-        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
+        found = sorted(path.glob("*.json")) if path.is_dir() else [path]
+        if not found:
+            raise SubmissionError(
+                f"host description folder {str(path)!r} holds no .json files; pass a folder of "
+                "host descriptions (name, match, fields) or one such file"
+            )
+        files += found
     return [HostDescription.from_file(f) for f in files]
 
 

@@ -103,6 +103,17 @@ def test_missing_host_description_path(
     )
 
 
+def test_empty_host_description_folder(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --hosts folder without any description is refused rather than silently ignored."""
+    empty = tmp_path / "hosts"
+    empty.mkdir()
+    argv = ["submission", "--division", "open", "--submitter", "Acme", "--outdir", str(tmp_path / "S")]
+    _fails_with_one_line([*argv, "--hosts", str(empty), str(runs["unified"])], capsys, "holds no .json files")
+    assert not (tmp_path / "S").exists()
+
+
 def test_unknown_bert_folder(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A BERT folder other than bert-99 / bert-99.9 is refused."""
     argv = ["submission", "--division", "open", "--submitter", "Acme", "--outdir", str(tmp_path)]
