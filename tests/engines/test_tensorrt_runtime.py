@@ -1,15 +1,18 @@
 """CUDA buffers, device identity and the engine runner, against fakes of cuda-python and TensorRT.
 
-The fake CUDA runtime hands out real host memory for "device" allocations and copies with
-memmove, and the fake engine doubles its input, so the runner's whole path (profile choice,
-staging, set_tensor_address, execute_async_v3, copy back, close) runs here without a GPU.
+The fake CUDA runtime hands out real host memory for "device" allocations; like a real stream,
+its asynchronous copies and the fake engine's kernel (which doubles its input) only run when the
+stream is synchronised, so a result read before cudaStreamSynchronize is stale here as on a GPU.
+The fake `trt.nptype` maps TensorRT data types to numpy types, as TensorRT's does. So the
+runner's whole path (profile choice, staging, set_tensor_address, execute_async_v3, copy back,
+synchronise, close) runs here without a GPU.
 """
 
 from __future__ import annotations
 
 import ctypes
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -60,7 +63,9 @@ class StreamHandle:
 
 
 class FakeCudaRuntime:
-    """Records every call; 'device' memory is host memory, so copies really move bytes."""
+    """Records every call; 'device' memory is host memory, so copies really move bytes, but only
+    when the stream is synchronised: work queued on a stream runs in order at
+    cudaStreamSynchronize, as it may on a GPU any time before."""
 
     cudaError_t = CudaError
     cudaMemcpyKind = MemcpyKind
@@ -73,6 +78,12 @@ class FakeCudaRuntime:
         self.copies: list[tuple[str, int]] = []
         self.fail: set[str] = set()
         self.streams_destroyed = 0
+        self.queued: list[Callable[[], object]] = []
+
+    def enqueue(self, stream: Any, work: Callable[[], object]) -> None:
+        """Queue `work` on `stream`; it runs at the next cudaStreamSynchronize."""
+        assert isinstance(stream, StreamHandle | int)
+        self.queued.append(work)
 
     def _ok(self, call: str, *values: Any) -> tuple[Any, ...]:
         if call in self.fail:
@@ -123,7 +134,7 @@ class FakeCudaRuntime:
         self, dst: int, src: int, nbytes: int, kind: Any, stream: Any
     ) -> tuple[Any, ...]:
         assert isinstance(stream, StreamHandle)
-        ctypes.memmove(dst, src, nbytes)
+        self.enqueue(stream, lambda: ctypes.memmove(dst, src, nbytes))
         self.copies.append((kind.name, nbytes))
         return self._ok("cudaMemcpyAsync")
 
@@ -131,6 +142,9 @@ class FakeCudaRuntime:
         return self._ok("cudaStreamCreate", StreamHandle(0x5000))
 
     def cudaStreamSynchronize(self, stream: Any) -> tuple[Any, ...]:
+        work, self.queued = self.queued, []
+        for item in work:
+            item()
         return self._ok("cudaStreamSynchronize")
 
     def cudaStreamDestroy(self, stream: Any) -> tuple[Any, ...]:
@@ -147,6 +161,29 @@ class Severity(enum.Enum):
 class TensorIOMode(enum.Enum):
     INPUT = 1
     OUTPUT = 2
+
+
+class DataType(enum.Enum):
+    """TensorRT's tensor data types (a subset); not numpy types: trt.nptype converts them."""
+
+    FLOAT = 0
+    HALF = 1
+    INT8 = 2
+    INT32 = 3
+    BOOL = 4
+    BF16 = 7
+    INT64 = 8
+
+
+# tensorrt.nptype's table: types without a numpy equivalent (BF16, FP8, ...) raise TypeError
+NUMPY_TYPES = {
+    DataType.FLOAT: np.float32,
+    DataType.HALF: np.float16,
+    DataType.INT8: np.int8,
+    DataType.INT32: np.int32,
+    DataType.BOOL: np.bool_,
+    DataType.INT64: np.int64,
+}
 
 
 class FakeILogger:
@@ -195,16 +232,24 @@ class FakeContext:
         if self.engine.trt.fail_execute:
             self.engine.trt.logger.log(Severity.ERROR, "an illegal memory access was encountered")
             return False
-        shape = self.shapes["x"]
-        x = _view(self.addresses["x"], np.float32, shape)
-        _view(self.addresses["y"], np.float32, shape)[:] = 2 * x
-        _view(self.addresses["argmax"], np.int32, shape[:1])[:] = x.argmax(axis=1)
+        shape, addresses = self.shapes["x"], dict(self.addresses)
+
+        def kernel() -> None:
+            x = _view(addresses["x"], np.float32, shape)
+            _view(addresses["y"], np.float32, shape)[:] = 2 * x
+            _view(addresses["argmax"], np.int32, shape[:1])[:] = x.argmax(axis=1)
+
+        self.engine.trt.cudart.enqueue(stream_handle, kernel)
         return True
 
 
 class FakeEngine:
     names = ("x", "y", "argmax")
-    dtypes: ClassVar[dict[str, type]] = {"x": np.float32, "y": np.float32, "argmax": np.int32}
+    dtypes: ClassVar[dict[str, DataType]] = {
+        "x": DataType.FLOAT,
+        "y": DataType.FLOAT,
+        "argmax": DataType.INT32,
+    }
 
     def __init__(self, trt: FakeTensorRT) -> None:
         self.trt = trt
@@ -221,8 +266,8 @@ class FakeEngine:
     def get_tensor_mode(self, name: str) -> TensorIOMode:
         return TensorIOMode.INPUT if name == "x" else TensorIOMode.OUTPUT
 
-    def get_tensor_dtype(self, name: str) -> np.dtype[Any]:
-        return np.dtype(self.dtypes[name])
+    def get_tensor_dtype(self, name: str) -> DataType:
+        return self.dtypes[name]
 
     def get_tensor_profile_shape(self, name: str, index: int) -> tuple[tuple[int, ...], ...]:
         shapes = self.profiles[index][name]
@@ -258,7 +303,8 @@ class FakeTensorRT:
     ILogger = FakeILogger
     TensorIOMode = TensorIOMode
 
-    def __init__(self) -> None:
+    def __init__(self, cudart: FakeCudaRuntime) -> None:
+        self.cudart = cudart  # the engine's kernels run on its streams
         self.engine_profiles = (_profile(2), _profile(8))
         self.fail_execute = False
         self.runtimes_created = 0
@@ -266,8 +312,13 @@ class FakeTensorRT:
         self.logger: Any = None
 
     @staticmethod
-    def nptype(dtype: Any) -> Any:
-        return dtype
+    def nptype(dtype: DataType) -> type:
+        try:
+            return NUMPY_TYPES[dtype]
+        except KeyError:
+            raise TypeError(
+                "Could not resolve TensorRT datatype to an equivalent numpy datatype."
+            ) from None
 
     def Runtime(self, logger: Any) -> FakeRuntime:
         return FakeRuntime(self, logger)
@@ -280,8 +331,8 @@ def fixture_cudart() -> FakeCudaRuntime:
 
 
 @pytest.fixture(name="trt")
-def fixture_trt() -> FakeTensorRT:
-    return FakeTensorRT()
+def fixture_trt(cudart: FakeCudaRuntime) -> FakeTensorRT:
+    return FakeTensorRT(cudart)
 
 
 @pytest.fixture(name="device")
