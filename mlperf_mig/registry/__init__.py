@@ -1,11 +1,18 @@
 """The system registry: MIG-capable GPUs, their profiles and placements, layouts, discovery."""
 
 from mlperf_mig.registry.catalog import Catalog, default_catalog, load_catalog, load_gpu_file
+from mlperf_mig.registry.devices import (
+    LiveDevice,
+    match_layout,
+    node_inventory,
+    usable_devices,
+)
 from mlperf_mig.registry.discovery import (
     Detection,
     GpuState,
     MigDevice,
     MigUuid,
+    VgpuDevice,
     detect,
     parse_mig_uuid,
     read_nvml_state,
@@ -30,18 +37,22 @@ __all__ = [
     "Gpu",
     "GpuState",
     "Layout",
+    "LiveDevice",
     "MigDevice",
     "MigUuid",
     "Placement",
     "Profile",
     "RecordedNvml",
     "StudyScenario",
+    "VgpuDevice",
     "creation_plan",
     "default_catalog",
     "detect",
     "load_catalog",
     "load_gpu_file",
+    "match_layout",
     "maximal_layouts",
+    "node_inventory",
     "parse_layout",
     "parse_mig_uuid",
     "parse_system_id",
@@ -52,6 +63,7 @@ __all__ = [
     "study_scenarios",
     "system_id",
     "translate_layout",
+    "usable_devices",
     "valid_layouts",
     "vgpu_type_name",
 ]

@@ -9,7 +9,15 @@ NVML quirks honoured here (reference mig-profiles.md section 4): profile *consta
 what GetGpuInstanceProfileInfo takes, profile *IDs* (19, 14, ...) what placements and GPU
 instances use, GPU-instance IDs are a third space; placement arrays are caller-allocated after a
 count query; nvmlDeviceIsMigDeviceHandle returns a ctypes value (use bool()); drivers before R470
-name MIG devices `MIG-GPU-<uuid>/<gi>/<ci>`.
+name MIG devices `MIG-GPU-<uuid>/<gi>/<ci>`; a driver may answer INVALID_ARGUMENT for one profile
+constant in the middle of the range and still know later ones, so every constant is asked.
+
+Inside a virtual machine NVML reports virtualization mode VGPU (NVML_GPU_VIRTUALIZATION_MODE_VGPU,
+"device is associated with vGPU inside virtual machine" in the NVML header) and a device named by
+its vGPU type ("GRID A100D-2-20C" on older guest drivers, "NVIDIA A100D-2-20C" on newer ones;
+the two prefixes are inferred from printouts, not documented). A MIG-backed type
+(`<board>-<slices>-<GB>C[ME]`) is one instance of its MIG profile on the board's GPU; a
+time-sliced type (`<board>-<GB>C`) is a share of a whole GPU, not MIG.
 """
 
 from __future__ import annotations
@@ -17,16 +25,16 @@ from __future__ import annotations
 import ctypes
 import logging
 import re
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import pynvml
 
-from mlperf_mig.errors import DiscoveryError, LiveLayoutMismatchError, NameParseError
+from mlperf_mig.errors import DiscoveryError, NameParseError
 from mlperf_mig.registry.catalog import Catalog, default_catalog
 from mlperf_mig.registry.model import Gpu, Layout, Profile
+from mlperf_mig.registry.names import parse_vgpu_type
 from mlperf_mig.registry.replay import (
     ATTRIBUTE_FIELDS,
     PROFILE_INFO_FIELDS,
@@ -40,6 +48,15 @@ _MIG_UUID_RE = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}
 _LEGACY_MIG_UUID_RE = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-f-]+)/(?P<gi>\d+)/(?P<ci>\d+)$", re.I)
 _GIB_TOLERANCE = 0.5  # nvidia-smi's GiB drifts by up to 0.25 between drivers
 _NVML_GONE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission)
+_VIRTUALIZATION_MODES = {
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE: "none",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH: "passthrough",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU: "vgpu",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU: "host-vgpu",
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA: "host-vsga",
+}
+_GUEST_NAME_PREFIX_RE = re.compile(r"^(?:GRID|NVIDIA)\s+", re.I)
+_TIME_SLICED_VGPU_RE = re.compile(r"^(?:grid_)?(?P<board>[a-z0-9]+)-(?P<framebuffer>\d+)c$", re.I)
 
 
 # --- records --------------------------------------------------------------------------------
@@ -92,6 +109,25 @@ class MigDevice:
 
 
 @attrs.frozen(kw_only=True)
+class VgpuDevice:
+    """The vGPU a virtual machine sees: one MIG instance of its parent GPU, or a time-sliced share."""
+
+    type_name: str  # "A100D-2-20C", without the "GRID "/"NVIDIA " prefix NVML puts before it
+    uuid: str
+    time_sliced: bool
+    parent_gpu: Gpu | None
+    profile: Profile | None  # the MIG profile it stands for; None when time-sliced or unknown
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data; GPU and profile by name."""
+        return {
+            "type_name": self.type_name, "uuid": self.uuid, "time_sliced": self.time_sliced,
+            "parent_gpu": self.parent_gpu.name if self.parent_gpu else None,
+            "profile": self.profile.name if self.profile else None,
+        }
+
+
+@attrs.frozen(kw_only=True)
 class GpuState:
     """One physical GPU as NVML sees it, matched against the catalog."""
 
@@ -106,6 +142,13 @@ class GpuState:
     shipped_gpu: Gpu | None
     mig_devices: tuple[MigDevice, ...] = attrs.field(converter=tuple)
     disagreements: tuple[str, ...] = attrs.field(converter=tuple)
+    virtualization: str | None = None  # "none", "passthrough", "vgpu" (a VM guest), ...; None: unknown
+    vgpu: VgpuDevice | None = None  # set inside a VM whose GPU is a vGPU
+
+    @property
+    def mig_vgpu(self) -> bool:
+        """True inside a VM whose GPU is a MIG-backed vGPU of a known profile."""
+        return self.vgpu is not None and self.vgpu.profile is not None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data; the GPU records by name."""
@@ -113,6 +156,8 @@ class GpuState:
         return {
             "index": self.index, "name": self.name, "uuid": self.uuid,
             "pci_device_id": f"0x{self.pci_device_id:08X}", "memory_mib": self.memory_mib,
+            "virtualization": self.virtualization,
+            "vgpu": self.vgpu.to_dict() if self.vgpu else None,
             "mig_current": self.mig_current, "mig_pending": self.mig_pending,
             "catalog_gpu": self.catalog_gpu.name if self.catalog_gpu else None,
             "shipped_gpu": self.shipped_gpu.name if self.shipped_gpu else None,
@@ -127,30 +172,6 @@ class GpuState:
             return None
         per_instance = {d.gpu_instance_id: d.profile for d in self.mig_devices}
         return Layout(gpu=self.catalog_gpu, profiles=tuple(per_instance.values()))
-
-    def devices_for(self, layout: Layout) -> tuple[MigDevice, ...]:
-        """One live MIG device per instance of `layout`, in the layout's order.
-
-        Raises LiveLayoutMismatchError when the live GPU instances form another layout.
-        """
-        live = self.layout()
-        wanted = Counter(p.name for p in layout.profiles)
-        if live is None or Counter(p.name for p in live.profiles) != wanted:
-            raise LiveLayoutMismatchError(
-                f"GPU {self.index} ({self.name}) carries {live or 'no MIG devices'} but the layout "
-                f"asks for {layout}; create it first (see `mlperf-mig plan-mig "
-                f"{layout.gpu.name} {layout}`)"
-            )
-        first_of_instance: dict[int, MigDevice] = {}
-        for device in self.mig_devices:
-            first_of_instance.setdefault(device.gpu_instance_id, device)
-        pool = sorted(first_of_instance.values(), key=lambda d: (d.placement_start or 0, d.gpu_instance_id))
-        chosen = []
-        for profile in layout.profiles:
-            device = next(d for d in pool if d.profile.name == profile.name)
-            pool.remove(device)
-            chosen.append(device)
-        return tuple(chosen)
 
 
 @attrs.frozen(kw_only=True)
@@ -203,34 +224,47 @@ def _read_gpu(nvml: Any, index: int) -> dict[str, Any]:
         "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
         "pci_device_id": f"0x{nvml.nvmlDeviceGetPciInfo(handle).pciDeviceId:08X}",
         "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+        "virtualization_mode": _virtualization_mode(nvml, handle),
     }
     try:
         gpu["mig_mode"] = [int(m) for m in nvml.nvmlDeviceGetMigMode(handle)]
     except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
         gpu["mig_mode"] = None  # not MIG-capable (or a driver without MIG)
         return gpu
-    gpu["gi_profiles"], end, error = _read_profiles(nvml, handle)
+    gpu["gi_profiles"], invalid, error = _read_profiles(nvml, handle)
     if error is not None:
         gpu["gi_profile_error"] = error
-    if end is not None:
-        gpu["profile_constants_end"] = end
+    if invalid:
+        gpu["invalid_profile_constants"] = invalid
     if gpu["mig_mode"][0] == pynvml.NVML_DEVICE_MIG_ENABLE:
         gpu.update(_read_mig_devices(nvml, handle))
     return gpu
 
 
+def _virtualization_mode(nvml: Any, handle: Any) -> int | None:
+    """NVML's virtualization mode (2 = a vGPU inside a VM), or None where the driver cannot say."""
+    try:
+        return int(nvml.nvmlDeviceGetVirtualizationMode(handle))
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+        return None
+
+
 def _read_profiles(
     nvml: Any, handle: Any
-) -> tuple[list[dict[str, Any]], int | None, str | None]:
-    """GPU-instance profiles by NVML constant, where the driver's constants end, and the error
-    that every constant gave when none answered (MIG off on a driver that cannot say)."""
-    profiles, errors, end = [], set(), None
+) -> tuple[list[dict[str, Any]], list[int], str | None]:
+    """GPU-instance profiles by NVML constant, the constants the driver called invalid, and the
+    error that every constant gave when none answered (MIG off on a driver that cannot say).
+
+    Every constant is asked: a driver may reject one in the middle of the range (INVALID_ARGUMENT)
+    and still know later ones, so an invalid constant is recorded, not taken as the end.
+    """
+    profiles, errors, invalid = [], set(), []
     for constant in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         try:
             info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant)
         except pynvml.NVMLError_InvalidArgument:
-            end = constant  # an older driver: its constants end here
-            break
+            invalid.append(constant)  # unknown to this driver; later constants may still answer
+            continue
         except pynvml.NVMLError as exc:
             errors.add(nvml_error_name(exc))  # not on this GPU
             continue
@@ -239,7 +273,7 @@ def _read_profiles(
         entry.update(_read_placements(nvml, handle, info.id))
         profiles.append(entry)
     error = errors.pop() if not profiles and len(errors) == 1 else None
-    return profiles, end, error
+    return profiles, invalid, error
 
 
 def _read_placements(nvml: Any, handle: Any, profile_id: int) -> dict[str, Any]:
@@ -324,9 +358,15 @@ def _gpu_state(index: int, gpu: Mapping[str, Any], catalog: Catalog) -> GpuState
     mode = gpu.get("mig_mode")
     notes: list[str] = []
     effective = _effective_gpu(gpu, shipped, notes) if mode is not None else shipped
+    virtualization = _VIRTUALIZATION_MODES.get(gpu.get("virtualization_mode"))
+    vgpu = _guest_vgpu(gpu, shipped, catalog, notes) if virtualization == "vgpu" else None
+    if vgpu is not None and vgpu.parent_gpu is not None:
+        effective = vgpu.parent_gpu
     for note in notes:
         log.warning("GPU %d (%s): %s", index, gpu["name"], note)
     return GpuState(
+        virtualization=virtualization,
+        vgpu=vgpu,
         index=index,
         name=gpu["name"],
         uuid=gpu["uuid"],
@@ -338,6 +378,36 @@ def _gpu_state(index: int, gpu: Mapping[str, Any], catalog: Catalog) -> GpuState
         shipped_gpu=shipped,
         mig_devices=_mig_devices(gpu, effective, notes) if effective else (),
         disagreements=notes,
+    )
+
+
+def _guest_vgpu(
+    gpu: Mapping[str, Any], shipped: Gpu | None, catalog: Catalog, notes: list[str]
+) -> VgpuDevice:
+    """The vGPU a VM guest sees, from the type name NVML gives as the device name."""
+    type_name = _GUEST_NAME_PREFIX_RE.sub("", gpu["name"]).strip()
+    sliced = _TIME_SLICED_VGPU_RE.match(type_name)
+    if sliced is not None:
+        board = sliced["board"].lower()
+        parent = next(
+            (g for g in catalog if board in (p.lower() for p in g.vgpu_prefixes)), shipped
+        )
+        return VgpuDevice(
+            type_name=type_name, uuid=gpu["uuid"], time_sliced=True, parent_gpu=parent, profile=None
+        )
+    try:
+        parent, profile = parse_vgpu_type(type_name, catalog=catalog)
+    except NameParseError as exc:
+        notes.append(f"the vGPU {gpu['name']!r} is neither a known MIG-backed nor a time-sliced "
+                     f"vGPU type ({exc})")
+        return VgpuDevice(
+            type_name=type_name, uuid=gpu["uuid"], time_sliced=False, parent_gpu=None, profile=None
+        )
+    if shipped is not None and shipped.name != parent.name:
+        notes.append(f"the vGPU type {type_name} belongs to {parent.name} but PCI ID "
+                     f"{gpu['pci_device_id']} is {shipped.name}; the vGPU type is used")
+    return VgpuDevice(
+        type_name=type_name, uuid=gpu["uuid"], time_sliced=False, parent_gpu=parent, profile=profile
     )
 
 

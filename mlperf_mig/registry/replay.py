@@ -126,6 +126,12 @@ class RecordedNvml:
         info.total = self._gpu(handle)["memory_total_bytes"]
         return info
 
+    def nvmlDeviceGetVirtualizationMode(self, handle: _GpuHandle) -> int:
+        mode = self._gpu(handle).get("virtualization_mode")
+        if mode is None:  # not recorded (older states) or not supported by that driver
+            raise nvml_error("NOT_SUPPORTED")
+        return mode
+
     def nvmlDeviceGetMigMode(self, handle: _GpuHandle) -> list[int]:
         mode = self._gpu(handle).get("mig_mode")
         if mode is None:
@@ -136,7 +142,7 @@ class RecordedNvml:
         self, handle: _GpuHandle, profile: int, version: int = 2
     ) -> pynvml.c_nvmlGpuInstanceProfileInfo_v2_t:
         gpu = self._gpu(handle)
-        if profile >= gpu.get("profile_constants_end", pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        if profile in gpu.get("invalid_profile_constants", ()):
             raise nvml_error("INVALID_ARGUMENT")
         if gpu.get("gi_profile_error"):
             raise nvml_error(gpu["gi_profile_error"])

@@ -1,9 +1,12 @@
 """Where the instances of a layout run: live MIG devices, a shared GPU, or emulated CPU partitions.
 
-Three kinds of target, and every result says which one it came from:
+Four kinds of target, and every result says which one it came from:
     mig       one live MIG device per instance (CUDA_VISIBLE_DEVICES=MIG-<uuid>); the live layout
               must be the requested one, else LiveLayoutMismatchError with the creation plan.
-    shared    a GPU without MIG, time-shared by all instances; only when the user opts in.
+    vgpu      inside a VM whose GPU is a MIG-backed vGPU (A100D-2-20C): a layout of exactly that
+              one profile runs on it (CUDA_VISIBLE_DEVICES=the vGPU's UUID).
+    shared    a GPU without MIG (or a time-sliced vGPU), time-shared by all instances; only when
+              the user opts in.
     emulated  no GPU: each instance gets CPU cores in proportion to its compute slices (as far as
               the machine allows), pinned with sched_setaffinity. Not a GPU measurement.
 """
@@ -12,24 +15,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
-from mlperf_mig.errors import (
-    LiveLayoutMismatchError,
-    NameParseError,
-    PlacementError,
-    UnknownGpuError,
-)
+from mlperf_mig.errors import NameParseError, PlacementError, UnknownGpuError
+from mlperf_mig.registry.devices import describe_profiles, match_layout
 
 log = logging.getLogger(__name__)
 
 DEFAULT_EMULATED_GPU = "A100-SXM4-80GB"  # the seed study's GPU
 STUDY_SCENARIOS = range(1, 9)
-TARGET_KINDS = ("mig", "shared", "emulated")
+TARGET_KINDS = ("mig", "vgpu", "shared", "emulated")
 _LOADGEN_SCENARIO_NAMES = ("offline", "server", "singlestream", "multistream")
 
 ScenarioSpec = int | str | Sequence[str]
@@ -45,7 +43,7 @@ class InstanceSlot:
     compute_slices: int
     memory_slices: int
     placement_start: int | None
-    device: str  # MIG-<uuid>, GPU-<uuid> (shared) or "cpu:0,1" (emulated)
+    device: str  # MIG-<uuid>, GPU-<uuid> (vgpu, shared) or "cpu:0,1" (emulated)
     env: dict[str, str] = attrs.field(factory=dict)
     cpus: tuple[int, ...] | None = None
     threads: int | None = None
@@ -100,13 +98,6 @@ def _slot(
         cpus=cpus,
         threads=None if cpus is None else len(set(cpus)),
     )
-
-
-def describe_profiles(names: Sequence[str]) -> str:
-    """'3x 2g.20gb + 1g.10gb' for a list of profile names (largest-first order kept)."""
-    counts = Counter(names)
-    parts = [f"{n}x {name}" if n > 1 else name for name, n in counts.items()]
-    return " + ".join(parts) if parts else "no MIG devices"
 
 
 def _study_number(value: int) -> int:
@@ -208,49 +199,26 @@ def emulated_target(
     return Target(kind="emulated", layout=layout, scenario=scenario, gpu_index=None, slots=slots)
 
 
-def _creation_hint(layout: Any) -> str:
-    from mlperf_mig import registry
+def live_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
+    """Each instance of `layout` on its live MIG device, or the VM's MIG-backed vGPU.
 
-    steps = registry.creation_plan(layout).steps()
-    return "; ".join(steps)
-
-
-def match_live_devices(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
-    """Assign each instance of `layout` a live MIG device of its profile on `gpu_state`.
-
-    Raises LiveLayoutMismatchError showing both layouts and the creation plan when the live MIG
-    devices are not exactly the requested layout (this library never changes MIG state).
+    The matching is the registry's `match_layout`: it raises LiveLayoutMismatchError showing both
+    layouts and how to get there (this library never changes MIG state).
     """
     solved_starts(layout)
-    live = sorted(
-        gpu_state.mig_devices,
-        key=lambda d: (-d.profile.compute_slices, -d.profile.memory_slices, d.placement_start),
-    )
-    wanted = [p.name for p in layout.profiles]
-    if Counter(wanted) != Counter(d.profile.name for d in live):
-        raise LiveLayoutMismatchError(
-            f"GPU {gpu_state.index} ({gpu_state.name}) carries the MIG layout "
-            f"{describe_profiles([d.profile.name for d in live])}, but the run asks for "
-            f"{describe_profiles(wanted)}; to create it (as root, after destroying the current "
-            f"instances): {_creation_hint(layout)}; or ask for the live layout instead"
+    devices = match_layout(layout, gpu_state)
+    slots = tuple(
+        _slot(
+            i,
+            profile,
+            placement_start=device.placement_start,
+            device=device.uuid,
+            env={"CUDA_VISIBLE_DEVICES": device.uuid},
         )
-    pool = list(live)
-    slots = []
-    for i, profile in enumerate(layout.profiles):
-        device = next(d for d in pool if d.profile.name == profile.name)
-        pool.remove(device)
-        slots.append(
-            _slot(
-                i,
-                profile,
-                placement_start=device.placement_start,
-                device=device.uuid,
-                env={"CUDA_VISIBLE_DEVICES": device.uuid},
-            )
-        )
-    return Target(
-        kind="mig", layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=tuple(slots)
+        for i, (profile, device) in enumerate(zip(layout.profiles, devices))
     )
+    kind = "vgpu" if gpu_state.vgpu is not None else "mig"
+    return Target(kind=kind, layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=slots)
 
 
 def shared_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
@@ -320,13 +288,19 @@ def choose_target(
             f"the layout {scenario!r} is for {layout.gpu.name}, but GPU {state.index} is a "
             f"{state.catalog_gpu.name}; pass a layout of that GPU, or emulate=True / --emulate"
         )
-    if state.mig_current:
-        return match_live_devices(layout, number, state)
+    if state.mig_current or state.mig_vgpu:
+        return live_target(layout, number, state)
     if shared:
         return shared_target(layout, number, state)
-    mig_word = "has MIG disabled" if state.mig_current is not None else "does not support MIG"
+    wanted = describe_profiles([p.name for p in layout.profiles])
+    if state.vgpu is not None:
+        why = f"is a time-sliced vGPU ({state.vgpu.type_name}), not a MIG instance"
+        fix = "give the VM a MIG-backed vGPU type (such as A100D-2-20C) for one instance"
+    else:
+        why = "has MIG disabled" if state.mig_current is not None else "does not support MIG"
+        fix = "enable MIG and create the layout (see `mlperf-mig plan-mig`)"
     raise PlacementError(
-        f"GPU {state.index} ({state.name}) {mig_word}, so the layout {describe_profiles([p.name for p in layout.profiles])} "
-        "cannot be isolated; enable MIG and create the layout (see `mlperf-mig plan-mig`), or pass "
-        "shared=True / --shared to let the instances time-share the whole GPU (labelled shared)"
+        f"GPU {state.index} ({state.name}) {why}, so the layout {wanted} cannot be isolated; "
+        f"{fix}, or pass shared=True / --shared to let the instances time-share the whole GPU "
+        "(labelled shared)"
     )

@@ -11,12 +11,11 @@ import attrs
 import pynvml
 import pytest
 
-from mlperf_mig.errors import DataFileError, DiscoveryError, LiveLayoutMismatchError, NameParseError
+from mlperf_mig.errors import DataFileError, DiscoveryError, NameParseError
 from mlperf_mig.registry import (
     Catalog,
     RecordedNvml,
     detect,
-    parse_layout,
     parse_mig_uuid,
     read_nvml_state,
     study_layout,
@@ -24,7 +23,10 @@ from mlperf_mig.registry import (
 from mlperf_mig.registry.discovery import detection_from_state
 
 FIXTURES = Path(__file__).parent / "fixtures"
-RECORDED = ("a100-80gb-scenario7", "h100-mig-disabled", "h200-7x1g", "no-driver")
+RECORDED = (
+    "a100-80gb-scenario7", "a100-80gb-invalid-constant", "h100-mig-disabled", "h200-7x1g",
+    "no-driver", "vgpu-a100d-2-20c", "vgpu-a100d-20c-time-sliced",
+)
 
 
 def _detect(state: dict[str, Any], catalog: Catalog):
@@ -191,21 +193,6 @@ def test_placement_arrays_are_sized_from_the_count_query(load_state) -> None:
     assert source.sizes == [7, 3, 2, 1, 1, 7, 4]
 
 
-def test_devices_for_matches_a_layout(load_state, catalog: Catalog) -> None:
-    """devices_for returns one live device per instance of the requested layout."""
-    gpu = _detect(load_state("a100-80gb-scenario7"), catalog).gpus[0]
-    devices = gpu.devices_for(parse_layout(gpu.catalog_gpu, "1g.10gb+3x2g.20gb"))
-    assert [d.profile.name for d in devices] == ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
-    assert len({d.uuid for d in devices}) == 4
-
-
-def test_devices_for_another_layout_is_a_mismatch(load_state, catalog: Catalog) -> None:
-    """Asking for a layout the GPU does not carry raises LiveLayoutMismatchError."""
-    gpu = _detect(load_state("h200-7x1g"), catalog).gpus[0]
-    with pytest.raises(LiveLayoutMismatchError, match=r"carries 7x1g\.18gb"):
-        gpu.devices_for(parse_layout(gpu.catalog_gpu, "3x2g.35gb+1g.18gb"))
-
-
 @attrs.frozen
 class _LostGpu(RecordedNvml):
     """A source whose GPU falls off the bus while it is being read."""
@@ -271,3 +258,75 @@ def test_detect_on_a_real_gpu() -> None:
     detection = detect()
     assert detection.gpus and not detection.message
     assert detect(RecordedNvml(state)).gpus == detection.gpus
+
+
+def test_an_invalid_profile_constant_mid_range_does_not_end_the_reading(load_state, catalog: Catalog) -> None:
+    """Profiles after a constant the driver calls INVALID_ARGUMENT are still read."""
+    gpu = _detect(load_state("a100-80gb-invalid-constant"), catalog).gpus[0]
+    live = {p.name: p.provenance for p in gpu.catalog_gpu.profiles}
+    assert live["1g.10gb+me"] == "live" and live["1g.20gb"] == "live"
+
+
+def test_invalid_profile_constants_are_recorded(load_state) -> None:
+    """The constants that gave INVALID_ARGUMENT are written into the state, the others kept."""
+    state = read_nvml_state(RecordedNvml(load_state("a100-80gb-invalid-constant")))
+    gpu = state["gpus"][0]
+    assert gpu["invalid_profile_constants"] == [5, 6]
+    assert [p["constant"] for p in gpu["gi_profiles"]] == [0, 1, 2, 3, 4, 7, 9]
+
+
+def test_mig_backed_vgpu_guest_is_one_instance_of_its_profile(load_state, catalog: Catalog) -> None:
+    """A VM seeing the vGPU A100D-2-20C has one 2g.20gb instance of an A100 PCIe 80GB."""
+    gpu = _detect(load_state("vgpu-a100d-2-20c"), catalog).gpus[0]
+    assert gpu.virtualization == "vgpu"
+    assert (gpu.vgpu.type_name, gpu.vgpu.profile.name, gpu.vgpu.time_sliced) == ("A100D-2-20C", "2g.20gb", False)
+    assert gpu.vgpu.parent_gpu.name == gpu.catalog_gpu.name == "A100-PCIE-80GB"
+    assert gpu.mig_vgpu and gpu.mig_current is None
+
+
+def test_grid_prefix_of_older_guest_drivers_is_understood(load_state, catalog: Catalog) -> None:
+    """'GRID A100D-1-10CME' (older guest drivers) names the 1g.10gb+me profile."""
+    state = load_state("vgpu-a100d-2-20c")
+    state["gpus"][0]["name"] = "GRID A100D-1-10CME"
+    gpu = _detect(state, catalog).gpus[0]
+    assert gpu.vgpu.profile.name == "1g.10gb+me"
+
+
+def test_time_sliced_vgpu_is_not_mig(load_state, catalog: Catalog) -> None:
+    """A100D-20C has no compute-slice part: a time-sliced share, no profile, not a MIG vGPU."""
+    gpu = _detect(load_state("vgpu-a100d-20c-time-sliced"), catalog).gpus[0]
+    assert gpu.vgpu.time_sliced and gpu.vgpu.profile is None and not gpu.mig_vgpu
+    assert gpu.vgpu.parent_gpu.name == "A100-PCIE-80GB"
+
+
+def test_unknown_vgpu_type_is_reported(load_state, catalog: Catalog) -> None:
+    """A vGPU name that is no known type is kept without a profile and the reason is reported."""
+    state = load_state("vgpu-a100d-2-20c")
+    state["gpus"][0]["name"] = "NVIDIA L40S-48Q"
+    gpu = _detect(state, catalog).gpus[0]
+    assert gpu.vgpu.profile is None and not gpu.mig_vgpu
+    assert any("neither a known MIG-backed" in note for note in gpu.disagreements)
+
+
+def test_vgpu_type_of_another_board_than_the_pci_id_is_reported(load_state, catalog: Catalog) -> None:
+    """A100DX-2-20C on a PCIe board's ID: the type name's GPU is used and the conflict noted."""
+    state = load_state("vgpu-a100d-2-20c")
+    state["gpus"][0]["name"] = "NVIDIA A100DX-2-20C"
+    gpu = _detect(state, catalog).gpus[0]
+    assert gpu.catalog_gpu.name == "A100-SXM4-80GB"
+    assert any("the vGPU type is used" in note for note in gpu.disagreements)
+
+
+def test_bare_metal_gpu_has_no_vgpu(load_state, catalog: Catalog) -> None:
+    """Virtualization mode NONE is bare metal: no vGPU record."""
+    gpu = _detect(load_state("a100-80gb-scenario7"), catalog).gpus[0]
+    assert (gpu.virtualization, gpu.vgpu) == ("none", None)
+
+
+def test_vgpu_is_in_the_plain_data(load_state, catalog: Catalog) -> None:
+    """to_dict carries the vGPU record by name."""
+    data = _detect(load_state("vgpu-a100d-2-20c"), catalog).to_dict()
+    assert data["gpus"][0]["vgpu"] == {
+        "type_name": "A100D-2-20C", "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21",
+        "time_sliced": False, "parent_gpu": "A100-PCIE-80GB", "profile": "2g.20gb",
+    }

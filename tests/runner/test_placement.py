@@ -151,3 +151,51 @@ def test_shared_without_a_gpu_is_refused() -> None:
     """shared=True on emulated partitions would be silently ignored: refused instead."""
     with pytest.raises(PlacementError, match="time-share"):
         mlperf_mig.plan(7, backend="null", shared=True, emulate=True)
+
+
+
+def _target(scenario: object, name: str, **options: object):
+    """choose_target on a recorded NVML state, as make_plan calls it."""
+    from mlperf_mig.registry import default_catalog, detect
+    from mlperf_mig.runner.placement import choose_target
+
+    catalog = default_catalog()
+    detection = detect(_state(name), catalog=catalog)
+    return choose_target(scenario, gpu=None, catalog=catalog, detection=detection, **options)
+
+
+def test_vgpu_guest_runs_its_one_profile() -> None:
+    """In an A100D-2-20C guest, study scenario 4 (one 2g.20gb) runs on the vGPU as target vgpu."""
+    target = _target(4, "vgpu-a100d-2-20c")
+    assert target.kind == "vgpu" and target.gpu.name == "A100-PCIE-80GB"
+    (slot,) = target.slots
+    uuid = _state("vgpu-a100d-2-20c").state["gpus"][0]["uuid"]
+    assert (slot.profile, slot.device, slot.env["CUDA_VISIBLE_DEVICES"]) == ("2g.20gb", uuid, uuid)
+
+
+def test_vgpu_guest_refuses_a_layout_of_several_instances() -> None:
+    """In an A100D-2-20C guest, scenario 7 is refused: one VM holds one instance."""
+    with pytest.raises(LiveLayoutMismatchError, match="A100D-2-20C"):
+        _target(7, "vgpu-a100d-2-20c")
+
+
+def test_time_sliced_vgpu_is_refused_like_a_gpu_without_mig() -> None:
+    """A time-sliced vGPU cannot isolate a layout; the error names it and points at --shared."""
+    with pytest.raises(PlacementError, match=r"time-sliced vGPU \(A100D-20C\).*shared"):
+        _target(4, "vgpu-a100d-20c-time-sliced")
+
+
+def test_time_sliced_vgpu_with_shared_time_shares_it() -> None:
+    """With shared=True the instances time-share the time-sliced vGPU, labelled shared."""
+    target = _target(7, "vgpu-a100d-20c-time-sliced", shared=True)
+    assert target.kind == "shared" and len({s.device for s in target.slots}) == 1
+
+
+def test_live_mig_target_uses_the_registry_matching() -> None:
+    """On an A100-80GB carrying scenario 7 the target's devices are the registry's match."""
+    from mlperf_mig.registry import default_catalog, detect, match_layout
+
+    target = _target(7, "a100-80gb-scenario7")
+    state = detect(_state("a100-80gb-scenario7"), catalog=default_catalog()).gpus[0]
+    assert target.kind == "mig"
+    assert [s.device for s in target.slots] == [d.uuid for d in match_layout(target.layout, state)]

@@ -1,0 +1,148 @@
+"""The devices a layout's instances can run on, and the one matching of a layout to them.
+
+A detected GPU offers devices of three kinds: `mig` (one per live GPU instance), `vgpu` (the
+MIG-backed vGPU a VM guest sees: one instance of its profile) and `gpu` (a whole GPU without MIG,
+or a time-sliced vGPU). `match_layout` assigns each instance of a layout its live device and is
+the only place that does; the runner and the cluster inventory both build on it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from mlperf_mig.errors import LiveLayoutMismatchError
+from mlperf_mig.registry.model import Layout, Profile
+from mlperf_mig.registry.plan import creation_plan
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.discovery import Detection, GpuState
+
+DEVICE_KINDS = ("mig", "vgpu", "gpu")
+
+
+@attrs.frozen(kw_only=True)
+class LiveDevice:
+    """One device an instance can run on: its kind, GPU, profile and CUDA_VISIBLE_DEVICES UUID."""
+
+    kind: str = attrs.field(validator=attrs.validators.in_(DEVICE_KINDS))
+    gpu_index: int
+    gpu_model: str  # the catalog GPU (the vGPU's parent in a VM), else the NVML name
+    profile: Profile | None  # None for a whole GPU
+    uuid: str
+    placement_start: int | None = None
+    vgpu_type: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (the profile by name)."""
+        return {
+            "kind": self.kind, "index": self.gpu_index, "gpu": self.gpu_model,
+            "profile": self.profile.name if self.profile else None, "uuid": self.uuid,
+            "placement_start": self.placement_start, "vgpu_type": self.vgpu_type,
+        }
+
+
+def describe_profiles(names: Sequence[str]) -> str:
+    """'3x 2g.20gb + 1g.10gb' for a list of profile names (order of first appearance kept)."""
+    counts = Counter(names)
+    parts = [f"{n}x {name}" if n > 1 else name for name, n in counts.items()]
+    return " + ".join(parts) if parts else "no MIG devices"
+
+
+def usable_devices(state: GpuState) -> tuple[LiveDevice, ...]:
+    """The devices of one detected GPU: its GPU instances, its MIG-backed vGPU, or the whole GPU.
+
+    A GPU with MIG on but no GPU instance offers nothing; a GPU instance is offered through its
+    first compute instance (match_layout refuses a GPU instance split into several).
+    """
+    model = state.catalog_gpu.name if state.catalog_gpu else state.name
+    if state.vgpu is not None:
+        kind = "vgpu" if state.mig_vgpu else "gpu"
+        return (LiveDevice(
+            kind=kind, gpu_index=state.index, gpu_model=model, profile=state.vgpu.profile,
+            uuid=state.vgpu.uuid, vgpu_type=state.vgpu.type_name,
+        ),)
+    if state.mig_current:
+        first: dict[int, Any] = {}
+        for device in state.mig_devices:
+            first.setdefault(device.gpu_instance_id, device)
+        ordered = sorted(first.values(), key=lambda d: (
+            -d.profile.compute_slices, -d.profile.memory_slices,
+            d.placement_start if d.placement_start is not None else 0, d.gpu_instance_id,
+        ))
+        return tuple(
+            LiveDevice(kind="mig", gpu_index=state.index, gpu_model=model, profile=d.profile,
+                       uuid=d.uuid, placement_start=d.placement_start)
+            for d in ordered
+        )
+    return (LiveDevice(kind="gpu", gpu_index=state.index, gpu_model=model, profile=None, uuid=state.uuid),)
+
+
+def node_inventory(detection: Detection) -> list[dict[str, Any]]:
+    """One plain dict per usable device of this machine (see LiveDevice.to_dict), for a cluster
+    node to report what it has: kind mig|vgpu|gpu, index, gpu, profile, uuid, placement_start,
+    vgpu_type. Empty when there is no GPU (Detection.message says why)."""
+    return [device.to_dict() for state in detection.gpus for device in usable_devices(state)]
+
+
+def match_layout(layout: Layout, state: GpuState) -> tuple[LiveDevice, ...]:
+    """One live device per instance of `layout`, in the layout's order.
+
+    The live MIG devices (or the VM's MIG-backed vGPU) must form exactly `layout`, each GPU
+    instance with one compute instance; otherwise LiveLayoutMismatchError says what the GPU
+    carries, what was asked for and how to get there (this library never changes MIG state).
+    """
+    wanted = [p.name for p in layout.profiles]
+    if state.vgpu is not None:
+        return _match_vgpu(layout, state, wanted)
+    _refuse_split_instances(state)
+    live = [d for d in usable_devices(state) if d.kind == "mig"]
+    if Counter(wanted) != Counter(d.profile.name for d in live if d.profile):
+        carried = describe_profiles([d.profile.name for d in live if d.profile])
+        raise LiveLayoutMismatchError(
+            f"GPU {state.index} ({state.name}) carries the MIG layout {carried}, but the run asks "
+            f"for {describe_profiles(wanted)}; to create it (as root, after destroying the current "
+            f"instances): {'; '.join(creation_plan(layout, gpu_index=state.index).steps())}; or ask for the "
+            "live layout instead"
+        )
+    pool = list(live)
+    chosen = []
+    for profile in layout.profiles:
+        device = next(d for d in pool if d.profile is not None and d.profile.name == profile.name)
+        pool.remove(device)
+        chosen.append(device)
+    return tuple(chosen)
+
+
+def _match_vgpu(layout: Layout, state: GpuState, wanted: list[str]) -> tuple[LiveDevice, ...]:
+    assert state.vgpu is not None
+    device = usable_devices(state)[0]
+    if device.kind == "vgpu" and wanted == [device.profile.name if device.profile else None]:
+        return (device,)
+    what = (
+        f"a time-sliced vGPU ({state.vgpu.type_name}), not a MIG instance"
+        if state.vgpu.time_sliced
+        else f"the vGPU {state.vgpu.type_name}, one {device.profile.name if device.profile else '?'} instance"
+    )
+    raise LiveLayoutMismatchError(
+        f"GPU {state.index} of this VM is {what}, but the run asks for "
+        f"{describe_profiles(wanted)}; a VM runs one instance of its vGPU's profile: ask for "
+        "that layout here, or give each instance its own VM with a vGPU of its profile"
+    )
+
+
+def _refuse_split_instances(state: GpuState) -> None:
+    per_instance = Counter(d.gpu_instance_id for d in state.mig_devices)
+    split = sorted(gi for gi, n in per_instance.items() if n > 1)
+    if split:
+        gi = split[0]
+        raise LiveLayoutMismatchError(
+            f"GPU {state.index} ({state.name}): GPU instance {gi} holds {per_instance[gi]} compute "
+            "instances, but each instance of a layout runs on one compute instance that spans its "
+            f"GPU instance; as root, destroy them (nvidia-smi mig -i {state.index} -gi {gi} -dci) "
+            f"and create the full-size one listed by `nvidia-smi mig -i {state.index} -gi {gi} "
+            "-lcip` (nvidia-smi mig -cci PROFILE)"
+        )

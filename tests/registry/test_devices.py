@@ -1,0 +1,100 @@
+"""The devices of a detected GPU, the one layout-to-device matching, and the node inventory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mlperf_mig.errors import LiveLayoutMismatchError
+from mlperf_mig.registry import (
+    Catalog,
+    RecordedNvml,
+    detect,
+    match_layout,
+    node_inventory,
+    parse_layout,
+)
+
+
+def _gpu(state: dict[str, Any], catalog: Catalog):
+    return detect(RecordedNvml(state), catalog=catalog).gpus[0]
+
+
+def test_match_layout_gives_one_device_per_instance(load_state, catalog: Catalog) -> None:
+    """match_layout returns one live device per instance of the requested layout, in its order."""
+    gpu = _gpu(load_state("a100-80gb-scenario7"), catalog)
+    devices = match_layout(parse_layout(gpu.catalog_gpu, "1g.10gb+3x2g.20gb"), gpu)
+    assert [d.profile.name for d in devices] == ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
+    assert [d.placement_start for d in devices] == [0, 2, 4, 6]
+    assert len({d.uuid for d in devices}) == 4 and {d.kind for d in devices} == {"mig"}
+
+
+def test_match_layout_of_another_layout_is_a_mismatch(load_state, catalog: Catalog) -> None:
+    """Asking for a layout the GPU does not carry names both layouts and the creation steps."""
+    gpu = _gpu(load_state("h200-7x1g"), catalog)
+    with pytest.raises(LiveLayoutMismatchError, match=r"carries the MIG layout 7x 1g\.18gb.*nvidia-smi mig"):
+        match_layout(parse_layout(gpu.catalog_gpu, "3x2g.35gb+1g.18gb"), gpu)
+
+
+def test_a_gpu_instance_split_into_compute_instances_is_refused(load_state, catalog: Catalog) -> None:
+    """A GPU instance holding two compute instances is refused, naming it, not half used."""
+    state = load_state("a100-80gb-scenario7")
+    devices = state["gpus"][0]["mig_devices"]
+    devices.append({**devices[0], "index": 4, "compute_instance_id": 1,
+                    "uuid": "MIG-4b4a1c2e-7d3f-5a9b-8c21-0e6f9d3b2a99"})
+    gpu = _gpu(state, catalog)
+    with pytest.raises(LiveLayoutMismatchError, match="GPU instance 3 holds 2 compute instances"):
+        match_layout(parse_layout(gpu.catalog_gpu, "3x2g.20gb+1g.10gb"), gpu)
+
+
+def test_vgpu_guest_matches_its_one_profile(load_state, catalog: Catalog) -> None:
+    """In an A100D-2-20C guest the layout 2g.20gb runs on the vGPU itself."""
+    gpu = _gpu(load_state("vgpu-a100d-2-20c"), catalog)
+    (device,) = match_layout(parse_layout(gpu.catalog_gpu, "2g.20gb"), gpu)
+    assert (device.kind, device.uuid, device.vgpu_type) == ("vgpu", gpu.uuid, "A100D-2-20C")
+
+
+def test_vgpu_guest_refuses_another_layout(load_state, catalog: Catalog) -> None:
+    """In an A100D-2-20C guest scenario 7 (four instances) is refused: one VM, one instance."""
+    gpu = _gpu(load_state("vgpu-a100d-2-20c"), catalog)
+    with pytest.raises(LiveLayoutMismatchError, match=r"one 2g\.20gb instance.*its own VM"):
+        match_layout(parse_layout(gpu.catalog_gpu, "3x2g.20gb+1g.10gb"), gpu)
+
+
+def test_time_sliced_vgpu_matches_no_layout(load_state, catalog: Catalog) -> None:
+    """A time-sliced vGPU holds no MIG instance, so even a one-profile layout is refused."""
+    gpu = _gpu(load_state("vgpu-a100d-20c-time-sliced"), catalog)
+    with pytest.raises(LiveLayoutMismatchError, match="time-sliced vGPU"):
+        match_layout(parse_layout(gpu.catalog_gpu, "2g.20gb"), gpu)
+
+
+def test_node_inventory_of_a_mig_gpu(load_state, catalog: Catalog) -> None:
+    """A GPU carrying scenario 7 reports four MIG devices, largest first, as plain dicts."""
+    inventory = node_inventory(detect(RecordedNvml(load_state("a100-80gb-scenario7")), catalog=catalog))
+    assert [(d["kind"], d["profile"], d["placement_start"]) for d in inventory] == [
+        ("mig", "2g.20gb", 0), ("mig", "2g.20gb", 2), ("mig", "2g.20gb", 4), ("mig", "1g.10gb", 6),
+    ]
+    assert {d["gpu"] for d in inventory} == {"A100-SXM4-80GB"} and {d["index"] for d in inventory} == {0}
+
+
+def test_node_inventory_of_a_vgpu_guest(load_state, catalog: Catalog) -> None:
+    """A vGPU guest reports one vgpu device with its profile and parent GPU."""
+    (device,) = node_inventory(detect(RecordedNvml(load_state("vgpu-a100d-2-20c")), catalog=catalog))
+    assert device == {
+        "kind": "vgpu", "index": 0, "gpu": "A100-PCIE-80GB", "profile": "2g.20gb",
+        "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21", "placement_start": None,
+        "vgpu_type": "A100D-2-20C",
+    }
+
+
+@pytest.mark.parametrize("name", ["h100-mig-disabled", "vgpu-a100d-20c-time-sliced"])
+def test_node_inventory_of_a_whole_gpu(name: str, load_state, catalog: Catalog) -> None:
+    """A GPU with MIG off, or a time-sliced vGPU, is one whole `gpu` device without a profile."""
+    (device,) = node_inventory(detect(RecordedNvml(load_state(name)), catalog=catalog))
+    assert (device["kind"], device["profile"]) == ("gpu", None)
+
+
+def test_node_inventory_without_a_driver_is_empty(load_state, catalog: Catalog) -> None:
+    """No driver, no devices."""
+    assert node_inventory(detect(RecordedNvml(load_state("no-driver")), catalog=catalog)) == []
