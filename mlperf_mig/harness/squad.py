@@ -309,9 +309,13 @@ def _tokenize_words(
 def best_span(
     feature: Feature, start_logits: np.ndarray, end_logits: np.ndarray
 ) -> tuple[float, int, int] | None:
-    """(score, first word, last word) of the best valid answer span of one feature."""
-    starts = np.argsort(start_logits)[::-1][:N_BEST]
-    ends = np.argsort(end_logits)[::-1][:N_BEST]
+    """(score, first word, last word) of the best valid answer span of one feature.
+
+    As in the reference, the n-best positions are the highest logits with ties taken in
+    position order, and among spans of equal score the first found wins.
+    """
+    starts = np.argsort(-start_logits, kind="stable")[:N_BEST]
+    ends = np.argsort(-end_logits, kind="stable")[:N_BEST]
     best = None
     for start in starts:
         if start not in feature.token_to_word or not feature.max_context.get(int(start), False):
@@ -403,10 +407,13 @@ class SquadSource:
     def score(self, logits: Mapping[int, np.ndarray]) -> tuple[float, float, int]:
         """(F1, exact match, question count) in percent over the questions with logged features.
 
-        `logits` maps a feature index to its `[384, 2]` float32 (start, end) payload.
+        `logits` maps a feature index to its `[384, 2]` float32 (start, end) payload. A
+        question's answer is its best span over all its windows; windows are taken in feature
+        order (not log order), so that a tie goes to the earlier window, as in the reference.
         """
         best: dict[int, tuple[float, int, int]] = {}
-        for index, pair in logits.items():
+        for index in sorted(logits):
+            pair = logits[index]
             feature = self.features[index]
             span = best_span(feature, pair[:, 0], pair[:, 1])
             current = best.get(feature.example_index)
