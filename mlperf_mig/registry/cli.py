@@ -227,6 +227,9 @@ def _detect(args: argparse.Namespace) -> int:
         print()
         print(text_table(devices, list(devices[0])))
     for gpu in detection.gpus:
+        if gpu.vgpu is not None:
+            print(f"GPU {gpu.index}: {_vgpu_line(gpu.vgpu)}")
+    for gpu in detection.gpus:
         for note in gpu.disagreements:
             print(f"GPU {gpu.index}: {note}")
     return EXIT_OK
@@ -254,10 +257,21 @@ def _gpu_row(gpu: Any) -> dict[str, Any]:
         "name": gpu.name,
         "catalog": gpu.catalog_gpu.name if gpu.catalog_gpu else None,
         "memory MiB": gpu.memory_mib,
+        "vGPU": gpu.vgpu.type_name if gpu.vgpu else None,
         "MIG now": mig[gpu.mig_current],
         "MIG pending": mig[gpu.mig_pending],
         "layout": str(layout) if layout else None,
     }
+
+
+def _vgpu_line(vgpu: Any) -> str:
+    parent = vgpu.parent_gpu.name if vgpu.parent_gpu else "an unknown GPU"
+    if vgpu.time_sliced:
+        return f"time-sliced vGPU {vgpu.type_name} on {parent} (not MIG: runs only with --shared)"
+    if vgpu.profile is None:
+        return f"vGPU {vgpu.type_name} of no known type (see the note below)"
+    return (f"MIG-backed vGPU {vgpu.type_name} = one {vgpu.profile.name} instance of {parent} "
+            f"(UUID {vgpu.uuid}; run a layout of that one profile here)")
 
 
 def _device_row(index: int, device: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ SUM_LABEL = "sum of independent LoadGen runs: engineering metric, not an MLPerf 
 UNIFIED_LABEL = "one LoadGen for the whole layout (MLPerf-format log)"
 EMULATED_LABEL = "emulated: CPU partitions standing in for MIG slices, not a GPU measurement"
 SHARED_LABEL = "shared: instances time-share one GPU without MIG isolation"
+VGPU_LABEL = "vGPU: a MIG-backed vGPU inside a VM (one MIG instance of its parent GPU)"
 BY_DESIGN_WORD = "no (quick preset)"
 BY_DESIGN_LABEL = (
     f"valid '{BY_DESIGN_WORD}': by design, not a failure: the quick preset keeps mlperf.conf's "
@@ -170,7 +171,7 @@ class RunResult:
     layout: str
     system_id: str
     scenario: int | None
-    target: str  # "mig", "shared" or "emulated"
+    target: str  # "mig", "vgpu", "shared" or "emulated"
     mode: str  # "independent" or "unified"
     benchmark: str
     loadgen_scenario: str
@@ -266,6 +267,8 @@ class RunResult:
             labels.append(EMULATED_LABEL)
         if self.target == "shared":
             labels.append(SHARED_LABEL)
+        if self.target == "vgpu":
+            labels.append(VGPU_LABEL)
         if self.invalid_by_design:
             labels.append(BY_DESIGN_LABEL)
         if self.synthetic_weights or self.synthetic_data:

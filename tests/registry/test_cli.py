@@ -180,3 +180,19 @@ def test_replay_missing_a_field_is_one_line_and_exit_2(capsys: pytest.CaptureFix
     code, _, err = _run(capsys, "detect", "--replay", str(path))
     assert code == 2 and err.count("\n") == 1
     assert "edited.json: the recorded NVML state is incomplete (KeyError: 'name')" in err
+
+
+def test_detect_shows_a_mig_backed_vgpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """`detect` in an A100D-2-20C guest says it is one 2g.20gb instance of an A100 PCIe 80GB."""
+    code, out, _ = _run(capsys, "detect", "--replay", str(FIXTURES / "vgpu-a100d-2-20c.json"))
+    assert code == 0
+    assert "MIG-backed vGPU A100D-2-20C = one 2g.20gb instance of A100-PCIE-80GB" in out
+
+
+def test_detect_json_carries_the_vgpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """`detect --json` in a time-sliced guest carries the vGPU record with time_sliced true."""
+    code, out, _ = _run(
+        capsys, "detect", "--replay", str(FIXTURES / "vgpu-a100d-20c-time-sliced.json"), "--json"
+    )
+    vgpu = json.loads(out)["gpus"][0]["vgpu"]
+    assert code == 0 and (vgpu["type_name"], vgpu["time_sliced"]) == ("A100D-20C", True)
