@@ -16,9 +16,12 @@ if TYPE_CHECKING:
         available_backends,
         backend_class,
         backend_info,
+        backend_names,
+        find_backend,
         iter_backend_infos,
         resolve_backend,
     )
+    from mlperf_mig.engines.backends.null import NullBackend
     from mlperf_mig.engines.build import BuiltEngine, build_engine, engine_path, open_backend
     from mlperf_mig.engines.cache import cache_root
     from mlperf_mig.engines.models import (
@@ -28,7 +31,6 @@ if TYPE_CHECKING:
         generated_model,
         user_model,
     )
-    from mlperf_mig.engines.null import NullBackend
     from mlperf_mig.engines.recipes import Recipe, load_recipe
     from mlperf_mig.engines.spec import PRECISIONS, VARIANTS, EngineSpec
 
@@ -39,6 +41,8 @@ _EXPORTS = {
     "available_backends": "backends",
     "backend_class": "backends",
     "backend_info": "backends",
+    "backend_names": "backends",
+    "find_backend": "backends",
     "iter_backend_infos": "backends",
     "resolve_backend": "backends",
     "BuiltEngine": "build",
@@ -51,7 +55,7 @@ _EXPORTS = {
     "generate_model": "models",
     "generated_model": "models",
     "user_model": "models",
-    "NullBackend": "null",
+    "NullBackend": "backends.null",
     "Recipe": "recipes",
     "load_recipe": "recipes",
     "PRECISIONS": "spec",
@@ -73,10 +77,12 @@ __all__ = [
     "available_backends",
     "backend_class",
     "backend_info",
+    "backend_names",
     "build_engine",
     "cache_root",
     "check_interface",
     "engine_path",
+    "find_backend",
     "generate_model",
     "generated_model",
     "iter_backend_infos",

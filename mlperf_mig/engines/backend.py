@@ -1,5 +1,9 @@
 """The one interface every inference backend implements (ONNX Runtime, TensorRT, null).
 
+Each backend lives in its own folder, `engines/backends/<name>/`, and declares its facts (does it
+need a GPU, a workspace, what the submission calls it) as class attributes below; the backend
+table (`engines/backends/__init__.py`) finds the folders.
+
 The harness only talks to an instance: it hands a batch of named numpy arrays to `run` and gets
 named numpy arrays back. `device` reports what the backend actually got (provider, device), which
 every result carries, so that a CPU fallback can never pass for a GPU run.
@@ -46,9 +50,32 @@ class DeviceReport:
 class Backend(abc.ABC):
     """A model loaded for inference in this process. Use as a context manager or call close()."""
 
+    # --- the backend's facts, which the rest of the library reads instead of its name ---------
+    # The name users pass (--backend); also the name of the backend's folder in engines/backends/.
     name: ClassVar[str]
+    # What a submission's system description calls the framework ("TensorRT").
+    framework: ClassVar[str]
+    # Short token in a submission's system name ("TRT"); None: the name itself.
+    system_token: ClassVar[str | None] = None
     # Suffix of the engine files this backend writes (".onnx", ".plan"); "" for no engine file.
     engine_suffix: ClassVar[str] = ""
+    # False for backends that compute no model: no engine to build, no precision, model file or
+    # threads to choose.
+    runs_model: ClassVar[bool] = True
+    # Runs only on a GPU, never on emulated (CPU) partitions; without a named GPU, its recipe
+    # batch sizes are those of a whole GPU.
+    needs_gpu: ClassVar[bool] = False
+    # Builds with the recipe's workspace limit (EngineSpec.workspace_mib).
+    uses_workspace: ClassVar[bool] = False
+    # "auto" may choose it; "auto" tries backends in listing order, the last one as the fallback.
+    auto_chooses: ClassVar[bool] = False
+    # Place in `mlperf-mig backends` and in the order "auto" tries.
+    listing_order: ClassVar[int] = 100
+
+    @classmethod
+    def framework_text(cls, device: DeviceReport) -> str:
+        """The framework and version a run used, as a submission's system description says it."""
+        return f"{cls.framework} {device.version or ''}".strip()
 
     # --- the class side: what the engine builder calls ----------------------------------------
     @classmethod

@@ -7,7 +7,8 @@ import json
 
 import attrs
 
-from mlperf_mig.engines.spec import BACKEND_NAMES, PRECISIONS, VARIANTS, EngineSpec
+from mlperf_mig.engines.backends import AUTO, backend_class, backend_names
+from mlperf_mig.engines.spec import PRECISIONS, VARIANTS, EngineSpec
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -24,8 +25,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--benchmark", required=True, help="resnet50 or bert")
     build.add_argument(
         "--backend",
-        default="auto",
-        help=f"auto (TensorRT where usable, else ONNX Runtime), {', '.join(BACKEND_NAMES)}",
+        default=AUTO,
+        help=f"auto (TensorRT where usable, else ONNX Runtime), {', '.join(backend_names())}",
     )
     build.add_argument(
         "--precision",
@@ -70,8 +71,8 @@ def _build(args: argparse.Namespace) -> int:
         loadgen_scenario=args.loadgen_scenario,
         cache_dir=args.cache_dir,
     )
-    if spec.backend == "null":
-        print("null backend: nothing to build (it returns zero outputs without a model)")
+    if not backend_class(spec.backend).engine_suffix:
+        print(f"{spec.backend} backend: nothing to build (it has no engine file)")
         return 0
     built = build_engine(spec, args.cache_dir)
     target = spec.gpu or "CPU"
@@ -95,7 +96,7 @@ def _batch_is_inferred(spec: EngineSpec, loadgen_scenario: str) -> bool:
 
     recipe = load_recipe(spec.benchmark, spec.precision)
     if spec.gpu is None:
-        slices = recipe.whole_gpu_slices if spec.backend == "tensorrt" else None
+        slices = recipe.whole_gpu_slices if backend_class(spec.backend).needs_gpu else None
     elif spec.mig_profile is None:
         slices = default_catalog().get(spec.gpu).compute_slices
     else:

@@ -8,10 +8,10 @@ from typing import Any
 
 from mlperf_mig._cli_args import add_settings_option, parse_overrides
 
-_BACKENDS = "onnxruntime, tensorrt, null or auto"
-
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    from mlperf_mig.engines.backends import AUTO, backend_names
+
     parser = subparsers.add_parser(
         "harness",
         help="run one LoadGen test on this machine (one instance, no MIG) and print the result",
@@ -28,7 +28,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="Offline, Server, SingleStream or MultiStream (the MLPerf scenario, not a MIG layout)",
     )
     parser.add_argument(
-        "--backend", default="onnxruntime", help=f"{_BACKENDS} (default onnxruntime)"
+        "--backend",
+        default="onnxruntime",
+        help=f"{', '.join(backend_names())} or {AUTO} (default onnxruntime)",
     )
     parser.add_argument("--preset", default="quick", help="quick or submission (default quick)")
     parser.add_argument("--outdir", required=True, help="folder for the logs and the user.conf")
@@ -59,16 +61,19 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _engine(args: argparse.Namespace) -> Any:
-    if args.backend == "null":
+    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.engines.backends import AUTO, backend_class, backend_names
+
+    if args.backend != AUTO and not backend_class(args.backend).runs_model:
         if args.precision is not None or args.model is not None or args.threads is not None:
             from mlperf_mig.errors import SettingsError
 
+            model_ones = [n for n in backend_names() if backend_class(n).runs_model]
             raise SettingsError(
-                "--backend null runs no model, so --precision, --model and --threads would be "
-                "ignored; drop them or pick --backend onnxruntime, tensorrt or auto"
+                f"--backend {args.backend} runs no model, so --precision, --model and --threads "
+                f"would be ignored; drop them or pick --backend {', '.join(model_ones)} or {AUTO}"
             )
         return None
-    from mlperf_mig.engines import EngineSpec
 
     return EngineSpec.create(
         args.benchmark,

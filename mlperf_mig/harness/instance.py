@@ -111,7 +111,7 @@ class InstanceTask:
 def open_task_backend(task: InstanceTask, benchmark: Benchmark) -> Backend:
     """Open the task's backend in this process (the null backend when there is no engine)."""
     if task.engine is None:
-        from mlperf_mig.engines.null import NullBackend
+        from mlperf_mig.engines.backends.null import NullBackend
 
         return NullBackend(benchmark)
     from mlperf_mig.engines import open_backend
@@ -121,9 +121,11 @@ def open_task_backend(task: InstanceTask, benchmark: Benchmark) -> Backend:
 
 def weights_are_synthetic(task: InstanceTask) -> bool:
     """True unless the engine was built from a model file the user passed."""
-    if task.engine is None or task.engine.backend == "null":
+    if task.engine is None:
         return True
-    return task.engine.model_path is None
+    from mlperf_mig.engines import backend_class
+
+    return not backend_class(task.engine.backend).runs_model or task.engine.model_path is None
 
 
 def batch_size_of(task: InstanceTask) -> int:

@@ -21,7 +21,6 @@ import attrs
 
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import (
-    BackendUnavailableError,
     ModelFileError,
     PrecisionError,
     SettingsError,
@@ -220,7 +219,9 @@ def _engine_requests(
     model_path: str | None, loadgen_scenario: str, cache_dir: str | None,
 ) -> tuple[tuple[EngineRequest, ...], dict[str, str]]:
     """One engine per distinct profile on MIG, one for a shared GPU, one for all CPU partitions."""
-    if backend == "null":
+    from mlperf_mig.engines import backend_class
+
+    if not backend_class(backend).runs_model:
         return (), {slot.name: "null" for slot in target.slots}
     requests: dict[str, EngineRequest] = {}
     engine_of = {}
@@ -377,9 +378,12 @@ def _check_engine_input(*, backend: str, precision: str | None, variant: str, mo
         raise ModelFileError(f"unknown model variant {variant!r}; expected one of {', '.join(VARIANTS)}")
     if model_path is not None and not Path(model_path).is_file():
         raise ModelFileError(f"model file {model_path!r} does not exist; pass the path of an ONNX file")
-    if backend == "null" and (precision is not None or model_path is not None):
+    from mlperf_mig.engines import backend_class
+
+    engine_options = precision is not None or model_path is not None
+    if engine_options and backend != "auto" and not backend_class(backend).runs_model:
         raise SettingsError(
-            "the null backend runs no model, so a precision or model file would be ignored; "
+            f"the {backend} backend runs no model, so a precision or model file would be ignored; "
             "drop --precision/--model or pick --backend onnxruntime, tensorrt or auto"
         )
 
@@ -418,14 +422,6 @@ def _check_run_input(
 
 
 def _backend_for(target: Target, backend: str, resolve: Any) -> str:
-    """The backend name; emulated partitions are CPU partitions, so "auto" means ONNX Runtime."""
-    if backend == "null":
-        return "null"
-    if target.emulated and backend == "auto":
-        return resolve("onnxruntime")
-    if target.emulated and backend == "tensorrt":
-        raise BackendUnavailableError(
-            "emulated partitions run on the CPU, where TensorRT cannot; use --backend "
-            "onnxruntime (or auto), or run on a MIG GPU"
-        )
-    return resolve(backend)
+    """The backend name; emulated partitions are CPU partitions, so "auto" means ONNX Runtime
+    there and a backend that needs a GPU is refused."""
+    return resolve(backend, on_cpu=target.emulated)

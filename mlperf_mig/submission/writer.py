@@ -30,6 +30,7 @@ import attrs
 
 from mlperf_mig import __version__
 from mlperf_mig._io import atomic_write_json, atomic_write_text, ensure_writable_dir
+from mlperf_mig.engines.backends import find_backend
 from mlperf_mig.errors import MlperfMigError, SubmissionError
 from mlperf_mig.registry.catalog import default_catalog
 from mlperf_mig.runner.results import InstanceRun, RunResult, result_error
@@ -55,8 +56,6 @@ log = logging.getLogger(__name__)
 
 BERT_FOLDERS = ("bert-99", "bert-99.9")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_BACKEND_TOKENS = {"tensorrt": "TRT", "onnxruntime": "ORT"}
-_FRAMEWORKS = {"tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime", "null": "null backend"}
 
 
 @attrs.frozen(kw_only=True)
@@ -228,7 +227,8 @@ def system_folder_name(run: RunResult, instance: InstanceRun | None) -> str:
     layout = _token(run.layout)
     kind = "shared" if run.target == "shared" else "MIG"
     partition = layout if instance is None else f"{_token(instance.profile)}_i{instance.index}-of-{layout}"
-    backend = _BACKEND_TOKENS.get(run.backend, _token(run.backend))
+    backend_cls = find_backend(run.backend)
+    backend = (backend_cls and backend_cls.system_token) or _token(run.backend)
     suffix = "_emulated" if run.emulated else ""
     return f"{_token(run.gpu)}-{kind}_{partition}_{backend}{suffix}"
 
@@ -391,10 +391,11 @@ def _loadgen_version(source: ResultSource) -> str:
 def _accelerator(source: ResultSource) -> Accelerator:
     run, instance = source.run, source.instance
     device = source.performance.device
-    version = device.version or ""
-    framework = f"{_FRAMEWORKS.get(run.backend, run.backend)} {version}".strip()
-    if run.backend == "onnxruntime":
-        framework += f" ({device.provider})"
+    backend_cls = find_backend(run.backend)
+    if backend_cls is not None:
+        framework = backend_cls.framework_text(device)
+    else:  # a backend this installation does not have: its name stands for the framework
+        framework = f"{run.backend} {device.version or ''}".strip()
     return Accelerator(
         gpu=run.gpu,
         target=run.target,

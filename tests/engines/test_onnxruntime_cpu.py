@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from mlperf_mig.benchmark import BERT, RESNET50
-from mlperf_mig.engines import EngineSpec, build_engine, onnxruntime_cpu, open_backend
-from mlperf_mig.engines import onnxruntime as ort_backend
+from mlperf_mig.engines import EngineSpec, build_engine, open_backend
+from mlperf_mig.engines.backends.onnxruntime import backend as ort_backend
+from mlperf_mig.engines.backends.onnxruntime import cpu_copy as onnxruntime_cpu
+from mlperf_mig.engines.backends.onnxruntime.backend import session_options
 from mlperf_mig.engines.models import calibration_feeds
-from mlperf_mig.engines.onnxruntime import session_options
 from mlperf_mig.errors import OutputDirError
 
 ort = pytest.importorskip("onnxruntime")

@@ -17,8 +17,7 @@ import pytest
 from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.engines.backend import DeviceReport
 from mlperf_mig.engines.backends import backend_class, backend_info
-from mlperf_mig.engines.spec import EngineSpec
-from mlperf_mig.engines.tensorrt import (
+from mlperf_mig.engines.backends.tensorrt.backend import (
     TENSORRT_PRECISIONS,
     TensorRTBackend,
     availability_reason,
@@ -30,8 +29,9 @@ from mlperf_mig.engines.tensorrt import (
     same_gpu,
     workspace_bytes,
 )
-from mlperf_mig.engines.tensorrt_cuda import DeviceIdentity
-from mlperf_mig.engines.tensorrt_engine_file import EngineHeader
+from mlperf_mig.engines.backends.tensorrt.cuda import DeviceIdentity
+from mlperf_mig.engines.backends.tensorrt.engine_file import EngineHeader
+from mlperf_mig.engines.spec import EngineSpec
 from mlperf_mig.errors import (
     BackendUnavailableError,
     EngineMismatchError,

@@ -16,9 +16,7 @@ import onnx
 import pytest
 
 from mlperf_mig.benchmark import get_benchmark
-from mlperf_mig.engines.models import generated_model
-from mlperf_mig.engines.recipes import load_recipe
-from mlperf_mig.engines.tensorrt_build import (
+from mlperf_mig.engines.backends.tensorrt.build import (
     CapturedLog,
     build_plan,
     capturing_logger,
@@ -31,7 +29,9 @@ from mlperf_mig.engines.tensorrt_build import (
     optimization_profiles,
     severity_name,
 )
-from mlperf_mig.engines.tensorrt_engine_file import ShapeRange
+from mlperf_mig.engines.backends.tensorrt.engine_file import ShapeRange
+from mlperf_mig.engines.models import generated_model
+from mlperf_mig.engines.recipes import load_recipe
 from mlperf_mig.errors import EngineBuildError, ModelFileError
 
 RESNET = {"input_tensor:0": (-1, 3, 224, 224)}
@@ -260,7 +260,7 @@ def test_capturing_logger_is_one_per_process(trt: Any) -> None:
 def test_logger_captures_and_forwards(logger: Any, caplog: pytest.LogCaptureFixture) -> None:
     """A TensorRT message lands in the capture and in Python logging at the matching level."""
     mark = logger.capture.mark()
-    with caplog.at_level(logging.WARNING, logger="mlperf_mig.engines.tensorrt_build"):
+    with caplog.at_level(logging.WARNING, logger="mlperf_mig.engines.backends.tensorrt.build"):
         logger.log(Severity.WARNING, "weights are\nnot aligned")
     assert [(m.severity, m.text) for m in logger.capture.since(mark)] == [
         ("WARNING", "weights are not aligned")

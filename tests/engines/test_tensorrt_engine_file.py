@@ -9,8 +9,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from mlperf_mig.engines.tensorrt_cuda import DeviceIdentity
-from mlperf_mig.engines.tensorrt_engine_file import (
+from mlperf_mig.engines.backends.tensorrt.cuda import DeviceIdentity
+from mlperf_mig.engines.backends.tensorrt.engine_file import (
     FORMAT_VERSION,
     MAGIC,
     EngineHeader,

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from mlperf_mig.benchmark import get_benchmark
+from mlperf_mig.engines.backends.tensorrt.backend import TensorRTBackend
+from mlperf_mig.engines.backends.tensorrt.engine_file import read_engine_file, write_engine_file
 from mlperf_mig.engines.build import build_engine, open_backend
 from mlperf_mig.engines.models import calibration_feeds, generated_model
 from mlperf_mig.engines.spec import EngineSpec
-from mlperf_mig.engines.tensorrt import TensorRTBackend
-from mlperf_mig.engines.tensorrt_engine_file import read_engine_file, write_engine_file
 from mlperf_mig.errors import EngineMismatchError
 
 pytestmark = pytest.mark.gpu

@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 import pytest
 
-from mlperf_mig.engines.tensorrt_cuda import (
+from mlperf_mig.engines.backends.tensorrt.cuda import (
     BufferAllocator,
     CudaStream,
     DeviceIdentity,
@@ -32,8 +32,12 @@ from mlperf_mig.engines.tensorrt_cuda import (
     native_handle,
     split_device_name,
 )
-from mlperf_mig.engines.tensorrt_engine_file import EngineHeader, ShapeRange, write_engine_file
-from mlperf_mig.engines.tensorrt_runner import TensorRTRunner, select_profile
+from mlperf_mig.engines.backends.tensorrt.engine_file import (
+    EngineHeader,
+    ShapeRange,
+    write_engine_file,
+)
+from mlperf_mig.engines.backends.tensorrt.runner import TensorRTRunner, select_profile
 from mlperf_mig.errors import BackendUnavailableError, EngineBuildError, EngineMismatchError
 
 MIG_UUID = "MIG-2f1b7c2e-0d4e-5a7b-9c1d-3e5f7a9b1c2d"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mlperf_mig.benchmark import BERT
-from mlperf_mig.engines.null import NullBackend
+from mlperf_mig.engines.backends.null import NullBackend
 from mlperf_mig.harness import InstanceTask
 from mlperf_mig.harness.calibration import OFFLINE_MARGIN, timed_target
 from mlperf_mig.harness.instance import calibrates

@@ -107,7 +107,7 @@ def _accuracy_task(tmp_path: Path) -> InstanceTask:
 
 
 def _run_with_failing_backend(task: InstanceTask) -> InstanceResult:
-    from mlperf_mig.engines.null import NullBackend
+    from mlperf_mig.engines.backends.null import NullBackend
 
     def fail(self, feeds):
         raise RuntimeError("device lost")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mlperf_mig.benchmark import BERT, RESNET50, Benchmark
-from mlperf_mig.engines.null import NullBackend
+from mlperf_mig.engines.backends.null import NullBackend
 from mlperf_mig.harness.samples import SampleLibrary, SyntheticSource, input_layouts
 from mlperf_mig.harness.sut import (
     BatchingSUT,

@@ -53,7 +53,7 @@ class SleepyBackend:
     """A null backend that serves `rate` samples/s per compute slice of its instance."""
 
     def __init__(self, benchmark: Any, samples_per_s: float) -> None:
-        from mlperf_mig.engines.null import NullBackend
+        from mlperf_mig.engines.backends.null import NullBackend
 
         self._null = NullBackend(benchmark)
         self._seconds_per_sample = 1.0 / samples_per_s

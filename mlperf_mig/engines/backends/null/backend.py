@@ -18,6 +18,9 @@ class NullBackend(Backend):
     """Returns zero-filled outputs shaped like the benchmark's; no model, no device, no engine."""
 
     name = "null"
+    framework = "null backend"
+    runs_model = False
+    listing_order = 30
 
     def __init__(self, benchmark: Benchmark) -> None:
         self._benchmark = benchmark
@@ -37,7 +40,7 @@ class NullBackend(Backend):
 
     @property
     def device(self) -> DeviceReport:
-        return DeviceReport(backend="null", provider="null", device="cpu")
+        return DeviceReport(backend=self.name, provider="null", device="cpu")
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch = len(next(iter(feeds.values())))

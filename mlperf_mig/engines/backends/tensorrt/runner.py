@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from mlperf_mig.engines.tensorrt_build import CapturedLog, capturing_logger, create_runtime
-from mlperf_mig.engines.tensorrt_cuda import (
+from mlperf_mig.engines.backends.tensorrt.build import CapturedLog, capturing_logger, create_runtime
+from mlperf_mig.engines.backends.tensorrt.cuda import (
     BufferAllocator,
     CudaStream,
     DeviceIdentity,
     TensorBuffers,
 )
-from mlperf_mig.engines.tensorrt_engine_file import EngineHeader, Profile, read_engine_file
+from mlperf_mig.engines.backends.tensorrt.engine_file import EngineHeader, Profile, read_engine_file
 from mlperf_mig.errors import BackendUnavailableError, EngineBuildError
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig.engines.tensorrt_engine_file import Profile, ShapeRange
+from mlperf_mig.engines.backends.tensorrt.engine_file import Profile, ShapeRange
 from mlperf_mig.errors import EngineBuildError, ModelFileError
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig.engines.tensorrt_cuda import DeviceIdentity
+from mlperf_mig.engines.backends.tensorrt.cuda import DeviceIdentity
 from mlperf_mig.errors import EngineBuildError, EngineMismatchError
 
 MAGIC = b"MLPERF-MIG-TRT\n"

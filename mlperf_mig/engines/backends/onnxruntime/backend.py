@@ -4,7 +4,7 @@ The "engine" is the graph after ONNX Runtime's offline graph optimisations (fusi
 folding) for the provider it will run on, saved by ONNX Runtime itself; loading it applies only
 the hardware-specific layout passes. On the CPU provider those run once per machine: the result
 is saved next to the engine with its weights in a file that every session maps, so that emulated
-instances share one copy of the weights (engines/onnxruntime_cpu.py). A spec with a `gpu` runs on
+instances share one copy of the weights (cpu_copy.py). A spec with a `gpu` runs on
 the CUDA provider, one without on the CPU provider; the session is checked to have got exactly
 that provider, never a fallback.
 
@@ -33,7 +33,7 @@ import numpy as np
 
 from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport
-from mlperf_mig.engines.onnxruntime_cpu import (
+from mlperf_mig.engines.backends.onnxruntime.cpu_copy import (
     EXTERNAL_MIN_BYTES,
     MODEL_NAME,
     WEIGHTS_NAME,
@@ -147,7 +147,11 @@ class OnnxRuntimeBackend(Backend):
     """An ONNX Runtime session on the provider the spec asks for."""
 
     name = "onnxruntime"
+    framework = "ONNX Runtime"
+    system_token = "ORT"
     engine_suffix = ".onnx"
+    auto_chooses = True
+    listing_order = 20
 
     def __init__(
         self,
@@ -163,6 +167,11 @@ class OnnxRuntimeBackend(Backend):
         self._session: ort.InferenceSession | None = session
         self._threads = threads
         self._output_names = list(self._benchmark.output_names())
+
+    @classmethod
+    def framework_text(cls, device: DeviceReport) -> str:
+        """ONNX Runtime and its version, with the execution provider it ran on."""
+        return f"{super().framework_text(device)} ({device.provider})"
 
     @classmethod
     def availability(cls) -> str | None:

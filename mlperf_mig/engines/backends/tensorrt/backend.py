@@ -23,7 +23,7 @@ import numpy as np
 
 from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport
-from mlperf_mig.engines.tensorrt_build import (
+from mlperf_mig.engines.backends.tensorrt.build import (
     build_plan,
     capturing_logger,
     create_builder,
@@ -32,13 +32,13 @@ from mlperf_mig.engines.tensorrt_build import (
     network_input_shapes,
     optimization_profiles,
 )
-from mlperf_mig.engines.tensorrt_cuda import (
+from mlperf_mig.engines.backends.tensorrt.cuda import (
     DeviceIdentity,
     cuda_device_count_reason,
     import_cuda_runtime,
 )
-from mlperf_mig.engines.tensorrt_engine_file import EngineHeader, write_engine_file
-from mlperf_mig.engines.tensorrt_runner import TensorRTRunner
+from mlperf_mig.engines.backends.tensorrt.engine_file import EngineHeader, write_engine_file
+from mlperf_mig.engines.backends.tensorrt.runner import TensorRTRunner
 from mlperf_mig.errors import (
     BackendUnavailableError,
     EngineMismatchError,
@@ -134,7 +134,13 @@ class TensorRTBackend(Backend):
     """A TensorRT engine loaded in this process, on the CUDA device this process sees."""
 
     name = "tensorrt"
+    framework = "TensorRT"
+    system_token = "TRT"
     engine_suffix = ".plan"
+    needs_gpu = True
+    uses_workspace = True
+    auto_chooses = True
+    listing_order = 10
 
     def __init__(
         self, *, benchmark: Benchmark, runner: TensorRTRunner, device: DeviceReport
