@@ -173,3 +173,46 @@ def test_a_missing_search_path_is_an_error(tmp_path: Path) -> None:
     """A search-path entry that does not exist raises DataFileError saying so."""
     with pytest.raises(DataFileError, match="does not exist"):
         load_catalog([tmp_path / "nowhere"])
+
+
+@pytest.mark.parametrize(
+    ("gpu", "profile", "gib"),
+    [
+        ("H200-SXM5-141GB", "2g.35gb", 32.25),
+        ("H200-SXM5-141GB", "7g.141gb", 139.75),
+        ("A100-SXM4-80GB", "1g.10gb", 9.50),
+        ("A100-PCIE-80GB", "1g.10gb+me", 9.50),
+        ("A100-SXM4-80GB", "3g.40gb", 39.25),
+        ("A100-PCIE-80GB", "4g.40gb", 39.25),
+        ("A100-SXM4-80GB", "7g.80gb", 78.75),
+    ],
+)
+def test_corrected_memory_sizes(catalog: Catalog, gpu: str, profile: str, gib: float) -> None:
+    """The memory sizes corrected from real printouts (issue 12) are in the data."""
+    assert catalog.get(gpu).profile(profile).memory_gib == gib
+
+
+def test_a30_me_placements_are_no_longer_inferred(a30: Gpu) -> None:
+    """2g.12gb+me placements {0,2} size 2 were printed on driver 535.183.01."""
+    profile = a30.profile("2g.12gb+me")
+    assert (profile.placement_starts, profile.placement_size) == ((0, 2), 2)
+    assert "placement_starts" not in profile.inferred_fields
+
+
+def test_gh200_120gb_is_found_by_its_nvml_name(catalog: Catalog) -> None:
+    """'NVIDIA GH200 120GB' shares PCI ID 0x2342 with the GH200 480GB and is the same record."""
+    assert catalog.find("NVIDIA GH200 120GB") is catalog.by_pci_device_id(0x234210DE)
+
+
+def test_b200_second_pci_id_and_printed_encoders(catalog: Catalog) -> None:
+    """B200 is found by PCI ID 0x2909 too, and printed profiles have 0 encoders."""
+    b200 = catalog.by_pci_device_id(0x290910DE)
+    assert b200 is not None and b200.name == "B200-180GB"
+    assert b200.profile("2g.45gb").encoders == 0 and b200.profile("7g.180gb").encoders is None
+
+
+@pytest.mark.parametrize("gpu", ["H100-NVL-94GB", "H200-NVL-141GB", "H200-SXM5-141GB", "B200-180GB", "A30"])
+def test_confirmed_ids_and_names_are_not_inferred(catalog: Catalog, gpu: str) -> None:
+    """PCI IDs and NVML names confirmed by printouts are no longer marked inferred."""
+    inferred = catalog.get(gpu).inferred_fields
+    assert "pci_device_ids" not in inferred and "nvml_names" not in inferred
