@@ -4,6 +4,13 @@ A GPU instance occupies the memory slices [start, start + size) of one of its pr
 placements; instances may not overlap, counts stay within each profile's maximum and compute
 slices within the GPU's. The search is exhaustive (layouts have at most a handful of instances),
 so "no placement" is a proof, not a heuristic's failure.
+
+Media engines (inferred rule): they are not shared between instances, so over a layout's
+instances the JPEG decoders, OFAs and video decoders add up to at most the whole GPU's count,
+taken as its largest profile's (an engine whose count the data lacks is not checked). On the A30,
+which has one JPEG decoder and one OFA, this allows one `+me` instance. The MIG guide does not
+state the rule as such; it is inferred from its engine counts, and no layout NVIDIA documents as
+valid (the study's eight, the mig-parted default configs) breaks it (tests/registry/test_solver.py).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ def solve_placements(layout: Layout) -> tuple[Placement, ...]:
     """
     _check_counts(layout)
     _check_compute(layout)
+    _check_media_engines(layout)
     result = _search(layout.profiles)
     if result.placements is None:
         raise LayoutError(_no_window_message(layout, result))
@@ -53,6 +61,38 @@ def _check_compute(layout: Layout) -> None:
         raise LayoutError(
             f"layout {layout} needs {layout.compute_slices} compute slices but "
             f"{layout.gpu.name} has {layout.gpu.compute_slices}; drop or shrink an instance"
+        )
+
+
+MEDIA_ENGINES = (("jpeg_decoders", "JPEG decoders"), ("ofa", "OFAs"), ("decoders", "video decoders"))
+
+
+def _whole_gpu_profile(gpu: Gpu) -> Profile:
+    return max(gpu.profiles, key=lambda p: (p.compute_slices, p.memory_slices, p.media_extensions))
+
+
+def media_engine_excess(layout: Layout) -> tuple[str, int, int] | None:
+    """The first media engine the layout's instances need more of than the GPU has:
+    (engine words, needed, available); None when they fit (inferred rule, module docstring)."""
+    whole = _whole_gpu_profile(layout.gpu)
+    for field, words in MEDIA_ENGINES:
+        available = getattr(whole, field)
+        counts = [getattr(p, field) for p in layout.profiles]
+        if available is None or any(c is None for c in counts):
+            continue
+        if sum(counts) > available:
+            return words, sum(counts), available
+    return None
+
+
+def _check_media_engines(layout: Layout) -> None:
+    excess = media_engine_excess(layout)
+    if excess is not None:
+        words, needed, available = excess
+        raise LayoutError(
+            f"layout {layout} needs {needed} {words} but {layout.gpu.name} has {available} "
+            "(media engines are not shared between instances; an inferred rule): use fewer "
+            "instances with media engines, such as one +me profile"
         )
 
 
@@ -102,7 +142,8 @@ def _search(profiles: Sequence[Profile]) -> _Search:
 def valid_layouts(gpu: Gpu) -> tuple[Layout, ...]:
     """Every non-empty multiset of `gpu`'s profiles that can be placed, most compute first."""
     layouts = [
-        layout for layout in _candidate_layouts(gpu) if _search(layout.profiles).placements
+        layout for layout in _candidate_layouts(gpu)
+        if media_engine_excess(layout) is None and _search(layout.profiles).placements
     ]
     return tuple(sorted(layouts, key=_listing_key))
 
