@@ -138,7 +138,8 @@ class FakeTensorRT:
     """A stand-in for the tensorrt module with what the build steps touch (hashable, like a module)."""
 
     ILogger = FakeILogger
-    NetworkDefinitionCreationFlag = SimpleNamespace(STRONGLY_TYPED=0)
+    # TensorRT 10's value: EXPLICIT_BATCH (deprecated) is 0, STRONGLY_TYPED is 1
+    NetworkDefinitionCreationFlag = SimpleNamespace(STRONGLY_TYPED=1)
     MemoryPoolType = SimpleNamespace(WORKSPACE="WORKSPACE")
     OnnxParser = FakeParser
 
@@ -353,8 +354,8 @@ def test_builder_is_made_with_the_capturing_logger(logger: Any) -> None:
 
 # --- network, config, build -----------------------------------------------------------------
 def test_tensorrt_10_asks_for_a_strongly_typed_network() -> None:
-    """TensorRT 10 needs the STRONGLY_TYPED creation flag."""
-    assert network_flags(fake_trt("10.13.3.9")) == 1
+    """TensorRT 10 needs the STRONGLY_TYPED creation flag: bit 1 << STRONGLY_TYPED (= 1)."""
+    assert network_flags(fake_trt("10.13.3.9")) == 2
 
 
 def test_tensorrt_11_networks_need_no_flag() -> None:
@@ -367,7 +368,7 @@ def test_create_network_parses_the_file(trt: Any, logger: Any, onnx_file: Path) 
     builder = FakeBuilder(logger)
     _network, parser = create_network(trt, builder, onnx_file, logger)
     assert isinstance(parser, FakeParser)
-    assert builder.network_flags == 1
+    assert builder.network_flags == 2
 
 
 def test_missing_onnx_file_is_a_model_error(trt: Any, logger: Any, tmp_path: Path) -> None:

@@ -212,12 +212,18 @@ class FakeContext:
 
     def set_optimization_profile_async(self, index: int, stream_handle: int) -> bool:
         assert isinstance(stream_handle, int)
+        if self.engine.trt.fail_profile_switch:
+            self.engine.trt.logger.log(Severity.ERROR, "profile switch while enqueue is pending")
+            return False
         self.profile = index
         self.profile_switches += 1
         return True
 
     def set_input_shape(self, name: str, shape: tuple[int, ...]) -> bool:
         assert self.profile is not None
+        if self.engine.trt.fail_input_shape:
+            self.engine.trt.logger.log(Severity.ERROR, f"{name}: dimensions not in profile")
+            return False
         if not self.engine.profiles[self.profile][name].contains(tuple(shape)):
             return False
         self.shapes[name] = tuple(shape)
@@ -311,6 +317,8 @@ class FakeTensorRT:
         self.cudart = cudart  # the engine's kernels run on its streams
         self.engine_profiles = (_profile(2), _profile(8))
         self.fail_execute = False
+        self.fail_profile_switch = False
+        self.fail_input_shape = False
         self.runtimes_created = 0
         self.context: FakeContext | None = None
         self.logger: Any = None
@@ -631,6 +639,22 @@ def test_execute_failure_raises_with_the_log(runner: TensorRTRunner, trt: FakeTe
     """execute_async_v3 returning False raises with what TensorRT logged."""
     trt.fail_execute = True
     with pytest.raises(BackendUnavailableError, match="illegal memory access"):
+        runner.run({"x": np.ones((2, 4), np.float32)})
+
+
+def test_profile_switch_failure_raises_with_the_log(
+    runner: TensorRTRunner, trt: FakeTensorRT
+) -> None:
+    """set_optimization_profile_async returning False raises with what TensorRT logged."""
+    trt.fail_profile_switch = True
+    with pytest.raises(BackendUnavailableError, match=r"profile 1; TensorRT log: .*enqueue is pending"):
+        runner.run({"x": np.ones((6, 4), np.float32)})
+
+
+def test_rejected_input_shape_raises_with_the_log(runner: TensorRTRunner, trt: FakeTensorRT) -> None:
+    """set_input_shape returning False raises with the shape, the input and TensorRT's log."""
+    trt.fail_input_shape = True
+    with pytest.raises(ValueError, match=r"shape \[2, 4\] for input 'x'.*not in profile"):
         runner.run({"x": np.ones((2, 4), np.float32)})
 
 

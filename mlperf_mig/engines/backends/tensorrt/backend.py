@@ -68,7 +68,7 @@ def availability_reason(import_module: ImportModule = importlib.import_module) -
         cudart = import_cuda_runtime(import_module)
     except (ImportError, OSError) as exc:
         return (
-            f"cuda-python not installed (cuda.bindings.runtime, from cuda-python 12.6.1 on: "
+            f"cuda-python not installed (cuda.bindings.runtime, from cuda-python 12.6.2 on: "
             f"{exc}); {_INSTALL_HINT}"
         )
     try:

@@ -128,8 +128,12 @@ class TensorRTRunner:
         if profile != self._profile:
             self._activate_profile(profile)
         for name in self.input_names:
+            mark = self._capture.mark()
             if not self._context.set_input_shape(name, shapes[name]):
-                raise ValueError(f"TensorRT rejected shape {list(shapes[name])} for input {name!r}")
+                raise ValueError(
+                    f"TensorRT rejected shape {list(shapes[name])} for input {name!r} of "
+                    f"optimization profile {profile}; TensorRT log: {self._capture.summary(mark)}"
+                )
             self._allocator.copy_to_device(self._buffers[name], feeds[name], self._stream)
         out_shapes = {
             name: tuple(int(d) for d in self._context.get_tensor_shape(name))
@@ -150,7 +154,12 @@ class TensorRTRunner:
 
     def _activate_profile(self, index: int) -> None:
         """Switch the context to profile `index` and bind every tensor to its buffer."""
-        self._context.set_optimization_profile_async(index, self._stream.handle)
+        mark = self._capture.mark()
+        if not self._context.set_optimization_profile_async(index, self._stream.handle):
+            raise BackendUnavailableError(
+                f"TensorRT could not switch the execution context to optimization profile "
+                f"{index}; TensorRT log: {self._capture.summary(mark)}"
+            )
         self._stream.synchronize()
         for name, buffers in self._buffers.items():
             if not self._context.set_tensor_address(name, buffers.device.ptr):
