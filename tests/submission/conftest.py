@@ -34,11 +34,11 @@ HOST = {
 }
 
 
-def run_loadgen(folders: list[Path]) -> None:
+def run_loadgen(folders: list[Path], scenario: str = "Offline") -> None:
     """Performance and accuracy LoadGen runs for every folder, in parallel processes."""
     processes = [
         subprocess.Popen(
-            [sys.executable, str(LOADGEN_RUN), str(folder), mode],
+            [sys.executable, str(LOADGEN_RUN), str(folder), mode, scenario],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -49,7 +49,9 @@ def run_loadgen(folders: list[Path]) -> None:
     assert codes == [0] * len(codes), f"LoadGen helper failed: {codes}"
 
 
-def instance_result(folder: Path, mode: str, *, synthetic: bool) -> InstanceResult:
+def instance_result(
+    folder: Path, mode: str, *, synthetic: bool, scenario: str = "Offline"
+) -> InstanceResult:
     report = None
     if mode == "accuracy":
         report = AccuracyReport(
@@ -63,7 +65,7 @@ def instance_result(folder: Path, mode: str, *, synthetic: bool) -> InstanceResu
         )
     return InstanceResult(
         benchmark="resnet50",
-        loadgen_scenario="Offline",
+        loadgen_scenario=scenario,
         mode=mode,
         valid=False,
         validity="INVALID" if mode == "performance" else "",
@@ -87,11 +89,26 @@ def instance_result(folder: Path, mode: str, *, synthetic: bool) -> InstanceResu
     )
 
 
-def make_run(outdir: Path, mode: str, *, synthetic: bool = True, target: str = "emulated") -> Path:
-    """A complete run folder of the two-instance layout in `mode`."""
+def make_run(
+    outdir: Path,
+    mode: str,
+    *,
+    synthetic: bool = True,
+    target: str = "emulated",
+    scenario: str = "Offline",
+) -> Path:
+    """A complete run folder of the two-instance layout in `mode`, in LoadGen `scenario`."""
     names = ["layout"] if mode == "unified" else [f"i{i}-{p}" for i, p in enumerate(PROFILES)]
-    run_loadgen([outdir / n for n in names])
-    results = {n: {m: instance_result(outdir / n, m, synthetic=synthetic) for m in ("performance", "accuracy")} for n in names}
+    run_loadgen([outdir / n for n in names], scenario)
+    if scenario != "Offline":
+        drop_early_end(outdir)
+    results = {
+        n: {
+            m: instance_result(outdir / n, m, synthetic=synthetic, scenario=scenario)
+            for m in ("performance", "accuracy")
+        }
+        for n in names
+    }
     instances = [
         InstanceRun(
             name=f"i{i}-{profile}",
@@ -115,7 +132,7 @@ def make_run(outdir: Path, mode: str, *, synthetic: bool = True, target: str = "
         target=target,
         mode=mode,
         benchmark="resnet50",
-        loadgen_scenario="Offline",
+        loadgen_scenario=scenario,
         backend="onnxruntime",
         device="cpu",
         precision="fp32",
@@ -164,6 +181,20 @@ def fixture_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {mode: runner_run(base / mode, mode) for mode in ("independent", "unified")}
 
 
+EARLY_END = "Ending early: Max test duration reached"
+
+
+def drop_early_end(run: Path) -> None:
+    """Stand in for a 600 s run: a run cut short by max_duration ends with LoadGen's 'Ending
+    early' error record, which a full run does not have; every other record is LoadGen's own.
+    (Accuracy runs issue every sample once and end on their own.)"""
+    for detail in run.glob("*/performance/mlperf_log_detail.txt"):
+        lines = detail.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if EARLY_END not in line]
+        assert len(kept) == len(lines) - 1, f"{detail}: expected one early-end record"
+        detail.write_text("".join(kept))
+
+
 def mark_valid(run: Path) -> None:
     """Stand in for a 10-minute run: a VALID result needs the full 600 s of LoadGen time."""
     for detail in run.glob("*/performance/mlperf_log_detail.txt"):
@@ -189,6 +220,21 @@ def fix_host(patch: pytest.MonkeyPatch) -> None:
 def fixture_fixed_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test sees the fixed host of HOST and no GPU."""
     fix_host(monkeypatch)
+
+
+@pytest.fixture(name="scenario_trees", scope="session")
+def fixture_scenario_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Open-division trees of unified runs in Server, SingleStream and MultiStream, with genuine
+    LoadGen logs; tests copy them before changing them."""
+    base = tmp_path_factory.mktemp("scenario-trees")
+    trees = {}
+    with pytest.MonkeyPatch.context() as patch:
+        fix_host(patch)
+        for scenario in ("Server", "SingleStream", "MultiStream"):
+            run = make_run(base / scenario / "run", "unified", scenario=scenario)
+            trees[scenario] = base / scenario / "tree"
+            write_submission([run], division="open", submitter="Acme", outdir=trees[scenario])
+    return trees
 
 
 @pytest.fixture(name="good_tree", scope="session")
