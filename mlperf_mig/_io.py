@@ -1,10 +1,18 @@
-"""Small file-system helpers shared by every pillar: atomic writes and writable output folders."""
+"""Small file-system helpers shared by every pillar: atomic writes, writable and claimed folders.
+
+A write that fails (a full disk, a read-only file system) raises OutputDirError naming the path
+and the free space left, and leaves the file that was there before untouched.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +34,53 @@ def ensure_writable_dir(path: str | os.PathLike[str]) -> Path:
     return folder
 
 
+LOCK_FILE = ".mlperf-mig.lock"
+
+
+def free_space(path: str | os.PathLike[str]) -> str:
+    """The free space of the file system holding `path` (or its nearest existing parent)."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return "unknown free space"
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if free < 1024 or unit == "GiB":
+            return f"{free:.0f} {unit} free" if unit == "bytes" else f"{free:.1f} {unit} free"
+        free /= 1024
+    return f"{free:.1f} TiB free"
+
+
+def write_failed(path: str | os.PathLike[str], exc: OSError) -> OutputDirError:
+    """One line for a write that failed: the path, the reason and the free space left."""
+    return OutputDirError(
+        f"cannot write {str(path)!r}: {exc.strerror or exc} ({free_space(path)}); what was "
+        "already written is kept; free some space or pass an output folder on another disk"
+    )
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write `data` to `path` so that readers see either the old file or the whole new one."""
+    """Write `data` to `path` so that readers see either the old file or the whole new one.
+
+    A failed write (full disk) raises OutputDirError and leaves the old file as it was.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise write_failed(target, exc) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise write_failed(target, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -51,3 +95,50 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Atomic write of `obj` as indented JSON with a trailing newline."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+@contextlib.contextmanager
+def claim_folder(
+    path: str | os.PathLike[str], *, refuse: str | None = None, what: str = "a run"
+) -> Iterator[Path]:
+    """Create `path` if needed and hold it for the duration of the block.
+
+    The claim is an exclusive lock on `path/.mlperf-mig.lock` (released by the kernel when the
+    process ends, however it ends), so a second claim, from this process or another, is refused
+    with one line. A folder that already holds `refuse` (the file a finished run leaves) is
+    refused too, checked again once the lock is held.
+    """
+    folder = Path(path)
+    _refuse_existing(folder, refuse, what)
+    folder = ensure_writable_dir(folder)
+    lock = folder / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise write_failed(lock, exc) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip() or "unknown"
+            raise OutputDirError(
+                f"{str(folder)!r} is in use by another mlperf-mig run (pid {holder}); wait for it "
+                "to finish or pass another output folder"
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as exc:
+            raise write_failed(lock, exc) from None
+        _refuse_existing(folder, refuse, what)
+        yield folder
+    finally:
+        os.close(fd)
+
+
+def _refuse_existing(folder: Path, name: str | None, what: str) -> None:
+    if name is not None and (folder / name).exists():
+        raise OutputDirError(
+            f"{str(folder)!r} already holds {what} ({name}) that this one would overwrite; pass a "
+            "new output folder, or move that one away first"
+        )

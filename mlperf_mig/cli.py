@@ -8,8 +8,11 @@ into one line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -58,13 +61,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a full device fails here, not silently at exit
+        return code
     except MlperfMigError as exc:
         print(f"mlperf-mig: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("mlperf-mig: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"mlperf-mig: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # drop what cannot be written
+        print(f"mlperf-mig: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

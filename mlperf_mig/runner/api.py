@@ -1,19 +1,99 @@
 """The notebook API: `run`, `plan`, `sweep` and `aggregate` (exported as `mlperf_mig.*`).
 
-`plan` is plan.make_plan: the same arguments as `run`, resolved without running anything.
+`run`, `plan` and `sweep` list every option with its type (for help() and tab completion) and
+build one `RunOptions` record from them, which checks every option once.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
-from pathlib import Path
-from typing import Any, TextIO
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
+import attrs
+
+from mlperf_mig._io import claim_folder
 from mlperf_mig.errors import OutputDirError, SettingsError
+from mlperf_mig.runner.options import RunOptions, check_output_path, check_progress
 from mlperf_mig.runner.placement import ScenarioSpec
-from mlperf_mig.runner.plan import make_plan as plan
+from mlperf_mig.runner.plan import RunPlan, make_plan
 from mlperf_mig.runner.results import RESULTS_FILE, RunResult
+from mlperf_mig.runner.supervisor import stop_signals
+
+if TYPE_CHECKING:
+    from mlperf_mig.runner.sweep import SweepResult
+
+PathArg = str | os.PathLike[str]
+
+_OPTIONS_DOC = """
+    scenario:         the seed study's MIG layout 1-8, a layout string ("3x2g.20gb+1g.10gb"), a
+                      list of profile names, or a system ID. Not the LoadGen scenario:
+    loadgen_scenario: Offline, Server, SingleStream or MultiStream.
+    benchmark:        "resnet50" or "bert".
+    backend:          "auto" (TensorRT with a GPU, else ONNX Runtime), "tensorrt", "onnxruntime",
+                      "null" (no model: measures the harness).
+    preset:           "quick" (short, measured targets) or "submission" (official rules).
+    mode:             "independent" (one LoadGen per instance; the sum is an engineering metric)
+                      or "unified" (one LoadGen dispatching to all instances).
+    gpu:              GPU to emulate without a GPU (default A100-SXM4-80GB), or which live GPU.
+    outdir:           run folder (default: a new timestamped folder in the current directory).
+    variant:          "full" or "tiny" model graphs.
+    precision:        "fp32", "fp16" or "int8" (default: the backend's).
+    shared:           time-share a GPU without MIG between the instances (labelled shared).
+    emulate:          emulate the partitions on the CPU even with a GPU.
+    accuracy:         run the accuracy test after the performance test.
+    settings:         LoadGen settings in user.conf keys and units, {"min_duration": 5000}.
+    user_conf:        a user.conf file with LoadGen settings.
+    dataset, vocab:   ImageNet val folder or SQuAD dev json (and BERT's vocab.txt); default synthetic.
+    sample_count:     use the first N samples of the dataset.
+    batch_size:       batch size of every instance (default: the engine recipe's).
+    model_path:       an ONNX model file instead of the generated graph.
+    cache_dir:        model and engine cache folder.
+    timeout_s:        seconds one LoadGen test may take before its worker counts as hung.
+    worker_target:    "module:function" run in each worker instead of the harness (tests).
+    nvml_source:      a recorded NVML state instead of this machine's GPUs (tests).
+    cpus:             CPUs the emulated partitions share (default: those of this process).
+    cluster:          the Ray cluster to run the instances on (None: this host)."""
+
+
+def _options(values: Mapping[str, Any]) -> RunOptions:
+    """The RunOptions of a call's keyword arguments (those that are run options)."""
+    return RunOptions(**{f.name: values[f.name] for f in attrs.fields(RunOptions) if f.name in values})
+
+
+def plan(
+    scenario: ScenarioSpec = 7,
+    benchmark: str = "resnet50",
+    loadgen_scenario: str = "Offline",
+    backend: str = "auto",
+    preset: str = "quick",
+    mode: str = "independent",
+    gpu: str | None = None,
+    outdir: PathArg | None = None,
+    *,
+    variant: str = "full",
+    precision: str | None = None,
+    shared: bool = False,
+    emulate: bool = False,
+    accuracy: bool = True,
+    settings: Mapping[str, float] | None = None,
+    user_conf: PathArg | None = None,
+    dataset: PathArg | None = None,
+    vocab: PathArg | None = None,
+    sample_count: int | None = None,
+    batch_size: int | None = None,
+    model_path: PathArg | None = None,
+    cache_dir: PathArg | None = None,
+    timeout_s: float | None = None,
+    worker_target: str | None = None,
+    nvml_source: Any = None,
+    cpus: Sequence[int] | None = None,
+    cluster: str | None = None,
+) -> RunPlan:
+    """What `run` would do with the same arguments: instances, profiles, devices, engines,
+    settings and the output folder. Starts nothing and writes nothing.
+    """
+    return make_plan(_options(locals()))
 
 
 def run(
@@ -24,91 +104,145 @@ def run(
     preset: str = "quick",
     mode: str = "independent",
     gpu: str | None = None,
-    outdir: str | os.PathLike[str] | None = None,
+    outdir: PathArg | None = None,
     *,
+    variant: str = "full",
+    precision: str | None = None,
+    shared: bool = False,
+    emulate: bool = False,
+    accuracy: bool = True,
+    settings: Mapping[str, float] | None = None,
+    user_conf: PathArg | None = None,
+    dataset: PathArg | None = None,
+    vocab: PathArg | None = None,
+    sample_count: int | None = None,
+    batch_size: int | None = None,
+    model_path: PathArg | None = None,
+    cache_dir: PathArg | None = None,
+    timeout_s: float | None = None,
+    worker_target: str | None = None,
+    nvml_source: Any = None,
+    cpus: Sequence[int] | None = None,
+    cluster: str | None = None,
     progress: bool | TextIO = True,
-    baseline: RunResult | str | os.PathLike[str] | None = None,
-    **options: Any,
+    baseline: RunResult | PathArg | None = None,
 ) -> RunResult:
     """Run MLPerf `benchmark` on every instance of a MIG layout at once and return the RunResult.
 
     Works from notebooks; the workers are spawned processes, so a plain script must call it
-    under `if __name__ == "__main__":` (Python's rule for the 'spawn' start method).
+    under `if __name__ == "__main__":` (Python's rule for the 'spawn' start method). Ctrl-C,
+    SIGTERM and SIGHUP stop the workers, write what finished and raise KeyboardInterrupt.
 
-    scenario:         the seed study's MIG layout 1-8, a layout string ("3x2g.20gb+1g.10gb"), a
-                      list of profile names, or a system ID. Not the LoadGen scenario:
-    loadgen_scenario: Offline, Server, SingleStream or MultiStream.
-    backend:          "auto" (TensorRT with a GPU, else ONNX Runtime), "tensorrt", "onnxruntime",
-                      "null" (no model: measures the harness).
-    preset:           "quick" (short, measured targets) or "submission" (official rules).
-    mode:             "independent" (one LoadGen per instance; the sum is an engineering metric)
-                      or "unified" (one LoadGen dispatching to all instances).
-    gpu:              GPU to emulate without a GPU (default A100-SXM4-80GB), or which live GPU.
-    outdir:           run folder (default: a new timestamped folder in the current directory).
     progress:         live per-instance progress on stderr (or on the given stream).
     baseline:         a scenario-1 RunResult or its folder; by default one is looked for next to
                       `outdir`.
-    options:          variant ("full"/"tiny"), precision, shared (time-share a GPU without MIG),
-                      emulate (CPU partitions even with a GPU), accuracy (run the accuracy test
-                      too, default True), settings ({user.conf key: value}), user_conf, dataset,
-                      vocab, sample_count, batch_size, model_path, cache_dir, timeout_s (per LoadGen test),
-                      worker_target ("module:function", for tests), nvml_source, cpus.
     """
     from mlperf_mig.runner.execute import execute
 
-    the_plan = plan(
-        scenario, benchmark, loadgen_scenario, backend, preset, mode, gpu, outdir, **options
-    )
-    if (Path(the_plan.outdir) / RESULTS_FILE).exists():
-        raise OutputDirError(
-            f"{the_plan.outdir!r} already holds a run (results.json) that this one would overwrite; "
-            "pass a new --outdir, or move that run away first"
+    check_progress(progress)
+    the_plan = make_plan(_options(locals()))
+    base = check_baseline(baseline, the_plan)
+    with stop_signals(), claim_folder(the_plan.outdir, refuse=RESULTS_FILE, what="a run"):
+        return execute(the_plan, progress=progress, baseline=base)
+
+
+def check_baseline(baseline: object, the_plan: RunPlan) -> RunResult | None:
+    """The baseline run, read and compared with the plan before anything runs."""
+    if baseline is None:
+        return None
+    if isinstance(baseline, (str, os.PathLike)):
+        baseline = RunResult.load(baseline)
+    if not isinstance(baseline, RunResult):
+        raise SettingsError(
+            f"baseline must be a RunResult, a run folder or None, got {type(baseline).__name__}"
         )
-    return execute(the_plan, progress=progress, baseline=baseline)
+    if (baseline.benchmark, baseline.loadgen_scenario) != (the_plan.benchmark, the_plan.loadgen_scenario):
+        raise SettingsError(
+            f"baseline is {baseline.benchmark} {baseline.loadgen_scenario} but this run is "
+            f"{the_plan.benchmark} {the_plan.loadgen_scenario} (LoadGen scenario); pass a baseline "
+            "of the same"
+        )
+    return baseline
 
 
 def sweep(
     scenarios: Iterable[ScenarioSpec] = range(1, 9),
     benchmark: str = "resnet50",
     loadgen_scenario: str = "Offline",
-    outdir: str | os.PathLike[str] | None = None,
+    outdir: PathArg | None = None,
     *,
+    backend: str = "auto",
+    preset: str = "quick",
+    mode: str = "independent",
+    gpu: str | None = None,
+    variant: str = "full",
+    precision: str | None = None,
+    shared: bool = False,
+    emulate: bool = False,
+    accuracy: bool = True,
+    settings: Mapping[str, float] | None = None,
+    user_conf: PathArg | None = None,
+    dataset: PathArg | None = None,
+    vocab: PathArg | None = None,
+    sample_count: int | None = None,
+    batch_size: int | None = None,
+    model_path: PathArg | None = None,
+    cache_dir: PathArg | None = None,
+    timeout_s: float | None = None,
+    worker_target: str | None = None,
+    nvml_source: Any = None,
+    cpus: Sequence[int] | None = None,
+    cluster: str | None = None,
     resume: bool = True,
     chart: bool = True,
     progress: bool | TextIO = True,
-    **options: Any,
-) -> Any:
+) -> SweepResult:
     """Run every layout of `scenarios` and return a SweepResult with the table and the chart.
 
     Each layout runs in `<outdir>/scenario-<n>/` (or `layout-<spec>/`); with `resume` a layout
-    whose results.json is there with the same settings is not run again. The other arguments are
-    those of `run`.
+    whose results.json is there with the same settings is not run again. Every layout is
+    resolved, and duplicates refused, before the first one runs. The other arguments are those
+    of `run`.
     """
     from mlperf_mig.runner.sweep import run_sweep
 
-    return run_sweep(
-        scenarios,
-        benchmark=benchmark,
-        loadgen_scenario=loadgen_scenario,
-        outdir=outdir,
-        resume=resume,
-        chart=chart,
-        progress=progress,
-        **options,
-    )
+    values = {k: v for k, v in locals().items() if k not in ("scenarios", "outdir")}
+    for name in ("resume", "chart"):
+        if not isinstance(values[name], bool):
+            raise SettingsError(f"{name} must be True or False, got {type(values[name]).__name__} {values[name]!r}")
+    check_progress(progress)
+    if outdir is not None:
+        if not isinstance(outdir, (str, os.PathLike)):
+            raise SettingsError(f"outdir must be a path (str or os.PathLike) or None, got {outdir!r}")
+        check_output_path("outdir", os.fspath(outdir))
+    with stop_signals():
+        return run_sweep(
+            scenarios, _options(values), outdir=outdir, resume=resume, chart=chart, progress=progress
+        )
 
 
-def aggregate(
-    folders: Sequence[str | os.PathLike[str]], outdir: str | os.PathLike[str] | None = None
-) -> RunResult:
+def aggregate(folders: Sequence[PathArg], outdir: PathArg | None = None) -> RunResult:
     """Combine run folders from several hosts (one instance per VM, as in the seed study) into
-    one RunResult; written to `outdir`/results.json when given."""
+    one RunResult; written to `outdir`/results.json when given. An `outdir` that already holds a
+    run is refused, as `run` does."""
+    from pathlib import Path
+
     from mlperf_mig.runner.combine import combine_runs
 
-    if outdir is not None and any(Path(outdir).resolve() == Path(f).resolve() for f in folders):
+    if outdir is None:
+        return combine_runs([RunResult.load(f) for f in folders])
+    check_output_path("aggregate --outdir", os.fspath(outdir))
+    if any(Path(outdir).resolve() == Path(f).resolve() for f in folders):
         raise SettingsError(
             f"aggregate --outdir {str(outdir)!r} is one of the run folders; its results.json would "
             "be overwritten; pass a new folder"
         )
-    return combine_runs([RunResult.load(f) for f in folders], outdir=outdir)
+    runs = [RunResult.load(f) for f in folders]
+    with claim_folder(outdir, refuse=RESULTS_FILE, what="a run"):
+        return combine_runs(runs, outdir=outdir)
 
+
+for _function in (plan, run):
+    _function.__doc__ = (_function.__doc__ or "") + _OPTIONS_DOC + "\n"
+
+__all__ = ["OutputDirError", "aggregate", "plan", "run", "sweep"]

@@ -18,6 +18,7 @@ from mlperf_mig.errors import NameParseError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+STUDY_LAYOUTS = 8
 
 
 def _scenario(text: str) -> int | str:
@@ -27,7 +28,7 @@ def _scenario(text: str) -> int | str:
 
 
 def _scenarios(values: list[str]) -> list[int | str]:
-    """'1-8', '1,3,7' and layout strings, in order."""
+    """'1-8', '1,3,7' and layout strings, in order; a range covers study layouts 1-8 only."""
     result: list[int | str] = []
     for value in values:
         for part in value.split(","):
@@ -37,6 +38,11 @@ def _scenarios(values: list[str]) -> list[int | str]:
                     raise NameParseError(
                         f"--scenarios range {part!r} runs backwards; write it low to high, e.g. "
                         f"{high}-{low}"
+                    )
+                if not 1 <= int(low) <= int(high) <= STUDY_LAYOUTS:
+                    raise NameParseError(
+                        f"--scenarios range {part!r} goes beyond the study's MIG layouts "
+                        f"1-{STUDY_LAYOUTS}; pass a range within 1-{STUDY_LAYOUTS}, or layout strings"
                     )
                 result.extend(range(int(low), int(high) + 1))
             elif part:

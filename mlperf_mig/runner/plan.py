@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,13 @@ from mlperf_mig.errors import (
     PrecisionError,
     SettingsError,
 )
-from mlperf_mig.runner.placement import InstanceSlot, ScenarioSpec, Target, choose_target
+from mlperf_mig.runner.options import RunOptions
+from mlperf_mig.runner.placement import InstanceSlot, Target, choose_target
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
 
 log = logging.getLogger(__name__)
 
-MODES = ("independent", "unified")
 READY_TIMEOUT_S = 900.0
 
 
@@ -259,112 +259,97 @@ def expected_seconds(benchmark: str, loadgen_scenario: str, preset: str, overrid
     return expected_test_seconds(get_benchmark(benchmark), loadgen_scenario, preset, overrides)
 
 
-def make_plan(
-    scenario: ScenarioSpec = 7,
-    benchmark: str = "resnet50",
-    loadgen_scenario: str = "Offline",
-    backend: str = "auto",
-    preset: str = "quick",
-    mode: str = "independent",
-    gpu: str | None = None,
-    outdir: str | os.PathLike[str] | None = None,
-    *,
-    variant: str = "full",
-    precision: str | None = None,
-    shared: bool = False,
-    emulate: bool = False,
-    accuracy: bool = True,
-    settings: Mapping[str, float] | None = None,
-    user_conf: str | os.PathLike[str] | None = None,
-    dataset: str | os.PathLike[str] | None = None,
-    vocab: str | os.PathLike[str] | None = None,
-    sample_count: int | None = None,
-    batch_size: int | None = None,
-    model_path: str | os.PathLike[str] | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    timeout_s: float | None = None,
-    worker_target: str | None = None,
-    nvml_source: Any = None,
-    cpus: Sequence[int] | None = None,
-) -> RunPlan:
-    """What `mlperf_mig.run` would do with the same arguments: instances, profiles, devices,
-    engines, settings and the output folder. Starts nothing and writes nothing; bad settings,
-    counts and dataset paths are refused here, before any worker starts."""
+def make_plan(options: RunOptions) -> RunPlan:
+    """What `mlperf_mig.run` would do with `options`: instances, profiles, devices, engines,
+    settings and the output folder. Starts nothing and writes nothing; what the options record
+    cannot check alone (layouts on the GPU, files, CPUs, settings per profile) is refused here,
+    before any worker starts."""
     from mlperf_mig import registry
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.engines import resolve_backend
     from mlperf_mig.harness.settings import PRESETS, normalize_loadgen_scenario
 
-    bench = get_benchmark(benchmark).name
-    lg_scenario = normalize_loadgen_scenario(loadgen_scenario)
-    if mode not in MODES:
-        raise SettingsError(
-            f"mode {mode!r} is not one of {', '.join(MODES)} (independent: one LoadGen per "
-            "instance, summed; unified: one LoadGen for the whole layout)"
-        )
-    if preset not in PRESETS:
-        raise SettingsError(f"preset {preset!r} is not one of {', '.join(PRESETS)}")
+    bench = get_benchmark(options.benchmark).name
+    lg_scenario = normalize_loadgen_scenario(options.loadgen_scenario)
+    if options.preset not in PRESETS:
+        raise SettingsError(f"preset {options.preset!r} is not one of {', '.join(PRESETS)}")
+    _check_cpus(options.cpus)
     catalog = registry.default_catalog()
-    detection = None if emulate else registry.detect(source=nvml_source)
+    detection = None if options.emulate else registry.detect(source=options.nvml_source)
     target = choose_target(
-        scenario, gpu=gpu, catalog=catalog, detection=detection, shared=shared, emulate=emulate, cpus=cpus
+        options.scenario,
+        gpu=options.gpu,
+        catalog=catalog,
+        detection=detection,
+        shared=options.shared,
+        emulate=options.emulate,
+        cpus=options.cpus,
     )
-    backend_name = _backend_for(target, backend, resolve_backend)
-    overrides = tuple(sorted((settings or {}).items()))
-    user_conf, dataset, vocab, model_path, cache_dir = (
-        None if path is None else os.fspath(path)
-        for path in (user_conf, dataset, vocab, model_path, cache_dir)
-    )
+    backend_name = _backend_for(target, options.backend, resolve_backend)
     engines, engine_of = _engine_requests(
         target,
         benchmark=bench,
         backend=backend_name,
-        precision=precision,
-        variant=variant,
-        model_path=model_path,
+        precision=options.precision,
+        variant=options.variant,
+        model_path=options.model_path,
         loadgen_scenario=lg_scenario,
-        cache_dir=cache_dir,
+        cache_dir=options.cache_dir,
     )
-    _check_engine_input(backend=backend_name, precision=precision, variant=variant, model_path=model_path)
-    _check_run_input(
-        target,
-        benchmark=bench,
-        loadgen_scenario=lg_scenario,
-        preset=preset,
-        overrides=dict(overrides),
-        user_conf=user_conf,
-        dataset=dataset,
-        vocab=vocab,
-        counts={"sample_count": sample_count, "batch_size": batch_size},
-        timeout_s=timeout_s,
+    _check_engine_input(
+        backend=backend_name,
+        precision=options.precision,
+        variant=options.variant,
+        model_path=options.model_path,
     )
-    expected = expected_seconds(bench, lg_scenario, preset, dict(overrides))
+    _check_run_input(target, options, benchmark=bench, loadgen_scenario=lg_scenario)
+    overrides = options.settings
+    expected = expected_seconds(bench, lg_scenario, options.preset, dict(overrides))
+    timeout_s = options.timeout_s
     run_s = timeout_s if timeout_s is not None else max(600.0, 5 * expected)
+    outdir = options.outdir
     return RunPlan(
         target=target,
         benchmark=bench,
         loadgen_scenario=lg_scenario,
-        mode=mode,
+        mode=options.mode,
         backend=backend_name,
-        precision=precision,
-        variant=variant,
-        preset=preset,
+        precision=options.precision,
+        variant=options.variant,
+        preset=options.preset,
         overrides=overrides,
-        user_conf=user_conf,
-        dataset=dataset,
-        vocab=vocab,
-        sample_count=sample_count,
-        batch_size=batch_size,
-        model_path=model_path,
-        cache_dir=cache_dir,
-        accuracy=accuracy,
+        user_conf=options.user_conf,
+        dataset=options.dataset,
+        vocab=options.vocab,
+        sample_count=options.sample_count,
+        batch_size=options.batch_size,
+        model_path=options.model_path,
+        cache_dir=options.cache_dir,
+        accuracy=options.accuracy,
         outdir=str(Path(outdir).absolute()) if outdir is not None else str(default_outdir()),
         engines=engines,
         engine_of=engine_of,
-        worker_target=worker_target,
+        worker_target=options.worker_target,
         timeouts=Timeouts(ready_s=timeout_s or READY_TIMEOUT_S, run_s=run_s),
         expected_s=expected,
     )
+
+
+def _check_cpus(cpus: tuple[int, ...] | None) -> None:
+    """CPUs given for emulated partitions must be CPUs this process may run on."""
+    if cpus is None:
+        return
+    available = os.sched_getaffinity(0)
+    missing = sorted(set(cpus) - available)
+    if missing:
+        raise SettingsError(
+            f"cpus {missing} are not CPUs this process may run on ({_cpu_list(available)}); "
+            "pass some of those, or leave cpus out"
+        )
+
+
+def _cpu_list(cpus: set[int]) -> str:
+    return ", ".join(str(c) for c in sorted(cpus))
 
 
 def _check_engine_input(*, backend: str, precision: str | None, variant: str, model_path: str | None) -> None:
@@ -388,37 +373,39 @@ def _check_engine_input(*, backend: str, precision: str | None, variant: str, mo
         )
 
 
-def _check_run_input(
-    target: Target,
-    *,
-    benchmark: str,
-    loadgen_scenario: str,
-    preset: str,
-    overrides: Mapping[str, float],
-    user_conf: str | None,
-    dataset: str | None,
-    vocab: str | None,
-    counts: Mapping[str, int | None],
-    timeout_s: float | None,
-) -> None:
+def _check_run_input(target: Target, options: RunOptions, *, benchmark: str, loadgen_scenario: str) -> None:
     """Refuse what every worker would refuse, so that bad input is one line and exit 2 rather
-    than a failed run: settings (for each distinct profile), counts, deadline, dataset paths."""
+    than a failed run: the user.conf, settings (for each distinct profile), dataset files."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.datasets import check_dataset
-    from mlperf_mig.harness.instance import check_positive
     from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
 
     bench = get_benchmark(benchmark)
-    for name, value in counts.items():
-        check_positive(name, value)
-    if timeout_s is not None and not timeout_s > 0:
-        raise SettingsError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    if options.user_conf is not None:
+        check_text_file("user.conf", options.user_conf)
     profiles = {None} if target.emulated else {slot.profile for slot in target.slots}
     for profile in sorted(profiles, key=str):
-        spec = SettingsSpec(preset=preset, overrides=overrides, user_conf=user_conf, profile=profile)
+        spec = SettingsSpec(
+            preset=options.preset,
+            overrides=dict(options.settings),
+            user_conf=options.user_conf,
+            profile=profile,
+        )
         resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0)
-    if dataset is not None:
-        check_dataset(bench, dataset, vocab)
+    if options.dataset is not None:
+        check_dataset(bench, options.dataset, options.vocab)
+
+
+def check_text_file(name: str, path: str) -> None:
+    """A text file the harness will read: it must be readable and UTF-8."""
+    try:
+        Path(path).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise SettingsError(f"cannot read {name} {path!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(
+            f"{name} {path!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); pass a UTF-8 file"
+        ) from None
 
 
 def _backend_for(target: Target, backend: str, resolve: Any) -> str:

@@ -7,16 +7,24 @@ Ctrl-C stops every worker within seconds. Each worker ends in exactly one status
     raised       the target raised; `error` is "Type: message", `traceback` the child's text
     crashed      the process died without reporting (exit code or signal in `error`)
     hung         it missed its deadline and was killed
-    interrupted  the run was stopped (Ctrl-C) before it finished
+    interrupted  the run was stopped (Ctrl-C, SIGTERM, SIGHUP) before it finished
+
+Each worker leads its own process group, so a kill reaches whatever it started. Under
+`stop_signals()` SIGTERM and SIGHUP stop a run like Ctrl-C; a second signal during the shutdown
+the first one started hurries it (workers are killed at once) but never interrupts the writing of
+what is already known.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import os
 import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -33,6 +41,91 @@ _LOG_TAIL_CHARS = 2000
 
 ProgressCallback = Callable[[str, int], None]
 EventCallback = Callable[[str, str], None]
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class StopSignal(KeyboardInterrupt):
+    """The run was stopped by a signal; `signum` says which (the CLI exits 128 + signum)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class _StopState:
+    """What stop_signals() has received: the first signal, and whether to hurry the shutdown."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.hurry = False
+
+    def handle(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+            raise KeyboardInterrupt if signum == signal.SIGINT else StopSignal(signum)
+        self.hurry = True  # already stopping: never raise again while results are written
+        log.warning("%s during the shutdown: killing the workers now", signal.Signals(signum).name)
+
+
+_active: _StopState | None = None
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """Turn SIGINT, SIGTERM and SIGHUP into one StopSignal in the main thread for the duration.
+
+    Only the first signal raises (KeyboardInterrupt for Ctrl-C); later ones hurry the shutdown. A
+    KeyboardInterrupt that leaves the block after SIGTERM or SIGHUP comes out as StopSignal with
+    that signal's number. Outside the main
+    thread (where Python cannot set handlers), or nested, it leaves the handlers as they are.
+    """
+    global _active
+    if threading.current_thread() is not threading.main_thread() or _active is not None:
+        yield
+        return
+    state = _StopState()
+    previous = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, state.handle)
+    _active = state
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if state.signum not in (None, signal.SIGINT) and not isinstance(exc, StopSignal):
+            raise StopSignal(state.signum) from None
+        raise
+    finally:
+        _active = None
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _hurry() -> bool:
+    return _active is not None and _active.hurry
+
+
+def _stop_reason() -> str:
+    if _active is None or _active.signum in (None, signal.SIGINT):
+        return "Ctrl-C"
+    return signal.Signals(_active.signum).name
+
+
+def kill_group(process: Any, sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to the worker's process group: the worker and what it started. A worker that
+    has not made its group yet gets the signal alone (multiprocessing skips a reaped one)."""
+    pid = process.pid
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        with contextlib.suppress(ValueError, ProcessLookupError):
+            if sig == signal.SIGKILL:
+                process.kill()
+            else:
+                process.terminate()
+    except PermissionError:
+        log.warning("cannot signal the process group of worker pid %d", pid)
 
 
 @attrs.frozen(kw_only=True)
@@ -94,9 +187,10 @@ class _Worker:
         self.outcome: WorkerOutcome | None = None
         self.reported: tuple[Any, ...] | None = None
 
-    def finish(self, status: str, **fields: Any) -> None:
+    def finish(self, status: str, **fields: Any) -> bool:
+        """Record how the worker ended; False when it had ended already."""
         if self.outcome is not None:
-            return
+            return False
         tail = None if status == "ok" else read_log_tail(self.job.log_path)
         self.outcome = WorkerOutcome(
             name=self.job.name,
@@ -104,6 +198,7 @@ class _Worker:
             log_tail=tail,
             **fields,
         )
+        return True
 
 
 class Supervisor:
@@ -116,9 +211,11 @@ class Supervisor:
         on_progress: ProgressCallback | None = None,
         on_event: EventCallback | None = None,
         on_tick: Callable[[], None] | None = None,
+        on_finish: Callable[[WorkerOutcome], None] | None = None,
         tick_s: float = 1.0,
     ) -> None:
         self.timeouts = timeouts or Timeouts()
+        self._on_finish = on_finish
         self._on_tick = on_tick
         self._tick_s = tick_s
         self.interrupted = False
@@ -228,6 +325,7 @@ class Supervisor:
             if not worker.conn.poll():
                 break
             self._receive(worker)
+        kill_group(worker.process)  # what the worker started dies with it (before the reap)
         worker.process.join()
         message = worker.reported
         if message is not None and message[0] == "done":
@@ -237,39 +335,51 @@ class Supervisor:
                     worker.job.name,
                     describe_exit(worker.process.exitcode),
                 )
-            worker.finish("ok", value=message[1])
+            self._finish(worker, "ok", value=message[1])
         elif message is not None and message[0] == "error":
             _, kind, text, trace = message
-            worker.finish("raised", error=f"{kind}: {text}", traceback=trace)
+            self._finish(worker, "raised", error=f"{kind}: {text}", traceback=trace)
         else:
-            worker.finish("crashed", error=describe_exit(worker.process.exitcode))
-        self._event(worker.job.name, worker.outcome.status if worker.outcome else "ended")
+            self._finish(worker, "crashed", error=describe_exit(worker.process.exitcode))
+
+    def _finish(self, worker: _Worker, status: str, **fields: Any) -> None:
+        """Record the worker's outcome once, tell the display, and hand it to `on_finish` (the
+        runner writes it to disk at once)."""
+        if not worker.finish(status, **fields):
+            return
+        self._event(worker.job.name, status)
+        if self._on_finish is not None and worker.outcome is not None:
+            self._on_finish(worker.outcome)
 
     def _kill_hung(self, workers: list[_Worker], limit_s: float, where: str) -> None:
         for worker in workers:
             if worker.outcome is None:
-                worker.process.kill()
+                kill_group(worker.process)
                 worker.process.join(_TERMINATE_GRACE_S)
-                worker.finish("hung", error=f"no result within {limit_s:g} s{where}; killed")
-                self._event(worker.job.name, "hung")
+                self._finish(worker, "hung", error=f"no result within {limit_s:g} s{where}; killed")
 
     def _stop_all(self, workers: list[_Worker]) -> None:
-        for worker in workers:
-            if worker.process.is_alive():
-                worker.process.terminate()
+        """Ask every worker's group to stop (SIGTERM); kill what is left after the grace period,
+        or at once when a second signal hurries the shutdown."""
+        running = [w for w in workers if w.outcome is None]
+        for worker in running:
+            kill_group(worker.process, signal.SIGTERM)
         deadline = time.monotonic() + _TERMINATE_GRACE_S
-        for worker in workers:
-            worker.process.join(max(0.0, deadline - time.monotonic()))
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join(_TERMINATE_GRACE_S)
-            worker.finish("interrupted", error="stopped by Ctrl-C before it finished")
+        while time.monotonic() < deadline and not _hurry():
+            if not any(w.process.is_alive() for w in running):
+                break
+            time.sleep(0.05)
+        why = _stop_reason()
+        for worker in running:
+            kill_group(worker.process)
+            worker.process.join(_TERMINATE_GRACE_S)
+            self._finish(worker, "interrupted", error=f"stopped by {why} before it finished")
 
     def _reap(self, workers: list[_Worker]) -> None:
         for worker in workers:
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join(_TERMINATE_GRACE_S)
+            if worker.outcome is None or worker.outcome.status != "interrupted":
+                kill_group(worker.process)
+            worker.process.join(_TERMINATE_GRACE_S)
             if worker.conn is not None:
                 worker.conn.close()
                 worker.conn = None

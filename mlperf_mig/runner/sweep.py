@@ -18,11 +18,12 @@ from typing import Any, TextIO
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, ensure_writable_dir
+from mlperf_mig._io import atomic_write_json, claim_folder
 from mlperf_mig._table import markdown_table, text_table
-from mlperf_mig.errors import MlperfMigError, OutputDirError
+from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError
+from mlperf_mig.runner.options import RunOptions, check_scenario
 from mlperf_mig.runner.placement import ScenarioSpec
-from mlperf_mig.runner.plan import default_outdir, make_plan
+from mlperf_mig.runner.plan import RunPlan, default_outdir, make_plan
 from mlperf_mig.runner.results import (
     BY_DESIGN_LABEL,
     EMULATED_LABEL,
@@ -238,7 +239,7 @@ def _chart(runs: Sequence[RunResult], folder: Path) -> tuple[str | None, str | N
 
 
 # --- the sweep ---------------------------------------------------------------------------------------
-def _resumable(folder: Path, plan: Any) -> RunResult | None:
+def _resumable(folder: Path, plan: RunPlan) -> RunResult | None:
     """The finished run in `folder` when it was made with the same settings and layout."""
     if not (folder / RESULTS_FILE).is_file():
         return None
@@ -268,35 +269,62 @@ def _with_baseline(runs: list[RunResult]) -> list[RunResult]:
 
 def run_sweep(
     scenarios: Iterable[ScenarioSpec],
+    options: RunOptions,
     *,
     outdir: str | os.PathLike[str] | None,
     resume: bool,
     chart: bool,
     progress: bool | TextIO,
-    **options: Any,
 ) -> SweepResult:
-    """See mlperf_mig.sweep."""
+    """See mlperf_mig.sweep: every layout is planned (and duplicates refused) before any runs."""
     from mlperf_mig.runner.execute import execute
 
-    folder = ensure_writable_dir(Path(outdir).absolute() if outdir is not None else default_outdir("sweep"))
+    folder = Path(outdir).absolute() if outdir is not None else default_outdir("sweep")
+    plans = plan_sweep(scenarios, options, folder)
     runs: list[RunResult] = []
     resumed: list[str] = []
-    for scenario in scenarios:
-        sub = folder / layout_folder(scenario)
-        plan = make_plan(scenario, outdir=sub, **options)
-        previous = _resumable(sub, plan) if resume else None
-        if previous is not None:
-            log.info("resuming %s from %s", plan.layout, sub)
-            resumed.append(sub.name)
-            runs.append(previous)
-            continue
-        runs.append(execute(plan, progress=progress))
-    runs = _with_baseline(runs)
-    png = svg = note = None
-    if chart:
-        png, svg, note = _chart(runs, folder)
-    result = SweepResult(
-        runs=runs, outdir=str(folder), resumed=resumed, chart_png=png, chart_svg=svg, chart_note=note
-    )
-    result.save()
+    with claim_folder(folder, refuse=None):
+        for plan in plans:
+            sub = Path(plan.outdir)
+            previous = _resumable(sub, plan) if resume else None
+            if previous is not None:
+                log.info("resuming %s from %s", plan.layout, sub)
+                resumed.append(sub.name)
+                runs.append(previous)
+                continue
+            with claim_folder(sub, refuse=None):
+                runs.append(execute(plan, progress=progress))
+        runs = _with_baseline(runs)
+        png = svg = note = None
+        if chart:
+            png, svg, note = _chart(runs, folder)
+        result = SweepResult(
+            runs=runs, outdir=str(folder), resumed=resumed, chart_png=png, chart_svg=svg, chart_note=note
+        )
+        result.save()
     return result
+
+
+def plan_sweep(scenarios: Iterable[ScenarioSpec], options: RunOptions, folder: Path) -> list[RunPlan]:
+    """The plan of every layout of a sweep, in order; an empty list, a layout that does not
+    resolve and a layout given twice are refused here, before the first one runs."""
+    if isinstance(scenarios, (str, bytes)) or not isinstance(scenarios, Iterable):
+        raise SettingsError(
+            f"scenarios must be a list of MIG layouts (study numbers 1-8 or layout strings), got "
+            f"{type(scenarios).__name__} {scenarios!r}"
+        )
+    specs = [check_scenario("scenarios item", s) for s in scenarios]
+    if not specs:
+        raise SettingsError("scenarios is empty; pass study layouts such as range(1, 9) or [1, 6, 7]")
+    plans: list[RunPlan] = []
+    seen: dict[str, ScenarioSpec] = {}
+    for spec in specs:
+        plan = make_plan(attrs.evolve(options, scenario=spec, outdir=str(folder / layout_folder(spec))))
+        if plan.layout in seen:
+            raise SettingsError(
+                f"scenarios lists the MIG layout {plan.layout} twice ({seen[plan.layout]!r} and "
+                f"{spec!r}); each layout runs once, drop the repeat"
+            )
+        seen[plan.layout] = spec
+        plans.append(plan)
+    return plans

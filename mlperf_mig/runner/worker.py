@@ -2,7 +2,7 @@
 
 A worker is a fresh interpreter started with the 'spawn' method (one LoadGen test per process,
 reference/mlperf.md traps 1 and 2). `worker_main` is its importable entry point, so the runner
-works from notebooks. It sets up the process (parent-death signal, environment, CPU affinity, log
+works from notebooks. It sets up the process (own process group, parent-death signal, environment, CPU affinity, log
 file), resolves the job's target from its "module:function" path, and calls
 `target(payload, before_start=..., progress=...)`.
 
@@ -123,6 +123,9 @@ class _Channel:
 
 def worker_main(conn: Connection, start: Event, job: WorkerJob, ready_timeout_s: float) -> None:
     """Entry point of a spawned worker: set the process up, run the target, report, exit."""
+    # Lead a process group of our own: the runner kills the group, so whatever this worker starts
+    # dies with it, and a terminal's Ctrl-C or hangup reaches only the runner, which stops us.
+    os.setpgrp()
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and stops us itself
     os.environ.update(job.env)
