@@ -19,7 +19,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -83,6 +83,7 @@ class _Round:
         names: list[str],
         stream: TextIO | None,
         timeouts: Timeouts | None = None,
+        on_finish: Callable[[WorkerOutcome], None] | None = None,
     ) -> None:
         self.display = (
             ProgressDisplay(names, phase=phase, expected_s=_expected(plan, phase), stream=stream)
@@ -95,6 +96,7 @@ class _Round:
             on_progress=d.progress if d else None,
             on_event=d.event if d else None,
             on_tick=d.tick if d else None,
+            on_finish=on_finish,
         )
 
     def run(self, jobs: list[WorkerJob], **kwargs: Any) -> dict[str, WorkerOutcome]:
@@ -204,7 +206,8 @@ def _env(slot: Any) -> dict[str, str]:
 
 # --- independent mode ---------------------------------------------------------------------------------
 def _independent_round(
-    plan: RunPlan, outdir: Path, specs: Mapping[str, Any], mode: str, names: list[str], stream: TextIO | None
+    plan: RunPlan, outdir: Path, specs: Mapping[str, Any], mode: str, names: list[str], stream: TextIO | None,
+    on_finish: Callable[[WorkerOutcome], None] | None = None,
 ) -> tuple[dict[str, WorkerOutcome], bool]:
     jobs = []
     for slot in plan.slots:
@@ -220,7 +223,7 @@ def _independent_round(
                 cpus=slot.cpus,
             )
         )
-    round_ = _Round(plan, mode, names, stream)
+    round_ = _Round(plan, mode, names, stream, on_finish=on_finish)
     outcomes = round_.run(jobs)
     return outcomes, round_.interrupted
 
@@ -291,7 +294,8 @@ def _sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
 
 
 def _unified_round(
-    plan: RunPlan, outdir: Path, specs: Mapping[str, Any], mode: str, stream: TextIO | None
+    plan: RunPlan, outdir: Path, specs: Mapping[str, Any], mode: str, stream: TextIO | None,
+    on_finish: Callable[[WorkerOutcome], None] | None = None,
 ) -> tuple[dict[str, WorkerOutcome], bool]:
     from mlperf_mig.harness.instance import batch_size_of
     from mlperf_mig.runner.unified import CoordinatorJob, ServeJob, SharedSamples
@@ -302,7 +306,7 @@ def _unified_round(
     layouts, performance_count, capacity = _sample_capacity(plan, layout_task)
     tasks = [_slot_task(plan, slot, outdir=outdir, mode=mode, specs=specs) for slot in plan.slots]
     names = [LAYOUT_FOLDER, *(slot.name for slot in plan.slots)]
-    round_ = _Round(plan, mode, names, stream)
+    round_ = _Round(plan, mode, names, stream, on_finish=on_finish)
     with SharedSamples(layouts, capacity) as samples:
         pipes = [round_.supervisor.context.Pipe() for _ in plan.slots]
         coordinator = WorkerJob(
@@ -413,14 +417,31 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     specs = _build_engines(plan, outdir, stream)
     names = [slot.name for slot in plan.slots]
     unified = plan.mode == "unified"
-    performance, interrupted = _round(plan, outdir, specs, "performance", names, stream)
+    known: dict[str, dict[str, WorkerOutcome]] = {"performance": {}, "accuracy": {}}
+
+    def checkpoint(phase: str) -> Callable[[WorkerOutcome], None]:
+        """Write results.json (marked incomplete) as each worker of `phase` finishes, so that
+        whatever ends the run later, what finished is on disk."""
+
+        def write(outcome: WorkerOutcome) -> None:
+            known[phase][outcome.name] = outcome
+            elapsed = time.monotonic() - began
+            _assemble(plan, specs, known["performance"], known["accuracy"], True, started_at, elapsed).save(outdir)
+
+        return write
+
+    performance, interrupted = _round(
+        plan, outdir, specs, "performance", names, stream, checkpoint("performance")
+    )
     accuracy: dict[str, WorkerOutcome] = {}
     layout_ok = not unified or (LAYOUT_FOLDER in performance and performance[LAYOUT_FOLDER].ok)
     passed = [n for n in names if n in performance and performance[n].ok]
     if plan.accuracy and not interrupted and layout_ok and (unified or passed):
         folders = [outdir / n for n in ([LAYOUT_FOLDER] if unified else passed)]
         with _performance_user_conf_kept(folders):
-            accuracy, interrupted = _round(plan, outdir, specs, "accuracy", passed, stream)
+            accuracy, interrupted = _round(
+                plan, outdir, specs, "accuracy", passed, stream, checkpoint("accuracy")
+            )
     result = _assemble(plan, specs, performance, accuracy, interrupted, started_at, time.monotonic() - began)
     if baseline is not None:
         base, source = _given_baseline(baseline, plan)
@@ -442,11 +463,12 @@ def _round(
     mode: str,
     names: list[str],
     stream: TextIO | None,
+    on_finish: Callable[[WorkerOutcome], None] | None = None,
 ) -> tuple[dict[str, WorkerOutcome], bool]:
     """One round in the plan's mode; independent mode runs the instances `names` only."""
     if plan.mode == "unified":
-        return _unified_round(plan, outdir, specs, mode, stream)
-    return _independent_round(plan, outdir, specs, mode, names, stream)
+        return _unified_round(plan, outdir, specs, mode, stream, on_finish)
+    return _independent_round(plan, outdir, specs, mode, names, stream, on_finish)
 
 
 def _precision(specs: Mapping[str, Any], plan: RunPlan) -> str:
