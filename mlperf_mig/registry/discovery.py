@@ -181,11 +181,21 @@ class Detection:
     gpus: tuple[GpuState, ...] = attrs.field(converter=tuple)
     message: str = ""
     driver_version: str | None = None
+    cuda_driver_version: int | None = None  # NVML's encoding: 12040 is CUDA 12.4
+    nvml_version: str | None = None
+
+    @property
+    def cuda_version(self) -> tuple[int, int] | None:
+        """The CUDA version the driver supports, (12, 4), or None where NVML did not say."""
+        if self.cuda_driver_version is None:
+            return None
+        return self.cuda_driver_version // 1000, self.cuda_driver_version % 1000 // 10
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
         return {
             "message": self.message, "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version, "nvml_version": self.nvml_version,
             "gpus": [g.to_dict() for g in self.gpus],
         }
 
@@ -202,6 +212,8 @@ def read_nvml_state(nvml: Any = pynvml) -> dict[str, Any]:
             "format": STATE_FORMAT,
             "init_error": None,
             "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
+            "cuda_driver_version": _optional(nvml.nvmlSystemGetCudaDriverVersion),
+            "nvml_version": _optional(lambda: _text(nvml.nvmlSystemGetNVMLVersion())),
             "gpus": [_read_gpu(nvml, i) for i in range(nvml.nvmlDeviceGetCount())],
         }
     except pynvml.NVMLError as exc:
@@ -211,6 +223,14 @@ def read_nvml_state(nvml: Any = pynvml) -> dict[str, Any]:
         ) from exc
     finally:
         nvml.nvmlShutdown()
+
+
+def _optional(call: Any) -> Any:
+    """`call()`, or None where the driver does not offer it (older drivers, recorded states)."""
+    try:
+        return call()
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
+        return None
 
 
 def _text(value: str | bytes) -> str:
@@ -342,7 +362,10 @@ def detection_from_state(state: Mapping[str, Any], catalog: Catalog) -> Detectio
         return Detection(gpus=(), message=_no_driver_message(state["init_error"]))
     gpus = tuple(_gpu_state(i, gpu, catalog) for i, gpu in enumerate(state["gpus"]))
     message = "" if gpus else "the NVIDIA driver is loaded but reports no GPU"
-    return Detection(gpus=gpus, message=message, driver_version=state.get("driver_version"))
+    return Detection(
+        gpus=gpus, message=message, driver_version=state.get("driver_version"),
+        cuda_driver_version=state.get("cuda_driver_version"), nvml_version=state.get("nvml_version"),
+    )
 
 
 def _no_driver_message(error: str) -> str:
@@ -473,18 +496,27 @@ _COMPARED = (
 )
 
 
-def _differences(table: Profile, live: Profile) -> list[str]:
+def profile_differences(table: Profile, live: Profile) -> list[tuple[str, Any, Any]]:
+    """(field, shipped value, live value) for every field of one profile where live NVML data
+    differs from the shipped table; memory only beyond the GiB drift between drivers."""
     found = [
-        f"{table.name}: {field} is {getattr(live, field)!r} live but {getattr(table, field)!r} in "
-        "the shipped table; live value used"
+        (field, getattr(table, field), getattr(live, field))
         for field in _COMPARED
         if getattr(table, field) is not None and getattr(table, field) != getattr(live, field)
     ]
     both = table.memory_gib is not None and live.memory_gib is not None
     if both and abs(table.memory_gib - live.memory_gib) > _GIB_TOLERANCE:
-        found.append(f"{table.name}: memory is {live.memory_gib} GiB live but "
-                         f"{table.memory_gib} GiB in the shipped table; live value used")
+        found.append(("memory_gib", table.memory_gib, live.memory_gib))
     return found
+
+
+def _differences(table: Profile, live: Profile) -> list[str]:
+    return [
+        f"{table.name}: memory is {theirs} GiB live but {ours} GiB in the shipped table; live "
+        "value used" if field == "memory_gib" else
+        f"{table.name}: {field} is {theirs!r} live but {ours!r} in the shipped table; live value used"
+        for field, ours, theirs in profile_differences(table, live)
+    ]
 
 
 def _profile_from_live(

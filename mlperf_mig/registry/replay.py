@@ -95,6 +95,17 @@ class RecordedNvml:
     def nvmlSystemGetDriverVersion(self) -> str:
         return self.state["driver_version"]
 
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self._system("cuda_driver_version")
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        return self._system("nvml_version")
+
+    def _system(self, field: str) -> Any:
+        if self.state.get(field) is None:  # not recorded (older states)
+            raise nvml_error("NOT_SUPPORTED")
+        return self.state[field]
+
     def nvmlDeviceGetCount(self) -> int:
         return len(self.state["gpus"])
 

@@ -330,3 +330,16 @@ def test_vgpu_is_in_the_plain_data(load_state, catalog: Catalog) -> None:
         "type_name": "A100D-2-20C", "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21",
         "time_sliced": False, "parent_gpu": "A100-PCIE-80GB", "profile": "2g.20gb",
     }
+
+
+def test_cuda_and_nvml_versions_are_read(load_state, catalog: Catalog) -> None:
+    """The driver's CUDA version (NVML's 12040 = 12.4) and the NVML version are in the detection."""
+    detection = _detect(load_state("a100-80gb-scenario7"), catalog)
+    assert detection.cuda_version == (12, 4) and detection.nvml_version == "12.550.54.14"
+
+
+def test_a_state_without_cuda_version_reads_as_unknown(load_state, catalog: Catalog) -> None:
+    """A state recorded before the CUDA version was recorded gives None, not an error."""
+    state = load_state("h200-7x1g")
+    del state["cuda_driver_version"], state["nvml_version"]
+    assert _detect(state, catalog).cuda_version is None
