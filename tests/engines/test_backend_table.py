@@ -64,7 +64,7 @@ def _add_backend(folder: Path, name: str, declared: str) -> None:
 def test_a_backend_folder_is_all_it_takes(extra_backends: Path) -> None:
     """A new folder with a `BACKEND` class is listed, resolved and loaded without other edits."""
     _add_backend(extra_backends, "echo", "echo")
-    assert backend_names() == ("tensorrt", "onnxruntime", "null", "echo")
+    assert backend_names() == ("tensorrt", "onnxruntime", "null", "known_answer", "echo")
     assert resolve_backend("echo") == "echo"
     assert backend_class("echo").framework == "Echo"
 

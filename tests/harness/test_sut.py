@@ -1,7 +1,9 @@
-"""SUT internals with a recording stand-in for LoadGen: batching, payloads, failures."""
+"""SUT internals with a recording stand-in for LoadGen: batching, payloads, failures, and every
+answer checked against its own sample with the known-answer backend."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Mapping
 
@@ -9,9 +11,12 @@ import numpy as np
 import pytest
 
 from mlperf_mig.benchmark import BERT, RESNET50, Benchmark
+from mlperf_mig.engines.backends.known_answer import KnownAnswerBackend, expected_payload
 from mlperf_mig.engines.backends.null import NullBackend
+from mlperf_mig.harness import sut as sut_module
 from mlperf_mig.harness.samples import SampleLibrary, SyntheticSource, input_layouts
 from mlperf_mig.harness.sut import (
+    OFFLINE_COMPLETION_SAMPLES,
     BatchingSUT,
     BatchRunner,
     InlineSUT,
@@ -22,26 +27,29 @@ from mlperf_mig.harness.sut import (
 
 
 class RecordingLoadGen:
-    """Records QuerySamplesComplete calls as (id, payload bytes) pairs."""
+    """Records QuerySamplesComplete calls as (id, payload bytes) pairs.
+
+    Like LoadGen, a response holds only the id, address and size; the payload bytes are read
+    when QuerySamplesComplete is called, so a buffer reused before then shows here as on LoadGen.
+    """
 
     def __init__(self) -> None:
         self.calls: list[list[tuple[int, bytes]]] = []
         self.lock = threading.Lock()
 
-    def QuerySampleResponse(self, qid: int, ptr: int, size: int) -> tuple[int, bytes]:
-        data = (
-            bytes(np.ctypeslib.as_array((np.ctypeslib.ctypes.c_ubyte * size).from_address(ptr)))
-            if size
-            else b""
-        )
-        return qid, data
+    def QuerySampleResponse(self, qid: int, ptr: int, size: int) -> tuple[int, int, int]:
+        return qid, ptr, size
 
-    def QuerySamplesComplete(self, responses: list[tuple[int, bytes]]) -> None:
+    def QuerySamplesComplete(self, responses: list[tuple[int, int, int]]) -> None:
         with self.lock:
-            self.calls.append(list(responses))
+            self.calls.append([(qid, _read(ptr, size)) for qid, ptr, size in responses])
 
     def completed_ids(self) -> list[int]:
         return sorted(qid for call in self.calls for qid, _ in call)
+
+
+def _read(ptr: int, size: int) -> bytes:
+    return ctypes.string_at(ptr, size) if size else b""
 
 
 class FailingBackend(NullBackend):
@@ -131,3 +139,98 @@ def test_contiguous_order_keeps_samples_and_makes_runs(capacity: int) -> None:
         bool(np.all(np.diff(ordered[s : s + capacity]) == 1)) for s in range(0, 500, capacity)
     ]
     assert flags.tolist() == expected
+
+
+# --- every answer reaches its own sample (known-answer backend) -------------------------------
+TOTAL = 300  # samples in the source; the library holds CAPACITY of them, in shuffled rows
+CAPACITY = 40
+
+
+def _known_answer_runner(
+    benchmark: Benchmark, lg: RecordingLoadGen, *, batch_size: int, completion_samples: int = 0
+) -> tuple[BatchRunner, list[int]]:
+    """A runner over the known-answer backend; returns it and the loaded sample indices."""
+    source = SyntheticSource(benchmark=benchmark, total_count=TOTAL, performance_count=CAPACITY)
+    library = SampleLibrary.allocate(input_layouts(benchmark), capacity=CAPACITY, total_count=TOTAL)
+    loaded = np.random.default_rng(1).choice(TOTAL, CAPACITY, replace=False).tolist()
+    library.load(loaded, source)
+    runner = BatchRunner(
+        lg=lg,
+        backend=KnownAnswerBackend(benchmark),
+        library=library,
+        batch_size=batch_size,
+        completion_samples=completion_samples,
+    )
+    return runner, loaded
+
+
+def _query(loaded: list[int], count: int, seed: int) -> tuple[list[int], list[int]]:
+    """`count` samples drawn from the loaded ones with repeats; ids unrelated to the indices."""
+    indices = np.random.default_rng(seed).choice(loaded, count).tolist()
+    return [10_000 + 7 * k for k in range(count)], indices
+
+
+def _assert_known_answers(
+    lg: RecordingLoadGen, benchmark: Benchmark, ids: list[int], indices: list[int]
+) -> None:
+    """Every id was completed once, with the payload of its own sample."""
+    source = SyntheticSource(benchmark=benchmark, total_count=TOTAL, performance_count=CAPACITY)
+    expected = {}
+    for index in set(indices):
+        sample = {layout.name: np.empty((1, *layout.shape), layout.dtype) for layout in input_layouts(benchmark)}
+        source.fill([index], sample)
+        expected[index] = expected_payload(benchmark, {name: array[0] for name, array in sample.items()})
+    completed = [response for call in lg.calls for response in call]
+    assert sorted(qid for qid, _ in completed) == sorted(ids)
+    answers = dict(completed)
+    wrong = [qid for qid, index in zip(ids, indices) if answers[qid] != expected[index]]
+    assert not wrong, f"{len(wrong)} of {len(ids)} samples got another sample's answer"
+
+
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
+def test_offline_answers_survive_the_completion_batch(
+    benchmark: Benchmark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline stages answers for OFFLINE_COMPLETION_SAMPLES at a time: with partial batches of 7
+    and rows taken out of order, every sample still gets its own answer when LoadGen reads it."""
+    monkeypatch.setattr(sut_module, "OFFLINE_COMPLETION_INTERVAL_S", 3600.0)  # only size flushes
+    lg = RecordingLoadGen()
+    runner, loaded = _known_answer_runner(
+        benchmark, lg, batch_size=7, completion_samples=OFFLINE_COMPLETION_SAMPLES
+    )
+    ids, indices = _query(loaded, 1100, seed=2)
+    InlineSUT(runner, offline=True).issue(ids, indices)
+    _assert_known_answers(lg, benchmark, ids, indices)
+    # 73 batches of 7 fill the 512-sample staging buffer (511), twice, then 78 are left
+    assert [len(call) for call in lg.calls] == [511, 511, 78]
+
+
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
+def test_stream_answers_reach_their_samples(benchmark: Benchmark) -> None:
+    """Stream queries of scattered rows (copied, not viewed) in batches of 3: each its own answer."""
+    lg = RecordingLoadGen()
+    runner, loaded = _known_answer_runner(benchmark, lg, batch_size=3)
+    sut = InlineSUT(runner, offline=False)
+    all_ids, all_indices = [], []
+    for seed in range(12):
+        ids, indices = _query(loaded, 8, seed=seed)
+        ids = [qid + 100 * seed for qid in ids]
+        sut.issue(ids, indices)
+        all_ids += ids
+        all_indices += indices
+    _assert_known_answers(lg, benchmark, all_ids, all_indices)
+    assert {len(call) for call in lg.calls} == {3, 2}  # 8 samples: batches of 3, 3 and 2
+
+
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
+def test_server_answers_reach_their_samples(benchmark: Benchmark) -> None:
+    """Server's batcher merges queries into dynamic batches: each sample keeps its own answer."""
+    lg = RecordingLoadGen()
+    runner, loaded = _known_answer_runner(benchmark, lg, batch_size=5)
+    sut = BatchingSUT(runner, window_s=0.002)
+    ids, indices = _query(loaded, 120, seed=3)
+    sut.start()
+    for start in range(0, 120, 3):  # queries of 3 samples (coalesced queries)
+        sut.issue(ids[start : start + 3], indices[start : start + 3])
+    sut.stop()
+    _assert_known_answers(lg, benchmark, ids, indices)

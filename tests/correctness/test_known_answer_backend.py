@@ -1,0 +1,73 @@
+"""The known-answer backend: answers are a function of the sample alone, distinct between
+samples, and `expected_payload` agrees with what the harness makes of the backend's outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlperf_mig.benchmark import BERT, RESNET50, Benchmark
+from mlperf_mig.engines import EngineSpec, open_backend
+from mlperf_mig.engines.backends.known_answer import KnownAnswerBackend, expected_payload
+from mlperf_mig.harness.samples import SyntheticSource, input_layouts
+from mlperf_mig.harness.sut import response_payload
+
+BENCHMARKS = pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
+
+
+def _samples(benchmark: Benchmark, indices: list[int]) -> dict[str, np.ndarray]:
+    batch = {
+        layout.name: np.empty((len(indices), *layout.shape), layout.dtype)
+        for layout in input_layouts(benchmark)
+    }
+    SyntheticSource(benchmark=benchmark, total_count=1000, performance_count=64).fill(indices, batch)
+    return batch
+
+
+def _rows(batch: dict[str, np.ndarray], row: int) -> dict[str, np.ndarray]:
+    return {name: array[row] for name, array in batch.items()}
+
+
+@BENCHMARKS
+def test_answer_depends_on_the_sample_not_its_batch(benchmark: Benchmark) -> None:
+    """A sample gets the same payload alone and at another place in a larger batch."""
+    backend = KnownAnswerBackend(benchmark)
+    alone = response_payload(benchmark, backend.run(_samples(benchmark, [5])))
+    batched = response_payload(benchmark, backend.run(_samples(benchmark, [9, 2, 5, 7])))
+    assert alone[0].tobytes() == batched[2].tobytes()
+
+
+@BENCHMARKS
+def test_expected_payload_is_what_the_harness_sends(benchmark: Benchmark) -> None:
+    """expected_payload(sample) equals the harness's payload of the backend's answer."""
+    batch = _samples(benchmark, list(range(6)))
+    payload = response_payload(benchmark, KnownAnswerBackend(benchmark).run(batch))
+    assert [payload[row].tobytes() for row in range(6)] == [
+        expected_payload(benchmark, _rows(batch, row)) for row in range(6)
+    ]
+
+
+@BENCHMARKS
+def test_samples_get_distinct_answers(benchmark: Benchmark) -> None:
+    """200 different samples get 200 different payloads."""
+    batch = _samples(benchmark, list(range(200)))
+    assert len({expected_payload(benchmark, _rows(batch, row)) for row in range(200)}) == 200
+
+
+def test_bert_span_lies_in_the_samples_context() -> None:
+    """BERT's start and end are context tokens (segment 1, before the last [SEP]), end >= start."""
+    batch = _samples(BERT, list(range(50)))
+    outputs = KnownAnswerBackend(BERT).run(batch)
+    starts = outputs["output_start_logits"].argmax(axis=1)
+    ends = outputs["output_end_logits"].argmax(axis=1)
+    for row in range(50):
+        context = np.flatnonzero(batch["segment_ids"][row] == 1)[:-1]
+        assert starts[row] in context and ends[row] in context and ends[row] >= starts[row]
+
+
+def test_is_opened_through_the_engine_builder() -> None:
+    """`--backend known_answer` resolves to a spec without a model file and opens in-process."""
+    spec = EngineSpec.create("resnet50", backend="known_answer", variant="tiny")
+    with open_backend(spec) as backend:
+        assert spec.model is None and isinstance(backend, KnownAnswerBackend)
+        assert backend.device.backend == "known_answer"
