@@ -109,6 +109,7 @@ def claim_folder(
     refused too, checked again once the lock is held.
     """
     folder = Path(path)
+    _refuse_in_use(folder)
     _refuse_existing(folder, refuse, what)
     folder = ensure_writable_dir(folder)
     lock = folder / LOCK_FILE
@@ -117,14 +118,7 @@ def claim_folder(
     except OSError as exc:
         raise write_failed(lock, exc) from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip() or "unknown"
-            raise OutputDirError(
-                f"{str(folder)!r} is in use by another mlperf-mig run (pid {holder}); wait for it "
-                "to finish or pass another output folder"
-            ) from None
+        _lock(fd, fcntl.LOCK_EX, folder)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
@@ -132,6 +126,31 @@ def claim_folder(
             raise write_failed(lock, exc) from None
         _refuse_existing(folder, refuse, what)
         yield folder
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, kind: int, folder: Path) -> None:
+    """flock without waiting; a folder another claim holds is refused with the holder's pid."""
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip() or "unknown"
+        raise OutputDirError(
+            f"{str(folder)!r} is in use by another mlperf-mig run (pid {holder}); wait for it to "
+            "finish or pass another output folder"
+        ) from None
+
+
+def _refuse_in_use(folder: Path) -> None:
+    """Refuse a folder whose lock is held, before looking at what it holds (a running run's
+    results.json is not a finished run)."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        _lock(fd, fcntl.LOCK_SH, folder)
     finally:
         os.close(fd)
 

@@ -112,3 +112,52 @@ def dying_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
     else:
         make = lambda: SleepyBackend(benchmark, 4 * RATE_PER_SLICE)  # noqa: E731
     return serve_instance(job, before_start=before_start, progress=progress, open_backend=make)
+
+
+def first_finishes_others_hang(task: Any, *, before_start: Any, progress: Any) -> Any:
+    """i0 runs normally; the others wait at the barrier, then hang (for the signal tests)."""
+    _record_pid(task)
+    if _instance().startswith("i0-"):
+        return run_instance(task, before_start=before_start, progress=progress)
+    before_start()
+    time.sleep(3600)
+
+
+def hang_ignoring_sigterm(task: Any, *, before_start: Any, progress: Any) -> Any:
+    """Every worker ignores SIGTERM and hangs after the barrier: only SIGKILL stops it."""
+    _record_pid(task)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    before_start()
+    time.sleep(3600)
+
+
+def second_fills_the_disk(task: Any, *, before_start: Any, progress: Any) -> Any:
+    """i0 runs normally; i1 waits until the runner has written i0's result, fills the file
+    system of the run folder, then raises (the runner must write that outcome on a full disk)."""
+    _record_pid(task)
+    if _instance().startswith("i0-"):
+        return run_instance(task, before_start=before_start, progress=progress)
+    before_start()
+    results = Path(task.outdir).parent / "results.json"
+    deadline = time.monotonic() + 60
+    while not results.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with open(Path(task.outdir).parent / "filler", "wb") as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+        except OSError:
+            pass
+    raise ValueError("the disk is full")
+
+
+def starts_a_child_then_hangs(task: Any, *, before_start: Any, progress: Any) -> Any:
+    """Every worker starts a child process (recorded in pids/<instance>.child), then hangs."""
+    import subprocess
+
+    _record_pid(task)
+    child = subprocess.Popen(["sleep", "3600"])
+    (Path(task.outdir).parent / "pids" / f"{_instance()}.child").write_text(str(child.pid))
+    before_start()
+    time.sleep(3600)
