@@ -15,9 +15,9 @@ import logging
 import os
 import re
 import string
-import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 import numpy as np
@@ -73,85 +73,75 @@ def load_vocab(path: Path) -> dict[str, int]:
     return vocab
 
 
-def _is_punctuation(char: str) -> bool:
-    code = ord(char)
-    if 33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96 or 123 <= code <= 126:
-        return True
-    return unicodedata.category(char).startswith("P")
+def _basic_steps() -> tuple[Any, Any]:
+    """(normalizer, pre-tokenizer) of BERT's uncased basic tokenisation: drop control
+    characters, lower-case, strip accents, split on whitespace and punctuation.
+
+    CJK characters stay inside their words, as this project's tokenizer always had it; Google's
+    BERT tokenizer (the MLPerf reference's) puts spaces around each of them
+    (`handle_chinese_chars=True` would do that)."""
+    from tokenizers import normalizers, pre_tokenizers
+
+    normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=False, strip_accents=True, lowercase=True
+    )
+    return normalizer, pre_tokenizers.BertPreTokenizer()
 
 
 def basic_tokens(text: str) -> list[str]:
     """Uncased BERT basic tokenisation: clean, lower-case, strip accents, split punctuation."""
-    cleaned = []
-    for char in text:
-        code = ord(char)
-        if code in (0, 0xFFFD) or (
-            unicodedata.category(char).startswith("C") and char not in "\t\n\r"
-        ):
-            continue
-        cleaned.append(" " if char.isspace() else char)
-    words = "".join(cleaned).lower().split()
-    tokens: list[str] = []
-    for word in words:
-        word = "".join(
-            c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn"
-        )
-        current = ""
-        for char in word:
-            if _is_punctuation(char):
-                if current:
-                    tokens.append(current)
-                tokens.append(char)
-                current = ""
-            else:
-                current += char
-        if current:
-            tokens.append(current)
-    return tokens
+    normalizer, pre_tokenizer = _basic_steps()
+    return [
+        token for token, _span in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+    ]
 
 
 class WordPieceTokenizer:
-    """Greedy longest-match-first WordPiece over BERT's uncased basic tokens."""
+    """Greedy longest-match-first WordPiece over BERT's uncased basic tokens.
+
+    The `tokenizers` library does the work (Rust, and the implementation Hugging Face's BERT
+    tokenizers use) with the model's vocab; no special tokens are matched inside the text.
+    """
 
     def __init__(self, vocab: Mapping[str, int], *, max_chars_per_word: int = 100) -> None:
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordPiece
+
         self.vocab = vocab
-        self.max_chars_per_word = max_chars_per_word
-        self._cache: dict[str, list[str]] = {}
+        model = WordPiece(
+            dict(vocab), unk_token="[UNK]", max_input_chars_per_word=max_chars_per_word
+        )
+        self._tokenizer = Tokenizer(model)
+        self._tokenizer.normalizer, self._tokenizer.pre_tokenizer = _basic_steps()
+        self._word_pieces: dict[str, list[str]] = {}
 
     def tokenize(self, text: str) -> list[str]:
-        pieces: list[str] = []
-        for token in basic_tokens(text):
-            pieces.extend(self._wordpiece(token))
-        return pieces
+        return self._tokenizer.encode(text, add_special_tokens=False).tokens
+
+    def tokenize_words(self, words: Sequence[str]) -> tuple[list[str], list[int]]:
+        """The pieces of already split words, and the index of the word each piece comes from.
+
+        Each word is tokenised on its own, once per tokenizer: contexts repeat their words, so
+        the library sees each distinct word once (in one call) and the rest is a lookup.
+        """
+        known = self._word_pieces
+        new = [word for word in dict.fromkeys(words) if word not in known]
+        if new:
+            encoding = self._tokenizer.encode(new, is_pretokenized=True, add_special_tokens=False)
+            for word in new:
+                known[word] = []
+            for token, index in zip(encoding.tokens, encoding.word_ids, strict=True):
+                known[new[index]].append(token)
+        tokens: list[str] = []
+        token_word: list[int] = []
+        for index, word in enumerate(words):
+            pieces = known[word]
+            tokens += pieces
+            token_word += [index] * len(pieces)
+        return tokens, token_word
 
     def ids(self, tokens: Sequence[str]) -> list[int]:
         return [self.vocab[t] for t in tokens]
-
-    def _wordpiece(self, word: str) -> list[str]:
-        cached = self._cache.get(word)
-        if cached is not None:
-            return cached
-        pieces = self._split(word)
-        self._cache[word] = pieces
-        return pieces
-
-    def _split(self, word: str) -> list[str]:
-        if len(word) > self.max_chars_per_word:
-            return ["[UNK]"]
-        pieces = []
-        start = 0
-        while start < len(word):
-            end = len(word)
-            while start < end:
-                piece = word[start:end] if start == 0 else "##" + word[start:end]
-                if piece in self.vocab:
-                    break
-                end -= 1
-            else:
-                return ["[UNK]"]
-            pieces.append(piece)
-            start = end
-        return pieces
 
 
 # --- examples and features -------------------------------------------------------------------
@@ -256,7 +246,7 @@ def build_features(
             break
         query = tokenizer.tokenize(example.question)[:MAX_QUERY_LEN]
         if example.doc_words not in doc_cache:
-            doc_cache[example.doc_words] = _tokenize_words(example.doc_words, tokenizer)
+            doc_cache[example.doc_words] = tokenizer.tokenize_words(example.doc_words)
         doc_tokens, token_word = doc_cache[example.doc_words]
         spans = _doc_spans(len(doc_tokens), SEQ_LEN - len(query) - 3)
         for span_index, (start, length) in enumerate(spans):
@@ -291,18 +281,6 @@ def build_features(
         for name, values in rows.items()
     }
     return features, arrays
-
-
-def _tokenize_words(
-    words: Sequence[str], tokenizer: WordPieceTokenizer
-) -> tuple[list[str], list[int]]:
-    tokens: list[str] = []
-    token_word: list[int] = []
-    for word_index, word in enumerate(words):
-        for piece in tokenizer.tokenize(word):
-            tokens.append(piece)
-            token_word.append(word_index)
-    return tokens, token_word
 
 
 # --- answers and scores ----------------------------------------------------------------------
