@@ -34,6 +34,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 WINDOW_BATCHES = 2
+_Batch = tuple[list[int], list[int], list[int]]
 _POLL_S = 0.5
 _PROGRESS_INTERVAL_S = 0.5
 
@@ -145,8 +146,9 @@ class Dispatcher:
         self._batch_size = batch_size
         self._complete = complete
         self._lock = threading.Lock()
-        self._pending: collections.deque[tuple[list[int], list[int]]] = collections.deque()
-        self._inflight: list[dict[int, tuple[list[int], list[int]]]] = [{} for _ in self._links]
+        # a batch is (LoadGen sample ids, rows of the shared sample arrays, dataset indices)
+        self._pending: collections.deque[_Batch] = collections.deque()
+        self._inflight: list[dict[int, _Batch]] = [{} for _ in self._links]
         self._outstanding = [0] * len(self._links)
         self.alive = [True] * len(self._links)
         self.served = [0] * len(self._links)
@@ -165,8 +167,9 @@ class Dispatcher:
                 log.error("run failed, samples are completed without data: %s", error)
             self._aborted = True
 
-    def submit(self, ids: Sequence[int], rows: Sequence[int]) -> None:
-        """Queue samples (split into batches) and send what the windows allow."""
+    def submit(self, ids: Sequence[int], rows: Sequence[int], indices: Sequence[int]) -> None:
+        """Queue samples (split into batches) and send what the windows allow. Workers read the
+        rows; `indices` (the samples' dataset indices) let a remote worker cache sample data."""
         with self._lock:
             if self._aborted:
                 self.failed_samples += len(ids)
@@ -175,7 +178,9 @@ class Dispatcher:
                 return
             for start in range(0, len(ids), self._batch_size):
                 end = start + self._batch_size
-                self._pending.append((list(ids[start:end]), list(rows[start:end])))
+                self._pending.append(
+                    (list(ids[start:end]), list(rows[start:end]), list(indices[start:end]))
+                )
             self._pump()
 
     def _choose(self, size: int) -> int | None:
@@ -193,19 +198,20 @@ class Dispatcher:
             if not any(self.alive):
                 self._fail_pending()
                 return
-            ids, rows = self._pending[0]
+            batch = self._pending[0]
+            ids = batch[0]
             worker = self._choose(len(ids))
             if worker is None:
                 return
             self._pending.popleft()
             batch_id = next(self._ids)
             try:
-                self._links[worker].send(("batch", batch_id, ids, rows))
+                self._links[worker].send(("batch", batch_id, *batch))
             except (BrokenPipeError, OSError):
-                self._pending.appendleft((ids, rows))
+                self._pending.appendleft(batch)
                 self._mark_dead(worker)
                 continue
-            self._inflight[worker][batch_id] = (ids, rows)
+            self._inflight[worker][batch_id] = batch
             self._outstanding[worker] += len(ids)
 
     def done(self, worker: int, batch_ids: Sequence[int], blob: bytes, item_size: int) -> None:
@@ -215,8 +221,7 @@ class Dispatcher:
                 return  # its batches were re-sent to the others when it was given up
             ids: list[int] = []
             for batch_id in batch_ids:
-                batch_ids_, _ = self._inflight[worker].pop(batch_id)
-                ids.extend(batch_ids_)
+                ids.extend(self._inflight[worker].pop(batch_id)[0])
             self._outstanding[worker] -= len(ids)
             self.served[worker] += len(ids)
             self.completed += len(ids)
@@ -243,7 +248,7 @@ class Dispatcher:
             self.error = "every instance worker is gone; samples completed without data"
             log.error(self.error)
         while self._pending:
-            ids, _ = self._pending.popleft()
+            ids = self._pending.popleft()[0]
             self.failed_samples += len(ids)
             self.completed += len(ids)
             self._complete(ids, b"", 0)
@@ -375,7 +380,7 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
     receiver = _Receiver(job.links, dispatcher)
 
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
-        dispatcher.submit(ids, library.slots(indices).tolist())
+        dispatcher.submit(ids, library.slots(indices).tolist(), list(indices))
 
     def load(indices: Sequence[int]) -> None:
         # An exception must not unwind through LoadGen (the process then dies of a signal,
