@@ -1,0 +1,96 @@
+"""Every answer reaches its own sample, through real LoadGen, in all four LoadGen scenarios, in
+independent and unified mode.
+
+Each run is the runner's own (`mlperf_mig.run`, two emulated instances) with the known-answer
+backend, whose answer to a sample is a code of the sample's bytes. Every entry of every
+mlperf_log_accuracy.json is checked against the synthetic sample it names. Batches of 7 make
+partial batches everywhere; BERT Offline's 701 samples in one query pass through the 512-sample
+completion buffer; the stream and Server scenarios load their samples in sets of 64 (the quick
+preset's performance sample count), so rows are reused across sets.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mlperf_mig
+from mlperf_mig.benchmark import Benchmark, get_benchmark
+from mlperf_mig.engines.backends.known_answer import expected_payload
+from mlperf_mig.harness.logs import ACCURACY_LOG
+from mlperf_mig.harness.samples import SyntheticSource, input_layouts
+
+LAYOUT = "2g.20gb+1g.10gb"
+BATCH = 7
+# scenario -> (benchmark, samples, target): BERT where many samples are cheap, ResNet50 (588 KiB
+# samples, gathered row by row) where fewer do
+CASES = {
+    "Offline": ("bert", 701, {"target_qps": 2000}),
+    "Server": ("resnet50", 100, {"target_qps": 2000}),
+    "SingleStream": ("bert", 150, {"target_latency": 1}),
+    "MultiStream": ("resnet50", 100, {"target_latency": 5}),
+}
+
+
+def _run(outdir: Path, scenario: str, mode: str) -> Any:
+    benchmark, samples, target = CASES[scenario]
+    return mlperf_mig.run(
+        LAYOUT,
+        benchmark=benchmark,
+        loadgen_scenario=scenario,
+        backend="known_answer",
+        mode=mode,
+        outdir=outdir,
+        progress=False,
+        variant="tiny",
+        batch_size=BATCH,
+        sample_count=samples,
+        # a short performance run; the accuracy run issues every sample, not the quick 64
+        settings={"min_duration": 100, "accuracy_sample_count_override": 0, **target},
+    )
+
+
+def _expected(benchmark: Benchmark, total: int, indices: set[int]) -> dict[int, bytes]:
+    """The payload every logged sample must have, from the samples the run generated."""
+    source = SyntheticSource(benchmark=benchmark, total_count=total, performance_count=total)
+    expected = {}
+    for index in indices:
+        sample = {
+            layout.name: np.empty((1, *layout.shape), layout.dtype)
+            for layout in input_layouts(benchmark)
+        }
+        source.fill([index], sample)
+        expected[index] = expected_payload(benchmark, {k: v[0] for k, v in sample.items()})
+    return expected
+
+
+def _check_accuracy_log(log_dir: Path, benchmark: Benchmark, total: int) -> None:
+    entries = json.loads((log_dir / ACCURACY_LOG).read_text())
+    indices = [int(e["qsl_idx"]) for e in entries]
+    assert set(indices) == set(range(total)), "every sample is answered in an accuracy run"
+    expected = _expected(benchmark, total, set(indices))
+    wrong = [e["qsl_idx"] for e in entries if bytes.fromhex(e["data"]) != expected[e["qsl_idx"]]]
+    assert not wrong, f"{len(wrong)} of {len(entries)} logged answers belong to another sample"
+
+
+@pytest.mark.parametrize("mode", ["independent", "unified"])
+@pytest.mark.parametrize("scenario", list(CASES))
+def test_every_logged_answer_is_its_samples(tmp_path: Path, scenario: str, mode: str) -> None:
+    """Each entry of each accuracy log is the known answer of the sample it names."""
+    result = _run(tmp_path / "run", scenario, mode)
+    assert result.ok, result.table()
+    benchmark_name, total, _ = CASES[scenario]
+    benchmark = get_benchmark(benchmark_name)
+    if mode == "unified":
+        log_dirs = [Path(result.layout_accuracy.log_dir)]
+        assert result.layout_accuracy.failed_samples == 0
+    else:
+        log_dirs = [Path(i.accuracy.log_dir) for i in result.instances]
+        assert all(i.accuracy.failed_samples == 0 for i in result.instances)
+    assert len(log_dirs) == (1 if mode == "unified" else 2)
+    for log_dir in log_dirs:
+        _check_accuracy_log(log_dir, benchmark, total)
