@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig.errors import OutputDirError
+from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError
 
 
 def ensure_writable_dir(path: str | os.PathLike[str]) -> Path:
@@ -35,6 +35,53 @@ def ensure_writable_dir(path: str | os.PathLike[str]) -> Path:
 
 
 LOCK_FILE = ".mlperf-mig.lock"
+# The longest path a run writes below its folder, e.g.
+# "i0-7g.80gb/accuracy/.mlperf_log_accuracy.json.12345678.tmp"; a longer folder fails in LoadGen.
+_LONGEST_INSIDE = 96
+_NAME_MAX = 255
+_PATH_MAX = 4096
+
+
+def check_output_path(name: str, path: str) -> None:
+    """Refuse an output folder the file system cannot hold: empty, not UTF-8, a name or a whole
+    path too long for what the run writes inside it."""
+    if not path:
+        raise OutputDirError(
+            f"{name} is empty (that would write into the current folder); pass a folder name"
+        )
+    try:
+        encoded = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OutputDirError(
+            f"{name} {path!r} is not valid UTF-8 (LoadGen and results.json need UTF-8 names); "
+            "pass a folder name in UTF-8"
+        ) from None
+    long_name = next((part for part in path.split(os.sep) if len(part.encode("utf-8")) > _NAME_MAX), None)
+    if long_name is not None:
+        raise OutputDirError(
+            f"{name}: the folder name {long_name[:40]!r}... is {len(long_name.encode('utf-8'))} bytes, "
+            f"more than the {_NAME_MAX} a file name may have; pass a shorter name"
+        )
+    absolute = os.path.abspath(encoded)
+    if len(absolute) + _LONGEST_INSIDE > _PATH_MAX:
+        raise OutputDirError(
+            f"{name} is {len(absolute)} bytes long as an absolute path; the files of a run inside "
+            f"it need at most {_PATH_MAX - _LONGEST_INSIDE}; pass a shorter path"
+        )
+
+
+def check_text_file(path: str, what: str, error: type[MlperfMigError] = SettingsError) -> None:
+    """A text file the library will read: it must be readable and UTF-8."""
+    try:
+        Path(path).read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise error(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{what} {path!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); pass a UTF-8 file"
+        ) from None
+
+
 
 
 def free_space(path: str | os.PathLike[str]) -> str:

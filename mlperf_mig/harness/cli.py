@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from mlperf_mig._cli_args import add_settings_option, parse_overrides
+
+_COUNT_MAX = 2**63 - 1  # LoadGen keeps sample counts in 64-bit integers
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +45,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model", default=None, help="an ONNX model file instead of the generated graph"
     )
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads of the backend")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="CPU threads of the backend (at most the CPUs)"
+    )
     parser.add_argument("--user-conf", default=None, help="a user.conf with LoadGen settings")
     add_settings_option(parser)
     parser.add_argument(
@@ -86,9 +91,36 @@ def _engine(args: argparse.Namespace) -> Any:
     )
 
 
+def _check_input(args: argparse.Namespace) -> None:
+    """Refuse what LoadGen or the machine cannot take before the model loads: counts beyond
+    LoadGen's range, more threads than CPUs, unreadable user.conf or dataset, a bad outdir."""
+    from mlperf_mig._io import check_output_path, check_text_file
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.errors import SettingsError
+    from mlperf_mig.harness.datasets import check_dataset
+
+    if args.sample_count is not None and args.sample_count > _COUNT_MAX:
+        raise SettingsError(
+            f"--sample-count {args.sample_count} is beyond LoadGen's 64-bit range; pass at most "
+            "the samples of the dataset"
+        )
+    cpus = len(os.sched_getaffinity(0))
+    if args.threads is not None and not 1 <= args.threads <= cpus:
+        raise SettingsError(
+            f"--threads {args.threads} is not 1 to {cpus}, the CPUs this process may use; more "
+            "threads than CPUs only contend"
+        )
+    check_output_path("--outdir", args.outdir)
+    if args.user_conf is not None:
+        check_text_file(args.user_conf, "user.conf")
+    if args.dataset is not None:
+        check_dataset(get_benchmark(args.benchmark), args.dataset, args.vocab)
+
+
 def _run(args: argparse.Namespace) -> int:
     from mlperf_mig.harness import InstanceTask, SettingsSpec, run_instance
 
+    _check_input(args)
     task = InstanceTask(
         benchmark=args.benchmark,
         loadgen_scenario=args.loadgen_scenario,

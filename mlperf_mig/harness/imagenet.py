@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 VAL_MAP = "val_map.txt"
 RESIZE = 256
 CROP = 224
+CLASSES = 1000
 MEAN_RGB = np.array([123.68, 116.78, 103.94], dtype=np.float32)
 
 
@@ -36,14 +37,25 @@ def read_val_map(folder: Path) -> tuple[tuple[str, ...], np.ndarray]:
             f"ImageNet folder {str(folder)!r} has no {VAL_MAP}; expected lines "
             "'<image file> <label>' next to the images"
         )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"{str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); expected lines "
+            "'<image file> <label>'"
+        ) from None
     names: list[str] = []
     labels: list[int] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 2 or not parts[1].isdigit():
+        if len(parts) != 2 or not parts[1].isascii() or not parts[1].isdigit():
             raise DatasetError(f"{path}:{number}: expected '<image file> <label>', got {line!r}")
+        if int(parts[1]) >= CLASSES:
+            raise DatasetError(
+                f"{path}:{number}: label {parts[1]} is not an ImageNet class 0-{CLASSES - 1}"
+            )
         names.append(parts[0])
         labels.append(int(parts[1]))
     if not names:

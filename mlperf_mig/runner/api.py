@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
-from mlperf_mig._io import claim_folder
-from mlperf_mig.errors import OutputDirError, SettingsError
-from mlperf_mig.runner.options import RunOptions, check_output_path, check_progress
+from mlperf_mig._io import check_output_path, claim_folder
+from mlperf_mig.errors import SettingsError
+from mlperf_mig.runner.options import RunOptions, check_progress
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
 from mlperf_mig.runner.results import RESULTS_FILE, RunResult
@@ -244,5 +244,3 @@ def aggregate(folders: Sequence[PathArg], outdir: PathArg | None = None) -> RunR
 
 for _function in (plan, run):
     _function.__doc__ = (_function.__doc__ or "") + _OPTIONS_DOC + "\n"
-
-__all__ = ["OutputDirError", "aggregate", "plan", "run", "sweep"]

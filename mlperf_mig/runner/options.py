@@ -17,7 +17,8 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig.errors import OutputDirError, SettingsError
+from mlperf_mig._io import check_output_path
+from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.placement import ScenarioSpec
 
 MODES = ("independent", "unified")
@@ -25,11 +26,6 @@ MODES = ("independent", "unified")
 LOADGEN_INT_MAX = 2**63 - 1
 _NS_PER_MS = 1_000_000
 _DURATION_KEYS = ("min_duration", "max_duration")
-# The longest path the runner writes below an outdir, e.g.
-# "i0-7g.80gb/accuracy/.mlperf_log_accuracy.json.12345678.tmp"; a longer outdir fails in LoadGen.
-_LONGEST_INSIDE = 96
-_NAME_MAX = 255
-_PATH_MAX = 4096
 
 
 def _kind(value: object) -> str:
@@ -115,34 +111,6 @@ def _optional_path(instance: object, attribute: attrs.Attribute, value: object) 
         raise SettingsError(f"{attribute.name} must be a path (str or os.PathLike) or None, got {_kind(value)}")
     if not value:
         raise SettingsError(f"{attribute.name} is an empty path; pass a file or folder name, or leave it out")
-
-
-def check_output_path(name: str, path: str) -> None:
-    """Refuse an output folder the file system cannot hold: empty, not UTF-8, a name or a whole
-    path too long for what the run writes inside it."""
-    if not path:
-        raise OutputDirError(
-            f"{name} is empty (that would write into the current folder); pass a folder name"
-        )
-    try:
-        encoded = path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise OutputDirError(
-            f"{name} {path!r} is not valid UTF-8 (LoadGen and results.json need UTF-8 names); "
-            "pass a folder name in UTF-8"
-        ) from None
-    long_name = next((part for part in path.split(os.sep) if len(part.encode("utf-8")) > _NAME_MAX), None)
-    if long_name is not None:
-        raise OutputDirError(
-            f"{name}: the folder name {long_name[:40]!r}... is {len(long_name.encode('utf-8'))} bytes, "
-            f"more than the {_NAME_MAX} a file name may have; pass a shorter name"
-        )
-    absolute = os.path.abspath(encoded)
-    if len(absolute) + _LONGEST_INSIDE > _PATH_MAX:
-        raise OutputDirError(
-            f"{name} is {len(absolute)} bytes long as an absolute path; the files of a run inside "
-            f"it need at most {_PATH_MAX - _LONGEST_INSIDE}; pass a shorter path"
-        )
 
 
 def _outdir(instance: object, attribute: attrs.Attribute, value: object) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig._io import check_text_file
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import (
     ModelFileError,
@@ -382,7 +383,7 @@ def _check_run_input(target: Target, options: RunOptions, *, benchmark: str, loa
 
     bench = get_benchmark(benchmark)
     if options.user_conf is not None:
-        check_text_file("user.conf", options.user_conf)
+        check_text_file(options.user_conf, "user.conf")
     profiles = {None} if target.emulated else {slot.profile for slot in target.slots}
     for profile in sorted(profiles, key=str):
         spec = SettingsSpec(
@@ -394,18 +395,6 @@ def _check_run_input(target: Target, options: RunOptions, *, benchmark: str, loa
         resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0)
     if options.dataset is not None:
         check_dataset(bench, options.dataset, options.vocab)
-
-
-def check_text_file(name: str, path: str) -> None:
-    """A text file the harness will read: it must be readable and UTF-8."""
-    try:
-        Path(path).read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise SettingsError(f"cannot read {name} {path!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise SettingsError(
-            f"{name} {path!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); pass a UTF-8 file"
-        ) from None
 
 
 def _backend_for(target: Target, backend: str, resolve: Any) -> str:
