@@ -14,6 +14,7 @@ from typing import Any
 from mlperf_mig._table import text_table
 
 EXIT_OK = 0
+_NVML_INDEX_MAX = 2**32 - 1  # NVML numbers GPUs with an unsigned int
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -189,6 +190,13 @@ def _plan_mig(args: argparse.Namespace) -> int:
     from mlperf_mig.registry.names import parse_layout
     from mlperf_mig.registry.plan import creation_plan
 
+    if args.gpu_index > _NVML_INDEX_MAX:
+        from mlperf_mig.errors import NameParseError
+
+        raise NameParseError(
+            f"--gpu-index {args.gpu_index} is beyond NVML's GPU numbers (0 to {_NVML_INDEX_MAX}); "
+            "pass the index nvidia-smi shows"
+        )
     catalog = _catalog(args)
     layout = parse_layout(catalog.get(args.gpu), args.layout, catalog)
     plan = creation_plan(layout, gpu_index=args.gpu_index)
