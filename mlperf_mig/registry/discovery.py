@@ -1,7 +1,7 @@
 """Discovery of the GPUs and live MIG devices through NVML (nvidia-ml-py), read-only.
 
-Two steps: `read_nvml_state(nvml)` asks NVML and returns plain data (the same format that
-`RecordedNvml` replays and `mlperf-mig detect --record` writes); `detect()` matches that state
+Two steps: `read_nvml_state(nvml)` (registry/nvml_state.py) asks NVML and returns plain data (the
+format that `RecordedNvml` replays and `mlperf-mig detect --record` writes); `detect()` matches that state
 against the catalog. Live data wins over the shipped table and every disagreement is reported.
 No driver and no GPU are normal answers with a message, never an exception.
 
@@ -22,7 +22,6 @@ time-sliced type (`<board>-<GB>C`) is a share of a whole GPU, not MIG.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import re
 from collections.abc import Mapping
@@ -31,23 +30,17 @@ from typing import Any
 import attrs
 import pynvml
 
-from mlperf_mig.errors import DiscoveryError, NameParseError
+from mlperf_mig.errors import NameParseError
 from mlperf_mig.registry.catalog import Catalog, default_catalog
 from mlperf_mig.registry.model import Gpu, Layout, Profile
 from mlperf_mig.registry.names import parse_vgpu_type
-from mlperf_mig.registry.replay import (
-    ATTRIBUTE_FIELDS,
-    PROFILE_INFO_FIELDS,
-    STATE_FORMAT,
-    nvml_error_name,
-)
+from mlperf_mig.registry.nvml_state import read_nvml_state
 
 log = logging.getLogger(__name__)
 
 _MIG_UUID_RE = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 _LEGACY_MIG_UUID_RE = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-f-]+)/(?P<gi>\d+)/(?P<ci>\d+)$", re.I)
 _GIB_TOLERANCE = 0.5  # nvidia-smi's GiB drifts by up to 0.25 between drivers
-_NVML_GONE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission)
 _VIRTUALIZATION_MODES = {
     pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE: "none",
     pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH: "passthrough",
@@ -198,155 +191,6 @@ class Detection:
             "cuda_driver_version": self.cuda_driver_version, "nvml_version": self.nvml_version,
             "gpus": [g.to_dict() for g in self.gpus],
         }
-
-
-# --- reading NVML ---------------------------------------------------------------------------
-def read_nvml_state(nvml: Any = pynvml) -> dict[str, Any]:
-    """Ask NVML (or an injected stand-in) for everything discovery needs, as plain JSON data."""
-    try:
-        nvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return {"format": STATE_FORMAT, "init_error": nvml_error_name(exc), "gpus": []}
-    try:
-        return {
-            "format": STATE_FORMAT,
-            "init_error": None,
-            "driver_version": _text(nvml.nvmlSystemGetDriverVersion()),
-            "cuda_driver_version": _optional(nvml.nvmlSystemGetCudaDriverVersion),
-            "nvml_version": _optional(lambda: _text(nvml.nvmlSystemGetNVMLVersion())),
-            "gpus": [_read_gpu(nvml, i) for i in range(nvml.nvmlDeviceGetCount())],
-        }
-    except pynvml.NVMLError as exc:
-        raise DiscoveryError(
-            f"NVML failed while reading the GPUs ({exc}); check `nvidia-smi` and the driver "
-            "(a lost GPU or a driver/library mismatch needs a reset or reboot)"
-        ) from exc
-    finally:
-        nvml.nvmlShutdown()
-
-
-def _optional(call: Any) -> Any:
-    """`call()`, or None where the driver does not offer it (older drivers, recorded states)."""
-    try:
-        return call()
-    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
-        return None
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _read_gpu(nvml: Any, index: int) -> dict[str, Any]:
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    gpu: dict[str, Any] = {
-        "name": _text(nvml.nvmlDeviceGetName(handle)),
-        "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
-        "pci_device_id": f"0x{nvml.nvmlDeviceGetPciInfo(handle).pciDeviceId:08X}",
-        "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-        "virtualization_mode": _virtualization_mode(nvml, handle),
-    }
-    try:
-        gpu["mig_mode"] = [int(m) for m in nvml.nvmlDeviceGetMigMode(handle)]
-    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
-        gpu["mig_mode"] = None  # not MIG-capable (or a driver without MIG)
-        return gpu
-    gpu["gi_profiles"], invalid, error = _read_profiles(nvml, handle)
-    if error is not None:
-        gpu["gi_profile_error"] = error
-    if invalid:
-        gpu["invalid_profile_constants"] = invalid
-    if gpu["mig_mode"][0] == pynvml.NVML_DEVICE_MIG_ENABLE:
-        gpu.update(_read_mig_devices(nvml, handle))
-    return gpu
-
-
-def _virtualization_mode(nvml: Any, handle: Any) -> int | None:
-    """NVML's virtualization mode (2 = a vGPU inside a VM), or None where the driver cannot say."""
-    try:
-        return int(nvml.nvmlDeviceGetVirtualizationMode(handle))
-    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
-        return None
-
-
-def _read_profiles(
-    nvml: Any, handle: Any
-) -> tuple[list[dict[str, Any]], list[int], str | None]:
-    """GPU-instance profiles by NVML constant, the constants the driver called invalid, and the
-    error that every constant gave when none answered (MIG off on a driver that cannot say).
-
-    Every constant is asked: a driver may reject one in the middle of the range (INVALID_ARGUMENT)
-    and still know later ones, so an invalid constant is recorded, not taken as the end.
-    """
-    profiles, errors, invalid = [], set(), []
-    for constant in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-        try:
-            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant)
-        except pynvml.NVMLError_InvalidArgument:
-            invalid.append(constant)  # unknown to this driver; later constants may still answer
-            continue
-        except pynvml.NVMLError as exc:
-            errors.add(nvml_error_name(exc))  # not on this GPU
-            continue
-        entry = {"constant": constant, "name": _text(info.name)}
-        entry.update({field: int(getattr(info, field)) for field in PROFILE_INFO_FIELDS})
-        entry.update(_read_placements(nvml, handle, info.id))
-        profiles.append(entry)
-    error = errors.pop() if not profiles and len(errors) == 1 else None
-    return profiles, invalid, error
-
-
-def _read_placements(nvml: Any, handle: Any, profile_id: int) -> dict[str, Any]:
-    """Possible placements of a profile ID: count query, then a caller-allocated array."""
-    count = ctypes.c_uint(0)
-    try:
-        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
-        array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
-        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
-    except pynvml.NVMLError as exc:
-        return {"placements": None, "placements_error": nvml_error_name(exc)}
-    return {"placements": [[p.start, p.size] for p in array[: count.value]]}
-
-
-def _read_mig_devices(nvml: Any, handle: Any) -> dict[str, Any]:
-    devices, instances, instance_error = [], {}, None
-    slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
-    for index in range(slots):
-        try:
-            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
-        except (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument):
-            continue  # an empty slot
-        if not bool(nvml.nvmlDeviceIsMigDeviceHandle(mig)):  # a ctypes c_uint, not an int
-            continue
-        attributes = nvml.nvmlDeviceGetAttributes(mig)
-        device = {
-            "index": index,
-            "uuid": _text(nvml.nvmlDeviceGetUUID(mig)),
-            "gpu_instance_id": int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
-            "compute_instance_id": int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
-        }
-        device.update({field: int(getattr(attributes, field)) for field in ATTRIBUTE_FIELDS})
-        devices.append(device)
-        gi = device["gpu_instance_id"]
-        if gi in instances or instance_error:
-            continue
-        try:
-            info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
-        except _NVML_GONE as exc:
-            instance_error = nvml_error_name(exc)  # needs root on some drivers
-            continue
-        instances[gi] = {
-            "id": gi, "profile_id": int(info.profileId),
-            "start": int(info.placement.start), "size": int(info.placement.size),
-        }
-    state: dict[str, Any] = {
-        "max_mig_device_count": slots,
-        "mig_devices": devices,
-        "gpu_instances": list(instances.values()),
-    }
-    if instance_error:
-        state["gpu_instance_error"] = instance_error
-    return state
 
 
 # --- matching against the catalog -----------------------------------------------------------

@@ -19,21 +19,17 @@ import attrs
 import pynvml
 
 from mlperf_mig.errors import DataFileError
-
-STATE_FORMAT = "mlperf-mig nvml state v1"
+from mlperf_mig.registry.nvml_state import (
+    ATTRIBUTE_FIELDS,
+    PROFILE_INFO_FIELDS,
+    STATE_FORMAT,
+    read_nvml_state,
+)
 
 
 def nvml_error(name: str) -> pynvml.NVMLError:
     """The pynvml exception for error `name` (e.g. "NOT_SUPPORTED"), as pynvml itself raises it."""
     return pynvml.NVMLError(getattr(pynvml, f"NVML_ERROR_{name}"))
-
-
-def nvml_error_name(exc: pynvml.NVMLError) -> str:
-    """The name of a pynvml error's code ("NOT_SUPPORTED"), the inverse of `nvml_error`."""
-    for attribute in dir(pynvml):
-        if attribute.startswith("NVML_ERROR_") and getattr(pynvml, attribute) == exc.value:
-            return attribute.removeprefix("NVML_ERROR_")
-    return str(exc.value)
 
 
 @attrs.frozen
@@ -73,8 +69,6 @@ class RecordedNvml:
                 "`mlperf-mig detect --record FILE`"
             )
         recorded = cls(state)
-        from mlperf_mig.registry.discovery import read_nvml_state  # discovery imports this module
-
         try:
             read_nvml_state(recorded)  # a field missing from a hand-edited file fails here, named
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
@@ -231,14 +225,3 @@ class RecordedNvml:
         for field in ATTRIBUTE_FIELDS:
             setattr(attributes, field, self._mig(handle)[field])
         return attributes
-
-
-PROFILE_INFO_FIELDS = (
-    "id", "sliceCount", "instanceCount", "multiprocessorCount", "copyEngineCount",
-    "decoderCount", "encoderCount", "jpegCount", "ofaCount", "memorySizeMB",
-)
-ATTRIBUTE_FIELDS = (
-    "multiprocessorCount", "sharedCopyEngineCount", "sharedDecoderCount", "sharedEncoderCount",
-    "sharedJpegCount", "sharedOfaCount", "gpuInstanceSliceCount", "computeInstanceSliceCount",
-    "memorySizeMB",
-)
