@@ -14,13 +14,16 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from mlperf_mig._io import atomic_write_json
 from mlperf_mig._table import cell_text, markdown_table, text_table
 from mlperf_mig.errors import OutputDirError
+
+if TYPE_CHECKING:
+    from mlperf_mig.harness.result import InstanceResult
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ BY_DESIGN_LABEL = (
 )
 
 
-def _result_from(data: Mapping[str, Any] | None) -> Any:
+def _result_from(data: Mapping[str, Any] | None) -> InstanceResult | None:
     if data is None:
         return None
     from mlperf_mig.harness import InstanceResult
@@ -49,21 +52,21 @@ def _result_from(data: Mapping[str, Any] | None) -> Any:
     return InstanceResult.from_dict(dict(data))
 
 
-def _result_to(result: Any) -> dict[str, Any] | None:
+def _result_to(result: InstanceResult | None) -> dict[str, Any] | None:
     return None if result is None else result.to_dict()
 
 
-def result_throughput(result: Any) -> float | None:
+def result_throughput(result: InstanceResult | None) -> float | None:
     return None if result is None else result.throughput
 
 
-def result_error(*results: Any) -> str | None:
+def result_error(*results: InstanceResult | None) -> str | None:
     """The first error of the harness results given: a test that ran to the end but failed (a
     sample that could not be loaded, a backend that raised) completed its samples without data."""
     return next((r.error for r in results if r is not None and r.error is not None), None)
 
 
-def result_valid(result: Any) -> bool | None:
+def result_valid(result: InstanceResult | None) -> bool | None:
     return None if result is None else bool(result.valid)
 
 
@@ -107,8 +110,8 @@ class InstanceRun:
     log_tail: str | None = None
     accuracy_status: str | None = None
     accuracy_error: str | None = None
-    performance: Any = None  # harness InstanceResult
-    accuracy: Any = None  # harness InstanceResult of the accuracy run
+    performance: InstanceResult | None = None
+    accuracy: InstanceResult | None = None  # of the accuracy run
     dispatched_samples: int | None = None
 
     @property
@@ -187,8 +190,8 @@ class RunResult:
     started_at: str
     duration_s: float
     instances: tuple[InstanceRun, ...] = attrs.field(converter=tuple)
-    layout_result: Any = None  # unified mode: the one LoadGen result of the whole layout
-    layout_accuracy: Any = None
+    layout_result: InstanceResult | None = None  # unified mode: the layout's one LoadGen result
+    layout_accuracy: InstanceResult | None = None
     layout_status: str | None = None  # unified mode: how the LoadGen coordinator ended
     layout_error: str | None = None
     baseline_throughput: float | None = None
