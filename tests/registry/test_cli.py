@@ -196,3 +196,11 @@ def test_detect_json_carries_the_vgpu(capsys: pytest.CaptureFixture[str]) -> Non
     )
     vgpu = json.loads(out)["gpus"][0]["vgpu"]
     assert code == 0 and (vgpu["type_name"], vgpu["time_sliced"]) == ("A100D-20C", True)
+
+
+def test_layouts_a30_maximal_lists_no_two_me_instances(capsys: pytest.CaptureFixture[str]) -> None:
+    """`layouts A30 --maximal` no longer lists layouts holding two +me instances."""
+    code, out, _ = _run(capsys, "layouts", "A30", "--maximal", "--json")
+    layouts = [entry["layout"] for entry in json.loads(out)]
+    assert code == 0 and "2g.12gb+me+1g.6gb+1g.6gb+me" not in layouts
+    assert all(layout.count("+me") <= 1 for layout in layouts) and "2g.12gb+me+2x1g.6gb" in layouts
