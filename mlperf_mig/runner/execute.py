@@ -133,6 +133,8 @@ def _build_engines(plan: RunPlan, outdir: Path, stream: TextIO | None) -> dict[s
 
     if not plan.engines:
         return {"null": None}
+    if plan.target.cluster is not None:
+        return {}  # each node builds (or reuses) its instances' engines in its own cache
     jobs = [
         WorkerJob(
             name=f"build-{request.key}",
@@ -196,7 +198,7 @@ def _slot_task(plan: RunPlan, slot: Any, *, outdir: Path, mode: str, specs: Mapp
     )
 
 
-def _env(slot: Any) -> dict[str, str]:
+def instance_env(slot: Any) -> dict[str, str]:
     """The slot's device variables, its name (for logs and tests) and its thread count."""
     env = {**slot.env, "MLPERF_MIG_INSTANCE": slot.name}
     if slot.threads is not None:
@@ -219,7 +221,7 @@ def _independent_round(
                 target=plan.worker_target or INSTANCE_TARGET,
                 payload=_slot_task(plan, slot, outdir=outdir, mode=mode, specs=specs),
                 log_path=str(outdir / slot.name / "worker.log"),
-                env=_env(slot),
+                env=instance_env(slot),
                 cpus=slot.cpus,
             )
         )
@@ -257,7 +259,8 @@ def _instance_runs(
                 device=slot.device,
                 cpus=slot.cpus,
                 threads=slot.threads,
-                host=host,
+                host=slot.host or host,
+                node=slot.node,
                 status=perf.status if perf else "not run",
                 error=perf.error if perf else None,
                 traceback=perf.traceback if perf else None,
@@ -322,6 +325,9 @@ def _unified_round(
                 batch_size=min(batch_size_of(task) for task in tasks),
                 synthetic_weights=plan.model_path is None,
                 ready_timeout_s=plan.timeouts.ready_s,
+                # an instance silent for half the test's deadline is dropped, so that the others
+                # can still serve its samples within the deadline
+                reply_timeout_s=plan.timeouts.run_s / 2,
             ),
             log_path=str(outdir / LAYOUT_FOLDER / "worker.log"),
         )
@@ -336,7 +342,7 @@ def _unified_round(
                     batch_size=batch_size_of(task),
                 ),
                 log_path=str(outdir / slot.name / "worker.log"),
-                env=_env(slot),
+                env=instance_env(slot),
                 cpus=slot.cpus,
             )
             for slot, task, (_, b) in zip(plan.slots, tasks, pipes)
@@ -347,7 +353,9 @@ def _unified_round(
                 a.close()
                 b.close()
 
-        outcomes = round_.run([coordinator, *workers], after_start=close_parent_ends)
+        outcomes = round_.run(
+            [coordinator, *workers], after_start=close_parent_ends, lead=LAYOUT_FOLDER
+        )
     return outcomes, round_.interrupted
 
 
@@ -466,9 +474,37 @@ def _round(
     on_finish: Callable[[WorkerOutcome], None] | None = None,
 ) -> tuple[dict[str, WorkerOutcome], bool]:
     """One round in the plan's mode; independent mode runs the instances `names` only."""
+    if plan.target.cluster is not None:
+        return _cluster_round(plan, outdir, specs, mode, names, stream, on_finish)
     if plan.mode == "unified":
         return _unified_round(plan, outdir, specs, mode, stream, on_finish)
     return _independent_round(plan, outdir, specs, mode, names, stream, on_finish)
+
+
+def _cluster_round(
+    plan: RunPlan,
+    outdir: Path,
+    specs: Mapping[str, Any],
+    mode: str,
+    names: list[str],
+    stream: TextIO | None,
+    on_finish: Callable[[WorkerOutcome], None] | None,
+) -> tuple[dict[str, WorkerOutcome], bool]:
+    """A round across Ray nodes; the engine specs the nodes built land in `specs`."""
+    from mlperf_mig.cluster import rounds
+
+    assert isinstance(specs, dict)
+    tasks = {
+        slot.name: _task(
+            plan, name=slot.name, outdir=outdir, mode=mode, engine=None, threads=slot.threads,
+            profile=plan.settings_profile(slot),
+        )
+        for slot in plan.slots
+        if slot.name in names
+    }
+    if plan.mode == "unified":
+        return rounds.unified_round(plan, outdir, tasks, mode, stream, on_finish, specs)
+    return rounds.independent_round(plan, outdir, tasks, mode, stream, on_finish, specs)
 
 
 def _precision(specs: Mapping[str, Any], plan: RunPlan) -> str:
@@ -501,8 +537,11 @@ def _assemble(
             layout_accuracy = InstanceResult.from_dict(coordinator_acc.value["result"])
     runs = _instance_runs(plan, performance, accuracy, served)
     layout_error = None
+    lost = coordinator.value.get("lost_workers", []) if unified and coordinator and coordinator.ok else []
     if unified and coordinator is not None and not coordinator.ok:
         layout_error = coordinator.error
+    elif lost:
+        layout_error = f"degraded: lost {', '.join(lost)}; their samples were served by the others"
     elif unified and coordinator_acc is not None and not coordinator_acc.ok:
         layout_error = f"accuracy run: {coordinator_acc.error}"
     return RunResult(

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 STATUSES = ("ok", "raised", "crashed", "hung", "interrupted")
 _TERMINATE_GRACE_S = 3.0
+_FOLLOW_GRACE_S = 10.0  # how long the other workers may run on once the lead job has ended
 _LOG_TAIL_CHARS = 2000
 
 ProgressCallback = Callable[[str, int], None]
@@ -138,6 +139,7 @@ class WorkerOutcome:
     error: str | None = None
     traceback: str | None = None
     log_tail: str | None = None
+    started_ns: int | None = None  # cluster runs: when the node released its LoadGen test (its clock)
 
     @property
     def ok(self) -> bool:
@@ -186,6 +188,7 @@ class _Worker:
         self.ready = False
         self.outcome: WorkerOutcome | None = None
         self.reported: tuple[Any, ...] | None = None
+        self.ended_at: float | None = None
 
     def finish(self, status: str, **fields: Any) -> bool:
         """Record how the worker ended; False when it had ended already."""
@@ -216,6 +219,7 @@ class Supervisor:
     ) -> None:
         self.timeouts = timeouts or Timeouts()
         self._on_finish = on_finish
+        self._lead: str | None = None
         self._on_tick = on_tick
         self._tick_s = tick_s
         self.interrupted = False
@@ -229,13 +233,20 @@ class Supervisor:
         return self._context
 
     def run(
-        self, jobs: Sequence[WorkerJob], *, after_start: Callable[[], None] | None = None
+        self,
+        jobs: Sequence[WorkerJob],
+        *,
+        after_start: Callable[[], None] | None = None,
+        lead: str | None = None,
     ) -> list[WorkerOutcome]:
         """Start every job, release them together at the barrier, and return one outcome each.
 
         `after_start` runs once every process has started (the parent closes its copies of the
-        pipes it handed to the workers there, so that a dead worker's peer sees EOF).
+        pipes it handed to the workers there, so that a dead worker's peer sees EOF). Once the
+        job named `lead` has ended (unified mode's LoadGen coordinator), the others have a few
+        seconds to end too; one that does not is hung and killed.
         """
+        self._lead = lead
         start = self._context.Event()
         workers: list[_Worker] = []
         try:
@@ -279,9 +290,12 @@ class Supervisor:
                 run_deadline = time.monotonic() + self.timeouts.run_s
                 log.info("start barrier released")
             deadline = ready_deadline if run_deadline is None else run_deadline
-            remaining = deadline - time.monotonic()
+            follow = self._follow_deadline(workers)
+            remaining = min(deadline, follow) - time.monotonic()
             if remaining <= 0:
-                if run_deadline is None:
+                if follow <= deadline:
+                    self._kill_hung(workers, _FOLLOW_GRACE_S, f" after {self._lead} ended")
+                elif run_deadline is None:
                     self._kill_hung(workers, self.timeouts.ready_s, " before the start barrier")
                 else:
                     self._kill_hung(workers, self.timeouts.run_s, "")
@@ -295,6 +309,15 @@ class Supervisor:
                 self._handle(live, ready)
             if self._on_tick is not None:
                 self._on_tick()
+
+    def _follow_deadline(self, workers: list[_Worker]) -> float:
+        """When the others must have ended: a few seconds after the lead job ended (inf before)."""
+        lead = next((w for w in workers if w.job.name == self._lead), None)
+        if lead is None or lead.outcome is None:
+            return float("inf")
+        if lead.ended_at is None:
+            lead.ended_at = time.monotonic()
+        return lead.ended_at + _FOLLOW_GRACE_S
 
     def _handle(self, live: list[_Worker], ready: Any) -> None:
         for worker in live:

@@ -157,16 +157,37 @@ class SweepResult:
 
 
 def load_report(folder: str | os.PathLike[str]) -> RunResult | SweepResult:
-    """A run folder (results.json) or a sweep folder (sweep.json)."""
+    """A run folder (results.json) or a sweep folder (sweep.json), each run checked to be one
+    that can be reported (instances, numeric throughputs)."""
     path = Path(folder)
     if (path / RESULTS_FILE).is_file():
-        return RunResult.load(path)
+        return _reportable(RunResult.load(path), path)
     if (path / SWEEP_FILE).is_file():
-        return SweepResult.load(path)
+        sweep = SweepResult.load(path)
+        for run in sweep.runs:
+            _reportable(run, Path(run.outdir))
+        return sweep
     raise OutputDirError(
         f"{str(path)!r} holds neither {RESULTS_FILE} nor {SWEEP_FILE}; pass a folder written by "
         "mlperf-mig run or sweep"
     )
+
+
+def _reportable(run: RunResult, folder: Path) -> RunResult:
+    """Refuse a results.json that would be reported wrongly: no instances, or a throughput that
+    is not a number (a hand-edited or foreign file)."""
+    where = str(folder / RESULTS_FILE)
+    if not run.instances:
+        raise OutputDirError(f"{where!r} lists no instances; pass a run folder written by mlperf-mig run")
+    results = [run.layout_result, *(i.performance for i in run.instances)]
+    for result in results:
+        value = None if result is None else result.throughput
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise OutputDirError(
+                f"{where!r} holds the throughput {value!r}, not a number; pass a run folder "
+                "written by mlperf-mig run"
+            )
+    return run
 
 
 # --- chart -------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ Dispatch is least outstanding work weighted by capacity: each batch goes to the 
 smallest (outstanding + batch) / compute slices, and a worker holds at most WINDOW_BATCHES batches
 per compute slice, so a saturated layout (Offline) is fed in proportion to what each instance
 actually completes, and a lightly loaded one (Server) sends each query to the least busy capacity.
-A worker that dies has its in-flight batches re-sent to the others; every sample is completed.
+A worker that dies, or answers nothing for the reply timeout with work in flight (hung), has its
+in-flight batches re-sent to the others; every sample is completed and the run names it.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class CoordinatorJob:
     batch_size: int
     synthetic_weights: bool
     ready_timeout_s: float
+    reply_timeout_s: float | None = None  # a worker silent this long with work in flight is dropped
 
 
 @attrs.frozen(kw_only=True)
@@ -139,8 +141,12 @@ class Dispatcher:
         *,
         batch_size: int,
         complete: Callable[[Sequence[int], bytes, int], None],
+        reply_timeout_s: float | None = None,
     ) -> None:
         self._links = list(links)
+        self._reply_timeout_s = reply_timeout_s
+        self._waiting_since: list[float | None] = [None] * len(self._links)
+        self.stalled: list[int] = []
         self._weights = [float(w) for w in weights]
         self._window = [max(1, round(WINDOW_BATCHES * w)) * batch_size for w in self._weights]
         self._batch_size = batch_size
@@ -213,6 +219,8 @@ class Dispatcher:
                 continue
             self._inflight[worker][batch_id] = batch
             self._outstanding[worker] += len(ids)
+            if self._waiting_since[worker] is None:
+                self._waiting_since[worker] = time.monotonic()
 
     def done(self, worker: int, batch_ids: Sequence[int], blob: bytes, item_size: int) -> None:
         """A worker's reply: complete its samples with LoadGen and send more work."""
@@ -225,8 +233,25 @@ class Dispatcher:
             self._outstanding[worker] -= len(ids)
             self.served[worker] += len(ids)
             self.completed += len(ids)
+            self._waiting_since[worker] = time.monotonic() if self._outstanding[worker] else None
             self._pump()
         self._complete(ids, blob, item_size)
+
+    def check_stalled(self) -> None:
+        """Drop every worker that has had work in flight and answered nothing for the reply
+        timeout (hung, or stopped with SIGSTOP): its batches go to the others."""
+        if self._reply_timeout_s is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            for worker, since in enumerate(self._waiting_since):
+                if self.alive[worker] and since is not None and now - since > self._reply_timeout_s:
+                    log.warning(
+                        "worker %d answered nothing for %.0f s; dropping it", worker, now - since
+                    )
+                    self.stalled.append(worker)
+                    self._mark_dead(worker)
+            self._pump()
 
     def worker_died(self, worker: int) -> None:
         with self._lock:
@@ -237,6 +262,7 @@ class Dispatcher:
         if not self.alive[worker]:
             return
         self.alive[worker] = False
+        self._waiting_since[worker] = None
         batches = list(self._inflight[worker].values())
         self._inflight[worker].clear()
         self._outstanding[worker] = 0
@@ -285,6 +311,7 @@ class _Receiver(threading.Thread):
                 if message[0] == "done":
                     _, batch_ids, blob, item_size = message
                     self._dispatcher.done(worker, batch_ids, blob, item_size)
+            self._dispatcher.check_stalled()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -373,7 +400,13 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
             last_progress[0] = now
             progress(dispatcher.completed)
 
-    dispatcher = Dispatcher(job.links, job.weights, batch_size=job.batch_size, complete=complete)
+    dispatcher = Dispatcher(
+        job.links,
+        job.weights,
+        batch_size=job.batch_size,
+        complete=complete,
+        reply_timeout_s=job.reply_timeout_s,
+    )
     for i in range(len(job.links)):
         if i not in targets:
             dispatcher.worker_died(i)
@@ -420,6 +453,7 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
         "result": result.to_dict(),
         "served": dict(zip(job.names, dispatcher.served)),
         "lost_workers": [n for n, alive in zip(job.names, dispatcher.alive) if not alive],
+        "stalled_workers": [job.names[i] for i in dispatcher.stalled],
     }
 
 

@@ -161,3 +161,31 @@ def starts_a_child_then_hangs(task: Any, *, before_start: Any, progress: Any) ->
     (Path(task.outdir).parent / "pids" / f"{_instance()}.child").write_text(str(child.pid))
     before_start()
     time.sleep(3600)
+
+
+class HangingBackend(SleepyBackend):
+    """Serves a few batches, then hangs inside a batch (stops answering, stays alive)."""
+
+    def __init__(self, benchmark: Any, samples_per_s: float, batches: int) -> None:
+        super().__init__(benchmark, samples_per_s)
+        self._left = batches
+
+    def run(self, feeds: Any) -> Any:
+        self._left -= 1
+        if self._left < 0:
+            time.sleep(3600)
+        return super().run(feeds)
+
+
+def hanging_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
+    """Unified-mode instance worker; i1 stops answering after 5 batches, the others keep serving."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.runner.unified import serve_instance
+
+    _record_pid(job.task)
+    benchmark = get_benchmark(job.task.benchmark)
+    if _instance().startswith("i1-"):
+        make = lambda: HangingBackend(benchmark, 4 * RATE_PER_SLICE, batches=5)  # noqa: E731
+    else:
+        make = lambda: SleepyBackend(benchmark, 4 * RATE_PER_SLICE)  # noqa: E731
+    return serve_instance(job, before_start=before_start, progress=progress, open_backend=make)

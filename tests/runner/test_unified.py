@@ -129,3 +129,33 @@ def test_quick_offline_query_is_sized_by_the_serving_path(tmp_path: Path) -> Non
     assert result.ok and result.layout_result.target_source == "calibration"
     assert result.layout_result.invalid_by_design
     assert time.monotonic() - started < 60
+
+
+def test_hung_worker_is_dropped_and_its_samples_served(tmp_path: Path) -> None:
+    """A worker that stops answering is dropped after the reply timeout (half the deadline): its
+    in-flight samples go to the others, the layout's test completes every sample, the run is
+    marked degraded naming it, and no worker process is left."""
+    started = time.monotonic()
+    result = mlperf_mig.run(
+        "3x1g.10gb",
+        benchmark="bert",
+        mode="unified",
+        outdir=tmp_path / "run",
+        backend="null",
+        batch_size=4,
+        accuracy=False,
+        progress=False,
+        timeout_s=12,
+        settings={"min_duration": 1000, "target_qps": 3 * 4 * RATE_PER_SLICE},
+        worker_target="fault_targets:hanging_serve",
+    )
+    statuses = {i.name: i.status for i in result.instances}
+    assert statuses == {"i0-1g.10gb": "ok", "i1-1g.10gb": "hung", "i2-1g.10gb": "ok"}
+    assert result.layout_status == "ok" and result.layout_result.failed_samples == 0
+    assert "degraded" in result.layout_error and "i1-1g.10gb" in result.layout_error
+    records = parse_detail_log(Path(result.outdir) / "layout" / "performance")
+    logged = records["result_query_count"] * records["effective_samples_per_query"]
+    assert sum(i.dispatched_samples for i in result.instances) == logged
+    assert time.monotonic() - started < 40
+    pids = [int(p.read_text()) for p in (Path(result.outdir) / "pids").iterdir()]
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
