@@ -273,7 +273,11 @@ def prepare_test(
     """Resolve the settings, write `<outdir>/user.conf` and load LoadGen's TestSettings from it
     in the task's mode; returns (resolved settings, user.conf path, TestSettings)."""
     resolved = resolve_settings(
-        task.settings, benchmark, task.loadgen_scenario, calibrated_target=calibrated
+        task.settings,
+        benchmark,
+        task.loadgen_scenario,
+        calibrated_target=calibrated,
+        whole_dataset=task.dataset is not None,
     )
     conf_path = atomic_write_text(Path(task.outdir) / "user.conf", resolved.conf_text())
     test_settings = load_test_settings(conf_path, resolved, lg)

@@ -311,10 +311,18 @@ def resolve_settings(
     loadgen_scenario: str,
     *,
     calibrated_target: float | None = None,
+    whole_dataset: bool = False,
 ) -> ResolvedSettings:
-    """Merge preset, target, user.conf and overrides (in that order of precedence)."""
+    """Merge preset, target, user.conf and overrides (in that order of precedence).
+
+    `whole_dataset`: the samples are a real dataset, whose accuracy run scores every sample;
+    the preset's accuracy sample count (the quick preset's 64, for synthetic samples) is dropped,
+    while a user.conf or override may still set one.
+    """
     data = load_settings_data(benchmark)
     values = preset_values(data, spec.preset, loadgen_scenario)
+    if whole_dataset:
+        values.pop("accuracy_sample_count_override", None)
     target_key = TARGET_KEYS[loadgen_scenario]
     from_file = (
         read_user_conf(spec.user_conf, benchmark.conf_model_name, loadgen_scenario)

@@ -39,6 +39,27 @@ def test_quick_preset_is_short() -> None:
         assert values["performance_sample_count_override"] <= 256
 
 
+def test_quick_accuracy_run_on_synthetic_samples_is_64_samples() -> None:
+    """On synthetic samples the quick preset's accuracy run scores 64 samples."""
+    values = resolve_settings(SettingsSpec(preset="quick"), BERT, "Offline").values
+    assert values["accuracy_sample_count_override"] == 64
+
+
+def test_quick_accuracy_run_on_a_dataset_scores_all_of_it() -> None:
+    """With a real dataset the preset's accuracy sample count is dropped: every sample counts."""
+    values = resolve_settings(
+        SettingsSpec(preset="quick"), RESNET50, "Offline", whole_dataset=True
+    ).values
+    assert "accuracy_sample_count_override" not in values
+
+
+def test_an_explicit_accuracy_count_still_applies_to_a_dataset() -> None:
+    """An accuracy sample count the user sets applies to a dataset too."""
+    spec = SettingsSpec(preset="quick", overrides={"accuracy_sample_count_override": 500})
+    values = resolve_settings(spec, RESNET50, "Server", whole_dataset=True).values
+    assert values["accuracy_sample_count_override"] == 500
+
+
 def test_quick_offline_keeps_the_official_rules_in_the_log() -> None:
     """Quick Offline keeps the 600 s minimum and the official sample count a submission needs."""
     values = resolve_settings(

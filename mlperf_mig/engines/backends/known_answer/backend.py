@@ -2,8 +2,8 @@
 every response reaches the sample it was computed for.
 
 A sample's code is the CRC-32 of its bytes (every input, in the benchmark's input order).
-ResNet50 answers ArgMax = 1 + (code mod 2**30), so the logged class (ArgMax minus the background
-class) is a 30-bit code, not an ImageNet class: two samples almost never share an answer. BERT
+ResNet50 answers ArgMax = 1 + (code mod 1000), so the logged class (ArgMax minus the background
+class) is an ImageNet class that a dataset's labels can be made to match or miss. BERT
 answers a span inside the sample's own context (the tokens of segment 1 before the last [SEP]):
 start = context[code mod n], end = start + (code >> 16) mod 4, clipped to the context. All start
 logits are 0 except the start's, which is 1 + (code mod 2**16) / 2**16, and all end logits are 0
@@ -26,7 +26,7 @@ from mlperf_mig.engines.backend import Backend, DeviceReport
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
 
-CLASS_CODES = 1 << 30
+CLASSES = 1000
 LOGIT_STEPS = 1 << 16
 MAX_SPAN_EXTRA = 4  # the end is 0-3 tokens after the start
 
@@ -59,7 +59,7 @@ def expected_payload(benchmark: Benchmark, sample: Mapping[str, np.ndarray]) -> 
     ResNet50 int32 class, BERT float32 [384, 2] start/end logits interleaved."""
     code = sample_code(sample, benchmark)
     if benchmark.name != "bert":
-        return np.int32(code % CLASS_CODES).tobytes()
+        return np.int32(code % CLASSES).tobytes()
     start, end = _span(sample, code)
     start_value, end_value = _logits(code)
     pair = np.zeros((SEQ_LEN, 2), dtype=np.float32)
@@ -100,7 +100,7 @@ class KnownAnswerBackend(Backend):
         codes = [sample_code(sample, self._benchmark) for sample in samples]
         if self._benchmark.name != "bert":
             argmax_spec, softmax_spec = self._benchmark.outputs
-            argmax = np.array([1 + code % CLASS_CODES for code in codes], dtype=np.int64)
+            argmax = np.array([1 + code % CLASSES for code in codes], dtype=np.int64)
             softmax = np.zeros((batch, *softmax_spec.shape[1:]), dtype=softmax_spec.dtype)
             return {argmax_spec.name: argmax, softmax_spec.name: softmax}
         start_name, end_name = self._benchmark.output_names()
