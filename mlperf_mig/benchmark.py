@@ -7,8 +7,6 @@ responses from them, and the submission writer takes its folder names from them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import attrs
 
 from mlperf_mig.errors import UnknownBenchmarkError
@@ -96,10 +94,6 @@ def get_benchmark(name: str) -> Benchmark:
         raise UnknownBenchmarkError(
             f"unknown benchmark {name!r}; expected one of {', '.join(_BENCHMARKS)}"
         ) from None
-
-
-def iter_benchmarks() -> Iterator[Benchmark]:
-    return iter(_BENCHMARKS.values())
 
 
 BENCHMARK_NAMES: tuple[str, ...] = tuple(_BENCHMARKS)

@@ -46,13 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # that pillar has not landed in this checkout
-        module.add_commands(subparsers)
+        importlib.import_module(module_name).add_commands(subparsers)
     return parser
 
 

@@ -18,7 +18,7 @@ import pytest
 from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.engines.backends.tensorrt.build import (
     CapturedLog,
-    build_plan,
+    build_serialized_engine,
     capturing_logger,
     create_builder,
     create_builder_config,
@@ -458,7 +458,7 @@ def test_build_none_raises_with_errors_of_this_build(trt: Any, logger: Any) -> N
     """build_serialized_network returning None raises with this build's errors and warnings."""
     logger.log(Severity.ERROR, "an error of an earlier build")
     with pytest.raises(EngineBuildError) as excinfo:
-        build_plan(FakeBuilder(logger, fail="build"), None, None, logger)
+        build_serialized_engine(FakeBuilder(logger, fail="build"), None, None, logger)
     message = str(excinfo.value)
     assert message.startswith("TensorRT could not build the engine; TensorRT log: ")
     assert "[WARNING] tactic skipped: insufficient workspace" in message
@@ -467,6 +467,6 @@ def test_build_none_raises_with_errors_of_this_build(trt: Any, logger: Any) -> N
     assert "Total host memory" not in message
 
 
-def test_build_returns_the_plan(logger: Any) -> None:
-    """A successful build gives the serialized plan as a buffer."""
-    assert bytes(build_plan(FakeBuilder(logger), None, None, logger)) == b"PLAN-BYTES"
+def test_build_returns_the_serialized_engine(logger: Any) -> None:
+    """A successful build gives the serialized engine as a buffer."""
+    assert bytes(build_serialized_engine(FakeBuilder(logger), None, None, logger)) == b"PLAN-BYTES"

@@ -100,10 +100,10 @@ def test_truncated_file_is_refused(tmp_path: Path, header: EngineHeader, keep: i
         read_engine_file(path)
 
 
-def test_file_without_plan_is_refused(tmp_path: Path, header: EngineHeader) -> None:
+def test_file_without_serialized_engine_is_refused(tmp_path: Path, header: EngineHeader) -> None:
     """A header with nothing after it is not an engine."""
     path = write_engine_file(tmp_path / "e.plan", header, b"")
-    with pytest.raises(EngineBuildError, match="holds no plan"):
+    with pytest.raises(EngineBuildError, match="holds no serialized engine"):
         read_engine_file(path)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport
 from mlperf_mig.engines.backends.tensorrt.build import (
-    build_plan,
+    build_serialized_engine,
     capturing_logger,
     create_builder,
     create_builder_config,
@@ -194,7 +194,7 @@ class TensorRTBackend(Backend):
             device.describe(),
             len(profiles),
         )
-        plan = build_plan(builder, network, config, logger)
+        serialized = build_serialized_engine(builder, network, config, logger)
         header = EngineHeader.for_device(
             device,
             tensorrt_version=str(trt.__version__),
@@ -203,7 +203,7 @@ class TensorRTBackend(Backend):
             cache_key=spec.cache_key,
             profiles=profiles,
         )
-        write_engine_file(out_path, header, plan)
+        write_engine_file(out_path, header, serialized)
 
     @classmethod
     def _open(cls, spec: EngineSpec, engine_path: Path, *, threads: int | None) -> TensorRTBackend:

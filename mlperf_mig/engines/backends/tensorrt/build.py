@@ -2,7 +2,7 @@
 
 The three steps are separate functions, as in NVIDIA's own harness: `create_network` parses the
 ONNX graph into a strongly typed network, `create_builder_config` states every build setting
-(workspace, one optimization profile per batch size and sequence bucket) and `build_plan` runs
+(workspace, one optimization profile per batch size and sequence bucket) and `build_serialized_engine` runs
 the builder. Precision comes from the graph alone (fp16 weights and activations in the fp16 graph,
 Q/DQ nodes in the INT8 graph): TensorRT 11 removed the builder precision flags and the
 calibrators, and TensorRT 10 ignores them in strongly typed networks.
@@ -262,11 +262,11 @@ def create_builder_config(
 
 
 # --- step 3: build --------------------------------------------------------------------------
-def build_plan(builder: Any, network: Any, config: Any, logger: Any) -> memoryview:
-    """Run the builder; the serialized engine (plan) as a buffer over TensorRT's memory."""
+def build_serialized_engine(builder: Any, network: Any, config: Any, logger: Any) -> memoryview:
+    """Run the builder; the serialized engine as a buffer over TensorRT's memory."""
     capture: CapturedLog = logger.capture
     mark = capture.mark()
-    plan = builder.build_serialized_network(network, config)
-    if plan is None:
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
         raise capture.failure("TensorRT could not build the engine", mark)
-    return memoryview(plan)
+    return memoryview(serialized)

@@ -1,12 +1,12 @@
-"""The TensorRT engine file: a header saying where the engine was built, then TensorRT's plan.
+"""The TensorRT engine file: a header saying where the engine was built, then TensorRT's serialized engine.
 
-A TensorRT plan only runs with the TensorRT version that built it, and its kernels were chosen
-for the device it was built on: a plan built on a 7g instance runs on a 1g instance but with
+A serialized TensorRT engine only runs with the TensorRT version that built it, and its kernels were chosen
+for the device it was built on: an engine built on a 7g instance runs on a 1g instance but with
 tactics tuned for the wrong slice. The header records the GPU, the MIG profile, the compute
-capability and the TensorRT version so that loading can refuse a plan from elsewhere before
+capability and the TensorRT version so that loading can refuse an engine from elsewhere before
 TensorRT sees it.
 
-Layout: MAGIC, the header length as 8 little-endian bytes, the header as UTF-8 JSON, the plan.
+Layout: MAGIC, the header length as 8 little-endian bytes, the header as UTF-8 JSON, the serialized engine.
 Reading the header needs neither TensorRT nor a GPU.
 """
 
@@ -148,30 +148,30 @@ def _profile_text(profile: str | None) -> str:
 
 
 def engine_file_prefix(header: EngineHeader) -> bytes:
-    """What comes before the plan in an engine file: MAGIC, header length, header JSON."""
+    """What comes before the serialized engine in an engine file: MAGIC, header length, header JSON."""
     text = json.dumps(header.to_dict(), sort_keys=True).encode("utf-8")
     return MAGIC + _LENGTH.pack(len(text)) + text
 
 
 def write_engine_file(
-    path: str | os.PathLike[str], header: EngineHeader, plan: bytes | memoryview
+    path: str | os.PathLike[str], header: EngineHeader, serialized: bytes | memoryview
 ) -> Path:
-    """Write header and plan to `path` (the engine cache makes the write atomic).
+    """Write header and serialized engine to `path` (the engine cache makes the write atomic).
 
-    The plan is written from TensorRT's own buffer: a BERT-Large plan is over a gigabyte and is
+    The serialized engine is written from TensorRT's own buffer: a BERT-Large engine is over a gigabyte and is
     not copied on the way.
     """
     target = Path(path)
     with target.open("wb") as handle:
         handle.write(engine_file_prefix(header))
-        handle.write(plan)
+        handle.write(serialized)
     return target
 
 
 def decode_engine_file(
     data: bytes, path: str | os.PathLike[str]
 ) -> tuple[EngineHeader, memoryview]:
-    """Split engine-file bytes into header and plan; EngineBuildError if they are not one."""
+    """Split engine-file bytes into header and serialized engine; EngineBuildError if they are not one."""
     where = str(path)
     if not data.startswith(MAGIC):
         raise EngineBuildError(
@@ -199,12 +199,12 @@ def decode_engine_file(
             f"TensorRT engine file {where!r} has header format {header.format_version}, this "
             f"mlperf-mig reads format {FORMAT_VERSION}; rebuild the engine"
         )
-    plan = memoryview(data)[start + length :]
-    if not plan:
+    serialized = memoryview(data)[start + length :]
+    if not serialized:
         raise EngineBuildError(
-            f"TensorRT engine file {where!r} holds no plan; delete it and rebuild"
+            f"TensorRT engine file {where!r} holds no serialized engine; delete it and rebuild"
         )
-    return header, plan
+    return header, serialized
 
 
 def read_engine_file(path: str | os.PathLike[str]) -> tuple[EngineHeader, memoryview]:

@@ -1,7 +1,7 @@
 """Running a TensorRT engine: deserialize, allocate buffers, set_tensor_address + execute_async_v3.
 
 `TensorRTRunner.from_file` reads an engine file, refuses one built for another GPU, MIG profile
-or TensorRT version, deserializes the plan and allocates one host/device buffer pair per input
+or TensorRT version, deserializes the engine and allocates one host/device buffer pair per input
 and output through a `BufferAllocator`, sized for the largest shape of any optimization profile.
 `run` picks the smallest profile that holds the batch, copies the inputs in, enqueues the engine
 on the runner's stream, copies the outputs back and waits for the stream.
@@ -80,9 +80,9 @@ class TensorRTRunner:
         pinned: bool = True,
     ) -> TensorRTRunner:
         """Load an engine file written by the TensorRT backend's build on this kind of device."""
-        header, plan = read_engine_file(path)
+        header, serialized = read_engine_file(path)
         header.check_runs_here(device, str(trt.__version__), path)
-        runtime, engine, context = deserialize_engine(trt, plan, header, path)
+        runtime, engine, context = deserialize_engine(trt, serialized, header, path)
         stream = CudaStream.create(cudart)
         allocator = BufferAllocator(cudart, pinned=pinned)
         try:
@@ -185,14 +185,14 @@ class TensorRTRunner:
 
 
 def deserialize_engine(
-    trt: ModuleType, plan: memoryview, header: EngineHeader, path: str | os.PathLike[str]
+    trt: ModuleType, serialized: memoryview, header: EngineHeader, path: str | os.PathLike[str]
 ) -> tuple[Any, Any, Any]:
-    """(runtime, engine, execution context) of a plan; every None raises with TensorRT's log."""
+    """(runtime, engine, execution context) of a serialized engine; every None raises with TensorRT's log."""
     logger = capturing_logger(trt)
     capture: CapturedLog = logger.capture
     mark = capture.mark()
     runtime = create_runtime(trt, logger)
-    engine = runtime.deserialize_cuda_engine(plan)
+    engine = runtime.deserialize_cuda_engine(serialized)
     if engine is None:
         raise capture.failure(f"TensorRT could not deserialize the engine {str(path)!r}", mark)
     if engine.num_optimization_profiles != len(header.profiles):
