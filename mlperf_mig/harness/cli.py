@@ -170,17 +170,8 @@ def summary(result: Any) -> str:
                 ms = result.latency_ns[percentile] / 1e6
                 rows.append({"field": f"latency p{percentile[:2]}", "value": f"{ms:,.3f} ms"})
     if result.accuracy is not None:
-        rows.append({"field": "accuracy", "value": _accuracy_text(result.accuracy)})
+        rows.append({"field": "accuracy", "value": result.accuracy.summary()})
     rows.append({"field": "target from", "value": result.target_source})
     rows.extend({"field": "reason", "value": reason} for reason in result.invalid_reasons)
     rows.append({"field": "logs", "value": result.log_dir})
     return text_table(rows, ["field", "value"])
-
-
-def _accuracy_text(report: Any) -> str:
-    if report.value is None:
-        return f"{report.metric}: - ({report.note})"
-    text = f"{report.metric} {report.value:.3f} (target {report.target:.3f})"
-    if report.meaningful:
-        return f"{text}: {'PASS' if report.passed else 'FAIL'}"
-    return f"{text}: {report.note}"

@@ -44,6 +44,21 @@ class AccuracyReport:
     def from_dict(cls, data: Mapping[str, Any]) -> AccuracyReport:
         return cls(**data)
 
+    @property
+    def basis(self) -> str:
+        """What the value rests on: '64 samples', or '64 questions' for SQuAD F1."""
+        unit = "question" if self.metric == "f1" else "sample"
+        return f"{self.sample_count} {unit}{'' if self.sample_count == 1 else 's'}"
+
+    def summary(self) -> str:
+        """One line for tables: metric, value, target, verdict, and how many samples it rests on."""
+        if self.value is None:
+            return f"{self.metric} - on {self.basis} ({self.note})"
+        text = f"{self.metric} {self.value:.3f} on {self.basis} (target {self.target:.3f})"
+        if self.meaningful:
+            return f"{text}: {'PASS' if self.passed else 'FAIL'}"
+        return f"{text}: {self.note}"
+
 
 @attrs.frozen(kw_only=True)
 class InstanceResult:

@@ -186,3 +186,16 @@ def test_a_feature_logged_twice_counts_its_question_once(
     exact = _payload({_position(0, 0): 1}, {_position(0, 0): 1}, base=0.0)
     report = _f1_of(squad, tmp_path, [(4, exact), (4, exact)])
     assert report.sample_count == 1 and report.extra["features"] == 1 and report.value == 100.0
+
+
+# --- what a table says ------------------------------------------------------------------------
+def test_summary_says_how_many_samples_the_verdict_rests_on(tmp_path: Path) -> None:
+    """A table's accuracy cell names the count of scored samples with the value and verdict."""
+    report = _top1(tmp_path, [(0, 5), (1, 1), (2, 0), (3, 6)])
+    assert report.summary() == "top1 75.000 on 4 samples (target 75.695): FAIL"
+
+
+def test_squad_summary_counts_questions(squad: SquadSource, tmp_path: Path) -> None:
+    """For SQuAD the count is of questions (not windows)."""
+    report = _f1_of(squad, tmp_path, [(4, _payload({}, {}, base=0.0))])
+    assert report.summary() == "f1 100.000 on 1 question (target 89.965): PASS"
