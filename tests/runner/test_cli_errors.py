@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,6 +75,11 @@ def test_bad_setting_override(capsys: pytest.CaptureFixture[str]) -> None:
         (["--precision", "int3"], "unknown precision"),
         (["--model", "/nonexistent.onnx"], "does not exist"),
         (["--precision", "fp16"], "null backend runs no model"),
+        (["--timeout", "inf"], "timeout_s"),
+        (["--set", "min_duration=1e26"], "64-bit"),
+        (["--outdir", ""], "empty"),
+        (["--outdir", "x" * 300], "255"),
+        (["--outdir", "/tmp/\udcff\udcfe"], "UTF-8"),
     ],
 )
 def test_input_refused_before_workers(
@@ -104,3 +111,74 @@ def test_outdir_holding_a_run_is_refused(capsys: pytest.CaptureFixture[str], tmp
     assert "already holds a run" in err
     assert (outdir / "results.json").read_text() == "{}"
     assert sorted(p.name for p in outdir.iterdir()) == ["results.json"]
+
+
+@pytest.fixture(name="bad_files")
+def fixture_bad_files(tmp_path: Path) -> Path:
+    """A user.conf that is not UTF-8 and ImageNet folders whose val_map.txt is malformed."""
+    (tmp_path / "latin1.conf").write_bytes(b"\xff\xfe resnet50.Offline.min_duration = 5\n")
+    for name, text in [("no-label", b"a.npy\n"), ("big-label", b"a.npy 100000000000000000000\n"),
+                       ("latin1", b"a\xff.npy 1\n")]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "val_map.txt").write_bytes(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--user-conf", "latin1.conf"], "not UTF-8"),
+        (["--dataset", "no-label"], "expected '<image file> <label>'"),
+        (["--dataset", "big-label"], "not an ImageNet class"),
+        (["--dataset", "latin1"], "not UTF-8"),
+    ],
+)
+def test_bad_files_refused_before_workers(
+    capsys: pytest.CaptureFixture[str], bad_files: Path, argv: list[str], fragment: str
+) -> None:
+    """A user.conf or val_map.txt that every worker would fail on is one line, exit 2, and no
+    run folder."""
+    outdir = bad_files / "run"
+    argv = [argv[0], str(bad_files / argv[1])]
+    err = _one_line_error(capsys, ["run", "--backend", "null", "--outdir", str(outdir), *argv])
+    assert fragment in err
+    assert not outdir.exists()
+
+
+@pytest.mark.parametrize(
+    ("scenarios", "fragment"),
+    [
+        (["1-99999999999999999999"], "1-8"),
+        (["1-99"], "1-8"),
+        (["1", "1"], "twice"),
+        (["1", "7g.80gb"], "twice"),
+    ],
+)
+def test_sweep_lists_refused_before_any_layout(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, scenarios: list[str], fragment: str
+) -> None:
+    """A range beyond the study's layouts or a repeated layout is refused before any runs."""
+    outdir = tmp_path / "sweep"
+    err = _one_line_error(
+        capsys, ["sweep", "--scenarios", *scenarios, "--backend", "null", "--outdir", str(outdir)]
+    )
+    assert fragment in err
+    assert not outdir.exists()
+
+
+@pytest.mark.parametrize("damage", ["throughput is a string", "no instances"])
+def test_report_refuses_a_damaged_results_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, good_run: Any, damage: str
+) -> None:
+    """report on a results.json with a string throughput or no instances is one line, exit 2,
+    not a traceback or 'ok, valid'."""
+    data = json.loads((Path(good_run.outdir) / "results.json").read_text())
+    if damage == "no instances":
+        data["instances"] = []
+    else:
+        data["instances"][0]["performance"]["throughput"] = "fast"
+    folder = tmp_path / "damaged"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(data))
+    err = _one_line_error(capsys, ["report", str(folder)])
+    assert "results.json" in err
