@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "mlperf_mig.harness.cli",
     "mlperf_mig.runner.cli",
     "mlperf_mig.submission.cli",
+    "mlperf_mig.cluster.cli",
     "mlperf_mig.doctor.cli",
 )
 

@@ -90,3 +90,7 @@ class PlacementError(MlperfMigError, RuntimeError):
 # --- submission -----------------------------------------------------------------------------
 class SubmissionError(MlperfMigError, ValueError):
     """A submission tree that cannot be written, or inputs it cannot be written from."""
+
+
+class ClusterError(MlperfMigError, RuntimeError):
+    """A Ray cluster that cannot be reached or used, or a layout it cannot hold."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import attrs
 
 from mlperf_mig._io import check_output_path, claim_folder
+from mlperf_mig.cluster.connect import cluster_scope
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.options import RunOptions, check_progress
 from mlperf_mig.runner.placement import ScenarioSpec
@@ -53,7 +54,10 @@ _OPTIONS_DOC = """
     worker_target:    "module:function" run in each worker instead of the harness (tests).
     nvml_source:      a recorded NVML state instead of this machine's GPUs (tests).
     cpus:             CPUs the emulated partitions share (default: those of this process).
-    cluster:          the Ray cluster to run the instances on (None: this host)."""
+    cluster:          the Ray cluster to run the instances on (None: this host): "auto", "HOST:PORT",
+                      "ray://HOST:PORT", or "local:N" (N throwaway nodes on this machine).
+    gpu_group:        cluster runs on vGPUs: the nodes (addresses, host names or node IDs) whose
+                      vGPUs are slices of one GPU; the run says the grouping was declared."""
 
 
 def _options(values: Mapping[str, Any]) -> RunOptions:
@@ -89,6 +93,7 @@ def plan(
     nvml_source: Any = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
+    gpu_group: Sequence[str] | str | None = None,
 ) -> RunPlan:
     """What `run` would do with the same arguments: instances, profiles, devices, engines,
     settings and the output folder. Starts nothing and writes nothing.
@@ -124,6 +129,7 @@ def run(
     nvml_source: Any = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
+    gpu_group: Sequence[str] | str | None = None,
     progress: bool | TextIO = True,
     baseline: RunResult | PathArg | None = None,
 ) -> RunResult:
@@ -140,10 +146,12 @@ def run(
     from mlperf_mig.runner.execute import execute
 
     check_progress(progress)
-    the_plan = make_plan(_options(locals()))
-    base = check_baseline(baseline, the_plan)
-    with stop_signals(), claim_folder(the_plan.outdir, refuse=RESULTS_FILE, what="a run"):
-        return execute(the_plan, progress=progress, baseline=base)
+    options = _options(locals())
+    with cluster_scope(options.cluster):  # one cluster session from planning to the last round
+        the_plan = make_plan(options)
+        base = check_baseline(baseline, the_plan)
+        with stop_signals(), claim_folder(the_plan.outdir, refuse=RESULTS_FILE, what="a run"):
+            return execute(the_plan, progress=progress, baseline=base)
 
 
 def check_baseline(baseline: object, the_plan: RunPlan) -> RunResult | None:
@@ -193,6 +201,7 @@ def sweep(
     nvml_source: Any = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
+    gpu_group: Sequence[str] | str | None = None,
     resume: bool = True,
     chart: bool = True,
     progress: bool | TextIO = True,
@@ -215,7 +224,7 @@ def sweep(
         if not isinstance(outdir, (str, os.PathLike)):
             raise SettingsError(f"outdir must be a path (str or os.PathLike) or None, got {outdir!r}")
         check_output_path("outdir", os.fspath(outdir))
-    with stop_signals():
+    with stop_signals(), cluster_scope(values["cluster"]):
         return run_sweep(
             scenarios, _options(values), outdir=outdir, resume=resume, chart=chart, progress=progress
         )

@@ -77,6 +77,12 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a worker counts as hung")
     parser.add_argument("--outdir", default=None, help="output folder (default: a new timestamped folder here)")
     parser.add_argument("--worker-target", default=None, help=argparse.SUPPRESS)  # tests inject faults
+    parser.add_argument("--cluster", default=None, metavar="ADDR",
+                        help="run the instances on a Ray cluster: auto, HOST:PORT, ray://HOST:PORT, or "
+                        "local:N (N throwaway nodes on this machine); needs mlperf-mig[cluster]")
+    parser.add_argument("--gpu-group", default=None, metavar="NODES",
+                        help="with --cluster on vGPUs: comma-separated nodes (address, host or node ID) "
+                        "whose vGPUs are slices of one GPU (the run says the grouping was declared)")
     parser.add_argument("--nvml-state", default=None, metavar="FILE",
                         help="use a recorded NVML state (from `mlperf-mig detect --record FILE`) instead of this machine's GPUs")
 
@@ -103,6 +109,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "timeout_s": args.timeout,
         "nvml_source": _nvml_source(args.nvml_state),
         "worker_target": args.worker_target,
+        "cluster": args.cluster,
+        "gpu_group": args.gpu_group,
     }
 
 

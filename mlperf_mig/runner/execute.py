@@ -281,7 +281,7 @@ def _sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
     sample memory must hold (MultiStream may load one query more than the performance count)."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness import datasets
-    from mlperf_mig.harness.instance import performance_count
+    from mlperf_mig.harness.loadgen_test import performance_count
     from mlperf_mig.harness.samples import input_layouts
     from mlperf_mig.harness.settings import resolve_settings
 
@@ -507,6 +507,20 @@ def _cluster_round(
     return rounds.independent_round(plan, outdir, tasks, mode, stream, on_finish, specs)
 
 
+def _cluster_facts(plan: RunPlan, performance: Mapping[str, WorkerOutcome]) -> dict[str, Any] | None:
+    """What results.json says of a cluster run: the cluster, its nodes, the grouping, the skew."""
+    if plan.target.cluster is None:
+        return None
+    from mlperf_mig.cluster.rounds import start_skew_ms
+
+    return {
+        "cluster": plan.target.cluster,
+        "nodes": sorted({slot.node for slot in plan.slots if slot.node}),
+        "grouping": plan.target.grouping,
+        "start_skew_ms": start_skew_ms(performance),
+    }
+
+
 def _precision(specs: Mapping[str, Any], plan: RunPlan) -> str:
     built = sorted({spec.precision for spec in specs.values() if spec is not None})
     return ",".join(built) if built else (plan.precision or "none (null backend)")
@@ -570,5 +584,6 @@ def _assemble(
         layout_status=(coordinator.status if coordinator else "not run") if unified else None,
         layout_error=layout_error,
         interrupted=interrupted,
-        hosts=(socket.gethostname(),),
+        hosts=tuple(dict.fromkeys(slot.host for slot in plan.slots if slot.host)) or (socket.gethostname(),),
+        cluster=_cluster_facts(plan, performance),
     )

@@ -62,6 +62,27 @@ def _optional_text(instance: object, attribute: attrs.Attribute, value: object) 
         _text(instance, attribute, value)
 
 
+def _cluster(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    """A `--cluster` value in one of its forms (checked without importing Ray)."""
+    if value is not None:
+        from mlperf_mig.cluster.connect import parse_cluster
+
+        parse_cluster(value)  # type: ignore[arg-type]
+
+
+def _gpu_group(value: object) -> tuple[str, ...] | None:
+    """Node names of one GPU's VMs: "a,b" or a list of names; None: no declared group."""
+    if value is None:
+        return None
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n.strip() for n in names) or not names:
+        raise SettingsError(
+            f"gpu_group must name the nodes of one GPU, as 'ADDR,ADDR' or a list of node "
+            f"addresses, host names or node IDs, got {_kind(value)}"
+        )
+    return tuple(n.strip() for n in names)
+
+
 def _flag(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if not isinstance(value, bool):
         raise SettingsError(f"{attribute.name} must be True or False, got {_kind(value)}")
@@ -197,7 +218,8 @@ class RunOptions:
     worker_target: str | None = attrs.field(default=None, validator=_worker_target)
     nvml_source: Any = None
     cpus: tuple[int, ...] | None = attrs.field(default=None, converter=_cpus)
-    cluster: str | None = attrs.field(default=None, validator=_optional_text)
+    cluster: str | None = attrs.field(default=None, validator=_cluster)
+    gpu_group: tuple[str, ...] | None = attrs.field(default=None, converter=_gpu_group)
 
 
 def check_progress(progress: object) -> None:

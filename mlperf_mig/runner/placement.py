@@ -47,6 +47,8 @@ class InstanceSlot:
     env: dict[str, str] = attrs.field(factory=dict)
     cpus: tuple[int, ...] | None = None
     threads: int | None = None
+    node: str | None = None  # the Ray node it runs on (cluster runs); None: this host
+    host: str | None = None  # that node's host name
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -61,6 +63,8 @@ class Target:
     scenario: int | None  # the study's layout number when one was asked for
     gpu_index: int | None
     slots: tuple[InstanceSlot, ...]
+    cluster: str | None = None  # the --cluster value of a run across Ray nodes
+    grouping: str | None = None  # cluster runs: "observed" or "declared" (--gpu-group) one GPU
 
     @property
     def gpu(self) -> Any:

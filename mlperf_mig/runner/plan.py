@@ -276,16 +276,24 @@ def make_plan(options: RunOptions) -> RunPlan:
         raise SettingsError(f"preset {options.preset!r} is not one of {', '.join(PRESETS)}")
     _check_cpus(options.cpus)
     catalog = registry.default_catalog()
-    detection = None if options.emulate else registry.detect(source=options.nvml_source)
-    target = choose_target(
-        options.scenario,
-        gpu=options.gpu,
-        catalog=catalog,
-        detection=detection,
-        shared=options.shared,
-        emulate=options.emulate,
-        cpus=options.cpus,
-    )
+    if options.cluster is not None:
+        target = _cluster_target(options, catalog)
+    else:
+        if options.gpu_group is not None:
+            raise SettingsError(
+                "gpu_group / --gpu-group names the VMs of one GPU in a cluster, but no cluster "
+                "was given; add --cluster ADDRESS or drop --gpu-group"
+            )
+        detection = None if options.emulate else registry.detect(source=options.nvml_source)
+        target = choose_target(
+            options.scenario,
+            gpu=options.gpu,
+            catalog=catalog,
+            detection=detection,
+            shared=options.shared,
+            emulate=options.emulate,
+            cpus=options.cpus,
+        )
     backend_name = _backend_for(target, options.backend, resolve_backend)
     engines, engine_of = _engine_requests(
         target,
@@ -351,6 +359,32 @@ def _check_cpus(cpus: tuple[int, ...] | None) -> None:
 
 def _cpu_list(cpus: set[int]) -> str:
     return ", ".join(str(c) for c in sorted(cpus))
+
+
+def _cluster_target(options: RunOptions, catalog: Any) -> Target:
+    """Where the instances run across the cluster's nodes (the cluster's own inventory)."""
+    from mlperf_mig.cluster.connect import cluster_scope
+    from mlperf_mig.cluster.inventory import take_inventory
+    from mlperf_mig.cluster.placement import cluster_target
+    from mlperf_mig.errors import ClusterError
+
+    refused = {"shared": options.shared, "nvml_source": options.nvml_source is not None, "cpus": options.cpus is not None}
+    for name, given in refused.items():
+        if given:
+            raise ClusterError(
+                f"{name} cannot be combined with a cluster: instances on different nodes cannot "
+                "time-share one GPU, and each node reports its own devices and CPUs; drop "
+                f"{name} or --cluster"
+            )
+    with cluster_scope(options.cluster) as session:
+        assert session is not None
+        inventories = take_inventory(session)
+        if options.emulate:
+            inventories = [attrs.evolve(inv, devices=()) for inv in inventories]
+        return cluster_target(
+            options.scenario, inventories=inventories, cluster=str(session.spec), gpu=options.gpu,
+            gpu_group=options.gpu_group, catalog=catalog,
+        )
 
 
 def _check_engine_input(*, backend: str, precision: str | None, variant: str, model_path: str | None) -> None:

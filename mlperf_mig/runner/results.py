@@ -104,6 +104,7 @@ class InstanceRun:
     )
     threads: int | None = None
     host: str = ""
+    node: str | None = None  # the Ray node of a cluster run
     status: str = attrs.field(default="not run", validator=attrs.validators.in_(INSTANCE_STATUSES))
     error: str | None = None
     traceback: str | None = None
@@ -147,6 +148,7 @@ class InstanceRun:
             "instance": self.name,
             "profile": self.profile,
             "device": self.device,
+            "host": self.host,
             "status": self.status if self.status != "ok" else _status_word(self),
             "valid": validity_word(self.performance),
             "throughput": self.throughput,
@@ -198,6 +200,8 @@ class RunResult:
     baseline_source: str | None = None
     interrupted: bool = False
     hosts: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    # a run across Ray nodes: {"cluster", "nodes", "grouping", "start_skew_ms"}; None: one host
+    cluster: dict[str, Any] | None = None
 
     # --- aggregate -----------------------------------------------------------------------------
     @property
@@ -319,6 +323,8 @@ class RunResult:
 
     def _columns(self) -> list[str]:
         columns = ["instance", "profile", "device", "status", "valid", "throughput", "p99 ms"]
+        if self.cluster is not None:
+            columns.insert(1, "host")
         if self.mode == "unified":
             columns.insert(6, "share")
         if any(r.get("error") for r in self.instance_rows()):
@@ -330,7 +336,22 @@ class RunResult:
         change = self.change_vs_baseline
         if change is not None:
             lines.append(f"change against MIG scenario 1 ({self.baseline_source}): {change:+.2%}")
-        return lines + [f"note: {label}" for label in self.labels()]
+        return lines + [f"note: {label}" for label in self.labels()] + self._cluster_notes()
+
+    def _cluster_notes(self) -> list[str]:
+        """Where a cluster run's instances ran and how far apart their LoadGen tests started."""
+        if self.cluster is None:
+            return []
+        c = self.cluster
+        lines = [
+            f"note: ran on Ray cluster {c['cluster']} over {len(c['nodes'])} node(s); the instances "
+            f"are slices of one GPU by {c['grouping']} grouping"
+        ]
+        if c.get("start_skew_ms") is not None:
+            lines.append(
+                f"note: start skew across instances {c['start_skew_ms']:.1f} ms (the nodes' clocks)"
+            )
+        return lines
 
     def table(self) -> str:
         """Plain-text report: title, per-instance table with the aggregate row, labels."""

@@ -1,0 +1,149 @@
+"""What runs on the nodes: one actor per instance, and the round's barrier on the driver's side.
+
+An instance actor is a fresh Ray worker process pinned to its node (one LoadGen test per
+process, as locally). It takes its device variables and CPUs, builds (or reuses) its engine in the
+node's own cache, runs its job in a scratch folder of the node and sends back the result with
+every file the job wrote, paths rewritten to the driver's run folder; a job that raises sends its
+traceback and files the same way. The barrier actor releases every instance's LoadGen test at
+once (the cluster-wide start barrier) and collects progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+_PROGRESS_INTERVAL_S = 0.5
+MAX_FILE_BYTES = 256 * 1024 * 1024  # a node's file larger than this stays there (named in the log)
+
+
+class RoundBarrier:
+    """The cluster-wide start barrier of one round, and the instances' progress (async actor)."""
+
+    def __init__(self) -> None:
+        self._released = asyncio.Event()
+        self._arrived: set[str] = set()
+        self._progress: dict[str, int] = {}
+
+    async def arrive(self, name: str) -> None:
+        self._arrived.add(name)
+        await self._released.wait()
+
+    async def release(self) -> None:
+        self._released.set()
+
+    async def report(self, name: str, completed: int) -> None:
+        self._progress[name] = completed
+
+    async def state(self) -> tuple[list[str], dict[str, int]]:
+        return sorted(self._arrived), dict(self._progress)
+
+
+@attrs.frozen(kw_only=True)
+class RemoteJob:
+    """One instance's job: the target to call on its node, with what the node must build."""
+
+    name: str
+    target: str  # "package.module:function", called as target(payload, before_start=, progress=)
+    task: Any  # harness InstanceTask; its outdir and engine are filled in on the node
+    engine: Any  # runner EngineRequest to build on the node, or None (null backend)
+    ready_timeout_s: float
+
+
+def rewrite_paths(value: Any, old: str, new: str) -> Any:
+    """`value` with every string that starts with the folder `old` moved under `new`."""
+    if isinstance(value, str):
+        return new + value[len(old):] if value.startswith(old) else value
+    if isinstance(value, Mapping):
+        return {k: rewrite_paths(v, old, new) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rewrite_paths(v, old, new) for v in value]
+    return value
+
+
+def collect_files(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` by relative path (those over MAX_FILE_BYTES are left out)."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.stat().st_size <= MAX_FILE_BYTES:
+            files[str(path.relative_to(folder))] = path.read_bytes()
+    return files
+
+
+class InstanceActor:
+    """One instance on its node (a Ray actor): runs one job in its own scratch folder."""
+
+    def __init__(self, name: str, env: Mapping[str, str], cpus: tuple[int, ...] | None) -> None:
+        os.environ.update(env)
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        self.name = name
+        self.folder = Path(tempfile.mkdtemp(prefix=f"mlperf-mig-{name}-"))
+
+    def where(self) -> dict[str, Any]:
+        return {"host": socket.gethostname(), "pid": os.getpid(), "folder": str(self.folder)}
+
+    def run(self, job: RemoteJob, barrier: Any, driver_folder: str) -> dict[str, Any]:
+        """Build the engine, run the job, and return its outcome with the files it wrote."""
+        import ray
+
+        from mlperf_mig.runner.worker import _redirect_output, resolve_target
+
+        log_file = _redirect_output(str(self.folder / "worker.log"))
+        started: list[int] = []
+        last = [0.0]
+
+        def before_start() -> None:
+            ray.get(barrier.arrive.remote(job.name), timeout=job.ready_timeout_s)
+            started.append(time.time_ns())
+
+        def progress(completed: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= _PROGRESS_INTERVAL_S:
+                last[0] = now
+                barrier.report.remote(job.name, int(completed))
+
+        reply: dict[str, Any] = {"host": socket.gethostname()}
+        try:
+            spec = build_on_node(job.engine)
+            task = attrs.evolve(job.task, outdir=str(self.folder), engine=spec)
+            value = resolve_target(job.target)(task, before_start=before_start, progress=progress)
+            to_dict = getattr(value, "to_dict", None)
+            plain = to_dict() if callable(to_dict) else value
+            reply.update(status="ok", value=rewrite_paths(plain, str(self.folder), driver_folder))
+            reply["engine"] = None if spec is None else spec.to_dict()
+        except BaseException as exc:  # the driver gets the reason and the files, as locally
+            reply.update(status="raised", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+        reply["started_ns"] = started[0] if started else None
+        log_file.flush()
+        reply["files"] = collect_files(self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return reply
+
+
+def build_on_node(request: Any) -> Any:
+    """The EngineSpec of `request`, built or reused in this node's cache (None: no engine)."""
+    if request is None:
+        return None
+    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.runner.execute import build_engine_job
+
+    return EngineSpec.from_dict(build_engine_job(request)["spec"])
+
+
+def write_files(folder: Path, files: Mapping[str, bytes], write: Callable[[Path, bytes], None]) -> None:
+    """Put a node's files into the driver's run folder (`write` is the atomic writer)."""
+    for relative, data in files.items():
+        target = folder / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write(target, data)

@@ -1,0 +1,280 @@
+"""Which Ray cluster a run uses, and the connection to it.
+
+A cluster is named by one string (`--cluster`, `cluster=`):
+    auto            the cluster this machine joined with `ray start` (or RAY_ADDRESS)
+    HOST:PORT       the head node's GCS address, as `ray start --head` prints it
+    ray://HOST:PORT Ray Client, for a driver outside the cluster's network
+    local:N         a throwaway cluster of N nodes on this machine, torn down afterwards: the
+                    study's VMs, emulated. It binds to loopback only and reports no usage data.
+
+Every failure to connect is one line saying what to do (ClusterError, exit 2): Ray missing, an
+address nothing answers on, a cluster of another Ray or Python version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from mlperf_mig.errors import ClusterError
+
+log = logging.getLogger(__name__)
+
+MAX_LOCAL_NODES = 16
+CONNECT_TIMEOUT_S = 10.0
+INSTALL_HINT = "pip install 'mlperf-mig[cluster]'"
+# Environment of every Ray process that `local:N` starts: loopback only, no usage statistics.
+# Ray resolves "127.0.0.1" to the machine's first address unless it believes clusters are off
+# (ray._private.services.get_node_ip_address), so that switch keeps the driver on loopback too.
+LOOPBACK_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+LOCAL_NODE_CPUS_ENV = "MLPERF_MIG_NODE_CPUS"  # the CPUs a local:N node emulates its partition on
+LOCAL_NODE_RESOURCE = "mlperf_mig_local_node"
+
+
+@attrs.frozen(kw_only=True)
+class ClusterSpec:
+    """A parsed `--cluster` value: its kind and where it points."""
+
+    kind: str  # "auto", "address", "client" or "local"
+    address: str | None = None  # HOST:PORT, ray://HOST:PORT, or None
+    nodes: int | None = None  # local:N
+
+    def __str__(self) -> str:
+        if self.kind == "local":
+            return f"local:{self.nodes}"
+        return self.address or "auto"
+
+
+def parse_cluster(text: str) -> ClusterSpec:
+    """The ClusterSpec of a `--cluster` value; raises ClusterError naming the accepted forms."""
+    forms = "'auto', 'HOST:PORT', 'ray://HOST:PORT' or 'local:N' (N nodes on this machine)"
+    if not isinstance(text, str) or not text.strip():
+        raise ClusterError(f"cluster {text!r} is not a cluster address; pass {forms}")
+    value = text.strip()
+    if value == "auto":
+        return ClusterSpec(kind="auto")
+    if value.startswith("local:"):
+        count = value.removeprefix("local:")
+        if not count.isdigit() or not 1 <= int(count) <= MAX_LOCAL_NODES:
+            raise ClusterError(
+                f"cluster {value!r}: local:N needs a node count N from 1 to {MAX_LOCAL_NODES}, "
+                "e.g. local:3"
+            )
+        return ClusterSpec(kind="local", nodes=int(count))
+    client = value.startswith("ray://")
+    host, sep, port = value.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ClusterError(f"cluster {value!r} is not an address; pass {forms}")
+    return ClusterSpec(kind="client" if client else "address", address=value)
+
+
+def import_ray() -> Any:
+    """The `ray` module, or ClusterError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError(
+            f"--cluster needs Ray, which is not installed here; install it with {INSTALL_HINT}"
+        ) from None
+    return ray
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse at once an address nothing answers on (Ray itself would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ClusterError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one with "
+            "`ray start --head` on the head node, or pass its address (see `mlperf-mig "
+            "cluster-info --help`)"
+        ) from None
+
+
+def version_error(message: str) -> ClusterError:
+    """The one line for Ray's own version-mismatch error, with the install that fixes it."""
+    import ray
+
+    return ClusterError(
+        f"the Ray cluster runs another Ray or Python version than this driver (Ray "
+        f"{ray.__version__}, Python {sys.version.split()[0]} here): {' '.join(message.split())}; "
+        "install the cluster's Ray version here, e.g. pip install 'ray==<its version>'"
+    )
+
+
+class ClusterSession:
+    """A connection to a Ray cluster (and, for local:N, the cluster itself) for one run."""
+
+    def __init__(self, spec: ClusterSpec, address: str, local: Any = None) -> None:
+        self.spec = spec
+        self.address = address
+        self._local = local
+        self._saved_env: dict[str, str | None] = {}
+
+    @property
+    def emulated_nodes(self) -> bool:
+        """True for local:N, whose nodes are processes of this machine, not VMs."""
+        return self.spec.kind == "local"
+
+    def close(self) -> None:
+        """Disconnect; a local:N cluster is shut down with every process it started."""
+        ray = import_ray()
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        if self._local is not None:
+            self._local.shutdown()
+            self._local = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env = {}
+
+    def __enter__(self) -> ClusterSession:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _init(ray: Any, address: str) -> None:
+    """ray.init on an existing cluster, its failures as one line."""
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    except ConnectionError as exc:
+        raise ClusterError(
+            f"no Ray cluster found at {address!r} ({' '.join(str(exc).split())}); start one "
+            "with `ray start --head`, or pass its address as --cluster HOST:PORT"
+        ) from None
+    except RuntimeError as exc:
+        if "version mismatch" in str(exc).lower():
+            raise version_error(str(exc)) from None
+        raise
+
+
+def local_node_cpus(nodes: int, cpus: list[int] | None = None) -> list[tuple[int, ...]]:
+    """The CPUs each of `nodes` local nodes emulates its partition on: this machine's CPUs
+    split evenly (shared when there are fewer CPUs than nodes)."""
+    available = sorted(os.sched_getaffinity(0)) if cpus is None else sorted(cpus)
+    n = len(available)
+    shares = []
+    for k in range(nodes):
+        low = k * n // nodes
+        high = max(low + 1, (k + 1) * n // nodes)
+        shares.append(tuple(available[min(i, n - 1)] for i in range(low, high)))
+    return shares
+
+
+def _loopback_only(ray: Any) -> None:
+    """Keep this driver on loopback even when Ray was imported before LOOPBACK_ENV was set: Ray
+    read RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER into this constant at import."""
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:
+        log.info("Ray was imported before local:N was asked for; keeping its driver on loopback")
+        ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
+    """A Ray cluster of `nodes` nodes on this machine, on loopback only."""
+    from ray.cluster_utils import Cluster
+
+    shares = local_node_cpus(nodes)
+    cluster = None
+    try:
+        for k, share in enumerate(shares):
+            node_args = {
+                "num_cpus": len(share),
+                "node_ip_address": "127.0.0.1",
+                "resources": {f"{LOCAL_NODE_RESOURCE}_{k}": 1.0},
+                "env_vars": {**LOOPBACK_ENV, LOCAL_NODE_CPUS_ENV: ",".join(map(str, share))},
+            }
+            if cluster is None:
+                cluster = Cluster(
+                    initialize_head=True,
+                    head_node_args={**node_args, "include_dashboard": False},
+                )
+            else:
+                cluster.add_node(**node_args)
+        assert cluster is not None
+        cluster.wait_for_nodes()
+        return cluster, cluster.address
+    except BaseException:
+        if cluster is not None:
+            cluster.shutdown()
+        raise
+
+
+def open_cluster(text: str | ClusterSpec) -> ClusterSession:
+    """Connect to the cluster `text` names (starting it first for local:N)."""
+    spec = parse_cluster(text) if isinstance(text, str) else text
+    if spec.kind == "local":
+        # before Ray is imported: it reads these switches once, at import
+        saved = {key: os.environ.get(key) for key in LOOPBACK_ENV}
+        os.environ.update(LOOPBACK_ENV)
+    ray = import_ray()
+    if ray.is_initialized():
+        ray.shutdown()
+    if spec.kind == "local":
+        try:
+            _loopback_only(ray)
+            local, address = _start_local(ray, spec.nodes or 1)
+        except BaseException:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            raise
+        session = ClusterSession(spec, address, local)
+        session._saved_env = saved
+        try:
+            _init(ray, address)
+        except BaseException:
+            session.close()
+            raise
+        log.info("started a local Ray cluster of %d nodes at %s", spec.nodes, address)
+        return session
+    address = spec.address or "auto"
+    if spec.address is not None:
+        check_reachable(spec.address)
+    _init(ray, address)
+    return ClusterSession(spec, address)
+
+
+_active: ClusterSession | None = None
+
+
+@contextlib.contextmanager
+def cluster_scope(text: str | ClusterSpec | None) -> Iterator[ClusterSession | None]:
+    """The session of cluster `text` for the duration of the block: the one an outer block
+    already opened for it (a run plans and executes on one session), or a new one, closed (and a
+    local cluster torn down) when the block ends, however it ends. None: no cluster."""
+    global _active
+    if text is None:
+        yield None
+        return
+    spec = parse_cluster(text) if isinstance(text, str) else text
+    if _active is not None and _active.spec == spec:
+        yield _active
+        return
+    session = open_cluster(spec)
+    _active = session
+    try:
+        yield session
+    finally:
+        _active = None
+        session.close()

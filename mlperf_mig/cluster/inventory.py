@@ -1,0 +1,169 @@
+"""What every node of the cluster has, found by the registry's own discovery run on that node.
+
+A node offers its live devices (MIG devices, a MIG-backed vGPU, whole GPUs) as
+`registry.node_inventory` reports them there; a node without a GPU offers its CPUs as one
+emulated partition (on local:N, the CPUs that node was given). `MLPERF_MIG_NVML_REPLAY`, set in
+a node's environment before `ray start`, makes that node replay a recorded NVML state instead of
+its own (tests, and trying a layout against a colleague's recorded machine).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from mlperf_mig._table import text_table
+from mlperf_mig.cluster.connect import LOCAL_NODE_CPUS_ENV, ClusterSession
+from mlperf_mig.errors import ClusterError
+
+REPLAY_ENV = "MLPERF_MIG_NVML_REPLAY"
+INVENTORY_TIMEOUT_S = 60.0
+
+
+@attrs.frozen(kw_only=True)
+class NodeInventory:
+    """One Ray node: where it is, what Ray and Python it runs, and the devices it offers."""
+
+    node_id: str
+    host: str
+    address: str
+    ray_version: str
+    python_version: str
+    cpus: tuple[int, ...] = attrs.field(converter=tuple)
+    devices: tuple[dict[str, Any], ...] = attrs.field(converter=tuple)
+    message: str = ""  # why the node has no GPU device (discovery's words)
+    replayed: bool = False
+
+    @property
+    def short_id(self) -> str:
+        return self.node_id[:8]
+
+    @property
+    def emulated(self) -> bool:
+        """True when the node has no GPU device and offers its CPUs instead."""
+        return not self.devices
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["cpus"] = list(self.cpus)
+        data["devices"] = [dict(d) for d in self.devices]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeInventory:
+        return cls(**data)
+
+
+def describe_this_node() -> dict[str, Any]:
+    """Run on a node: its identity and the devices discovery finds there (plain data)."""
+    import ray
+
+    from mlperf_mig import registry
+    from mlperf_mig.registry.devices import node_inventory
+
+    replay = os.environ.get(REPLAY_ENV)
+    source = registry.RecordedNvml.from_file(replay) if replay else None
+    detection = registry.detect(source=source)
+    context = ray.get_runtime_context()
+    cpus_text = os.environ.get(LOCAL_NODE_CPUS_ENV)
+    cpus = [int(c) for c in cpus_text.split(",")] if cpus_text else sorted(os.sched_getaffinity(0))
+    return NodeInventory(
+        node_id=context.get_node_id(),
+        host=socket.gethostname(),
+        address=ray.util.get_node_ip_address(),
+        ray_version=ray.__version__,
+        python_version=platform.python_version(),
+        cpus=cpus,
+        devices=node_inventory(detection),
+        message=detection.message,
+        replayed=bool(replay),
+    ).to_dict()
+
+
+def pinned(ray: Any, node_id: str) -> Any:
+    """Ray's scheduling strategy that runs a task or actor on node `node_id` and nowhere else."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+def take_inventory(session: ClusterSession, timeout_s: float = INVENTORY_TIMEOUT_S) -> list[NodeInventory]:
+    """Every alive node's inventory, each taken on its own node; ClusterError on a node that
+    does not answer in time or runs another Ray or Python version than the driver."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if not nodes:
+        raise ClusterError(f"the Ray cluster at {session.address} has no alive node")
+    task = ray.remote(num_cpus=0, max_retries=0)(describe_this_node)
+    refs = {
+        n["NodeID"]: task.options(scheduling_strategy=pinned(ray, n["NodeID"])).remote()
+        for n in nodes
+    }
+    _, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    if pending:
+        late = [node for node, ref in refs.items() if ref in pending]
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise ClusterError(
+            f"{len(late)} node(s) of the cluster at {session.address} did not report their devices "
+            f"within {timeout_s:.0f} s ({', '.join(n[:8] for n in late)}); check that mlperf-mig "
+            "is installed on every node, or remove the node"
+        )
+    inventories = [NodeInventory.from_dict(ray.get(ref)) for ref in refs.values()]
+    check_versions(inventories)
+    return sorted(inventories, key=lambda inv: (inv.host, inv.address, inv.node_id))
+
+
+def check_versions(inventories: Sequence[NodeInventory]) -> None:
+    """Refuse a cluster whose nodes run another Ray or Python version than this driver."""
+    import ray
+
+    here = (ray.__version__, platform.python_version())
+    odd = [inv for inv in inventories if (inv.ray_version, inv.python_version) != here]
+    if odd:
+        found = ", ".join(
+            f"{inv.host} ({inv.short_id}): Ray {inv.ray_version}, Python {inv.python_version}" for inv in odd
+        )
+        raise ClusterError(
+            f"the driver runs Ray {here[0]} on Python {here[1]} but {found}; install the same "
+            f"versions everywhere (pip install 'ray=={here[0]}' on Python {sys.version_info.major}."
+            f"{sys.version_info.minor})"
+        )
+
+
+INVENTORY_COLUMNS = ("node", "host", "address", "kind", "gpu", "device", "profile", "cpus")
+
+
+def inventory_rows(inventories: Sequence[NodeInventory]) -> list[dict[str, Any]]:
+    """One row per device (or per emulated node) for `cluster-info`."""
+    rows = []
+    for inv in inventories:
+        base = {"node": inv.short_id, "host": inv.host, "address": inv.address, "cpus": len(inv.cpus)}
+        if inv.emulated:
+            rows.append({**base, "kind": "emulated", "gpu": "-", "device": "cpu:" + ",".join(map(str, inv.cpus)),
+                         "profile": "- (CPU partition)"})
+        for device in inv.devices:
+            rows.append({
+                **base,
+                "kind": device["kind"],
+                "gpu": device["gpu"],
+                "device": device["vgpu_type"] or device["uuid"],
+                "profile": device["profile"] or "whole GPU",
+            })
+    return rows
+
+
+def inventory_table(session: ClusterSession, inventories: Sequence[NodeInventory]) -> str:
+    """The inventory as a text table with a header line naming the cluster."""
+    emulated = " (local:N: nodes are processes of this machine, partitions emulated on its CPUs)"
+    head = f"Ray cluster {session.spec} at {session.address}: {len(inventories)} node(s)"
+    if session.emulated_nodes:
+        head += emulated
+    return "\n".join([head, text_table(inventory_rows(inventories), INVENTORY_COLUMNS)])

@@ -1,0 +1,200 @@
+"""The rounds of a run across Ray nodes: the same outcomes as a local round, from actors.
+
+Independent mode keeps the study's method: one actor per instance on its node, each with its own
+LoadGen, all released together by the barrier actor once every instance has loaded its model and
+samples (LoadGen's first load callback has run); each records when its node released it, and the
+spread of those instants is the run's start skew. Unified mode is LoadGen over the network (as
+MLPerf's network division does): the coordinator runs on the driver as locally, and each instance
+is an actor on its node behind a proxy thread that speaks the local serving protocol (unified_remote.py).
+
+Every ending returns one outcome per instance, as the local supervisor does: ok, raised, crashed
+(the actor or its node died), hung (missed its deadline, killed) or interrupted (Ctrl-C, SIGTERM).
+No actor outlives its round.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, MutableMapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from mlperf_mig._io import atomic_write_bytes
+from mlperf_mig.cluster.actors import InstanceActor, RemoteJob, RoundBarrier, write_files
+from mlperf_mig.cluster.inventory import pinned
+from mlperf_mig.runner.plan import RunPlan
+from mlperf_mig.runner.progress import ProgressDisplay
+from mlperf_mig.runner.supervisor import WorkerOutcome
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.2
+INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
+
+
+def actor_errors() -> tuple[type[BaseException], ...]:
+    """Ray's exceptions for an actor whose process or node is gone."""
+    from ray import exceptions
+
+    return (exceptions.RayActorError, exceptions.NodeDiedError, exceptions.WorkerCrashedError,
+            exceptions.ObjectLostError, exceptions.OwnerDiedError)
+
+
+def start_actor(ray: Any, slot: Any, env: Mapping[str, str]) -> Any:
+    """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
+    remote = ray.remote(InstanceActor)
+    return remote.options(
+        num_cpus=0, max_restarts=0, max_concurrency=2, scheduling_strategy=pinned(ray, slot.node),
+        name=None,
+    ).remote(slot.name, dict(env), slot.cpus)
+
+
+def kill_all(ray: Any, actors: Mapping[str, Any]) -> None:
+    """Kill every actor of the round (a dead one is a no-op)."""
+    for actor in actors.values():
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception as exc:  # already gone with its node: nothing left to stop
+            log.debug("kill: %s", exc)
+
+
+class _Display:
+    """The local progress display, or nothing when progress is off."""
+
+    def __init__(self, names: list[str], phase: str, expected_s: float | None, stream: TextIO | None) -> None:
+        self._display = ProgressDisplay(names, phase=phase, expected_s=expected_s, stream=stream) if stream else None
+
+    def event(self, name: str, what: str) -> None:
+        if self._display:
+            self._display.event(name, what)
+
+    def progress(self, counts: Mapping[str, int]) -> None:
+        if self._display:
+            for name, completed in counts.items():
+                self._display.progress(name, completed)
+            self._display.tick()
+
+    def close(self) -> None:
+        if self._display:
+            self._display.close()
+
+
+def _outcome(name: str, reply: Mapping[str, Any]) -> WorkerOutcome:
+    log_tail = None
+    if reply["status"] != "ok":
+        log_tail = reply.get("files", {}).get("worker.log", b"")[-2000:].decode("utf-8", "replace")
+    return WorkerOutcome(
+        name=name, status=reply["status"], value=reply.get("value"), error=reply.get("error"),
+        traceback=reply.get("traceback"), log_tail=log_tail, started_ns=reply.get("started_ns"),
+    )
+
+
+def independent_round(
+    plan: RunPlan,
+    outdir: Path,
+    tasks: Mapping[str, Any],
+    mode: str,
+    stream: TextIO | None,
+    on_finish: Callable[[WorkerOutcome], None] | None,
+    specs: MutableMapping[str, Any],
+) -> tuple[dict[str, WorkerOutcome], bool]:
+    """One instance actor per task name, on its node; returns outcomes and whether interrupted.
+
+    `tasks` maps instance name to its harness task (engine filled in on the node); the engine
+    specs the nodes built are added to `specs` by engine key.
+    """
+    import ray
+
+    from mlperf_mig.runner.execute import instance_env
+
+    slots = {slot.name: slot for slot in plan.slots if slot.name in tasks}
+    requests = {e.key: e for e in plan.engines}
+    display = _Display(list(slots), mode, plan.expected_s if mode == "performance" else None, stream)
+    barrier = ray.remote(RoundBarrier).options(num_cpus=0, max_restarts=0).remote()
+    actors: dict[str, Any] = {}
+    refs: dict[Any, str] = {}
+    outcomes: dict[str, WorkerOutcome] = {}
+    interrupted = False
+
+    def finish(name: str, outcome: WorkerOutcome) -> None:
+        outcomes[name] = outcome
+        display.event(name, outcome.status)
+        if on_finish is not None:
+            on_finish(outcome)
+
+    try:
+        for name, slot in slots.items():
+            actors[name] = start_actor(ray, slot, instance_env(slot))
+            job = RemoteJob(
+                name=name,
+                target=plan.worker_target or INSTANCE_TARGET,
+                task=tasks[name],
+                engine=requests.get(plan.engine_of[name]),
+                ready_timeout_s=plan.timeouts.ready_s,
+            )
+            refs[actors[name].run.remote(job, barrier, str(outdir / name))] = name
+            display.event(name, "started")
+        _wait(ray, plan, outdir, refs, actors, barrier, display, finish, specs)
+    except KeyboardInterrupt:
+        interrupted = True
+        log.warning("interrupted: stopping %d instance actors", len(actors) - len(outcomes))
+        for name in slots:
+            if name not in outcomes:
+                finish(name, WorkerOutcome(name=name, status="interrupted", error="stopped before it finished"))
+    finally:
+        kill_all(ray, {**actors, "barrier": barrier})
+        display.close()
+    return outcomes, interrupted
+
+
+def _wait(
+    ray: Any, plan: RunPlan, outdir: Path, refs: dict[Any, str], actors: Mapping[str, Any], barrier: Any,
+    display: _Display, finish: Callable[[str, WorkerOutcome], None], specs: MutableMapping[str, Any],
+) -> None:
+    """Collect every actor's reply; release the barrier when all live ones are at it; enforce
+    the deadlines (until every instance is at the barrier, then until all are done)."""
+    from mlperf_mig.engines import EngineSpec
+
+    ready_deadline = time.monotonic() + plan.timeouts.ready_s
+    run_deadline: float | None = None
+    pending = dict(refs)
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
+        for ref in done:
+            name = pending.pop(ref)
+            try:
+                reply = ray.get(ref)
+            except actor_errors() as exc:
+                finish(name, WorkerOutcome(
+                    name=name, status="crashed",
+                    error=f"its actor or node died ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})",
+                ))
+                continue
+            write_files(outdir / name, reply.get("files", {}), atomic_write_bytes)
+            if reply.get("engine"):
+                spec = EngineSpec.from_dict(reply["engine"])
+                specs[plan.engine_of[name]] = spec
+            finish(name, _outcome(name, reply))
+        arrived, counts = ray.get(barrier.state.remote(), timeout=30)
+        display.progress(counts)
+        if run_deadline is None and set(pending.values()) <= set(arrived):
+            ray.get(barrier.release.remote(), timeout=30)
+            run_deadline = time.monotonic() + plan.timeouts.run_s
+            log.info("cluster start barrier released")
+        deadline = ready_deadline if run_deadline is None else run_deadline
+        if time.monotonic() > deadline:
+            limit = plan.timeouts.ready_s if run_deadline is None else plan.timeouts.run_s
+            where = " before the start barrier" if run_deadline is None else ""
+            for ref, name in list(pending.items()):
+                ray.kill(actors[name], no_restart=True)
+                finish(name, WorkerOutcome(name=name, status="hung", error=f"no result within {limit:g} s{where}; killed"))
+                del pending[ref]
+
+
+def start_skew_ms(outcomes: Mapping[str, WorkerOutcome]) -> float | None:
+    """Spread of the instants the nodes released their LoadGen tests (ms); None below two."""
+    started = [o.started_ns for o in outcomes.values() if o.started_ns is not None]
+    if len(started) < 2:
+        return None
+    return round((max(started) - min(started)) / 1e6, 3)
