@@ -79,6 +79,16 @@ def validity_word(result: Any) -> str | None:
     return BY_DESIGN_WORD if result.invalid_by_design else "NO"
 
 
+def accuracy_cell(result: Any) -> str | None:
+    """An accuracy run's metric, value, verdict and the number of samples they rest on."""
+    report = None if result is None else result.accuracy
+    if report is None:
+        return None
+    value = "-" if report.value is None else f"{report.value:.2f}"
+    verdict = "" if report.passed is None else (" PASS" if report.passed else " FAIL")
+    return f"{report.metric} {value}{verdict} ({report.basis})"
+
+
 def result_p99_ms(result: Any) -> float | None:
     if result is None:
         return None
@@ -154,6 +164,7 @@ class InstanceRun:
             "throughput": self.throughput,
             "share": self.dispatched_samples,
             "p99 ms": result_p99_ms(self.performance),
+            "accuracy": accuracy_cell(self.accuracy),
             "error": self.error or self.accuracy_error or result_error(self.performance, self.accuracy),
         }
 
@@ -316,6 +327,7 @@ class RunResult:
                 "valid": self._all_valid_word(),
                 "throughput": self.total_throughput,
                 "p99 ms": result_p99_ms(self.layout_result),
+                "accuracy": accuracy_cell(self.layout_accuracy),
                 "error": self.layout_error or result_error(self.layout_result, self.layout_accuracy),
             }
         )
@@ -327,7 +339,10 @@ class RunResult:
             columns.insert(1, "host")
         if self.mode == "unified":
             columns.insert(6, "share")
-        if any(r.get("error") for r in self.instance_rows()):
+        rows = self.instance_rows()
+        if any(r.get("accuracy") for r in rows):
+            columns.append("accuracy")
+        if any(r.get("error") for r in rows):
             columns.append("error")
         return columns
 

@@ -201,3 +201,11 @@ def test_report_of_a_bad_status_is_one_line(
     assert cli.main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "weird" in err and "\n" not in err
+
+
+def test_table_shows_each_accuracy_with_its_sample_count(good_run: Any) -> None:
+    """Each instance's accuracy cell gives the metric, value and the samples it rests on."""
+    rows = {r["instance"]: r for r in good_run.instance_rows()}
+    report = good_run.instances[0].accuracy.accuracy
+    assert rows[good_run.instances[0].name]["accuracy"] == f"top1 - ({report.sample_count} samples)"
+    assert "accuracy" in good_run.table() and f"({report.sample_count} samples)" in good_run.table()
