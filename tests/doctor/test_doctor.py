@@ -12,7 +12,12 @@ import pytest
 
 from mlperf_mig.cli import main
 from mlperf_mig.doctor import diagnose, write_bundle
-from mlperf_mig.doctor.install import INSTALL_COMMANDS, wheel_cuda_majors, wheel_problems
+from mlperf_mig.doctor.install import (
+    INSTALL_COMMANDS,
+    install_command,
+    wheel_cuda_majors,
+    wheel_problems,
+)
 from mlperf_mig.doctor.reconcile import MATCHES, FieldDifference
 from mlperf_mig.doctor.smoke import SmokeTarget, _result, run_child
 from mlperf_mig.registry import RecordedNvml, default_catalog, detect
@@ -130,6 +135,12 @@ def test_the_mismatch_reaches_the_report() -> None:
         RecordedNvml(_state("a100-80gb-scenario7")), smoke=False, versions={"tensorrt-cu13": "11.4.0.106"}
     )
     assert f"install problem: tensorrt-cu13 11.4.0.106 is built for CUDA 13, but the driver supports CUDA 12.4; fix: {INSTALL_COMMANDS[12]}" in report.text()
+
+
+@pytest.mark.parametrize(("cuda_major", "command"), [(12, 12), (13, 13), (14, 13), (None, 13)])
+def test_install_command_follows_the_driver(cuda_major: int | None, command: int) -> None:
+    """A CUDA 12 or 13 driver gets its own command; a newer or unknown one the newest command."""
+    assert install_command(cuda_major) == INSTALL_COMMANDS[command]
 
 
 def test_readme_names_both_install_commands() -> None:
