@@ -6,7 +6,8 @@ backend, whose answer to a sample is a code of the sample's bytes. Every entry o
 mlperf_log_accuracy.json is checked against the synthetic sample it names. Batches of 7 make
 partial batches everywhere; BERT Offline's 701 samples in one query pass through the 512-sample
 completion buffer; the stream and Server scenarios load their samples in sets of 64 (the quick
-preset's performance sample count), so rows are reused across sets.
+preset's performance sample count), so rows are reused across sets. One more run puts the two
+instances on two local Ray nodes (where ray is installed).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ CASES = {
 }
 
 
-def _run(outdir: Path, scenario: str, mode: str) -> Any:
+def _run(outdir: Path, scenario: str, mode: str, **options: Any) -> Any:
     benchmark, samples, target = CASES[scenario]
     return mlperf_mig.run(
         LAYOUT,
@@ -51,6 +52,7 @@ def _run(outdir: Path, scenario: str, mode: str) -> Any:
         sample_count=samples,
         # a short performance run; the accuracy run issues every sample, not the quick 64
         settings={"min_duration": 100, "accuracy_sample_count_override": 0, **target},
+        **options,
     )
 
 
@@ -94,3 +96,15 @@ def test_every_logged_answer_is_its_samples(tmp_path: Path, scenario: str, mode:
     assert len(log_dirs) == (1 if mode == "unified" else 2)
     for log_dir in log_dirs:
         _check_accuracy_log(log_dir, benchmark, total)
+
+
+def test_every_logged_answer_is_its_samples_across_nodes(tmp_path: Path) -> None:
+    """Offline, independent, the two instances on two local Ray nodes: each answer is its own."""
+    pytest.importorskip("ray", reason="cluster runs need the ray extra")
+    result = _run(tmp_path / "run", "Offline", "independent", cluster="local:2")
+    assert result.ok, result.table()
+    assert len({i.node for i in result.instances}) == 2
+    benchmark_name, total, _ = CASES["Offline"]
+    for instance in result.instances:
+        assert instance.accuracy.failed_samples == 0
+        _check_accuracy_log(Path(instance.accuracy.log_dir), get_benchmark(benchmark_name), total)
