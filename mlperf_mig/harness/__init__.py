@@ -3,11 +3,12 @@
 The worker entry point is `run_instance(InstanceTask(...))`: one LoadGen test per process.
 """
 
-from mlperf_mig.harness.instance import InstanceTask, run_instance
+from mlperf_mig.harness.instance import run_instance
 from mlperf_mig.harness.logs import parse_detail_log
 from mlperf_mig.harness.result import AccuracyReport, InstanceResult
 from mlperf_mig.harness.samples import SampleLibrary
 from mlperf_mig.harness.settings import LOADGEN_SCENARIOS, PRESETS, SettingsSpec
+from mlperf_mig.harness.task import InstanceTask
 
 __all__ = [
     "LOADGEN_SCENARIOS",

@@ -11,7 +11,7 @@ from mlperf_mig.errors import DatasetError
 from mlperf_mig.harness.samples import SampleSource, SyntheticSource
 
 if TYPE_CHECKING:
-    from mlperf_mig.harness.instance import InstanceTask
+    from mlperf_mig.harness.task import InstanceTask
 
 
 def open_source(task: InstanceTask, benchmark: Benchmark) -> SampleSource:

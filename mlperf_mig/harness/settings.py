@@ -305,15 +305,69 @@ def _parse_conf_line(line: str, origin: str) -> tuple[str, str, str, float] | No
 
 
 # --- resolution --------------------------------------------------------------------------------
-def resolve_settings(
-    spec: SettingsSpec,
-    benchmark: Benchmark,
-    loadgen_scenario: str,
-    *,
-    calibrated_target: float | None = None,
-    whole_dataset: bool = False,
-) -> ResolvedSettings:
-    """Merge preset, target, user.conf and overrides (in that order of precedence).
+@attrs.frozen(kw_only=True)
+class MergedSettings:
+    """A test's settings read once: the preset, the user.conf and the overrides, with the choice
+    of the target (QPS or latency) left to `resolve`, which may get a measured one."""
+
+    benchmark: Benchmark
+    loadgen_scenario: str
+    spec: SettingsSpec
+    data: Mapping[str, Any]
+    preset_values: Mapping[str, float]
+    from_file: Mapping[str, float]
+    overrides: Mapping[str, float]
+
+    @property
+    def values(self) -> dict[str, float]:
+        """Every value but the target's (unless the user.conf or an override sets it)."""
+        return {**self.preset_values, **self.from_file, **self.overrides}
+
+    @property
+    def calibrates(self) -> bool:
+        """True when the preset measures the target and neither an override nor user.conf sets it."""
+        target_key = TARGET_KEYS[self.loadgen_scenario]
+        return (
+            preset_calibrates(self.data, self.spec.preset)
+            and target_key not in self.overrides
+            and target_key not in self.from_file
+        )
+
+    def resolve(self, calibrated_target: float | None = None) -> ResolvedSettings:
+        """The user.conf values: preset, target, user.conf and overrides, in that order of
+        precedence; `calibrated_target` stands for the profile's target where nothing sets one."""
+        values = dict(self.preset_values)
+        loadgen_scenario = self.loadgen_scenario
+        target_key = TARGET_KEYS[loadgen_scenario]
+        if target_key in self.overrides:
+            source = "override"
+        elif target_key in self.from_file:
+            source = "user.conf"
+        elif calibrated_target is not None:
+            source = "calibration"
+        else:
+            values[target_key] = profile_target(self.data, loadgen_scenario, self.spec.profile)
+            source = f"profile {profile_key(self.spec.profile)}"
+        values.update(self.from_file)
+        values.update(self.overrides)
+        if source == "calibration":
+            assert calibrated_target is not None
+            if loadgen_scenario == "Offline":
+                calibrated_target *= offline_query_fraction(self.data, self.spec.preset, values)
+            values[target_key] = _rounded_target(target_key, calibrated_target, loadgen_scenario)
+        return ResolvedSettings(
+            benchmark=self.benchmark.name,
+            conf_model=self.benchmark.conf_model_name,
+            loadgen_scenario=loadgen_scenario,
+            values=values,
+            target_source=source,
+        )
+
+
+def merge_settings(
+    spec: SettingsSpec, benchmark: Benchmark, loadgen_scenario: str, *, whole_dataset: bool = False
+) -> MergedSettings:
+    """Read a test's settings once (the settings data, the user.conf) and check the overrides.
 
     `whole_dataset`: the samples are a real dataset, whose accuracy run scores every sample;
     the preset's accuracy sample count (the quick preset's 64, for synthetic samples) is dropped,
@@ -323,7 +377,6 @@ def resolve_settings(
     values = preset_values(data, spec.preset, loadgen_scenario)
     if whole_dataset:
         values.pop("accuracy_sample_count_override", None)
-    target_key = TARGET_KEYS[loadgen_scenario]
     from_file = (
         read_user_conf(spec.user_conf, benchmark.conf_model_name, loadgen_scenario)
         if spec.user_conf
@@ -333,28 +386,29 @@ def resolve_settings(
         key: _check_value(key, value, loadgen_scenario, "override")
         for key, value in spec.override_dict().items()
     }
-    if target_key in overrides:
-        source = "override"
-    elif target_key in from_file:
-        source = "user.conf"
-    elif calibrated_target is not None:
-        source = "calibration"
-    else:
-        values[target_key] = profile_target(data, loadgen_scenario, spec.profile)
-        source = f"profile {profile_key(spec.profile)}"
-    values.update(from_file)
-    values.update(overrides)
-    if source == "calibration":
-        if loadgen_scenario == "Offline":
-            calibrated_target *= offline_query_fraction(data, spec.preset, values)
-        values[target_key] = _rounded_target(target_key, calibrated_target, loadgen_scenario)
-    return ResolvedSettings(
-        benchmark=benchmark.name,
-        conf_model=benchmark.conf_model_name,
+    return MergedSettings(
+        benchmark=benchmark,
         loadgen_scenario=loadgen_scenario,
-        values=values,
-        target_source=source,
+        spec=spec,
+        data=data,
+        preset_values=values,
+        from_file=from_file,
+        overrides=overrides,
     )
+
+
+def resolve_settings(
+    spec: SettingsSpec,
+    benchmark: Benchmark,
+    loadgen_scenario: str,
+    *,
+    calibrated_target: float | None = None,
+    whole_dataset: bool = False,
+) -> ResolvedSettings:
+    """Merge preset, target, user.conf and overrides (in that order of precedence); see
+    `merge_settings` and `MergedSettings.resolve`."""
+    merged = merge_settings(spec, benchmark, loadgen_scenario, whole_dataset=whole_dataset)
+    return merged.resolve(calibrated_target)
 
 
 def _min_duration_s(values: Mapping[str, float]) -> float:
@@ -397,16 +451,7 @@ def _rounded_target(key: str, value: float, loadgen_scenario: str) -> float:
 
 def needs_calibration(spec: SettingsSpec, benchmark: Benchmark, loadgen_scenario: str) -> bool:
     """True when the preset measures the target and neither an override nor user.conf sets it."""
-    data = load_settings_data(benchmark)
-    if not preset_calibrates(data, spec.preset):
-        return False
-    target_key = TARGET_KEYS[loadgen_scenario]
-    if target_key in spec.override_dict():
-        return False
-    if spec.user_conf:
-        file_values = read_user_conf(spec.user_conf, benchmark.conf_model_name, loadgen_scenario)
-        return target_key not in file_values
-    return True
+    return merge_settings(spec, benchmark, loadgen_scenario).calibrates
 
 
 # --- LoadGen ---------------------------------------------------------------------------------

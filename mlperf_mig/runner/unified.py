@@ -27,10 +27,13 @@ import time
 from collections.abc import Callable, Sequence
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
+
+if TYPE_CHECKING:
+    from mlperf_mig.harness.loadgen_test import LoadGenTest
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +231,7 @@ class Dispatcher:
             if not self.alive[worker]:
                 return  # its batches were re-sent to the others when it was given up
             ids: list[int] = []
-            for batch_id in batch_ids:
+            for batch_id in reversed(batch_ids):
                 ids.extend(self._inflight[worker].pop(batch_id)[0])
             self._outstanding[worker] -= len(ids)
             self.served[worker] += len(ids)
@@ -356,32 +359,24 @@ def combined_target(loadgen_scenario: str, targets: Sequence[float | None]) -> f
 
 def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progress: Callable[[int], None]) -> dict[str, Any]:
     """Worker target of the coordinator: run the layout's LoadGen test over the instance workers."""
+    from mlperf_mig.harness.loadgen_test import LoadGenTest
+
+    with LoadGenTest(job.task) as test:
+        return _coordinate(job, test, before_start=before_start, progress=progress)
+
+
+def _coordinate(
+    job: CoordinatorJob, test: LoadGenTest, *, before_start: Callable[[], None], progress: Callable[[int], None]
+) -> dict[str, Any]:
     import mlperf_loadgen as lg
 
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.engines.backend import DeviceReport
-    from mlperf_mig.harness import datasets
-    from mlperf_mig.harness.instance import (
-        calibrates,
-        log_settings,
-        prepare_folders,
-        prepare_test,
-        task_result,
-    )
+    from mlperf_mig.harness.loadgen_test import running
     from mlperf_mig.harness.samples import SampleLibrary
 
-    task = job.task
-    started = time.monotonic()
-    benchmark = get_benchmark(task.benchmark)
-    audit_path = prepare_folders(task)
-    source = datasets.open_source(task, benchmark)
+    source = test.source
     targets = _collect_targets(job, job.ready_timeout_s)
-    calibrated = (
-        combined_target(task.loadgen_scenario, list(targets.values()))
-        if calibrates(task, benchmark)
-        else None
-    )
-    resolved, conf_path, test_settings = prepare_test(task, benchmark, lg, calibrated=calibrated)
+    calibrated = combined_target(test.task.loadgen_scenario, list(targets.values())) if test.calibrates else None
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
     library = SampleLibrary(arrays, total_count=source.total_count)
     keep_alive: collections.deque[Any] = collections.deque(maxlen=64)
@@ -415,39 +410,29 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         dispatcher.submit(ids, library.slots(indices).tolist(), list(indices))
 
-    def load(indices: Sequence[int]) -> None:
-        # An exception must not unwind through LoadGen (the process then dies of a signal,
-        # without the reason): a sample that cannot be loaded fails the run instead.
-        try:
-            library.load(indices, source)
-        except Exception as exc:
-            dispatcher.abort(f"{type(exc).__name__}: {exc}")
-
-    lg_sut = lg.ConstructFastSUT(issue, lambda: None)
-    lg_qsl = lg.ConstructQSL(source.total_count, job.performance_count, load, library.unload)
-    receiver.start()
-    try:
-        before_start()
-        log.info("StartTest %s %s %s over %d workers", task.benchmark, task.loadgen_scenario, task.mode, len(job.links))
-        lg.StartTestWithLogSettings(
-            lg_sut, lg_qsl, test_settings, log_settings(lg, task.log_dir), str(audit_path)
-        )
-    finally:
+    def stop_serving() -> None:
         dispatcher.stop_workers()
         receiver.stop()
-        lg.DestroyQSL(lg_qsl)
-        lg.DestroyFastSUT(lg_sut)
+
+    log.info("LoadGen test over %d workers", len(job.links))
+    # A sample that cannot be loaded, or a failed barrier, fails the run (samples complete
+    # without data) instead of unwinding through LoadGen.
+    test.run(
+        issue=issue,
+        flush=lambda: None,
+        load=lambda indices: library.load(indices, source),
+        unload=library.unload,
+        abort=lambda exc: dispatcher.abort(f"{type(exc).__name__}: {exc}"),
+        calibrated_target=calibrated,
+        before_start=before_start,
+        serving=running(receiver.start, stop_serving),
+        performance_count=job.performance_count,
+    )
     progress(dispatcher.completed)
-    result = task_result(
-        task,
-        benchmark=benchmark,
-        source=source,
-        resolved=resolved,
-        conf_path=conf_path,
-        counts=dispatcher,
+    result = test.result(
+        dispatcher,
         device=DeviceReport(backend="unified", provider="dispatch", device=",".join(job.names)),
         weights_synthetic=job.synthetic_weights,
-        wall_s=time.monotonic() - started,
     )
     return {
         "result": result.to_dict(),

@@ -12,7 +12,7 @@ from mlperf_mig.benchmark import BERT
 from mlperf_mig.engines.backends.null import NullBackend
 from mlperf_mig.harness import InstanceTask
 from mlperf_mig.harness.calibration import OFFLINE_MARGIN, timed_target
-from mlperf_mig.harness.instance import calibrates
+from mlperf_mig.harness.loadgen_test import calibrates
 from mlperf_mig.harness.samples import input_layouts
 
 GATHER_S = 0.02

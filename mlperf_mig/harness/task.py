@@ -1,0 +1,72 @@
+"""The task record of one LoadGen test: what a worker, the CLI or the runner asks the harness to
+run (plain, picklable data), read by the worker entry point (instance.py), the LoadGen test
+(loadgen_test.py) and the dataset readers (datasets.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from mlperf_mig.benchmark import get_benchmark
+from mlperf_mig.errors import SettingsError
+from mlperf_mig.harness.settings import SettingsSpec, normalize_loadgen_scenario
+
+if TYPE_CHECKING:
+    from mlperf_mig.engines.spec import EngineSpec
+
+MODES = ("performance", "accuracy")
+
+
+def _benchmark_name(value: str) -> str:
+    return get_benchmark(value).name
+
+
+def check_positive(name: str, value: int | None) -> None:
+    """Refuse a count below 1: 0 would otherwise quietly mean "the default" somewhere below."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise SettingsError(f"{name} must be a whole number of at least 1 (or None), got {value!r}")
+
+
+def _mode(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    if value not in MODES:
+        raise SettingsError(f"mode {value!r} is not one of {', '.join(MODES)}")
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: int | None) -> None:
+    check_positive(attribute.name, value)
+
+
+@attrs.frozen(kw_only=True)
+class InstanceTask:
+    """Everything one worker needs to run one LoadGen test; plain, picklable data.
+
+    `engine` is the engines pillar's EngineSpec (opened in the worker with open_backend), or None
+    for the null backend. `dataset` is an ImageNet validation folder (with val_map.txt) for
+    ResNet50 or a SQuAD v1.1 dev json (or its folder) for BERT; None means synthetic samples.
+    `outdir` is the instance's folder: the logs go to `<outdir>/<mode>/`, the user.conf to
+    `<outdir>/user.conf`.
+    """
+
+    benchmark: str = attrs.field(converter=_benchmark_name)
+    loadgen_scenario: str = attrs.field(converter=normalize_loadgen_scenario)
+    outdir: str = attrs.field(converter=os.fspath)
+    mode: str = attrs.field(default="performance", validator=_mode)
+    engine: EngineSpec | None = None
+    cache_dir: str | None = attrs.field(
+        default=None, converter=attrs.converters.optional(os.fspath)
+    )
+    threads: int | None = attrs.field(default=None, validator=_positive)
+    settings: SettingsSpec = attrs.field(factory=SettingsSpec)
+    dataset: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
+    vocab: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
+    sample_count: int | None = attrs.field(default=None, validator=_positive)
+    batch_size: int | None = attrs.field(default=None, validator=_positive)
+    batch_window_ms: float | None = None
+    seed: int = 0
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self.outdir) / self.mode
