@@ -148,6 +148,7 @@ class Dispatcher:
     ) -> None:
         self._links = list(links)
         self._reply_timeout_s = reply_timeout_s
+        self._stopped = False
         self._waiting_since: list[float | None] = [None] * len(self._links)
         self.stalled: list[int] = []
         self._weights = [float(w) for w in weights]
@@ -258,6 +259,8 @@ class Dispatcher:
 
     def worker_died(self, worker: int) -> None:
         with self._lock:
+            if self._stopped:
+                return  # it ended because the test is over, not lost
             self._mark_dead(worker)
             self._pump()
 
@@ -285,6 +288,7 @@ class Dispatcher:
     def stop_workers(self) -> None:
         """Tell every worker still listening (given up on or not) that the test is over."""
         with self._lock:
+            self._stopped = True
             for link in self._links:
                 with contextlib.suppress(BrokenPipeError, OSError):
                     link.send(("stop",))
