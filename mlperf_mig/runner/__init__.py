@@ -1,5 +1,6 @@
 """The multi-instance runner: one worker per MIG instance, aggregation, sweeps.
 
+    options     RunOptions: every run option, its type and range checked once
     placement   where instances run: live MIG devices, a shared GPU, or emulated CPU partitions
     plan        RunPlan: everything a run needs, resolved before anything runs
     worker      the child side of the worker protocol (spawned entry point)
