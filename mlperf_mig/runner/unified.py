@@ -232,7 +232,7 @@ class Dispatcher:
             if not self.alive[worker]:
                 return  # its batches were re-sent to the others when it was given up
             ids: list[int] = []
-            for batch_id in reversed(batch_ids):
+            for batch_id in batch_ids:
                 ids.extend(self._inflight[worker].pop(batch_id)[0])
             self._outstanding[worker] -= len(ids)
             self.served[worker] += len(ids)
