@@ -76,6 +76,7 @@ class SharedSamples:
             raise
         self.specs = tuple(specs)
         self.nbytes = sum(b.size for b in self._blocks)
+        log.info("shared samples: %s (%d bytes)", " ".join(b.name for b in self._blocks), self.nbytes)
 
     def close(self) -> None:
         """Release and unlink every block (the workers' mappings stay valid until they exit)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -196,3 +197,27 @@ def test_killed_worker_takes_its_children(tmp_path: Path) -> None:
     assert children
     assert not [pid for pid in _pids(outdir) if _alive(pid)]
     assert RunResult.load(outdir).instances[0].status == "hung"
+
+
+def test_sigterm_in_unified_mode_unlinks_shared_memory(tmp_path: Path) -> None:
+    """SIGTERM to a unified run stops the coordinator and the serving workers, writes
+    results.json marked interrupted, exits 143 and unlinks its shared-memory blocks."""
+    outdir = tmp_path / "run"
+    argv = [sys.executable, "-m", "mlperf_mig", "-v", "run", "--scenario", "3x1g.10gb", "--benchmark",
+            "bert", "--mode", "unified", "--backend", "null", "--no-accuracy", "--set",
+            "min_duration=60000", "--set", "target_qps=480", "--outdir", str(outdir),
+            "--worker-target", "fault_targets:hanging_serve"]  # fmt: skip
+    parent = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(lambda: (outdir / "pids").is_dir() and len(_pids(outdir)) == 3)
+    pids = _pids(outdir)
+    time.sleep(1.0)
+    parent.send_signal(signal.SIGTERM)
+    _, stderr = parent.communicate(timeout=30)
+    assert parent.returncode == 128 + signal.SIGTERM
+    assert b"leaked" not in stderr and b"Traceback" not in stderr
+    assert not [pid for pid in pids if _alive(pid)]
+    blocks = re.search(rb"shared samples: ([^(]+) \(", stderr)
+    assert blocks is not None
+    assert not [name for name in blocks.group(1).split() if (Path("/dev/shm") / name.decode()).exists()]
+    result = RunResult.load(outdir)
+    assert result.interrupted and result.layout_status == "interrupted"
