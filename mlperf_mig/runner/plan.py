@@ -26,7 +26,7 @@ from mlperf_mig.errors import (
     PrecisionError,
     SettingsError,
 )
-from mlperf_mig.runner.options import RunOptions
+from mlperf_mig.runner.options import RunOptions, check_setting
 from mlperf_mig.runner.placement import InstanceSlot, Target, choose_target
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
@@ -426,7 +426,9 @@ def _check_run_input(target: Target, options: RunOptions, *, benchmark: str, loa
             user_conf=options.user_conf,
             profile=profile,
         )
-        resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0)
+        resolved = resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0)
+        for key, value in resolved.values.items():  # a user.conf's values too
+            check_setting(key, value)
     if options.dataset is not None:
         check_dataset(bench, options.dataset, options.vocab)
 

@@ -117,6 +117,7 @@ def test_outdir_holding_a_run_is_refused(capsys: pytest.CaptureFixture[str], tmp
 def fixture_bad_files(tmp_path: Path) -> Path:
     """A user.conf that is not UTF-8 and ImageNet folders whose val_map.txt is malformed."""
     (tmp_path / "latin1.conf").write_bytes(b"\xff\xfe resnet50.Offline.min_duration = 5\n")
+    (tmp_path / "huge.conf").write_text(f"resnet50.Offline.min_duration = {10**26}\n")
     for name, text in [("no-label", b"a.npy\n"), ("big-label", b"a.npy 100000000000000000000\n"),
                        ("latin1", b"a\xff.npy 1\n")]:
         (tmp_path / name).mkdir()
@@ -128,6 +129,7 @@ def fixture_bad_files(tmp_path: Path) -> Path:
     ("argv", "fragment"),
     [
         (["--user-conf", "latin1.conf"], "not UTF-8"),
+        (["--user-conf", "huge.conf"], "64-bit"),
         (["--dataset", "no-label"], "expected '<image file> <label>'"),
         (["--dataset", "big-label"], "not an ImageNet class"),
         (["--dataset", "latin1"], "not UTF-8"),
