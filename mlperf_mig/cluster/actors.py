@@ -27,6 +27,14 @@ _PROGRESS_INTERVAL_S = 0.5
 MAX_FILE_BYTES = 256 * 1024 * 1024  # a node's file larger than this stays there (named in the log)
 
 
+def actor_errors() -> tuple[type[BaseException], ...]:
+    """Ray's exceptions for an actor whose process or node is gone."""
+    from ray import exceptions
+
+    return (exceptions.RayActorError, exceptions.NodeDiedError, exceptions.WorkerCrashedError,
+            exceptions.ObjectLostError, exceptions.OwnerDiedError)
+
+
 class RoundBarrier:
     """The cluster-wide start barrier of one round, and the instances' progress (async actor)."""
 
@@ -136,7 +144,7 @@ def build_on_node(request: Any) -> Any:
     if request is None:
         return None
     from mlperf_mig.engines import EngineSpec
-    from mlperf_mig.runner.execute import build_engine_job
+    from mlperf_mig.runner.jobs import build_engine_job
 
     return EngineSpec.from_dict(build_engine_job(request)["spec"])
 

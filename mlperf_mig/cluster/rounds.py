@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mlperf_mig._io import atomic_write_bytes
-from mlperf_mig.cluster.actors import InstanceActor, RemoteJob, RoundBarrier, write_files
+from mlperf_mig.cluster.actors import (
+    InstanceActor,
+    RemoteJob,
+    RoundBarrier,
+    actor_errors,
+    write_files,
+)
 from mlperf_mig.cluster.inventory import pinned
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
@@ -31,14 +37,6 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.2
 INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
-
-
-def actor_errors() -> tuple[type[BaseException], ...]:
-    """Ray's exceptions for an actor whose process or node is gone."""
-    from ray import exceptions
-
-    return (exceptions.RayActorError, exceptions.NodeDiedError, exceptions.WorkerCrashedError,
-            exceptions.ObjectLostError, exceptions.OwnerDiedError)
 
 
 def start_actor(ray: Any, slot: Any, env: Mapping[str, str]) -> Any:
@@ -106,7 +104,7 @@ def independent_round(
     """
     import ray
 
-    from mlperf_mig.runner.execute import instance_env
+    from mlperf_mig.runner.jobs import instance_env
 
     slots = {slot.name: slot for slot in plan.slots if slot.name in tasks}
     requests = {e.key: e for e in plan.engines}
@@ -159,6 +157,7 @@ def _wait(
     ready_deadline = time.monotonic() + plan.timeouts.ready_s
     run_deadline: float | None = None
     pending = dict(refs)
+    announced: set[str] = set()
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
         for ref in done:
@@ -177,6 +176,10 @@ def _wait(
                 specs[plan.engine_of[name]] = spec
             finish(name, _outcome(name, reply))
         arrived, counts = ray.get(barrier.state.remote(), timeout=30)
+        for name in arrived:
+            if name not in announced:
+                announced.add(name)
+                display.event(name, "ready")
         display.progress(counts)
         if run_deadline is None and set(pending.values()) <= set(arrived):
             ray.get(barrier.release.remote(), timeout=30)
@@ -198,3 +201,126 @@ def start_skew_ms(outcomes: Mapping[str, WorkerOutcome]) -> float | None:
     if len(started) < 2:
         return None
     return round((max(started) - min(started)) / 1e6, 3)
+
+
+def unified_round(
+    plan: RunPlan,
+    outdir: Path,
+    tasks: Mapping[str, Any],
+    mode: str,
+    stream: TextIO | None,
+    on_finish: Callable[[WorkerOutcome], None] | None,
+    specs: MutableMapping[str, Any],
+) -> tuple[dict[str, WorkerOutcome], bool]:
+    """The layout's one LoadGen on the driver, dispatching to serving actors on the nodes."""
+    import ray
+
+    from mlperf_mig.cluster.serving import Proxy, ServeActor
+    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.runner.jobs import (
+        COORDINATOR_TARGET,
+        LAYOUT_FOLDER,
+        SupervisedRound,
+        instance_env,
+        instance_task,
+        sample_capacity,
+    )
+    from mlperf_mig.runner.unified import CoordinatorJob, SharedSamples, attach_samples
+    from mlperf_mig.runner.worker import WorkerJob
+
+    layout_task = instance_task(plan, name=LAYOUT_FOLDER, outdir=outdir, mode=mode, engine=None, threads=None, profile=None)
+    layouts, performance_count, capacity = sample_capacity(plan, layout_task)
+    slots = [slot for slot in plan.slots if slot.name in tasks]
+    requests = {e.key: e for e in plan.engines}
+    actors = {
+        slot.name: ray.remote(ServeActor).options(
+            num_cpus=0, max_restarts=0, scheduling_strategy=pinned(ray, slot.node)
+        ).remote(slot.name, instance_env(slot), slot.cpus, capacity)
+        for slot in slots
+    }
+    outcomes: dict[str, WorkerOutcome] = {}
+    try:
+        opened = _open_all(ray, plan, slots, actors, tasks, requests, outcomes)
+        for name, reply in opened.items():
+            if reply.get("engine"):
+                specs[plan.engine_of[name]] = EngineSpec.from_dict(reply["engine"])
+        batch_size = min((r["batch_size"] for r in opened.values()), default=1)
+        round_ = SupervisedRound(plan, mode, [LAYOUT_FOLDER], stream, on_finish=on_finish)
+        with SharedSamples(layouts, capacity) as samples:
+            pipes = [round_.supervisor.context.Pipe() for _ in slots]
+            arrays, _blocks = attach_samples(samples.specs)  # the blocks keep the mappings alive
+            proxies = [
+                Proxy(slot.name, actors[slot.name], b, arrays, opened.get(slot.name), opened.get(slot.name, {}).get("batch_size", batch_size), capacity)
+                for slot, (_, b) in zip(slots, pipes)
+            ]
+            coordinator = WorkerJob(
+                name=LAYOUT_FOLDER,
+                target=COORDINATOR_TARGET,
+                payload=CoordinatorJob(
+                    task=layout_task, samples=samples.specs, performance_count=performance_count,
+                    links=tuple(a for a, _ in pipes), names=tuple(s.name for s in slots),
+                    weights=tuple(float(s.compute_slices) for s in slots), batch_size=batch_size,
+                    synthetic_weights=plan.model_path is None, ready_timeout_s=plan.timeouts.ready_s,
+                ),
+                log_path=str(outdir / LAYOUT_FOLDER / "worker.log"),
+            )
+
+            def start_proxies() -> None:
+                for a, _ in pipes:
+                    a.close()
+                for proxy in proxies:
+                    proxy.start()
+
+            outcomes.update(round_.run([coordinator], after_start=start_proxies))
+            for proxy in proxies:
+                if proxy.is_alive():
+                    proxy.join(timeout=60)
+                if proxy.instance not in outcomes:
+                    outcomes[proxy.instance] = _proxy_outcome(proxy, round_.interrupted)
+            del arrays, _blocks
+        return outcomes, round_.interrupted
+    except KeyboardInterrupt:
+        for slot in slots:
+            outcomes.setdefault(slot.name, WorkerOutcome(name=slot.name, status="interrupted", error="stopped before it finished"))
+        return outcomes, True
+    finally:
+        kill_all(ray, actors)
+
+
+def _open_all(
+    ray: Any, plan: RunPlan, slots: list[Any], actors: Mapping[str, Any], tasks: Mapping[str, Any],
+    requests: Mapping[str, Any], outcomes: dict[str, WorkerOutcome],
+) -> dict[str, dict[str, Any]]:
+    """Each actor builds, opens and calibrates its model; those that fail get their outcome now."""
+    refs = {
+        actors[slot.name].open.remote(tasks[slot.name], requests.get(plan.engine_of[slot.name])): slot.name
+        for slot in slots
+    }
+    done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=plan.timeouts.ready_s)
+    opened = {}
+    for ref in done:
+        name = refs[ref]
+        try:
+            opened[name] = ray.get(ref)
+        except actor_errors() as exc:
+            outcomes[name] = WorkerOutcome(name=name, status="crashed", error=f"its actor or node died ({type(exc).__name__})")
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            outcomes[name] = WorkerOutcome(
+                name=name, status="raised", error=f"{type(cause).__name__}: {cause}", traceback=str(exc)
+            )
+    for ref in pending:
+        name = refs[ref]
+        ray.kill(actors[name], no_restart=True)
+        outcomes[name] = WorkerOutcome(
+            name=name, status="hung", error=f"did not open its model within {plan.timeouts.ready_s:g} s; killed"
+        )
+    return opened
+
+
+def _proxy_outcome(proxy: Any, interrupted: bool) -> WorkerOutcome:
+    if proxy.value is not None:
+        return WorkerOutcome(name=proxy.instance, status="ok", value=proxy.value)
+    if interrupted:
+        return WorkerOutcome(name=proxy.instance, status="interrupted", error="stopped before it finished")
+    return WorkerOutcome(name=proxy.instance, status="crashed", error=proxy.error or "it stopped answering")

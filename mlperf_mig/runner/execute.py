@@ -28,90 +28,29 @@ import attrs
 from mlperf_mig import errors
 from mlperf_mig._io import atomic_write_bytes, atomic_write_json, ensure_writable_dir
 from mlperf_mig.errors import SettingsError, WorkerError
-from mlperf_mig.runner.plan import EngineRequest, RunPlan
-from mlperf_mig.runner.progress import ProgressDisplay
+from mlperf_mig.runner.jobs import (
+    BUILD_TARGET,
+    BUILD_TIMEOUT_S,
+    COORDINATOR_TARGET,
+    INSTANCE_TARGET,
+    LAYOUT_FOLDER,
+    SERVE_TARGET,
+    USER_CONF,
+    SupervisedRound,
+    instance_env,
+    instance_task,
+    sample_capacity,
+)
+from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import RESULTS_FILE, InstanceRun, RunResult
-from mlperf_mig.runner.supervisor import Supervisor, Timeouts, WorkerOutcome
+from mlperf_mig.runner.supervisor import Timeouts, WorkerOutcome
 from mlperf_mig.runner.worker import WorkerJob
 
 log = logging.getLogger(__name__)
 
-LAYOUT_FOLDER = "layout"
-USER_CONF = "user.conf"
-BUILD_TIMEOUT_S = 3600.0
-BUILD_TARGET = "mlperf_mig.runner.execute:build_engine_job"
-COORDINATOR_TARGET = "mlperf_mig.runner.unified:coordinate"
-SERVE_TARGET = "mlperf_mig.runner.unified:serve_instance"
-INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
-
-
-# --- worker target of the engine round -----------------------------------------------------------
-def build_engine_job(request: EngineRequest, **_protocol: Any) -> dict[str, Any]:
-    """Worker target: resolve the EngineSpec and build (or reuse) its engine in this slice."""
-    from mlperf_mig.engines import EngineSpec, backend_class, build_engine
-
-    spec = EngineSpec.create(
-        request.benchmark,
-        backend=request.backend,
-        precision=request.precision,
-        variant=request.variant,
-        model_path=request.model_path,
-        gpu=request.gpu,
-        mig_profile=request.mig_profile,
-        loadgen_scenario=request.loadgen_scenario,
-        cache_dir=request.cache_dir,
-    )
-    if not backend_class(spec.backend).engine_suffix:
-        return {"spec": spec.to_dict(), "path": None, "reused": None}
-    built = build_engine(spec, request.cache_dir)
-    return {"spec": spec.to_dict(), "path": str(built.path), "reused": built.reused}
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def _expected(plan: RunPlan, phase: str) -> float | None:
-    """The LoadGen min duration for performance runs; accuracy runs and builds have none."""
-    return plan.expected_s if phase == "performance" else None
-
-
-class _Round:
-    """One supervised round with its progress display."""
-
-    def __init__(
-        self,
-        plan: RunPlan,
-        phase: str,
-        names: list[str],
-        stream: TextIO | None,
-        timeouts: Timeouts | None = None,
-        on_finish: Callable[[WorkerOutcome], None] | None = None,
-    ) -> None:
-        self.display = (
-            ProgressDisplay(names, phase=phase, expected_s=_expected(plan, phase), stream=stream)
-            if stream is not None
-            else None
-        )
-        d = self.display
-        self.supervisor = Supervisor(
-            timeouts=timeouts or plan.timeouts,
-            on_progress=d.progress if d else None,
-            on_event=d.event if d else None,
-            on_tick=d.tick if d else None,
-            on_finish=on_finish,
-        )
-
-    def run(self, jobs: list[WorkerJob], **kwargs: Any) -> dict[str, WorkerOutcome]:
-        try:
-            outcomes = self.supervisor.run(jobs, **kwargs)
-        finally:
-            if self.display is not None:
-                self.display.close()
-        return {o.name: o for o in outcomes}
-
-    @property
-    def interrupted(self) -> bool:
-        return self.supervisor.interrupted
-
-
 def _reraise_build_failure(key: str, outcome: WorkerOutcome) -> None:
     """A failed engine build stops the run: library errors come back as themselves (exit 2)."""
     if outcome.status == "interrupted":
@@ -150,7 +89,7 @@ def _build_engines(plan: RunPlan, outdir: Path, stream: TextIO | None) -> dict[s
     # Builds have their own deadline: a TensorRT build inside a small slice can take minutes, and
     # a short --timeout meant for hung LoadGen tests must not kill it.
     timeouts = Timeouts(ready_s=BUILD_TIMEOUT_S, run_s=BUILD_TIMEOUT_S)
-    round_ = _Round(plan, "engines", [j.name for j in jobs], stream, timeouts)
+    round_ = SupervisedRound(plan, "engines", [j.name for j in jobs], stream, timeouts)
     outcomes = round_.run(jobs)
     if round_.interrupted:
         raise KeyboardInterrupt
@@ -164,30 +103,9 @@ def _build_engines(plan: RunPlan, outdir: Path, stream: TextIO | None) -> dict[s
     return specs
 
 
-def _task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: Any, threads: int | None, profile: str | None) -> Any:
-    from mlperf_mig.harness import InstanceTask, SettingsSpec
-
-    return InstanceTask(
-        benchmark=plan.benchmark,
-        loadgen_scenario=plan.loadgen_scenario,
-        outdir=str(outdir / name),
-        mode=mode,
-        engine=engine,
-        cache_dir=plan.cache_dir,
-        threads=threads,
-        settings=SettingsSpec(
-            preset=plan.preset, overrides=plan.overrides, user_conf=plan.user_conf, profile=profile
-        ),
-        dataset=plan.dataset,
-        vocab=plan.vocab,
-        sample_count=plan.sample_count,
-        batch_size=plan.batch_size,
-    )
-
-
 def _slot_task(plan: RunPlan, slot: Any, *, outdir: Path, mode: str, specs: Mapping[str, Any]) -> Any:
     """The harness task of one instance: its engine, threads and per-profile settings."""
-    return _task(
+    return instance_task(
         plan,
         name=slot.name,
         outdir=outdir,
@@ -196,14 +114,6 @@ def _slot_task(plan: RunPlan, slot: Any, *, outdir: Path, mode: str, specs: Mapp
         threads=slot.threads,
         profile=plan.settings_profile(slot),
     )
-
-
-def instance_env(slot: Any) -> dict[str, str]:
-    """The slot's device variables, its name (for logs and tests) and its thread count."""
-    env = {**slot.env, "MLPERF_MIG_INSTANCE": slot.name}
-    if slot.threads is not None:
-        env["OMP_NUM_THREADS"] = str(slot.threads)
-    return env
 
 
 # --- independent mode ---------------------------------------------------------------------------------
@@ -225,7 +135,7 @@ def _independent_round(
                 cpus=slot.cpus,
             )
         )
-    round_ = _Round(plan, mode, names, stream, on_finish=on_finish)
+    round_ = SupervisedRound(plan, mode, names, stream, on_finish=on_finish)
     outcomes = round_.run(jobs)
     return outcomes, round_.interrupted
 
@@ -276,26 +186,6 @@ def _instance_runs(
 
 
 # --- unified mode --------------------------------------------------------------------------------------
-def _sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
-    """Input layouts, LoadGen's performance sample count, and how many samples the shared
-    sample memory must hold (MultiStream may load one query more than the performance count)."""
-    from mlperf_mig.benchmark import get_benchmark
-    from mlperf_mig.harness import datasets
-    from mlperf_mig.harness.loadgen_test import performance_count
-    from mlperf_mig.harness.samples import input_layouts
-    from mlperf_mig.harness.settings import resolve_settings
-
-    benchmark = get_benchmark(plan.benchmark)
-    source = datasets.open_source(task, benchmark)
-    resolved = resolve_settings(
-        task.settings, benchmark, plan.loadgen_scenario, calibrated_target=1.0
-    )
-    values = resolved.values
-    count = performance_count(resolved, source)
-    extra = int(values.get("samples_per_query", 8)) if plan.loadgen_scenario == "MultiStream" else 0
-    return input_layouts(benchmark), count, min(count + extra, source.total_count)
-
-
 def _unified_round(
     plan: RunPlan, outdir: Path, specs: Mapping[str, Any], mode: str, stream: TextIO | None,
     on_finish: Callable[[WorkerOutcome], None] | None = None,
@@ -303,13 +193,13 @@ def _unified_round(
     from mlperf_mig.harness.instance import batch_size_of
     from mlperf_mig.runner.unified import CoordinatorJob, ServeJob, SharedSamples
 
-    layout_task = _task(
+    layout_task = instance_task(
         plan, name=LAYOUT_FOLDER, outdir=outdir, mode=mode, engine=None, threads=None, profile=None
     )
-    layouts, performance_count, capacity = _sample_capacity(plan, layout_task)
+    layouts, performance_count, capacity = sample_capacity(plan, layout_task)
     tasks = [_slot_task(plan, slot, outdir=outdir, mode=mode, specs=specs) for slot in plan.slots]
     names = [LAYOUT_FOLDER, *(slot.name for slot in plan.slots)]
-    round_ = _Round(plan, mode, names, stream, on_finish=on_finish)
+    round_ = SupervisedRound(plan, mode, names, stream, on_finish=on_finish)
     with SharedSamples(layouts, capacity) as samples:
         pipes = [round_.supervisor.context.Pipe() for _ in plan.slots]
         coordinator = WorkerJob(
@@ -495,7 +385,7 @@ def _cluster_round(
 
     assert isinstance(specs, dict)
     tasks = {
-        slot.name: _task(
+        slot.name: instance_task(
             plan, name=slot.name, outdir=outdir, mode=mode, engine=None, threads=slot.threads,
             profile=plan.settings_profile(slot),
         )

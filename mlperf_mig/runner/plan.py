@@ -227,7 +227,7 @@ def _engine_requests(
     requests: dict[str, EngineRequest] = {}
     engine_of = {}
     for slot in target.slots:
-        if target.kind == "mig":
+        if target.kind in ("mig", "vgpu"):
             key, gpu, profile = slot.profile, target.gpu.name, slot.profile
         elif target.kind == "shared":
             key, gpu, profile = "gpu", target.gpu.name, None

@@ -1,0 +1,143 @@
+"""The jobs of a run's rounds, shared by every way of running them (local processes, Ray nodes).
+
+What one instance's worker gets (its harness task, its environment), the engine-build job, the
+unified round's sample capacity, and a supervised local round with its progress display. The
+executor (execute.py) and the cluster rounds (mlperf_mig/cluster/rounds.py) both build on these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from mlperf_mig.runner.plan import EngineRequest, RunPlan
+from mlperf_mig.runner.progress import ProgressDisplay
+from mlperf_mig.runner.supervisor import Supervisor, Timeouts, WorkerOutcome
+from mlperf_mig.runner.worker import WorkerJob
+
+LAYOUT_FOLDER = "layout"
+USER_CONF = "user.conf"
+BUILD_TIMEOUT_S = 3600.0
+BUILD_TARGET = "mlperf_mig.runner.jobs:build_engine_job"
+COORDINATOR_TARGET = "mlperf_mig.runner.unified:coordinate"
+SERVE_TARGET = "mlperf_mig.runner.unified:serve_instance"
+INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
+
+
+# --- worker target of the engine round -----------------------------------------------------------
+def build_engine_job(request: EngineRequest, **_protocol: Any) -> dict[str, Any]:
+    """Worker target: resolve the EngineSpec and build (or reuse) its engine in this slice."""
+    from mlperf_mig.engines import EngineSpec, backend_class, build_engine
+
+    spec = EngineSpec.create(
+        request.benchmark,
+        backend=request.backend,
+        precision=request.precision,
+        variant=request.variant,
+        model_path=request.model_path,
+        gpu=request.gpu,
+        mig_profile=request.mig_profile,
+        loadgen_scenario=request.loadgen_scenario,
+        cache_dir=request.cache_dir,
+    )
+    if not backend_class(spec.backend).engine_suffix:
+        return {"spec": spec.to_dict(), "path": None, "reused": None}
+    built = build_engine(spec, request.cache_dir)
+    return {"spec": spec.to_dict(), "path": str(built.path), "reused": built.reused}
+
+
+def _expected(plan: RunPlan, phase: str) -> float | None:
+    """The LoadGen min duration for performance runs; accuracy runs and builds have none."""
+    return plan.expected_s if phase == "performance" else None
+
+
+class SupervisedRound:
+    """One supervised round with its progress display."""
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        phase: str,
+        names: list[str],
+        stream: TextIO | None,
+        timeouts: Timeouts | None = None,
+        on_finish: Callable[[WorkerOutcome], None] | None = None,
+    ) -> None:
+        self.display = (
+            ProgressDisplay(names, phase=phase, expected_s=_expected(plan, phase), stream=stream)
+            if stream is not None
+            else None
+        )
+        d = self.display
+        self.supervisor = Supervisor(
+            timeouts=timeouts or plan.timeouts,
+            on_progress=d.progress if d else None,
+            on_event=d.event if d else None,
+            on_tick=d.tick if d else None,
+            on_finish=on_finish,
+        )
+
+    def run(self, jobs: list[WorkerJob], **kwargs: Any) -> dict[str, WorkerOutcome]:
+        try:
+            outcomes = self.supervisor.run(jobs, **kwargs)
+        finally:
+            if self.display is not None:
+                self.display.close()
+        return {o.name: o for o in outcomes}
+
+    @property
+    def interrupted(self) -> bool:
+        return self.supervisor.interrupted
+
+
+
+def instance_task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: Any, threads: int | None, profile: str | None) -> Any:
+    from mlperf_mig.harness import InstanceTask, SettingsSpec
+
+    return InstanceTask(
+        benchmark=plan.benchmark,
+        loadgen_scenario=plan.loadgen_scenario,
+        outdir=str(outdir / name),
+        mode=mode,
+        engine=engine,
+        cache_dir=plan.cache_dir,
+        threads=threads,
+        settings=SettingsSpec(
+            preset=plan.preset, overrides=plan.overrides, user_conf=plan.user_conf, profile=profile
+        ),
+        dataset=plan.dataset,
+        vocab=plan.vocab,
+        sample_count=plan.sample_count,
+        batch_size=plan.batch_size,
+    )
+
+
+def instance_env(slot: Any) -> dict[str, str]:
+    """The slot's device variables, its name (for logs and tests) and its thread count."""
+    env = {**slot.env, "MLPERF_MIG_INSTANCE": slot.name}
+    if slot.threads is not None:
+        env["OMP_NUM_THREADS"] = str(slot.threads)
+    return env
+
+
+def sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
+    """Input layouts, LoadGen's performance sample count, and how many samples the shared
+    sample memory must hold (MultiStream may load one query more than the performance count)."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness import datasets
+    from mlperf_mig.harness.loadgen_test import performance_count
+    from mlperf_mig.harness.samples import input_layouts
+    from mlperf_mig.harness.settings import resolve_settings
+
+    benchmark = get_benchmark(plan.benchmark)
+    source = datasets.open_source(task, benchmark)
+    resolved = resolve_settings(
+        task.settings, benchmark, plan.loadgen_scenario, calibrated_target=1.0
+    )
+    values = resolved.values
+    count = performance_count(resolved, source)
+    extra = int(values.get("samples_per_query", 8)) if plan.loadgen_scenario == "MultiStream" else 0
+    return input_layouts(benchmark), count, min(count + extra, source.total_count)
+
+
