@@ -72,21 +72,21 @@ class LoadGenTest:
         self.benchmark: Benchmark = get_benchmark(task.benchmark)
         self._started = 0.0
         self._audit_path: Path | None = None
-        self._source: SampleSource | None = None
-        self._settings: MergedSettings | None = None
+        self._opened: tuple[SampleSource, MergedSettings] | None = None
         self._resolved: ResolvedSettings | None = None
         self._conf_path: Path | None = None
 
     def __enter__(self) -> LoadGenTest:
         self._started = time.monotonic()
         self._audit_path = prepare_folders(self.task)
-        self._source = datasets.open_source(self.task, self.benchmark)
-        self._settings = merge_settings(
+        source = datasets.open_source(self.task, self.benchmark)
+        settings = merge_settings(
             self.task.settings,
             self.benchmark,
             self.task.loadgen_scenario,
             whole_dataset=self.task.dataset is not None,
         )
+        self._opened = (source, settings)
         return self
 
     def __exit__(
@@ -95,20 +95,23 @@ class LoadGenTest:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._source = None
+        self._opened = None
 
     # --- what the caller needs before the test -------------------------------------------------
+    def _entered(self) -> tuple[SampleSource, MergedSettings]:
+        if self._opened is None:
+            raise RuntimeError("LoadGenTest is used outside its `with` block")
+        return self._opened
+
     @property
     def source(self) -> SampleSource:
-        if self._source is None:
-            raise RuntimeError("LoadGenTest is used outside its `with` block")
-        return self._source
+        """The task's samples."""
+        return self._entered()[0]
 
     @property
     def settings(self) -> MergedSettings:
-        if self._settings is None:
-            raise RuntimeError("LoadGenTest is used outside its `with` block")
-        return self._settings
+        """The task's settings, read once; the target is chosen when the test runs."""
+        return self._entered()[1]
 
     @property
     def calibrates(self) -> bool:
@@ -212,16 +215,10 @@ class LoadGenTest:
         """The InstanceResult of the finished test, parsed from its detail log."""
         if self._resolved is None or self._conf_path is None:
             raise RuntimeError("LoadGenTest.result() before run()")
+        wall_s = time.monotonic() - self._started
         return task_result(
-            self.task,
-            benchmark=self.benchmark,
-            source=self.source,
-            resolved=self._resolved,
-            conf_path=self._conf_path,
-            counts=counts,
-            device=device,
-            weights_synthetic=weights_synthetic,
-            wall_s=time.monotonic() - self._started,
+            self.task, self.benchmark, self.source, self._resolved, self._conf_path, counts,
+            device=device, weights_synthetic=weights_synthetic, wall_s=wall_s,
         )
 
 
@@ -280,12 +277,12 @@ def performance_count(settings: ResolvedSettings | MergedSettings, source: Sampl
 
 def task_result(
     task: InstanceTask,
-    *,
     benchmark: Benchmark,
     source: SampleSource,
     resolved: ResolvedSettings,
     conf_path: Path,
     counts: CompletionCounts,
+    *,
     device: DeviceReport,
     weights_synthetic: bool,
     wall_s: float,

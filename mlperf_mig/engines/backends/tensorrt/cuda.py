@@ -203,9 +203,8 @@ class CudaStream:
 
     @property
     def handle(self) -> int:
-        if self._stream is None:
-            raise ValueError("the CUDA stream is closed")
-        return self._handle
+        """The stream as the integer TensorRT takes; like `stream`, refused once closed."""
+        return self._handle if self.stream is not None else 0
 
     def synchronize(self) -> None:
         cuda_call(
