@@ -64,3 +64,27 @@ def test_figures_from_the_harness_reports() -> None:
         note="synthetic data: there is no ground truth",
     )
     assert accuracy_figures("bert-99", synthetic) == (None, "# accuracy not reported: synthetic data: there is no ground truth")
+
+
+def test_accuracy_line_of_a_scored_log(tmp_path) -> None:
+    """A log out of sample order with a repeat scores 3 good of 4 samples: the reference line."""
+    import json
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from mlperf_mig.benchmark import RESNET50
+    from mlperf_mig.harness.accuracy import score
+    from mlperf_mig.submission.writer import accuracy_figures
+
+    # labels of samples 0..3 are 5, 1, 0, 7; sample 3 is logged twice (its first answer counts)
+    records = [(3, 7), (0, 5), (3, 9), (1, 2), (2, 0)]
+    entries = [
+        {"seq_id": k, "qsl_idx": i, "data": np.int32(c).tobytes().hex().upper()}
+        for k, (i, c) in enumerate(records)
+    ]
+    (tmp_path / "mlperf_log_accuracy.json").write_text(json.dumps(entries))
+    source = SimpleNamespace(synthetic=False, labels=np.array([5, 1, 0, 7]))
+    report = score(RESNET50, source, tmp_path, weights_synthetic=False)
+    figures, note = accuracy_figures("resnet", report)
+    assert (figures.line(), note) == ("accuracy=75.000%, good=3, total=4", "")
