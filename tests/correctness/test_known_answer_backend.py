@@ -80,3 +80,15 @@ def test_is_opened_through_the_engine_builder() -> None:
     with open_backend(spec) as backend:
         assert spec.model is None and isinstance(backend, KnownAnswerBackend)
         assert backend.device.backend == "known_answer"
+
+
+def test_a_model_file_is_refused() -> None:
+    """A model file would be ignored (and its accuracy verdict false): one clear error."""
+    import attrs
+
+    from mlperf_mig.errors import ModelFileError
+
+    spec = EngineSpec.create("resnet50", backend="known_answer", variant="tiny")
+    message = r"computes no model, so model file 'x\.onnx' would be ignored"
+    with pytest.raises(ModelFileError, match=message):
+        open_backend(attrs.evolve(spec, model_path="x.onnx"))

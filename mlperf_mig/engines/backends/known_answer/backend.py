@@ -22,6 +22,7 @@ import numpy as np
 
 from mlperf_mig.benchmark import SEQ_LEN, Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport
+from mlperf_mig.errors import ModelFileError
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
@@ -83,6 +84,12 @@ class KnownAnswerBackend(Backend):
     def _open(
         cls, spec: EngineSpec, engine_path: None, *, threads: int | None
     ) -> KnownAnswerBackend:
+        if spec.model_path is not None:
+            # its answers ignore any model, so an accuracy verdict would be a false claim
+            raise ModelFileError(
+                f"the {cls.name} backend computes no model, so model file {spec.model_path!r} "
+                "would be ignored; drop --model, or pick --backend onnxruntime or tensorrt"
+            )
         return cls(get_benchmark(spec.benchmark))
 
     @property
