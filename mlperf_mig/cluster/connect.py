@@ -221,16 +221,17 @@ def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
 def open_cluster(text: str | ClusterSpec) -> ClusterSession:
     """Connect to the cluster `text` names (starting it first for local:N)."""
     spec = parse_cluster(text) if isinstance(text, str) else text
-    if spec.kind == "local":
-        # before Ray is imported: it reads these switches once, at import
-        saved = {key: os.environ.get(key) for key in LOOPBACK_ENV}
+    loopback = spec.kind == "local" or is_loopback(spec.address)
+    saved = {key: os.environ.get(key) for key in LOOPBACK_ENV}
+    if loopback:  # before Ray is imported: it reads these switches once, at import
         os.environ.update(LOOPBACK_ENV)
     ray = import_ray()
     if ray.is_initialized():
         ray.shutdown()
+    if loopback:
+        _loopback_only(ray)
     if spec.kind == "local":
         try:
-            _loopback_only(ray)
             local, address = _start_local(ray, spec.nodes or 1)
         except BaseException:
             for key, value in saved.items():
@@ -249,10 +250,24 @@ def open_cluster(text: str | ClusterSpec) -> ClusterSession:
         log.info("started a local Ray cluster of %d nodes at %s", spec.nodes, address)
         return session
     address = spec.address or "auto"
-    if spec.address is not None:
-        check_reachable(spec.address)
-    _init(ray, address)
-    return ClusterSession(spec, address)
+    session = ClusterSession(spec, address)
+    session._saved_env = saved if loopback else {}
+    try:
+        if spec.address is not None:
+            check_reachable(spec.address)
+        _init(ray, address)
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+def is_loopback(address: str | None) -> bool:
+    """True for an address on this machine's loopback (127.0.0.0/8, ::1, localhost)."""
+    if address is None:
+        return False
+    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
 
 
 _active: ClusterSession | None = None

@@ -1,0 +1,200 @@
+"""Runs across a real Ray cluster of three nodes on this machine, kept off the network.
+
+The cluster and every command of these tests live in a private network namespace with only `lo`
+(as root: `unshare -n`), so nothing Ray does can reach another address, whatever it tries; the
+socket test checks that Ray itself binds to loopback only. The tests run in file order and share
+one cluster; the last one kills a node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+from mlperf_mig.cluster.connect import LOOPBACK_ENV  # noqa: E402
+
+HERE = Path(__file__).parent
+BIN = Path(sys.executable).parent
+NS_REASON = "needs root, unshare and nsenter to keep Ray in a private network namespace"
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("nsenter") or not shutil.which("ip"),
+    reason=NS_REASON,
+)
+ENV = {**os.environ, **LOOPBACK_ENV}
+QUICK = ["--variant", "tiny", "--set", "min_duration=1000"]
+# an Offline run the submission checker accepts, in seconds (the submission pillar's own hint)
+CHECKABLE = ["--variant", "tiny", "--set", "min_duration=600000", "--set",
+             "performance_sample_count_override=1024", "--set", "target_qps=0.1"]
+
+
+class Namespace:
+    """A private network namespace holding the test cluster; runs commands inside it."""
+
+    def __init__(self, holder: subprocess.Popen) -> None:
+        self.holder = holder
+        self.address = ""
+
+    def command(self, args: list[str]) -> list[str]:
+        return ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", *args]
+
+    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.command([str(BIN / "mlperf-mig"), *args]), capture_output=True, text=True, env=ENV,
+            timeout=timeout, stdin=subprocess.DEVNULL,
+        )
+
+    def send(self, line: str) -> str:
+        assert self.holder.stdin is not None and self.holder.stdout is not None
+        self.holder.stdin.write(line + "\n")
+        self.holder.stdin.flush()
+        return self.holder.stdout.readline().strip()
+
+
+@pytest.fixture(scope="module", name="cluster")
+def fixture_cluster() -> Namespace:
+    holder = subprocess.Popen(
+        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$1" --nodes 3',
+         sys.executable, str(HERE / "ray_nodes.py")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV,
+    )
+    space = Namespace(holder)
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline().strip()
+        assert line.startswith("address "), f"the test cluster did not start: {line!r}"
+        space.address = line.split()[1]
+        yield space
+    finally:
+        if holder.poll() is None:
+            try:
+                space.send("quit")
+                holder.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                holder.kill()
+                holder.wait()
+
+
+def _results(folder: Path) -> dict:
+    return json.loads((folder / "results.json").read_text())
+
+
+def test_inventory_lists_every_node_with_its_cpu_partition(cluster: Namespace) -> None:
+    """cluster-info asks each of the three nodes, and each offers its own CPUs as a partition."""
+    done = cluster.run("cluster-info", "--cluster", cluster.address, "--json")
+    assert done.returncode == 0, done.stderr
+    nodes = json.loads(done.stdout)["nodes"]
+    assert len(nodes) == 3
+    assert len({n["node_id"] for n in nodes}) == 3
+    assert all(n["devices"] == [] and n["cpus"] for n in nodes)
+
+
+def test_independent_run_has_a_node_per_instance_and_makes_a_valid_submission(cluster: Namespace, tmp_path: Path) -> None:
+    """Layout 7 runs one instance per node round the cluster; the run folder becomes a submission."""
+    out = tmp_path / "run"
+    done = cluster.run("run", "--scenario", "7", *CHECKABLE, "--cluster", cluster.address, "--outdir", str(out))
+    assert done.returncode == 0, done.stderr
+    data = _results(out)
+    instances = data["instances"]
+    assert [i["status"] for i in instances] == ["ok"] * 4
+    assert len({i["node"] for i in instances}) == 3
+    assert all(i["accuracy_status"] == "ok" for i in instances)
+    assert data["cluster"]["start_skew_ms"] is not None
+    assert data["cluster"]["grouping"] == "emulated"
+    for instance in instances:
+        folder = out / instance["name"]
+        assert (folder / "performance" / "mlperf_log_detail.txt").is_file()
+        assert (folder / "accuracy" / "mlperf_log_accuracy.json").is_file()
+        assert (folder / "user.conf").is_file()
+        assert instance["performance"]["log_dir"].startswith(str(folder))
+    tree = tmp_path / "submission"
+    wrote = subprocess.run(
+        [str(BIN / "mlperf-mig"), "submission", "--division", "open", "--submitter", "Test",
+         "--outdir", str(tree), str(out)], capture_output=True, text=True,
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    checked = subprocess.run([str(BIN / "mlperf-mig"), "submission", "check", str(tree)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_unified_run_dispatches_to_every_node(cluster: Namespace, tmp_path: Path) -> None:
+    """Layout 6 in unified mode: one LoadGen log for the layout, every instance served samples."""
+    out = tmp_path / "run"
+    done = cluster.run(
+        "run", "--scenario", "6", "--benchmark", "bert", "--mode", "unified", *QUICK,
+        "--cluster", cluster.address, "--outdir", str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    data = _results(out)
+    assert data["layout_status"] == "ok"
+    assert all(i["status"] == "ok" and i["dispatched_samples"] > 0 for i in data["instances"])
+    assert (out / "layout" / "performance" / "mlperf_log_detail.txt").is_file()
+
+
+def test_a_cluster_that_cannot_hold_the_layout_is_refused_before_anything_runs(cluster: Namespace, tmp_path: Path) -> None:
+    """A --gpu-group naming no node of the cluster is one line, exit 2, and no run folder."""
+    out = tmp_path / "run"
+    done = cluster.run("run", "--scenario", "7", "--cluster", cluster.address, "--gpu-group", "10.9.9.9",
+                       "--outdir", str(out))
+    assert done.returncode == 2
+    assert "no node of the cluster" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_ray_listens_and_connects_on_loopback_only(cluster: Namespace) -> None:
+    """Every socket of the test cluster is bound to and connected on loopback addresses."""
+    done = subprocess.run(cluster.command(["ss", "-H", "-tuan"]), capture_output=True, text=True, check=True)
+    sockets = [line.split() for line in done.stdout.splitlines() if line.strip()]
+    assert sockets, "the cluster has no socket open"
+    loopback = ("127.", "[::ffff:127.", "[::1]")
+    for fields in sockets:
+        local, peer = fields[4], fields[5]
+        assert local.startswith(loopback), f"bound beyond loopback: {fields}"
+        assert peer.startswith((*loopback, "0.0.0.0:*", "*:*", "[::]:*")), f"talks beyond loopback: {fields}"
+
+
+def test_a_node_killed_mid_run_loses_its_instance_and_keeps_the_others(cluster: Namespace, tmp_path: Path) -> None:
+    """Killing a node during the timed test: its instance is lost, the others' results are on disk, exit 1."""
+    out = tmp_path / "run"
+    run = subprocess.Popen(
+        cluster.command([str(BIN / "mlperf-mig"), "run", "--scenario", "7", "--backend", "null",
+                         "--loadgen-scenario", "SingleStream", "--set", "min_duration=20000", "--no-accuracy",
+                         "--cluster", cluster.address, "--outdir", str(out)]),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+    assert run.stderr is not None
+    ready = set()
+    deadline = time.monotonic() + 120
+    while len(ready) < 4 and time.monotonic() < deadline:
+        line = run.stderr.readline()
+        if not line:
+            break
+        if line.rstrip().endswith(": ready"):
+            ready.add(line.split("]")[1].split(":")[0].strip())
+    assert len(ready) == 4, "the instances never reached the start barrier"
+    time.sleep(2)
+    assert cluster.send("kill 2") == "killed"
+    rest, _ = run.communicate(timeout=180)
+    assert run.returncode == 1
+    data = _results(out)
+    statuses = {i["name"]: i["status"] for i in data["instances"]}
+    assert sorted(statuses.values()).count("ok") == 3
+    lost = [i for i in data["instances"] if i["status"] != "ok"]
+    assert lost[0]["status"] == "crashed" and "died" in lost[0]["error"]
+    left = subprocess.run(
+        cluster.command([sys.executable, "-c",
+                         "import ray; ray.init(address='%s', log_to_driver=False);"
+                         "print(sum(a['State']=='ALIVE' for a in ray._private.state.actors().values()))"
+                         % cluster.address]),
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )
+    assert left.stdout.strip().splitlines()[-1] == "0", left.stdout + left.stderr
