@@ -2,7 +2,7 @@
 
 Run inside a private network namespace (only `lo`), it starts the nodes with Ray's own test
 utility, prints `address HOST:PORT`, then obeys one command a line: `kill K` removes node K at
-once (its raylet and workers die, as when a VM goes down), `quit` shuts everything down.
+once (its raylet and workers die, as when a VM goes down) and prints its node ID, `quit` shuts everything down.
 Node K emulates its partition on the CPUs given in MLPERF_MIG_NODE_CPUS; a node may replay a
 recorded NVML state (MLPERF_MIG_NVML_REPLAY) given as `--replay K=FILE`.
 """
@@ -45,8 +45,9 @@ def main() -> None:
     for line in sys.stdin:
         words = line.split()
         if words[:1] == ["kill"]:
-            cluster.remove_node(nodes[int(words[1])], allow_graceful=False)
-            print("killed", flush=True)
+            node = nodes[int(words[1])]
+            cluster.remove_node(node, allow_graceful=False)
+            print(f"killed {node.node_id}", flush=True)
         elif words[:1] == ["quit"]:
             break
     cluster.shutdown()
