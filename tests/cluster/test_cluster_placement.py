@@ -1,0 +1,186 @@
+"""Cluster addresses, placement of a layout over nodes, and the one-line refusals (no Ray started)."""
+
+from __future__ import annotations
+
+import builtins
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlperf_mig import registry
+from mlperf_mig.cluster.connect import check_reachable, import_ray, is_loopback, local_node_cpus, parse_cluster
+from mlperf_mig.cluster.inventory import NodeInventory, check_versions
+from mlperf_mig.cluster.placement import cluster_target
+from mlperf_mig.errors import ClusterError, SettingsError
+
+BIN = Path(sys.executable).parent
+
+
+def _node(k: int, *, devices: tuple[dict, ...] = (), cpus: tuple[int, ...] = (0,), host: str | None = None) -> NodeInventory:
+    return NodeInventory(
+        node_id=f"{k:02d}" * 20, host=host or f"vm{k}", address=f"10.0.0.{k}", ray_version="2.60.0",
+        python_version="3.11.7", cpus=cpus, devices=devices,
+    )
+
+
+def _vgpu(profile: str, k: int, gpu: str = "A100-SXM4-80GB") -> dict:
+    return {"kind": "vgpu", "index": 0, "gpu": gpu, "profile": profile, "uuid": f"GPU-{k:08d}",
+            "placement_start": None, "vgpu_type": f"A100D-{profile[0]}-{profile.split('.')[1][:-2]}C"}
+
+
+def _mig(profile: str, k: int, start: int) -> dict:
+    return {"kind": "mig", "index": 0, "gpu": "A100-SXM4-80GB", "profile": profile, "uuid": f"MIG-{k:08d}",
+            "placement_start": start, "vgpu_type": None}
+
+
+@pytest.fixture(name="catalog")
+def fixture_catalog() -> registry.Catalog:
+    return registry.default_catalog()
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [("auto", "auto"), ("10.0.0.1:6379", "address"), ("ray://head:10001", "client"), ("local:3", "local")],
+)
+def test_cluster_forms_parse(text: str, kind: str) -> None:
+    """Each documented --cluster form is recognised as its kind."""
+    assert parse_cluster(text).kind == kind
+
+
+@pytest.mark.parametrize("text", ["", "local:0", "local:x", "local:99", "head", "head:port", "head:70000"])
+def test_malformed_cluster_values_name_the_accepted_forms(text: str) -> None:
+    """A value in none of the forms is a ClusterError that lists them."""
+    with pytest.raises(ClusterError, match="local:"):
+        parse_cluster(text)
+
+
+def test_loopback_addresses_are_recognised() -> None:
+    """127.x, localhost and ::1 are loopback; other addresses are not."""
+    assert is_loopback("127.0.0.1:6379") and is_loopback("localhost:1") and is_loopback("[::1]:5")
+    assert not is_loopback("10.0.0.1:6379") and not is_loopback(None)
+
+
+def test_an_address_nobody_answers_on_is_refused_at_once() -> None:
+    """A closed port on loopback is one ClusterError naming the address, not minutes of retries."""
+    with pytest.raises(ClusterError, match=r"no Ray cluster answers at 127\.0\.0\.1:1 "):
+        check_reachable("127.0.0.1:1", timeout_s=2)
+
+
+def test_missing_ray_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Ray, --cluster says to install mlperf-mig[cluster]."""
+    real_import = builtins.__import__
+
+    def no_ray(name: str, *args: object, **kwargs: object) -> object:
+        if name == "ray":
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(ClusterError, match=r"mlperf-mig\[cluster\]"):
+        import_ray()
+
+
+def test_nodes_of_another_ray_version_are_refused() -> None:
+    """A node whose Ray differs from the driver's is named, with the version to install."""
+    pytest.importorskip("ray")
+    import ray
+
+    odd = NodeInventory(node_id="ab" * 20, host="vm9", address="10.0.0.9", ray_version="0.0.1",
+                        python_version="3.11.7", cpus=(0,), devices=())
+    with pytest.raises(ClusterError, match=rf"vm9.*Ray 0\.0\.1.*ray=={ray.__version__}"):
+        check_versions([odd])
+
+
+def test_local_nodes_split_the_cpus() -> None:
+    """local:N gives each node its own CPUs while there are enough, and shares them after."""
+    assert local_node_cpus(2, [0, 1, 2, 3]) == [(0, 1), (2, 3)]
+    assert local_node_cpus(3, [0, 1]) == [(0,), (0,), (1,)]
+
+
+def test_emulated_layout_spreads_over_the_nodes(catalog: registry.Catalog) -> None:
+    """Layout 7 on three GPU-less nodes: instances go round the nodes, each node's CPUs split by slices."""
+    nodes = [_node(0, cpus=(0, 1, 2)), _node(1, cpus=(3,)), _node(2, cpus=(4,))]
+    target = cluster_target(7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog)
+    assert target.kind == "emulated"
+    assert [s.node for s in target.slots] == [nodes[0].node_id, nodes[1].node_id, nodes[2].node_id, nodes[0].node_id]
+    first, last = target.slots[0], target.slots[3]
+    assert set(first.cpus) | set(last.cpus) == {0, 1, 2}  # node 0 shares its CPUs between i0 and i3
+    assert len(first.cpus) == 2 and len(last.cpus) == 1  # 2g against 1g
+    assert all(s.host for s in target.slots)
+
+
+def test_vgpus_of_one_declared_group_form_the_layout(catalog: registry.Catalog) -> None:
+    """Four VMs with the study's vGPUs, named as one GPU, carry layout 7; the grouping is declared."""
+    profiles = ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
+    nodes = [_node(k, devices=(_vgpu(p, k),)) for k, p in enumerate(profiles)]
+    group = [n.address for n in nodes]
+    target = cluster_target(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=group, catalog=catalog)
+    assert target.kind == "vgpu" and target.grouping == "declared"
+    assert sorted(s.env["CUDA_VISIBLE_DEVICES"] for s in target.slots) == sorted(f"GPU-{k:08d}" for k in range(4))
+
+
+def test_vgpus_without_a_group_are_refused_with_the_fix(catalog: registry.Catalog) -> None:
+    """Several vGPUs cannot be known to share a GPU: the refusal asks for --gpu-group and shows both sides."""
+    nodes = [_node(k, devices=(_vgpu("2g.20gb", k),)) for k in range(3)] + [_node(3, devices=(_vgpu("1g.10gb", 3),))]
+    with pytest.raises(ClusterError, match=r"--gpu-group.*") as caught:
+        cluster_target(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=None, catalog=catalog)
+    assert "3x 2g.20gb + 1g.10gb" in str(caught.value) and "vm3" in str(caught.value)
+
+
+def test_mig_devices_of_one_bare_metal_gpu_are_observed(catalog: registry.Catalog) -> None:
+    """A node whose GPU carries layout 6 runs it; the grouping is observed, not declared."""
+    devices = (_mig("4g.40gb", 0, 0), _mig("2g.20gb", 1, 4), _mig("1g.10gb", 2, 6))
+    target = cluster_target(6, inventories=[_node(0, devices=devices), _node(1)], cluster="auto", gpu=None,
+                            gpu_group=None, catalog=catalog)
+    assert target.kind == "mig" and target.grouping == "observed"
+    assert [s.device for s in target.slots] == ["MIG-00000000", "MIG-00000001", "MIG-00000002"]
+
+
+def test_a_group_of_two_gpu_models_is_refused(catalog: registry.Catalog) -> None:
+    """A declared group mixing an A100 and an H100 vGPU is one line naming both models."""
+    nodes = [_node(0, devices=(_vgpu("2g.20gb", 0),)), _node(1, devices=(_vgpu("1g.10gb", 1, gpu="H100-SXM5-80GB"),))]
+    with pytest.raises(ClusterError, match="mixes GPU models"):
+        cluster_target(["2g.20gb", "1g.10gb"], inventories=nodes, cluster="auto", gpu=None,
+                       gpu_group=["10.0.0.0", "10.0.0.1"], catalog=catalog)
+
+
+def test_a_cluster_without_the_layouts_devices_is_refused(catalog: registry.Catalog) -> None:
+    """Layout 8 (7x 1g) on a node carrying layout 6 is refused, showing the layout and the inventory."""
+    devices = (_mig("4g.40gb", 0, 0), _mig("2g.20gb", 1, 4), _mig("1g.10gb", 2, 6))
+    with pytest.raises(ClusterError, match=r"cannot hold the layout: the layout is 7x 1g\.10gb.*4g\.40gb"):
+        cluster_target(8, inventories=[_node(0, devices=devices)], cluster="auto", gpu=None, gpu_group=None,
+                       catalog=catalog)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "mlperf-mig"), *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["run", "--cluster", "local:0"], "local:N needs a node count"),
+        (["run", "--cluster", "127.0.0.1:1", "--no-accuracy"], "no Ray cluster answers at 127.0.0.1:1"),
+        (["run", "--cluster", "local:2", "--shared"], "shared cannot be combined with a cluster"),
+        (["plan", "--gpu-group", "a,b"], "no cluster was given"),
+        (["cluster-info", "--cluster", "nowhere"], "is not an address"),
+    ],
+)
+def test_cluster_mistakes_are_one_line_and_exit_2(args: list[str], words: str, tmp_path: Path) -> None:
+    """Each cluster mistake is one line on stderr, exit 2, and no run folder."""
+    out = tmp_path / "run"
+    done = _cli(*args, *(["--outdir", str(out)] if args[0] == "run" else []))
+    assert done.returncode == 2, done.stderr
+    assert words in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_settings_reject_a_gpu_group_that_names_nothing() -> None:
+    """An empty gpu_group entry is refused by the options record."""
+    from mlperf_mig.runner.options import RunOptions
+
+    with pytest.raises(SettingsError, match="gpu_group"):
+        RunOptions(cluster="auto", gpu_group=["10.0.0.1", " "])
