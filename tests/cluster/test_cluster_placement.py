@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from mlperf_mig import registry
-from mlperf_mig.cluster.connect import check_reachable, import_ray, is_loopback, local_node_cpus, parse_cluster
+from mlperf_mig.cluster.connect import (
+    check_reachable,
+    import_ray,
+    is_loopback,
+    local_node_cpus,
+    parse_cluster,
+)
 from mlperf_mig.cluster.inventory import NodeInventory, check_versions
 from mlperf_mig.cluster.placement import cluster_target
 from mlperf_mig.errors import ClusterError, SettingsError
