@@ -1,0 +1,95 @@
+"""What running across Ray nodes costs, on a throwaway local cluster of three nodes (local:3).
+
+1. Start skew: in independent mode, the spread of the instants the nodes released their LoadGen
+   tests (results.json `cluster.start_skew_ms`), layout 7, null backend. Target: at most 50 ms.
+2. Unified dispatch: null-backend unified Offline samples/s over the cluster, as a ratio of local
+   unified mode in the same run (same layout, same settings). Target: at least 0.5.
+3. Server capacity: the highest target QPS whose Server run stays VALID over the cluster, null
+   backend, layout 7, in independent mode (the layout's QPS is the sum) and in unified mode.
+   Target: at least 10,000.
+
+Ray binds to loopback only for local:N; run as root, the script also re-runs itself inside a
+private network namespace with only `lo` (`unshare -n`), so nothing can leave the machine.
+
+    .venv/bin/python benchmarks/cluster_overhead.py [--benchmark bert] [--seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SKEW_TARGET_MS = 50.0
+RATIO_TARGET = 0.5
+SERVER_TARGET_QPS = 10_000
+QPS_STEPS = (2_000, 5_000, 10_000, 20_000, 40_000)
+_IN_NAMESPACE = "MLPERF_MIG_BENCH_NETNS"
+
+
+def reexec_in_namespace() -> None:
+    """As root, run this script again inside a network namespace with only loopback up."""
+    if os.environ.get(_IN_NAMESPACE) or os.geteuid() != 0 or not shutil.which("unshare"):
+        return
+    os.environ[_IN_NAMESPACE] = "1"
+    script = 'ip link set lo up && exec "$0" "$@"'
+    os.execvp("unshare", ["unshare", "-n", "sh", "-c", script, sys.executable, *sys.argv])
+
+
+def one_run(folder: Path, name: str, **options: Any) -> Any:
+    import mlperf_mig
+
+    return mlperf_mig.run(outdir=folder / name, accuracy=False, progress=False, backend="null", **options)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--benchmark", default="bert", help="bert (9 KiB a sample) or resnet50 (588 KiB)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="min_duration of each run (s)")
+    parser.add_argument("--nodes", type=int, default=3)
+    args = parser.parse_args()
+    reexec_in_namespace()
+    from mlperf_mig.cluster.connect import cluster_scope
+
+    cluster = f"local:{args.nodes}"
+    ms = int(args.seconds * 1000)
+    common = {"benchmark": args.benchmark, "scenario": 7}
+    with tempfile.TemporaryDirectory() as tmp, cluster_scope(cluster):
+        folder = Path(tmp)
+        independent = one_run(folder, "skew", cluster=cluster, settings={"min_duration": ms}, **common)
+        skew = independent.cluster["start_skew_ms"]
+        print(f"start skew, independent mode, {args.nodes} nodes: {skew:.1f} ms "
+              f"(target <= {SKEW_TARGET_MS:.0f} ms: {'met' if skew <= SKEW_TARGET_MS else 'NOT met'})")
+
+        offline = {"mode": "unified", "settings": {"min_duration": ms}, **common}
+        local = one_run(folder, "unified-local", emulate=True, **offline)
+        remote = one_run(folder, "unified-cluster", cluster=cluster, **offline)
+        ratio = remote.total_throughput / local.total_throughput
+        print(f"unified Offline, null backend: local {local.total_throughput:,.0f} samples/s, over the "
+              f"cluster {remote.total_throughput:,.0f} samples/s, ratio {ratio:.2f} "
+              f"(target >= {RATIO_TARGET}: {'met' if ratio >= RATIO_TARGET else 'NOT met'})")
+
+        for mode in ("independent", "unified"):
+            best = 0
+            for qps in QPS_STEPS:
+                per_instance = qps / 4 if mode == "independent" else qps
+                result = one_run(
+                    folder, f"server-{mode}-{qps}", cluster=cluster, mode=mode, loadgen_scenario="Server",
+                    settings={"min_duration": ms, "target_qps": per_instance}, **common,
+                )
+                valid = result.all_valid
+                print(f"  Server {mode}: target {qps:,} QPS -> {'VALID' if valid else 'INVALID'}")
+                if not valid:
+                    break
+                best = qps
+            verdict = "met" if best >= SERVER_TARGET_QPS else "NOT met"
+            print(f"highest VALID Server target over the cluster, {mode} mode: {best:,} QPS "
+                  f"(target >= {SERVER_TARGET_QPS:,}: {verdict})")
+
+
+if __name__ == "__main__":
+    main()
