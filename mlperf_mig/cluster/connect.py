@@ -212,9 +212,15 @@ def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
         assert cluster is not None
         cluster.wait_for_nodes()
         return cluster, cluster.address
-    except BaseException:
+    except BaseException as exc:
         if cluster is not None:
             cluster.shutdown()
+        if isinstance(exc, Exception):  # Ray's own startup errors: one line, the cause kept in it
+            reason = " ".join(str(exc).split())
+            raise ClusterError(
+                f"could not start a local Ray cluster of {nodes} nodes ({type(exc).__name__}: "
+                f"{reason}); the machine may be overloaded: retry, or ask for fewer nodes"
+            ) from None
         raise
 
 
