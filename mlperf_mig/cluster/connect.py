@@ -39,6 +39,8 @@ LOOPBACK_ENV = {
 }
 LOCAL_NODE_CPUS_ENV = "MLPERF_MIG_NODE_CPUS"  # the CPUs a local:N node emulates its partition on
 LOCAL_NODE_RESOURCE = "mlperf_mig_local_node"
+# room for a node's share of the sample set (ResNet50: 588 KiB a sample) without spilling to disk
+LOCAL_OBJECT_STORE_BYTES = 768 * 1024 * 1024
 
 
 @attrs.frozen(kw_only=True)
@@ -199,6 +201,7 @@ def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
             node_args = {
                 "num_cpus": len(share),
                 "node_ip_address": "127.0.0.1",
+                "object_store_memory": LOCAL_OBJECT_STORE_BYTES,
                 "resources": {f"{LOCAL_NODE_RESOURCE}_{k}": 1.0},
                 "env_vars": {**LOOPBACK_ENV, LOCAL_NODE_CPUS_ENV: ",".join(map(str, share))},
             }

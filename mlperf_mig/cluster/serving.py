@@ -73,8 +73,10 @@ class ServeActor:
         """Run one merged batch of samples (by dataset index); `new` holds data seen first now."""
         from mlperf_mig.harness.sut import response_payload
 
-        for index, sample in new.items():
-            self._cache[index] = sample
+        # the same least-recently-used order as the proxy's record of what was shipped here
+        for index in indices:
+            if index in new:
+                self._cache[index] = new[index]
             self._cache.move_to_end(index)
         while len(self._cache) > self._capacity:
             self._cache.popitem(last=False)
@@ -152,11 +154,10 @@ class Proxy(threading.Thread):
         indices = [i for b in batches for i in b[3]]
         new = {}
         for index, row in zip(indices, rows):
-            if index in self._shipped:
-                self._shipped.move_to_end(index)
-            else:
+            if index not in self._shipped:
                 new[index] = {name: np.array(array[row]) for name, array in self._arrays.items()}
-                self._shipped[index] = None
+            self._shipped[index] = None
+            self._shipped.move_to_end(index)
         while len(self._shipped) > self._capacity:
             self._shipped.popitem(last=False)
         self._replies.put(self._actor.serve.remote(batch_ids, indices, new))
@@ -173,6 +174,9 @@ class Proxy(threading.Thread):
                 self._link.send(("done", batch_ids, blob, item_size))
             except actor_errors() as exc:  # the serving loop sees it and closes the pipe
                 self.error = f"its actor or node died ({type(exc).__name__})"
+                return
+            except ray.exceptions.RayTaskError as exc:  # the model raised on the node
+                self.error = " ".join(str(exc).split())[:500]
                 return
             except OSError:
                 return
