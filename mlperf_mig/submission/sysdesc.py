@@ -130,6 +130,8 @@ class Accelerator:
     memory_gib: float | None  # of the GPU, or of the instance's profile
     backend: str
     framework: str  # "TensorRT 10.3.0" / "ONNX Runtime 1.19.2 (CPUExecutionProvider)"
+    nodes: int = 1  # machines (VMs) the result's SUT spans
+    network: bool = False  # one LoadGen dispatching over the network to instances on other nodes
 
     @property
     def emulated(self) -> bool:
@@ -216,10 +218,16 @@ def _run_fields(accelerator: Accelerator, division: str, submitter: str, system_
         "division": division,
         "submitter": submitter,
         "status": "available",
-        "system_name": f"{label}NVIDIA {accelerator.gpu}, {accelerator.partition()}, {accelerator.framework}",
-        "number_of_nodes": 1,
+        "system_name": f"{label}NVIDIA {accelerator.gpu}, {accelerator.partition()}, {accelerator.framework}"
+        + (f", over {accelerator.nodes} nodes (network)" if accelerator.network else ""),
+        "number_of_nodes": accelerator.nodes,
         "system_type": system_type,
-        "host_networking_topology": "N/A (single node)",
+        "host_networking_topology": (
+            f"network system: one LoadGen on the driver dispatching over the network (Ray) to "
+            f"the instances on {accelerator.nodes} nodes"
+            if accelerator.network
+            else "N/A (single node)"
+        ),
     }
 
 

@@ -404,6 +404,9 @@ def _accelerator(source: ResultSource) -> Accelerator:
         memory_gib=_memory_gib(run.gpu, instance.profile if instance else None),
         backend=run.backend,
         framework=framework,
+        # independent mode: each instance is its own system on its own node
+        nodes=len(run.cluster["nodes"]) if run.cluster and instance is None else 1,
+        network=bool(run.cluster) and instance is None and len(run.cluster["nodes"]) > 1,
     )
 
 

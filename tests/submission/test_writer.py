@@ -364,3 +364,27 @@ def test_failed_test_is_refused_with_its_reason(runs: dict[str, Path], tmp_path:
         write_submission([run], division="open", submitter="Acme", outdir=tmp_path / "S")
     assert "status 'ok'" not in str(excinfo.value)
     assert not (tmp_path / "S").exists()
+
+
+def test_a_unified_layout_over_cluster_nodes_is_a_network_system() -> None:
+    """A layout whose one LoadGen dispatched to three nodes is described as a three-node network system."""
+    from mlperf_mig.submission.hostinfo import HostFacts
+    from mlperf_mig.submission.sysdesc import Accelerator, describe_system
+
+    def fields_of(nodes: int, network: bool) -> dict:
+        accelerator = Accelerator(
+            gpu="A100-SXM4-80GB", target="emulated", layout="3x2g.20gb+1g.10gb", instance=None,
+            memory_gib=80.0, backend="onnxruntime", framework="ONNX Runtime", nodes=nodes, network=network,
+        )
+        fields, _ = describe_system(
+            accelerator=accelerator, division="open", submitter="Acme", system_type="edge",
+            loadgen_version="6.0.17", notes=[], host=HostFacts(fields={}), gpu=None, hosts=[], overrides={},
+        )
+        return fields
+
+    network = fields_of(3, True)
+    assert network["number_of_nodes"] == 3
+    assert "network system" in network["host_networking_topology"]
+    assert network["system_name"].endswith("over 3 nodes (network)")
+    single = fields_of(1, False)
+    assert single["number_of_nodes"] == 1 and single["host_networking_topology"] == "N/A (single node)"
