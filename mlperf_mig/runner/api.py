@@ -22,6 +22,7 @@ from mlperf_mig.runner.results import RESULTS_FILE, RunResult
 from mlperf_mig.runner.supervisor import stop_signals
 
 if TYPE_CHECKING:
+    from mlperf_mig.runner.repeats import RepeatedRun
     from mlperf_mig.runner.sweep import SweepResult
 
 PathArg = str | os.PathLike[str]
@@ -130,16 +131,23 @@ def run(
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,
+    repeats: int = 1,
+    isolation: bool = False,
     progress: bool | TextIO = True,
     baseline: RunResult | PathArg | None = None,
-) -> RunResult:
+) -> RunResult | RepeatedRun:
     """Run MLPerf `benchmark` on every instance of a MIG layout at once and return the RunResult.
 
     Works from notebooks; the workers are spawned processes, so a plain script must call it
     under `if __name__ == "__main__":` (Python's rule for the 'spawn' start method). Ctrl-C,
     SIGTERM and SIGHUP stop the workers, write what finished and raise KeyboardInterrupt.
 
-    progress:         live per-instance progress on stderr (or on the given stream).
+    repeats:          run the layout N times, each repeat a complete run in `outdir`/repeat-<k>;
+                      returns a RepeatedRun (means, 95% intervals) when N > 1 or with isolation.
+    isolation:        also run each distinct profile of the layout alone (the rest of the GPU
+                      idle) and report each instance's interference against it.
+    progress:         live per-instance progress on stderr (or on the given stream), and an
+                      overall bar over the repeats.
     baseline:         a scenario-1 RunResult or its folder; by default one is looked for next to
                       `outdir`.
     """
@@ -150,8 +158,31 @@ def run(
     with cluster_scope(options.cluster):  # one cluster session from planning to the last round
         the_plan = make_plan(options)
         base = check_baseline(baseline, the_plan)
+        if options.studied:
+            return _study(the_plan, options, progress=progress, baseline=base)
         with stop_signals(), claim_folder(the_plan.outdir, refuse=RESULTS_FILE, what="a run"):
             return execute(the_plan, progress=progress, baseline=base)
+
+
+def _study(
+    the_plan: RunPlan, options: RunOptions, *, progress: bool | TextIO, baseline: RunResult | None
+) -> RepeatedRun:
+    """The repeats and alone runs of one layout under one overall progress bar."""
+    from mlperf_mig.runner.execute import execute
+    from mlperf_mig.runner.overall import OverallProgress, rounds_of
+    from mlperf_mig.runner.repeats import find_study_baseline, run_study, study_plans
+
+    jobs = study_plans(the_plan, options.repeats, options.isolation)
+    bar = OverallProgress(sum(rounds_of(j) for _, j in jobs), progress=progress, description=the_plan.layout)
+    try:
+        with stop_signals():
+            return run_study(
+                the_plan, repeats=options.repeats, isolation=options.isolation,
+                execute=lambda p: execute(p, progress=progress), bar=bar,
+                baseline=baseline if baseline is not None else find_study_baseline(the_plan),
+            )
+    finally:
+        bar.close()
 
 
 def check_baseline(baseline: object, the_plan: RunPlan) -> RunResult | None:
@@ -202,6 +233,8 @@ def sweep(
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,
+    repeats: int = 1,
+    isolation: bool = False,
     resume: bool = True,
     chart: bool = True,
     progress: bool | TextIO = True,
@@ -209,9 +242,11 @@ def sweep(
     """Run every layout of `scenarios` and return a SweepResult with the table and the chart.
 
     Each layout runs in `<outdir>/scenario-<n>/` (or `layout-<spec>/`); with `resume` a layout
-    whose results.json is there with the same settings is not run again. Every layout is
-    resolved, and duplicates refused, before the first one runs. The other arguments are those
-    of `run`.
+    (or, with repeats, a repeat) whose results.json is there with the same settings is not run
+    again. Every layout is resolved, and duplicates refused, before the first one runs. With
+    `repeats` > 1 or `isolation` each layout is a study as in `run` (repeat-<k>/ and
+    alone-<profile>/ folders) and the table shows means with 95% intervals; the chart draws
+    error bars. One overall progress bar covers every run. The other arguments are those of `run`.
     """
     from mlperf_mig.runner.sweep import run_sweep
 

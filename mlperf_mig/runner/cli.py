@@ -87,6 +87,25 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
                         help="use a recorded NVML state (from `mlperf-mig detect --record FILE`) instead of this machine's GPUs")
 
 
+def _positive(text: str) -> int:
+    """--repeats: a whole number (RunOptions checks its range, in one line)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise NameParseError(
+            f"--repeats {text!r} is not a whole number; pass how often each layout runs, e.g. 3"
+        ) from None
+
+
+def _study_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeats", type=_positive, default=1, metavar="N",
+                        help="run each layout N times (each repeat its own folder); tables show "
+                        "means with 95%% confidence intervals (default 1; the study used 3)")
+    parser.add_argument("--isolation", action="store_true",
+                        help="also run each distinct profile of the layout alone and report each "
+                        "instance's interference against it")
+
+
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": args.benchmark,
@@ -131,7 +150,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run a benchmark on every instance of a MIG layout at once")
     parser.add_argument("--scenario", type=_scenario, default=7, help=scenario_help)
     _run_options(parser)
-    parser.add_argument("--json", action="store_true", help="print results.json instead of the table")
+    _study_options(parser)
+    parser.add_argument("--json", action="store_true", help="print results.json (repeats.json) instead of the table")
     parser.set_defaults(handler=_run)
 
     parser = subparsers.add_parser("plan", help="show what `run` would do, without running anything")
@@ -144,12 +164,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scenarios", nargs="+", default=["1-8"],
                         help="study layouts (1-8, 1,6,7) or layout strings (default 1-8)")
     _run_options(parser)
+    _study_options(parser)
     parser.add_argument("--no-resume", action="store_true", help="run every layout again")
     parser.set_defaults(handler=_sweep)
 
     parser = subparsers.add_parser("report", help="print the results of a run or sweep folder")
     parser.add_argument("folder", metavar="DIR", help="a run folder (results.json) or a sweep folder")
     parser.add_argument("--markdown", action="store_true", help="Markdown instead of a text table")
+    parser.add_argument("--html", default=None, metavar="FILE",
+                        help="also write one self-contained HTML report (charts embedded) to FILE")
     parser.set_defaults(handler=_report)
 
     parser = subparsers.add_parser(
@@ -163,10 +186,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from mlperf_mig.runner.api import run
+    from mlperf_mig.runner.results import RunResult
 
-    result = run(args.scenario, **_options(args))
-    print(result.to_json() if args.json else result.table())
-    print(f"results: {Path(result.outdir) / 'results.json'}", file=sys.stderr)
+    result = run(args.scenario, repeats=args.repeats, isolation=args.isolation, **_options(args))
+    if isinstance(result, RunResult):
+        print(result.to_json() if args.json else result.table())
+        print(f"results: {Path(result.outdir) / 'results.json'}", file=sys.stderr)
+    else:
+        print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
+        print(f"results: {Path(result.outdir) / 'repeats.json'}", file=sys.stderr)
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -182,7 +210,10 @@ def _sweep(args: argparse.Namespace) -> int:
     from mlperf_mig.runner.api import sweep
 
     options = _options(args)
-    result = sweep(_scenarios(args.scenarios), resume=not args.no_resume, **options)
+    result = sweep(
+        _scenarios(args.scenarios), resume=not args.no_resume, repeats=args.repeats,
+        isolation=args.isolation, **options,
+    )
     print(result.table())
     return EXIT_OK if result.ok else EXIT_FAILED
 
@@ -191,6 +222,11 @@ def _report(args: argparse.Namespace) -> int:
     from mlperf_mig.runner.sweep import load_report
 
     report = load_report(args.folder)
+    if args.html is not None:
+        from mlperf_mig.runner.report_html import write_report
+
+        write_report(report, args.html)
+        print(f"HTML report: {args.html}", file=sys.stderr)
     print(report.to_markdown() if args.markdown else report.table())
     return EXIT_OK
 

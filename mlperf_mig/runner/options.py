@@ -107,6 +107,17 @@ def _count(instance: object, attribute: attrs.Attribute, value: object) -> None:
         )
 
 
+MAX_REPEATS = 1000
+
+
+def _repeats(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPEATS:
+        raise SettingsError(
+            f"repeats must be a whole number from 1 to {MAX_REPEATS} (how often each layout runs; "
+            f"the study used 3), got {_kind(value)}"
+        )
+
+
 def _seconds(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is None:
         return
@@ -220,6 +231,14 @@ class RunOptions:
     cpus: tuple[int, ...] | None = attrs.field(default=None, converter=_cpus)
     cluster: str | None = attrs.field(default=None, validator=_cluster)
     gpu_group: tuple[str, ...] | None = attrs.field(default=None, converter=_gpu_group)
+    # studies (runner/repeats.py): each repeat and each alone run is a plan made from the others
+    repeats: int = attrs.field(default=1, validator=_repeats)
+    isolation: bool = attrs.field(default=False, validator=_flag)
+
+    @property
+    def studied(self) -> bool:
+        """Whether the run is a study: repeated, or with isolation runs."""
+        return self.repeats > 1 or self.isolation
 
 
 def check_progress(progress: object) -> None:

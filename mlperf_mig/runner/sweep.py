@@ -20,10 +20,13 @@ import attrs
 
 from mlperf_mig._io import atomic_write_json, claim_folder
 from mlperf_mig._table import markdown_table, text_table
-from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError
+from mlperf_mig.errors import OutputDirError, SettingsError
+from mlperf_mig.runner.chart import chart_bar, save_chart
 from mlperf_mig.runner.options import RunOptions, check_scenario
+from mlperf_mig.runner.overall import OverallProgress, rounds_of
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, default_outdir, make_plan
+from mlperf_mig.runner.repeats import REPEATS_FILE, RepeatedRun, resumable, run_study, study_plans
 from mlperf_mig.runner.results import (
     BY_DESIGN_LABEL,
     EMULATED_LABEL,
@@ -38,9 +41,12 @@ from mlperf_mig.runner.results import (
 log = logging.getLogger(__name__)
 
 SWEEP_FILE = "sweep.json"
-CHART_NAME = "throughput"
 _COLUMNS = (
     "MIG scenario", "layout", "target", "instances", "total", "unit", "all valid", "vs MIG scenario 1"
+)
+_STUDY_COLUMNS = (
+    "MIG scenario", "layout", "target", "instances", "repeats", "total", "min-max", "unit",
+    "all valid", "vs MIG scenario 1",
 )
 
 
@@ -54,10 +60,12 @@ def layout_folder(scenario: ScenarioSpec) -> str:
 
 @attrs.frozen(kw_only=True)
 class SweepResult:
-    """The runs of a sweep, the table of all layouts and the chart files."""
+    """The runs of a sweep, the table of all layouts and the chart files. With repeats or
+    isolation, `studies` holds one RepeatedRun per layout and `runs` every repeat of them all."""
 
     runs: tuple[RunResult, ...] = attrs.field(converter=tuple)
     outdir: str
+    studies: tuple[RepeatedRun, ...] = attrs.field(default=(), converter=tuple)
     resumed: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     chart_png: str | None = None
     chart_svg: str | None = None
@@ -65,10 +73,18 @@ class SweepResult:
 
     @property
     def ok(self) -> bool:
-        return all(run.ok for run in self.runs)
+        return all(run.ok for run in self.runs) and all(study.ok for study in self.studies)
+
+    @property
+    def layouts(self) -> tuple[RunResult | RepeatedRun, ...]:
+        """One entry per layout: its study when repeated, else its run."""
+        return self.studies or self.runs
 
     def rows(self) -> list[dict[str, Any]]:
-        return [run.summary_row() for run in self.runs]
+        return [layout.summary_row() for layout in self.layouts]
+
+    def columns(self) -> tuple[str, ...]:
+        return _STUDY_COLUMNS if self.studies else _COLUMNS
 
     def _notes(self) -> list[str]:
         notes = []
@@ -80,6 +96,14 @@ class SweepResult:
             notes.append(EMULATED_LABEL)
         if any(run.invalid_by_design for run in self.runs):
             notes.append(BY_DESIGN_LABEL)
+        if self.studies:
+            notes.append(self.studies[0].interval_note())
+            notes.append(
+                "vs MIG scenario 1: the change of the mean total with its 95% interval (Welch); "
+                "'not significant' when the interval contains zero"
+            )
+            if any(study.isolation for study in self.studies):
+                notes.append("isolation: see each layout's report (mlperf-mig report LAYOUT_DIR)")
         if self.resumed:
             notes.append(f"resumed from disk: {', '.join(self.resumed)}")
         if self.chart_png:
@@ -100,18 +124,18 @@ class SweepResult:
 
     def table(self) -> str:
         return "\n".join(
-            [self.title(), text_table(self.rows(), _COLUMNS), *(f"note: {n}" for n in self._notes())]
+            [self.title(), text_table(self.rows(), self.columns()), *(f"note: {n}" for n in self._notes())]
         )
 
     def to_markdown(self) -> str:
         notes = "\n".join(f"- {n}" for n in self._notes())
-        return f"**{self.title()}**\n\n{markdown_table(self.rows(), _COLUMNS)}\n\n{notes}\n"
+        return f"**{self.title()}**\n\n{markdown_table(self.rows(), self.columns())}\n\n{notes}\n"
 
     def _repr_html_(self) -> str:
         import html
 
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self._notes())
-        return f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), _COLUMNS)}<ul>{notes}</ul>"
+        return f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), self.columns())}<ul>{notes}</ul>"
 
     def __str__(self) -> str:
         return self.table()
@@ -120,9 +144,16 @@ class SweepResult:
         """One row per layout (needs pandas)."""
         return require_pandas().DataFrame(self.rows())
 
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """One self-contained HTML report of the sweep (written to `path` when given)."""
+        from mlperf_mig.runner.report_html import write_report
+
+        return write_report(self, path)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "runs": [os.path.relpath(run.outdir, self.outdir) for run in self.runs],
+            "studies": [os.path.relpath(study.outdir, self.outdir) for study in self.studies],
             "outdir": self.outdir,
             "resumed": list(self.resumed),
             "chart_png": self.chart_png,
@@ -140,6 +171,7 @@ class SweepResult:
         try:
             data = json.loads((path / SWEEP_FILE).read_text(encoding="utf-8"))
             subfolders = [str(sub) for sub in data["runs"]]
+            study_folders = [str(sub) for sub in data.get("studies", [])]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise OutputDirError(
                 f"{str(path)!r} holds no readable {SWEEP_FILE} ({type(exc).__name__}: {exc}); "
@@ -148,6 +180,7 @@ class SweepResult:
         runs = [RunResult.load(path / sub) for sub in subfolders]
         return cls(
             runs=runs,
+            studies=[RepeatedRun.load(path / sub) for sub in study_folders],
             outdir=str(path),
             resumed=data.get("resumed", ()),
             chart_png=data.get("chart_png"),
@@ -156,20 +189,26 @@ class SweepResult:
         )
 
 
-def load_report(folder: str | os.PathLike[str]) -> RunResult | SweepResult:
-    """A run folder (results.json) or a sweep folder (sweep.json), each run checked to be one
-    that can be reported (instances, numeric throughputs)."""
+def load_report(folder: str | os.PathLike[str]) -> RunResult | RepeatedRun | SweepResult:
+    """A run folder (results.json), a repeated run's folder (repeats.json) or a sweep folder
+    (sweep.json), each run checked to be one that can be reported (instances, numeric
+    throughputs)."""
     path = Path(folder)
     if (path / RESULTS_FILE).is_file():
         return _reportable(RunResult.load(path), path)
+    if (path / REPEATS_FILE).is_file():
+        study = RepeatedRun.load(path)
+        for run in [*study.runs, *(r for runs in study.alone.values() for r in runs)]:
+            _reportable(run, Path(run.outdir))
+        return study
     if (path / SWEEP_FILE).is_file():
         sweep = SweepResult.load(path)
         for run in sweep.runs:
             _reportable(run, Path(run.outdir))
         return sweep
     raise OutputDirError(
-        f"{str(path)!r} holds neither {RESULTS_FILE} nor {SWEEP_FILE}; pass a folder written by "
-        "mlperf-mig run or sweep"
+        f"{str(path)!r} holds none of {RESULTS_FILE}, {REPEATS_FILE} or {SWEEP_FILE}; pass a "
+        "folder written by mlperf-mig run or sweep"
     )
 
 
@@ -191,67 +230,12 @@ def _reportable(run: RunResult, folder: Path) -> RunResult:
 
 
 # --- chart -------------------------------------------------------------------------------------------
-def _stack_values(run: RunResult) -> list[tuple[str, float]]:
-    """(profile, throughput) of each instance: measured (independent) or served share (unified)."""
-    if run.mode == "unified":
-        total = run.total_throughput or 0.0
-        served = sum(i.dispatched_samples or 0 for i in run.instances) or 1
-        return [(i.profile, total * (i.dispatched_samples or 0) / served) for i in run.instances]
-    return [(i.profile, i.throughput or 0.0) for i in run.instances]
-
-
-def _bar_label(run: RunResult) -> str:
-    head = f"S{run.scenario}" if run.scenario is not None else "layout"
-    return f"{head}\n" + run.layout.replace("+", "+\n")
-
-
-def save_chart(runs: Sequence[RunResult], folder: Path) -> tuple[Path, Path]:
-    """Draw the stacked bar chart of `runs` into folder/throughput.{png,svg}."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(max(6.0, 1.3 * len(runs) + 2.0), 5.0), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
-    profiles = sorted({i.profile for run in runs for i in run.instances})
-    colour = {p: palette[k % len(palette)] for k, p in enumerate(profiles)}
-    labelled: set[str] = set()
-    for x, run in enumerate(runs):
-        bottom = 0.0
-        for profile, value in _stack_values(run):
-            label = profile if profile not in labelled else None
-            labelled.add(profile)
-            axes.bar(x, value, bottom=bottom, color=colour[profile], edgecolor="white", label=label)
-            bottom += value
-        change = run.change_vs_baseline
-        text = f"{bottom:,.0f}" + (f"\n{change:+.1%}" if change is not None and run.scenario != 1 else "")
-        axes.annotate(text, (x, bottom), ha="center", va="bottom", fontsize=8)
-    axes.set_xticks(range(len(runs)), [_bar_label(run) for run in runs], fontsize=7)
-    axes.margins(y=0.15)
-    first = runs[0]
-    axes.set_ylabel(first.throughput_unit)
-    emulated = " [emulated on CPU]" if first.emulated else ""
-    axes.set_title(
-        f"{first.benchmark} {first.loadgen_scenario}: total throughput per MIG layout, "
-        f"stacked by instance ({first.gpu}{emulated})",
-        fontsize=9,
-    )
-    axes.legend(title="MIG profile", fontsize=7, title_fontsize=8)
-    note = SUM_LABEL if first.mode == "independent" else UNIFIED_LABEL
-    figure.text(0.01, 0.005, note, fontsize=6, color="#555555")
-    png, svg = folder / f"{CHART_NAME}.png", folder / f"{CHART_NAME}.svg"
-    figure.savefig(png, dpi=120)
-    figure.savefig(svg)
-    return png, svg
-
-
-def _chart(runs: Sequence[RunResult], folder: Path) -> tuple[str | None, str | None, str | None]:
-    drawable = [run for run in runs if run.total_throughput is not None]
-    if not drawable:
+def _chart(result: SweepResult, folder: Path) -> tuple[str | None, str | None, str | None]:
+    bars = [bar for bar in (chart_bar(layout) for layout in result.layouts) if bar is not None]
+    if not bars:
         return None, None, "no layout produced a throughput: no chart"
     try:
-        png, svg = save_chart(drawable, folder)
+        png, svg = save_chart(bars, result.runs[0], folder)
     except ImportError:
         note = "chart not drawn: matplotlib is not installed (pip install matplotlib)"
         log.warning(note)
@@ -260,19 +244,6 @@ def _chart(runs: Sequence[RunResult], folder: Path) -> tuple[str | None, str | N
 
 
 # --- the sweep ---------------------------------------------------------------------------------------
-def _resumable(folder: Path, plan: RunPlan) -> RunResult | None:
-    """The finished run in `folder` when it was made with the same settings and layout."""
-    if not (folder / RESULTS_FILE).is_file():
-        return None
-    try:
-        previous = RunResult.load(folder)
-    except MlperfMigError as exc:
-        log.warning("not resuming %s: %s", folder, exc)
-        return None
-    same = previous.settings_key == plan.settings_key and previous.layout == plan.layout
-    return previous if same and previous.ok else None
-
-
 def _with_baseline(runs: list[RunResult]) -> list[RunResult]:
     """Every run gets the change against the sweep's own scenario 1, when it has one."""
     base = next((r for r in runs if r.scenario == 1 and r.ok), None)
@@ -285,6 +256,17 @@ def _with_baseline(runs: list[RunResult]) -> list[RunResult]:
         )
         run.save()
         updated.append(run)
+    return updated
+
+
+def _studies_with_baseline(studies: list[RepeatedRun]) -> list[RepeatedRun]:
+    """Every study gets the totals of the sweep's own scenario 1, when it has one."""
+    base = next((s for s in studies if s.scenario == 1 and s.ok), None)
+    if base is None:
+        return studies
+    updated = [study.with_baseline(base) for study in studies]
+    for study in updated:
+        study.save()
     return updated
 
 
@@ -302,27 +284,60 @@ def run_sweep(
 
     folder = Path(outdir).absolute() if outdir is not None else default_outdir("sweep")
     plans = plan_sweep(scenarios, options, folder)
-    runs: list[RunResult] = []
-    resumed: list[str] = []
-    with claim_folder(folder, refuse=None):
-        for plan in plans:
-            sub = Path(plan.outdir)
-            previous = _resumable(sub, plan) if resume else None
-            if previous is not None:
-                log.info("resuming %s from %s", plan.layout, sub)
-                resumed.append(sub.name)
-                runs.append(previous)
-                continue
-            with claim_folder(sub, refuse=None):
-                runs.append(execute(plan, progress=progress))
-        runs = _with_baseline(runs)
-        png = svg = note = None
-        if chart:
-            png, svg, note = _chart(runs, folder)
-        result = SweepResult(
-            runs=runs, outdir=str(folder), resumed=resumed, chart_png=png, chart_svg=svg, chart_note=note
+    jobs = [job for plan in plans for _, job in study_plans(plan, options.repeats, options.isolation)]
+    bar = OverallProgress(sum(rounds_of(j) for j in jobs), progress=progress, description="sweep")
+    try:
+        with claim_folder(folder, refuse=None):
+            if options.studied:
+                return _run_studies(plans, options, folder, resume, chart, progress, bar)
+            runs: list[RunResult] = []
+            resumed: list[str] = []
+            for plan in plans:
+                sub = Path(plan.outdir)
+                previous = resumable(sub, plan) if resume else None
+                if previous is not None:
+                    log.info("resuming %s from %s", plan.layout, sub)
+                    resumed.append(sub.name)
+                    runs.append(previous)
+                    bar.skip(plan)
+                    continue
+                with claim_folder(sub, refuse=None):
+                    runs.append(bar.run(plan.layout, plan, lambda p: execute(p, progress=progress)))
+            runs = _with_baseline(runs)
+            return _finish(SweepResult(runs=runs, outdir=str(folder), resumed=resumed), chart)
+    finally:
+        bar.close()
+
+
+def _run_studies(
+    plans: Sequence[RunPlan], options: RunOptions, folder: Path, resume: bool, chart: bool,
+    progress: bool | TextIO, bar: OverallProgress,
+) -> SweepResult:
+    from mlperf_mig.runner.execute import execute
+
+    studies = [
+        run_study(
+            plan, repeats=options.repeats, isolation=options.isolation,
+            execute=lambda p: execute(p, progress=progress), bar=bar, resume=resume,
         )
-        result.save()
+        for plan in plans
+    ]
+    studies = _studies_with_baseline(studies)
+    resumed = [
+        f"{Path(s.outdir).name}/{sub}" for s in studies for sub in s.resumed
+    ]
+    runs = [run for study in studies for run in study.runs]
+    return _finish(
+        SweepResult(runs=runs, studies=studies, outdir=str(folder), resumed=resumed), chart
+    )
+
+
+def _finish(result: SweepResult, chart: bool) -> SweepResult:
+    """Draw the chart (when asked) and write sweep.json."""
+    if chart:
+        png, svg, note = _chart(result, Path(result.outdir))
+        result = attrs.evolve(result, chart_png=png, chart_svg=svg, chart_note=note)
+    result.save()
     return result
 
 

@@ -1,0 +1,137 @@
+"""The seed study's figure: total throughput per MIG layout, stacked by instance.
+
+Drawn with matplotlib's object API on an Agg canvas (no pyplot, so a notebook's backend is left
+alone). A repeated layout's bar stacks its instances' means and carries the 95% interval of its
+mean total as an error bar. Runs and repeated runs are read by their attributes (a repeated run
+has `alone`), so that this module imports neither the sweep nor the repeats module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from mlperf_mig.runner.results import SUM_LABEL, UNIFIED_LABEL, RunResult
+
+if TYPE_CHECKING:
+    from mlperf_mig.runner.repeats import RepeatedRun
+
+CHART_NAME = "throughput"
+ERROR_BAR_NOTE = "error bars: 95% confidence interval of the mean total (Student's t)"
+
+
+@attrs.frozen
+class Bar:
+    """One bar of the chart: the layout's instances stacked, its total and error bar."""
+
+    label: str
+    stack: list[tuple[str, float]]
+    total: float
+    half: float | None  # half-width of the 95% interval of the total (repeats), None: one run
+    change: str | None
+
+
+def _stack_values(run: RunResult) -> list[tuple[str, float]]:
+    """(profile, throughput) of each instance: measured (independent) or served share (unified)."""
+    if run.mode == "unified":
+        total = run.total_throughput or 0.0
+        served = sum(i.dispatched_samples or 0 for i in run.instances) or 1
+        return [(i.profile, total * (i.dispatched_samples or 0) / served) for i in run.instances]
+    return [(i.profile, i.throughput or 0.0) for i in run.instances]
+
+
+def _bar_label(run: RunResult | RepeatedRun) -> str:
+    head = f"S{run.scenario}" if run.scenario is not None else "layout"
+    return f"{head}\n" + run.layout.replace("+", "+\n")
+
+
+def chart_bar(layout: RunResult | RepeatedRun) -> Bar | None:
+    """The bar of a run (its instances) or of a study (the instances' means, the total's
+    interval as the error bar); None when nothing was measured."""
+    if hasattr(layout, "alone"):
+        total = layout.total
+        if total is None:
+            return None
+        stack = [
+            (instance.profile, sum(values) / len(values) if values else 0.0)
+            for index, instance in enumerate(layout.first.instances)
+            for values in [layout.instance_values(index, "throughput")]
+        ]
+        if layout.first.mode == "unified":  # one total; the instances' shares of it
+            shares = _stack_values(layout.first)
+            whole = sum(v for _, v in shares) or 1.0
+            stack = [(p, total.mean * v / whole) for p, v in shares]
+        change = layout.change
+        return Bar(_bar_label(layout), stack, total.mean, total.half, None if change is None else change.text())
+    if layout.total_throughput is None:
+        return None
+    change = layout.change_vs_baseline
+    text = None if change is None or layout.scenario == 1 else f"{change:+.1%}"
+    return Bar(_bar_label(layout), _stack_values(layout), layout.total_throughput, None, text)
+
+
+def figure_svg(draw: Any, width: float) -> str:
+    """An SVG document of one figure drawn by `draw(figure)` (for embedding in HTML)."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, 5.0), layout="constrained")
+    FigureCanvasAgg(figure)
+    draw(figure)
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg")
+    return buffer.getvalue()
+
+
+def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Path, Path]:
+    """Draw the stacked bar chart into folder/throughput.{png,svg}."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(max(6.0, 1.3 * len(bars) + 2.0), 5.0), layout="constrained")
+    FigureCanvasAgg(figure)
+    draw_bars(figure.add_subplot(), bars, first)
+    note = SUM_LABEL if first.mode == "independent" else UNIFIED_LABEL
+    if any(bar.half is not None for bar in bars):
+        note += f"; {ERROR_BAR_NOTE}"
+    figure.text(0.01, 0.005, note, fontsize=6, color="#555555")
+    png, svg = folder / f"{CHART_NAME}.png", folder / f"{CHART_NAME}.svg"
+    figure.savefig(png, dpi=120)
+    figure.savefig(svg)
+    return png, svg
+
+
+def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
+    """The seed study's figure on `axes`: totals per layout stacked by instance, error bars."""
+    palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+    profiles = sorted({p for bar in bars for p, _ in bar.stack})
+    colour = {p: palette[k % len(palette)] for k, p in enumerate(profiles)}
+    labelled: set[str] = set()
+    for x, bar in enumerate(bars):
+        bottom = 0.0
+        for profile, value in bar.stack:
+            label = profile if profile not in labelled else None
+            labelled.add(profile)
+            axes.bar(x, value, bottom=bottom, color=colour[profile], edgecolor="white", label=label)
+            bottom += value
+        top = bar.total
+        if bar.half is not None:
+            axes.errorbar(x, bar.total, yerr=bar.half, color="black", capsize=4, linewidth=1)
+            top += bar.half
+        text = f"{bar.total:,.0f}" + (f"\n{bar.change}" if bar.change else "")
+        axes.annotate(text, (x, top), ha="center", va="bottom", fontsize=7)
+    axes.set_xticks(range(len(bars)), [bar.label for bar in bars], fontsize=7)
+    axes.margins(y=0.2)
+    axes.set_ylabel(first.throughput_unit)
+    emulated = " [emulated on CPU]" if first.emulated else ""
+    axes.set_title(
+        f"{first.benchmark} {first.loadgen_scenario}: total throughput per MIG layout, "
+        f"stacked by instance ({first.gpu}{emulated})",
+        fontsize=9,
+    )
+    axes.legend(title="MIG profile", fontsize=7, title_fontsize=8)

@@ -1,0 +1,449 @@
+"""Repeated runs of one layout, and its isolation runs: `RepeatedRun`.
+
+`run(..., repeats=3)` runs the layout three times, each repeat a complete run in its own folder
+(`<run>/repeat-1/`, ... with its own results.json, plan.json, logs and folder lock), and
+`isolation=True` also runs each distinct profile of the layout alone: the layout's plan with
+only the first instance of that profile kept, on the same device (MIG instance or CPUs), the
+rest of the GPU idle (`<run>/alone-<profile>/repeat-k/`). A repeat whose results.json is already
+there with the same settings is reused (resume works per repeat). `<run>/repeats.json` lists the
+folders; the statistics (runner/stats.py) are computed from the runs' own results.json, so they
+can never disagree with them.
+
+Interference of an instance is its throughput (or p99 latency) inside the layout relative to its
+profile's alone run. On emulated CPU partitions that measures how the CPU's cores, caches and
+memory bandwidth are shared, not a GPU, and every table says so.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mlperf_mig._io import atomic_write_json, claim_folder
+from mlperf_mig._table import markdown_table, text_table
+from mlperf_mig.errors import MlperfMigError, OutputDirError
+from mlperf_mig.runner.overall import OverallProgress
+from mlperf_mig.runner.plan import RunPlan
+from mlperf_mig.runner.results import RESULTS_FILE, RunResult, html_table, result_p99_ms
+from mlperf_mig.runner.stats import CONFIDENCE, Change, Summary, relative_change, summarize
+
+log = logging.getLogger(__name__)
+
+REPEATS_FILE = "repeats.json"
+SCHEMA = 1
+ISOLATION_EMULATED_LABEL = (
+    "isolation on emulated CPU partitions measures how the CPU's cores, caches and memory "
+    "bandwidth are shared, not MIG isolation on a GPU"
+)
+ISOLATION_LABEL = (
+    "interference: an instance inside the layout against its profile run alone on the same "
+    "device, the rest of the GPU idle (negative throughput and positive p99 = slowed by neighbours)"
+)
+
+Executor = Callable[[RunPlan], RunResult]
+
+
+def repeat_folder(index: int) -> str:
+    """`repeat-1`, `repeat-2`, ... (numbered from 1)."""
+    return f"repeat-{index}"
+
+
+def alone_folder(profile: str) -> str:
+    return f"alone-{profile}"
+
+
+def resumable(folder: Path, plan: RunPlan) -> RunResult | None:
+    """The finished run in `folder` when it was made with the same settings and layout."""
+    if not (folder / RESULTS_FILE).is_file():
+        return None
+    try:
+        previous = RunResult.load(folder)
+    except MlperfMigError as exc:
+        log.warning("not resuming %s: %s", folder, exc)
+        return None
+    same = previous.settings_key == plan.settings_key and previous.layout == plan.layout
+    return previous if same and previous.ok else None
+
+
+def alone_plan(plan: RunPlan, profile: str, outdir: Path) -> RunPlan:
+    """`plan` with only its first instance of `profile` kept, on the same device: that profile
+    alone, the rest of the GPU idle. Every other option is the layout's, unchanged."""
+    from mlperf_mig import registry
+
+    slot = next(s for s in plan.slots if s.profile == profile)
+    layout = registry.parse_layout(plan.target.layout.gpu, [profile])
+    target = attrs.evolve(plan.target, layout=layout, scenario=None, slots=(slot,))
+    key = plan.engine_of[slot.name]
+    return attrs.evolve(
+        plan,
+        target=target,
+        outdir=str(outdir),
+        engines=tuple(e for e in plan.engines if e.key == key),
+        engine_of={slot.name: key},
+    )
+
+
+def distinct_profiles(plan: RunPlan) -> list[str]:
+    """The layout's profiles in order, each once; none when the layout has one instance (that
+    instance is already alone)."""
+    if len(plan.slots) < 2:
+        return []
+    return list(dict.fromkeys(slot.profile for slot in plan.slots))
+
+
+def study_plans(plan: RunPlan, repeats: int, isolation: bool) -> list[tuple[str | None, RunPlan]]:
+    """(profile run alone or None for a repeat of the layout, plan) of every run of a study:
+    the repeats, then the alone runs."""
+    root = Path(plan.outdir)
+    jobs: list[tuple[str | None, RunPlan]] = [
+        (None, attrs.evolve(plan, outdir=str(root / repeat_folder(k)))) for k in range(1, repeats + 1)
+    ]
+    if isolation:
+        for profile in distinct_profiles(plan):
+            for k in range(1, repeats + 1):
+                folder = root / alone_folder(profile) / repeat_folder(k)
+                jobs.append((profile, alone_plan(plan, profile, folder)))
+    return jobs
+
+
+def run_study(
+    plan: RunPlan,
+    *,
+    repeats: int,
+    isolation: bool,
+    execute: Executor,
+    bar: OverallProgress | None = None,
+    resume: bool = True,
+    baseline: RepeatedRun | RunResult | None = None,
+) -> RepeatedRun:
+    """Run (or resume) every repeat and alone run of `plan` and write repeats.json. The folder
+    of a single run (results.json at its top) is refused."""
+    root = Path(plan.outdir)
+    runs: list[RunResult] = []
+    alone: dict[str, list[RunResult]] = {}
+    resumed: list[str] = []
+    with claim_folder(root, refuse=RESULTS_FILE, what="a single run"):
+        for profile, job in study_plans(plan, repeats, isolation):
+            sub = Path(job.outdir)
+            previous = resumable(sub, job) if resume else None
+            if previous is not None:
+                resumed.append(os.path.relpath(sub, root))
+                result = previous
+                if bar is not None:
+                    bar.skip(job)
+            else:
+                label = f"{plan.layout} {os.path.relpath(sub, root)}"
+                with claim_folder(sub, refuse=None):
+                    result = bar.run(label, job, execute) if bar is not None else execute(job)
+            if profile is None:
+                runs.append(result)
+            else:
+                alone.setdefault(profile, []).append(result)
+        study = RepeatedRun(
+            outdir=str(root), runs=runs, alone={p: tuple(r) for p, r in alone.items()},
+            isolation=isolation, resumed=resumed,
+        )
+        study = study.with_baseline(baseline)
+        study.save()
+    return study
+
+
+def find_study_baseline(plan: RunPlan) -> RepeatedRun | RunResult | None:
+    """A scenario-1 study (repeats.json) or run (results.json) with the same settings in a
+    folder next to `plan`'s, the study preferred."""
+    root = Path(plan.outdir)
+    if plan.target.scenario == 1:
+        return None
+    for name in (REPEATS_FILE, RESULTS_FILE):
+        for candidate in sorted(root.parent.glob(f"*/{name}")):
+            if candidate.parent == root:
+                continue
+            try:
+                other: RepeatedRun | RunResult = (
+                    RepeatedRun.load(candidate.parent) if name == REPEATS_FILE else RunResult.load(candidate)
+                )
+            except MlperfMigError:
+                continue
+            if other.scenario == 1 and other.settings_key == plan.settings_key and other.ok:
+                return other
+    return None
+
+
+def _totals(runs: Sequence[RunResult]) -> list[float]:
+    return [r.total_throughput for r in runs if r.total_throughput is not None]
+
+
+@attrs.frozen(kw_only=True)
+class RepeatedRun:
+    """The repeats of one layout (each a complete RunResult) and, with isolation, each profile's
+    runs alone; means, spreads, 95% intervals and interference are computed from them."""
+
+    outdir: str
+    runs: tuple[RunResult, ...] = attrs.field(converter=tuple)
+    alone: Mapping[str, tuple[RunResult, ...]] = attrs.field(factory=dict)
+    isolation: bool = False
+    resumed: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    baseline_totals: tuple[float, ...] = attrs.field(default=(), converter=tuple)
+    baseline_source: str | None = None
+
+    # --- what the repeats share ----------------------------------------------------------------
+    @property
+    def first(self) -> RunResult:
+        return self.runs[0]
+
+    def __getattr__(self, name: str) -> Any:
+        """Settings every repeat shares (gpu, layout, scenario, benchmark, ...) read from the first."""
+        if name.startswith("_") or name in ("runs", "first"):
+            raise AttributeError(name)
+        if name in _SHARED:
+            return getattr(self.runs[0], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def repeats(self) -> int:
+        return len(self.runs)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs) and all(r.ok for runs in self.alone.values() for r in runs)
+
+    @property
+    def all_valid(self) -> bool:
+        return all(r.all_valid for r in self.runs)
+
+    def valid_word(self) -> str:
+        words = {r.summary_row()["all valid"] for r in self.runs}
+        return words.pop() if len(words) == 1 else "NO"
+
+    # --- statistics ----------------------------------------------------------------------------
+    @property
+    def totals(self) -> list[float]:
+        return _totals(self.runs)
+
+    @property
+    def total(self) -> Summary | None:
+        return summarize(self.totals)
+
+    @property
+    def change(self) -> Change | None:
+        """The change of the total against study scenario 1, with its interval."""
+        if self.scenario == 1 or not self.baseline_totals:
+            return None
+        return relative_change(self.totals, self.baseline_totals)
+
+    def instance_values(self, index: int, what: str) -> list[float]:
+        """Instance `index`'s throughput or p99 (ms) over the repeats."""
+        values = [_value(r.instances[index], what) for r in self.runs if index < len(r.instances)]
+        return [v for v in values if v is not None]
+
+    def alone_values(self, profile: str, what: str) -> list[float]:
+        values = [_value(r.instances[0], what) for r in self.alone.get(profile, ()) if r.instances]
+        return [v for v in values if v is not None]
+
+    def interference(self, index: int, what: str) -> Change | None:
+        """Instance `index` inside the layout against its profile alone (None: not measured)."""
+        profile = self.first.instances[index].profile
+        if profile not in self.alone:
+            return None
+        return relative_change(self.instance_values(index, what), self.alone_values(profile, what))
+
+    def with_baseline(self, baseline: RepeatedRun | RunResult | None) -> RepeatedRun:
+        """The same study with the totals of a scenario-1 run (repeated or not) to compare with."""
+        if baseline is None:
+            return self
+        if isinstance(baseline, RepeatedRun):
+            return attrs.evolve(self, baseline_totals=baseline.totals, baseline_source=baseline.outdir)
+        return attrs.evolve(self, baseline_totals=_totals([baseline]), baseline_source=baseline.outdir)
+
+    # --- tables --------------------------------------------------------------------------------
+    def labels(self) -> list[str]:
+        labels = list(self.first.labels())
+        if self.isolation:
+            labels.append(ISOLATION_LABEL)
+            if self.first.emulated:
+                labels.append(ISOLATION_EMULATED_LABEL)
+        return labels
+
+    def interval_note(self) -> str:
+        return (
+            f"mean ± half-width of the {CONFIDENCE:.0%} confidence interval of the mean "
+            f"(Student's t) over {self.repeats} repeat(s); min-max is the range of the repeats"
+        )
+
+    def title(self) -> str:
+        return f"{self.first.title()}, {self.repeats} repeat(s)" + (", with isolation" if self.isolation else "")
+
+    def summary_row(self) -> dict[str, Any]:
+        """One row for tables of several layouts (sweeps)."""
+        total, change = self.total, self.change
+        return {
+            "MIG scenario": self.scenario,
+            "layout": self.layout,
+            "target": self.target,
+            "instances": len(self.first.instances),
+            "repeats": self.repeats,
+            "total": None if total is None else total.text(),
+            "min-max": None if total is None else f"{total.min:,.2f}-{total.max:,.2f}",
+            "unit": self.first.throughput_unit,
+            "all valid": self.valid_word(),
+            "vs MIG scenario 1": None if change is None else change.text(),
+        }
+
+    def instance_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for index, instance in enumerate(self.first.instances):
+            throughput = summarize(self.instance_values(index, "throughput"))
+            p99 = summarize(self.instance_values(index, "p99"))
+            row = {
+                "instance": instance.name,
+                "profile": instance.profile,
+                "device": instance.device,
+                "valid": _joined(r.instances[index].row()["valid"] for r in self.runs),
+                "throughput": None if throughput is None else throughput.text(),
+                "min-max": None if throughput is None else f"{throughput.min:,.2f}-{throughput.max:,.2f}",
+                "p99 ms": None if p99 is None else p99.text(),
+            }
+            if self.isolation:
+                for what, column in (("throughput", "vs alone: throughput"), ("p99", "vs alone: p99")):
+                    change = self.interference(index, what)
+                    row[column] = (
+                        "alone already" if len(self.first.instances) == 1 else None if change is None
+                        else change.text()
+                    )
+            rows.append(row)
+        total = self.total
+        rows.append(
+            {
+                "instance": "layout (unified)" if self.first.mode == "unified" else "total (sum)",
+                "valid": self.valid_word(),
+                "throughput": None if total is None else total.text(),
+                "min-max": None if total is None else f"{total.min:,.2f}-{total.max:,.2f}",
+            }
+        )
+        return rows
+
+    def columns(self) -> list[str]:
+        columns = ["instance", "profile", "device", "valid", "throughput", "min-max", "p99 ms"]
+        if self.isolation:
+            columns += ["vs alone: throughput", "vs alone: p99"]
+        return columns
+
+    def footer(self) -> list[str]:
+        lines = [f"throughput in {self.first.throughput_unit}; {self.interval_note()}"]
+        change = self.change
+        if change is not None:
+            lines.append(
+                f"change against MIG scenario 1 ({self.baseline_source}): {change.text()} "
+                f"({CONFIDENCE:.0%} interval of the difference of means, Welch)"
+            )
+        failed = [r.outdir for r in self.runs if not r.ok] + [
+            r.outdir for runs in self.alone.values() for r in runs if not r.ok
+        ]
+        if failed:
+            lines.append(f"FAILED runs (their numbers are left out): {', '.join(failed)}")
+        return lines + [f"note: {label}" for label in self.labels()]
+
+    def table(self) -> str:
+        return "\n".join([self.title(), text_table(self.instance_rows(), self.columns()), *self.footer()])
+
+    def to_markdown(self) -> str:
+        notes = "\n".join(f"- {line}" for line in self.footer())
+        return f"**{self.title()}**\n\n{markdown_table(self.instance_rows(), self.columns())}\n\n{notes}\n"
+
+    def _repr_html_(self) -> str:
+        notes = "".join(f"<li>{html.escape(line)}</li>" for line in self.footer())
+        return (
+            f"<p><b>{html.escape(self.title())}</b></p>"
+            f"{html_table(self.instance_rows(), self.columns())}<ul>{notes}</ul>"
+        )
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """One self-contained HTML report of this layout (written to `path` when given)."""
+        from mlperf_mig.runner.report_html import write_report
+
+        return write_report(self, path)
+
+    # --- data ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        root = Path(self.outdir)
+        total, change = self.total, self.change
+        return {
+            "schema": SCHEMA,
+            "runs": [os.path.relpath(r.outdir, root) for r in self.runs],
+            "alone": {p: [os.path.relpath(r.outdir, root) for r in runs] for p, runs in self.alone.items()},
+            "isolation": self.isolation,
+            "resumed": list(self.resumed),
+            "baseline_totals": list(self.baseline_totals),
+            "baseline_source": self.baseline_source,
+            "summary": {  # for readers of the file; load() recomputes it from the runs
+                "total": None if total is None else total.to_dict(),
+                "change_vs_baseline": None if change is None else change.to_dict(),
+                "instances": [
+                    {
+                        "throughput": _dict(summarize(self.instance_values(i, "throughput"))),
+                        "p99_ms": _dict(summarize(self.instance_values(i, "p99"))),
+                        "interference_throughput": _dict(self.interference(i, "throughput")),
+                        "interference_p99": _dict(self.interference(i, "p99")),
+                    }
+                    for i in range(len(self.first.instances))
+                ],
+            },
+        }
+
+    def save(self) -> Path:
+        return atomic_write_json(Path(self.outdir) / REPEATS_FILE, self.to_dict())
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> RepeatedRun:
+        """Read repeats.json and the results.json of every run it lists."""
+        path = Path(folder)
+        try:
+            data = json.loads((path / REPEATS_FILE).read_text(encoding="utf-8"))
+            runs = [str(p) for p in data["runs"]]
+            alone = {str(p): [str(f) for f in fs] for p, fs in dict(data.get("alone", {})).items()}
+            if not runs:
+                raise ValueError("it lists no runs")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise OutputDirError(
+                f"{str(path)!r} holds no readable {REPEATS_FILE} ({type(exc).__name__}: {exc}); "
+                "pass a folder written by mlperf-mig run --repeats or sweep --repeats"
+            ) from None
+        return cls(
+            outdir=str(path),
+            runs=[RunResult.load(path / sub) for sub in runs],
+            alone={p: tuple(RunResult.load(path / f) for f in fs) for p, fs in alone.items()},
+            isolation=bool(data.get("isolation", False)),
+            resumed=data.get("resumed", ()),
+            baseline_totals=data.get("baseline_totals", ()),
+            baseline_source=data.get("baseline_source"),
+        )
+
+
+_SHARED = frozenset(
+    ("gpu", "layout", "system_id", "scenario", "target", "mode", "benchmark", "loadgen_scenario",
+     "backend", "device", "precision", "variant", "preset", "settings_key", "emulated",
+     "throughput_unit", "synthetic_weights", "synthetic_data")
+)
+
+
+def _value(instance: Any, what: str) -> float | None:
+    return instance.throughput if what == "throughput" else result_p99_ms(instance.performance)
+
+
+def _dict(value: Any) -> dict[str, Any] | None:
+    return None if value is None else value.to_dict()
+
+
+def _joined(words: Any) -> str:
+    distinct = list(dict.fromkeys(str(w) for w in words))
+    return distinct[0] if len(distinct) == 1 else "/".join(distinct)
