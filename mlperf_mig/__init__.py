@@ -23,9 +23,14 @@ _API = {
     "InstanceRun": "mlperf_mig.runner.results",
     "RunPlan": "mlperf_mig.runner.plan",
     "SweepResult": "mlperf_mig.runner.sweep",
+    "RepeatedRun": "mlperf_mig.runner.repeats",
+    "advise": "mlperf_mig.study.api",
 }
 
-__all__ = ["InstanceRun", "RunPlan", "RunResult", "SweepResult", "aggregate", "plan", "run", "sweep"]
+__all__ = [
+    "InstanceRun", "RepeatedRun", "RunPlan", "RunResult", "SweepResult", "advise", "aggregate", "plan",
+    "run", "sweep",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "mlperf_mig.submission.cli",
     "mlperf_mig.cluster.cli",
     "mlperf_mig.doctor.cli",
+    "mlperf_mig.study.cli",
 )
 
 EXIT_USAGE = 2

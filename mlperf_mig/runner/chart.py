@@ -85,7 +85,8 @@ def figure_svg(draw: Any, width: float) -> str:
     draw(figure)
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg")
-    return buffer.getvalue()
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]  # inline in HTML: no XML prolog or DOCTYPE
 
 
 def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Path, Path]:
@@ -131,7 +132,7 @@ def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
     emulated = " [emulated on CPU]" if first.emulated else ""
     axes.set_title(
         f"{first.benchmark} {first.loadgen_scenario}: total throughput per MIG layout, "
-        f"stacked by instance ({first.gpu}{emulated})",
+        f"stacked by instance\n({first.gpu}{emulated})",
         fontsize=9,
     )
     axes.legend(title="MIG profile", fontsize=7, title_fontsize=8)

@@ -1,0 +1,159 @@
+"""One self-contained HTML report of a run, a repeated run or a sweep.
+
+A single file: the figures are inline SVG (drawn with matplotlib; no scripts, no fonts, no
+network access needed to view it), then the table of layouts, each layout's per-instance table
+(with interference when isolation was run), the advisor's ranking and its validation when the
+runs hold single-profile layouts, and every label (emulated, synthetic, summed, quick preset)
+next to the numbers it qualifies. Figure 1 is the study's: total throughput per layout stacked
+by instance, with error bars for repeated layouts; figure 2 is the change of each layout's total
+against layout 1, with its 95% interval.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mlperf_mig._io import atomic_write_text
+from mlperf_mig.errors import MlperfMigError
+from mlperf_mig.runner.chart import chart_bar, draw_bars, figure_svg
+from mlperf_mig.runner.results import html_table
+
+log = logging.getLogger(__name__)
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:.5em 0;font-size:90%}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f0f0f0} td:first-child,th:first-child{text-align:left}
+.label{background:#fff4d6;border-left:4px solid #e0a800;padding:4px 8px;margin:4px 0;font-size:90%}
+pre{background:#f6f6f6;padding:8px;overflow:auto} svg{max-width:100%;height:auto}
+"""
+
+
+def _layouts(report: Any) -> list[Any]:
+    """One entry per layout: a sweep's layouts, or the run (repeated or not) itself."""
+    return list(report.layouts) if hasattr(report, "layouts") else [report]
+
+
+def _first_run(layout: Any) -> Any:
+    return layout.runs[0] if hasattr(layout, "alone") else layout
+
+
+def _labels(lines: Sequence[str]) -> str:
+    return "".join(f'<div class="label">{html.escape(line)}</div>' for line in lines)
+
+
+def _change_figure(layouts: Sequence[Any]) -> str | None:
+    """Figure 2: each layout's change against layout 1 with its interval (None without one)."""
+    points = []
+    for layout in layouts:
+        if hasattr(layout, "alone"):
+            change = layout.change
+            if change is not None:
+                points.append((f"S{layout.scenario}" if layout.scenario else layout.layout, change.value,
+                               change.low, change.high))
+        elif layout.change_vs_baseline is not None and layout.scenario != 1:
+            points.append((f"S{layout.scenario}" if layout.scenario else layout.layout,
+                           layout.change_vs_baseline, None, None))
+    if not points:
+        return None
+
+    def draw(figure: Any) -> None:
+        axes = figure.add_subplot()
+        xs = range(len(points))
+        values = [100 * p[1] for p in points]
+        axes.bar(xs, values, color=["#55A868" if v >= 0 else "#C44E52" for v in values])
+        for x, (_, value, low, high) in zip(xs, points):
+            if low is not None and high is not None:
+                axes.errorbar(x, 100 * value, yerr=[[100 * (value - low)], [100 * (high - value)]],
+                              color="black", capsize=4, linewidth=1)
+        axes.axhline(0, color="#555555", linewidth=0.8)
+        axes.set_xticks(list(xs), [p[0] for p in points], fontsize=8)
+        axes.set_ylabel("change of total vs MIG scenario 1 (%)")
+        axes.set_title("change against layout 1; error bars: 95% interval (Welch)", fontsize=9)
+
+    return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
+
+
+def _figures(layouts: Sequence[Any]) -> str:
+    bars = [bar for bar in (chart_bar(layout) for layout in layouts) if bar is not None]
+    if not bars:
+        return "<p>No layout produced a throughput: no figures.</p>"
+    try:
+        first = _first_run(layouts[0])
+        one = figure_svg(lambda f: draw_bars(f.add_subplot(), bars, first), max(6.0, 1.3 * len(bars) + 2.0))
+        two = _change_figure(layouts)
+    except ImportError:
+        return "<p>Figures not drawn: matplotlib is not installed (pip install matplotlib).</p>"
+    parts = [f"<h2>Figure 1: total throughput per layout, stacked by instance</h2>{one}"]
+    if two is not None:
+        parts.append(f"<h2>Figure 2: change against MIG scenario 1</h2>{two}")
+    return "".join(parts)
+
+
+def _layout_section(layout: Any) -> str:
+    if hasattr(layout, "alone"):
+        title, table, notes = layout.title(), html_table(layout.instance_rows(), layout.columns()), layout.footer()
+    else:
+        title = layout.title()
+        table = html_table(layout.instance_rows(), layout._columns())
+        notes = layout._footer()
+    return f"<h3>{html.escape(title)}</h3>{table}{_labels(notes)}"
+
+
+def _advisor_section(layouts: Sequence[Any], advice: Any) -> str:
+    if advice is None:
+        from mlperf_mig import registry
+        from mlperf_mig.study.advisor import advise_from, measurements_from
+
+        try:
+            gpu = registry.default_catalog().get(_first_run(layouts[0]).gpu)
+            advice = advise_from(measurements_from(layouts, gpu.compute_slices))
+        except MlperfMigError as exc:
+            return f"<h2>Advisor</h2><p>No advice from these runs: {html.escape(str(exc))}</p>"
+    validation = (
+        html_table(advice.validation_rows(), advice.VALIDATION_COLUMNS)
+        if advice.validation else "<p>No multi-instance layout to validate against.</p>"
+    )
+    return (
+        f"<h2>Advisor: every valid layout, ranked</h2><p>{html.escape(advice.title())}</p>"
+        f"{html_table(advice.rows(), advice.columns())}{_labels(advice.notes())}"
+        f"<h3>Validation: multi-instance layouts predicted from the single-profile layouts</h3>{validation}"
+        f"<h3>mig-parted config of the winner</h3><pre>{html.escape(advice.mig_parted)}</pre>"
+    )
+
+
+def report_html(report: Any, *, advice: Any = None) -> str:
+    """The HTML text of the report of a RunResult, RepeatedRun or SweepResult."""
+    layouts = _layouts(report)
+    title = report.title()
+    stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
+        f"<p>mlperf-mig report, written {stamp}, from {html.escape(str(report.outdir))}</p>",
+        _figures(layouts),
+    ]
+    if hasattr(report, "layouts"):
+        parts.append(f"<h2>Layouts</h2>{html_table(report.rows(), report.columns())}")
+        parts.append(_labels(report._notes()))
+    parts.append("<h2>Per-instance results and isolation</h2>")
+    parts += [_layout_section(layout) for layout in layouts]
+    parts.append(_advisor_section(layouts, advice))
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def write_report(report: Any, path: str | os.PathLike[str] | None = None, *, advice: Any = None) -> str:
+    """`report_html(report)`, written atomically to `path` when given; returns the text."""
+    text = report_html(report, advice=advice)
+    if path is not None:
+        atomic_write_text(Path(path), text)
+        log.info("HTML report written to %s", path)
+    return text

@@ -1,0 +1,471 @@
+"""The layout advisor: predict every valid MIG layout of a GPU from per-profile measurements.
+
+Measurements come from earlier runs (a sweep folder, a repeated run, a run): each profile's
+throughput and p99 latency alone (a layout of one instance, or an isolation run) and inside
+full layouts (every compute slice of the GPU in use, so the neighbours' interference is
+included). A layout's predicted total is the sum over its instances of their profile's rate:
+the rate inside full layouts where one was measured, alone otherwise, and, for a profile never
+measured, the rate of a measured profile with the same compute slices (labelled "inferred").
+The uncertainty of a total is the half-widths of its instances' 95% intervals added up (the
+instances of one profile share one estimate, so their errors do not cancel). Layouts come from
+the registry's enumeration (`valid_layouts`), so every valid layout is considered.
+
+Inputs are read by their attributes (runs, repeated runs), so this module imports neither the
+sweep nor the repeats module; the HTML report can use it without an import circle.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from mlperf_mig._table import markdown_table, text_table
+from mlperf_mig.errors import SettingsError
+from mlperf_mig.runner.results import EMULATED_LABEL, result_p99_ms
+from mlperf_mig.runner.stats import Summary, summarize
+
+OBJECTIVES = {
+    "throughput": "highest predicted total throughput",
+    "instances": "most instances (then throughput)",
+    "capacity": "highest predicted Server capacity (sum of the instances' capacities)",
+    "p99": "lowest predicted worst p99 latency of any instance (then throughput)",
+}
+EMULATED_ADVICE = "emulated advice: predicted from CPU partitions standing in for MIG slices, not from a GPU"
+
+
+@attrs.frozen(kw_only=True)
+class ProfileMeasure:
+    """What was measured of one profile: throughput and p99 (ms) samples, alone (single-instance
+    layouts, `alone`; isolation runs, `isolated`) and inside full layouts; Server capacity."""
+
+    profile: str
+    alone: tuple[float, ...] = ()
+    isolated: tuple[float, ...] = ()
+    in_layout: tuple[float, ...] = ()
+    p99_alone: tuple[float, ...] = ()
+    p99_in_layout: tuple[float, ...] = ()
+    capacity: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Measurements:
+    """Per-profile measurements of one benchmark on one GPU (or its emulation)."""
+
+    gpu: str
+    benchmark: str
+    loadgen_scenario: str
+    unit: str
+    emulated: bool
+    profiles: Mapping[str, ProfileMeasure]
+    labels: tuple[str, ...] = ()
+    measured: Mapping[str, tuple[float, ...]] = attrs.field(factory=dict)  # layout -> totals
+    scenarios: Mapping[str, int] = attrs.field(factory=dict)  # layout -> study scenario
+
+
+def _runs_of(layout: Any) -> list[Any]:
+    return list(layout.runs) if hasattr(layout, "alone") else [layout]
+
+
+def measurements_from(layouts: Sequence[Any], compute_slices: int) -> Measurements:
+    """Measurements from runs and repeated runs (one entry per layout, as a sweep has them);
+    `compute_slices` is the GPU's, to tell full layouts."""
+    if not layouts:
+        raise SettingsError("the advisor got no runs; pass a folder written by mlperf-mig run or sweep")
+    samples: dict[str, dict[str, list[float]]] = {}
+
+    def add(profile: str, key: str, value: float | None) -> None:
+        if value is not None:
+            samples.setdefault(profile, {}).setdefault(key, []).append(float(value))
+
+    measured: dict[str, tuple[float, ...]] = {}
+    scenarios: dict[str, int] = {}
+    labels: list[str] = []
+    for layout in layouts:
+        runs = [r for r in _runs_of(layout) if r.ok]
+        if not runs:
+            continue
+        labels += [label for label in runs[0].labels() if label not in labels]
+        measured[runs[0].layout] = tuple(r.total_throughput for r in runs if r.total_throughput is not None)
+        if runs[0].scenario is not None:
+            scenarios[runs[0].layout] = runs[0].scenario
+        full = sum(i.compute_slices for i in runs[0].instances) == compute_slices
+        for run in runs:
+            one = len(run.instances) == 1
+            for instance in run.instances:
+                if one:
+                    add(instance.profile, "alone", instance.throughput)
+                    add(instance.profile, "p99_alone", result_p99_ms(instance.performance))
+                elif full:
+                    add(instance.profile, "in_layout", instance.throughput)
+                    add(instance.profile, "p99_in_layout", result_p99_ms(instance.performance))
+        for profile, alone_runs in (getattr(layout, "alone", None) or {}).items():
+            for run in alone_runs:
+                if run.ok and run.instances:
+                    add(profile, "isolated", run.instances[0].throughput)
+                    add(profile, "p99_alone", result_p99_ms(run.instances[0].performance))
+    first = _runs_of(layouts[0])[0]
+    profiles = {
+        name: ProfileMeasure(profile=name, **{k: tuple(v) for k, v in values.items()})
+        for name, values in samples.items()
+    }
+    return Measurements(
+        gpu=first.gpu, benchmark=first.benchmark, loadgen_scenario=first.loadgen_scenario,
+        unit=first.throughput_unit, emulated=first.emulated, profiles=profiles, labels=tuple(labels),
+        measured=measured, scenarios=scenarios,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Rate:
+    """The estimate of one profile used by a prediction, and where it came from."""
+
+    summary: Summary
+    p99: Summary | None
+    source: str  # "in layout", "alone", or "inferred from <profile> (...)"
+
+
+@attrs.frozen(kw_only=True)
+class Prediction:
+    layout: str
+    instances: int
+    total: float
+    half: float | None
+    worst_p99_ms: float | None
+    capacity: float | None
+    sources: tuple[str, ...]
+    layout_obj: Any = attrs.field(eq=False, repr=False)
+
+    def row(self, rank: int) -> dict[str, Any]:
+        return {
+            "rank": rank,
+            "layout": self.layout,
+            "instances": self.instances,
+            "predicted total": f"{self.total:,.2f}" + ("" if self.half is None else f" ± {self.half:,.2f}"),
+            "worst p99 ms": self.worst_p99_ms,
+            "capacity": self.capacity,
+            "from": "; ".join(self.sources),
+        }
+
+
+class Estimator:
+    """Each profile's rate for predictions: inside full layouts where measured (unless
+    `alone_only`), alone otherwise, or inferred from a profile with the same compute slices."""
+
+    def __init__(self, measurements: Measurements, gpu: Any, *, alone_only: bool = False) -> None:
+        self._m = measurements
+        self._gpu = gpu
+        self._alone_only = alone_only
+        self._cache: dict[str, Rate | None] = {}
+
+    def _own(self, name: str) -> Rate | None:
+        measure = self._m.profiles.get(name)
+        if measure is None:
+            return None
+        alone = measure.alone if self._alone_only else measure.alone + measure.isolated
+        if measure.in_layout and not self._alone_only:
+            return Rate(summary=summarize(measure.in_layout), p99=summarize(measure.p99_in_layout), source="in layout")  # type: ignore[arg-type]
+        if alone:
+            return Rate(summary=summarize(alone), p99=summarize(measure.p99_alone), source="alone")  # type: ignore[arg-type]
+        return None
+
+    def rate(self, name: str) -> Rate | None:
+        if name not in self._cache:
+            rate = self._own(name)
+            if rate is None:
+                profile = self._gpu.profile(name)
+                for other in self._gpu.profiles:
+                    if other.name != name and other.compute_slices == profile.compute_slices:
+                        found = self._own(other.name)
+                        if found is not None:
+                            rate = attrs.evolve(found, source=f"as {other.name} ({found.source})")
+                            break
+            self._cache[name] = rate
+        return self._cache[name]
+
+    def predict(self, layout: Any) -> Prediction | str:
+        """The prediction of `layout`, or why there is none."""
+        rates = []
+        for profile in layout.profiles:
+            rate = self.rate(profile.name)
+            if rate is None:
+                return f"no measurement of {profile.name} or of a profile with its compute slices"
+            rates.append((profile.name, rate))
+        halves = [r.summary.half for _, r in rates]
+        p99s = [r.p99.mean for _, r in rates if r.p99 is not None]
+        capacities = [self._m.profiles[n].capacity if n in self._m.profiles else None for n, _ in rates]
+        sources = tuple(dict.fromkeys(f"{n}: {r.source}" for n, r in rates))
+        return Prediction(
+            layout=str(layout),
+            instances=len(rates),
+            total=sum(r.summary.mean for _, r in rates),
+            half=None if any(h is None for h in halves) else sum(halves),  # type: ignore[misc]
+            worst_p99_ms=max(p99s) if len(p99s) == len(rates) else None,
+            capacity=None if any(c is None for c in capacities) else sum(capacities),  # type: ignore[misc]
+            sources=sources,
+            layout_obj=layout,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Constraints:
+    min_instances: int | None = None
+    max_instances: int | None = None
+    profiles_allowed: tuple[str, ...] | None = None
+    max_p99_ms: float | None = None
+
+    def text(self) -> str:
+        parts = [f"{k}={v if not isinstance(v, tuple) else ','.join(v)}" for k, v in attrs.asdict(self).items() if v is not None]
+        return ", ".join(parts) or "none"
+
+    def allows(self, prediction: Prediction) -> bool:
+        if self.min_instances is not None and prediction.instances < self.min_instances:
+            return False
+        if self.max_instances is not None and prediction.instances > self.max_instances:
+            return False
+        if self.profiles_allowed is not None and any(
+            p.name not in self.profiles_allowed for p in prediction.layout_obj.profiles
+        ):
+            return False
+        if self.max_p99_ms is not None:
+            return prediction.worst_p99_ms is not None and prediction.worst_p99_ms <= self.max_p99_ms
+        return True
+
+
+def _count(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"{name} must be a whole number of at least 1 (or None), got {value!r}")
+    return value
+
+
+def check_constraints(
+    gpu: Any, *, min_instances: object = None, max_instances: object = None,
+    profiles_allowed: object = None, max_p99_ms: object = None,
+) -> Constraints:
+    """The constraints, each checked: counts, profile names of `gpu`, a positive latency."""
+    allowed = None
+    if profiles_allowed is not None:
+        names = profiles_allowed.split(",") if isinstance(profiles_allowed, str) else profiles_allowed
+        if not isinstance(names, Iterable) or not all(isinstance(n, str) and n.strip() for n in names):
+            raise SettingsError(
+                f"profiles_allowed must list MIG profile names such as '2g.20gb,1g.10gb', got {profiles_allowed!r}"
+            )
+        allowed = tuple(gpu.profile(n.strip()).name for n in names)  # UnknownProfileError names the known ones
+    if max_p99_ms is not None and (
+        isinstance(max_p99_ms, bool) or not isinstance(max_p99_ms, (int, float)) or not max_p99_ms > 0
+    ):
+        raise SettingsError(f"max_p99_ms must be a positive number of milliseconds (or None), got {max_p99_ms!r}")
+    return Constraints(
+        min_instances=_count("min_instances", min_instances),
+        max_instances=_count("max_instances", max_instances),
+        profiles_allowed=allowed,
+        max_p99_ms=None if max_p99_ms is None else float(max_p99_ms),
+    )
+
+
+def _rank_key(objective: str) -> Any:
+    """Best first; among equals, layouts predicted from fewer inferred profiles first."""
+
+    def inferred(p: Prediction) -> int:
+        return sum(" as " in s for s in p.sources)
+
+    if objective == "throughput":
+        return lambda p: (-p.total, inferred(p), p.layout)
+    if objective == "instances":
+        return lambda p: (-p.instances, -p.total, inferred(p), p.layout)
+    if objective == "capacity":
+        return lambda p: (-(p.capacity or 0.0), inferred(p), p.layout)
+    return lambda p: (p.worst_p99_ms, -p.total, inferred(p), p.layout)
+
+
+@attrs.frozen(kw_only=True)
+class Advice:
+    """The ranking of every valid layout under the constraints, and the winner's config."""
+
+    gpu: str
+    benchmark: str
+    loadgen_scenario: str
+    unit: str
+    objective: str
+    constraints: Constraints
+    considered: int  # the registry's count of valid layouts
+    predicted: int
+    ranking: tuple[Prediction, ...]
+    skipped: Mapping[str, str]  # layout -> why it could not be predicted
+    placements: tuple[str, ...]
+    mig_parted: str
+    labels: tuple[str, ...]
+    validation: tuple[dict[str, Any], ...] = ()
+    top: int = 5
+
+    @property
+    def winner(self) -> Prediction:
+        return self.ranking[0]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [p.row(k) for k, p in enumerate(self.ranking[: self.top], 1)]
+
+    def columns(self) -> list[str]:
+        columns = ["rank", "layout", "instances", "predicted total", "worst p99 ms"]
+        if self.objective == "capacity":
+            columns.append("capacity")
+        return [*columns, "from"]
+
+    def title(self) -> str:
+        return (
+            f"advisor: {self.benchmark} {self.loadgen_scenario} (LoadGen scenario) on {self.gpu}, "
+            f"objective {self.objective} ({OBJECTIVES[self.objective]}), constraints: {self.constraints.text()}"
+        )
+
+    def notes(self) -> list[str]:
+        notes = [
+            f"{self.considered} valid layouts of {self.gpu} considered (the registry's enumeration), "
+            f"{self.predicted} predicted, {len(self.ranking)} meet the constraints; throughput in {self.unit}",
+            "predicted total ± the instances' 95% half-widths added up; 'in layout': the profile's "
+            "rate inside full layouts (interference included), 'alone': its rate alone, 'as P': not "
+            "measured, inferred from profile P with the same compute slices",
+            f"winner's placements: {', '.join(self.placements)}",
+        ]
+        if self.skipped:
+            notes.append(f"{len(self.skipped)} layout(s) not predicted: {next(iter(self.skipped.values()))}")
+        return notes + [f"note: {label}" for label in self.labels]
+
+    def validation_rows(self) -> list[dict[str, Any]]:
+        return list(self.validation)
+
+    VALIDATION_COLUMNS = ("MIG scenario", "layout", "predicted", "measured", "error")
+
+    def validation_text(self) -> list[str]:
+        if not self.validation:
+            return ["validation: no multi-instance layout was measured next to single-profile layouts"]
+        return [
+            "validation: multi-instance layouts predicted from the single-profile layouts alone "
+            "(no interference), against their measured mean totals:",
+            text_table(self.validation_rows(), self.VALIDATION_COLUMNS),
+        ]
+
+    def table(self) -> str:
+        return "\n".join(
+            [self.title(), text_table(self.rows(), self.columns()), *self.notes(), *self.validation_text(),
+             "mig-parted config of the winner:", self.mig_parted.rstrip()]
+        )
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_markdown(self) -> str:
+        notes = "\n".join(f"- {n}" for n in self.notes())
+        return f"**{self.title()}**\n\n{markdown_table(self.rows(), self.columns())}\n\n{notes}\n"
+
+    def _repr_html_(self) -> str:
+        from mlperf_mig.runner.results import html_table
+
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes())
+        return f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), self.columns())}<ul>{notes}</ul>"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "benchmark": self.benchmark,
+            "objective": self.objective,
+            "constraints": attrs.asdict(self.constraints),
+            "considered": self.considered,
+            "predicted": self.predicted,
+            "ranking": [p.row(k) | {"total": p.total, "half": p.half} for k, p in enumerate(self.ranking, 1)],
+            "placements": list(self.placements),
+            "mig_parted": self.mig_parted,
+            "labels": list(self.labels),
+            "validation": list(self.validation),
+        }
+
+
+def validate(measurements: Measurements, gpu: Any) -> tuple[dict[str, Any], ...]:
+    """Each measured multi-instance layout predicted from single-profile layouts alone, against
+    its measured mean total; the error in percent."""
+    from mlperf_mig import registry
+
+    estimator = Estimator(measurements, gpu, alone_only=True)
+    rows = []
+    for text, totals in measurements.measured.items():
+        layout = registry.parse_layout(gpu, text)
+        if len(layout.profiles) < 2 or not totals:
+            continue
+        prediction = estimator.predict(layout)
+        if isinstance(prediction, str):
+            continue
+        measured = sum(totals) / len(totals)
+        rows.append(
+            {
+                "MIG scenario": measurements.scenarios.get(text),
+                "layout": text,
+                "predicted": prediction.total,
+                "measured": measured,
+                "error": f"{prediction.total / measured - 1:+.1%}",
+            }
+        )
+    return tuple(rows)
+
+
+def advise_from(
+    measurements: Measurements,
+    *,
+    objective: str = "throughput",
+    constraints: Constraints | None = None,
+    top: int = 5,
+) -> Advice:
+    """Rank every valid layout of the measurements' GPU by `objective` under `constraints`."""
+    from mlperf_mig import registry
+
+    if objective not in OBJECTIVES:
+        raise SettingsError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise SettingsError(f"top must be a whole number of at least 1, got {top!r}")
+    if not any(m.alone or m.isolated for m in measurements.profiles.values()):
+        raise SettingsError(
+            f"the measurements of {measurements.gpu} hold no single-profile layout (one instance "
+            "alone); the advisor predicts from them: run `mlperf-mig sweep --scenarios 1-5` (or with --isolation)"
+        )
+    gpu = registry.default_catalog().get(measurements.gpu)
+    constraints = constraints or Constraints()
+    if objective == "capacity" and not any(m.capacity for m in measurements.profiles.values()):
+        raise SettingsError(
+            "objective 'capacity' needs Server capacity measurements; run `mlperf-mig capacity` "
+            "per profile first, or pick objective throughput"
+        )
+    estimator = Estimator(measurements, gpu)
+    layouts = registry.valid_layouts(gpu)
+    predictions, skipped = [], {}
+    for layout in layouts:
+        prediction = estimator.predict(layout)
+        if isinstance(prediction, str):
+            skipped[str(layout)] = prediction
+        else:
+            predictions.append(prediction)
+    allowed = [p for p in predictions if constraints.allows(p)]
+    if objective == "capacity":
+        allowed = [p for p in allowed if p.capacity is not None]
+    if objective == "p99":
+        allowed = [p for p in allowed if p.worst_p99_ms is not None]
+    if not allowed:
+        raise SettingsError(
+            f"no valid layout of {gpu.name} meets the constraints ({constraints.text()}): "
+            f"{len(layouts)} considered, {len(predictions)} predicted; relax a constraint"
+        )
+    ranking = tuple(sorted(allowed, key=_rank_key(objective)))
+    winner = ranking[0].layout_obj
+    plan = registry.creation_plan(winner)
+    placements = tuple(f"{p.profile.name}@{p.start}" for p in plan.placements)
+    labels = list(measurements.labels)
+    if measurements.emulated:
+        labels = [EMULATED_ADVICE, *(label for label in labels if label != EMULATED_LABEL)]
+    return Advice(
+        gpu=gpu.name, benchmark=measurements.benchmark, loadgen_scenario=measurements.loadgen_scenario,
+        unit=measurements.unit, objective=objective, constraints=constraints, considered=len(layouts),
+        predicted=len(predictions), ranking=ranking, skipped=skipped, placements=placements,
+        mig_parted=plan.mig_parted_config(), labels=tuple(labels), validation=validate(measurements, gpu),
+        top=top,
+    )

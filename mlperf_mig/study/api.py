@@ -1,0 +1,76 @@
+"""`advise` (exported as `mlperf_mig.advise`): which valid layout of a GPU to create."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TextIO
+
+from mlperf_mig.errors import SettingsError
+from mlperf_mig.study.advisor import Advice, advise_from, check_constraints, measurements_from
+
+PathArg = str | os.PathLike[str]
+
+
+def advise(
+    benchmark: str | None = None,
+    gpu: str | None = None,
+    objective: str = "throughput",
+    *,
+    from_dir: PathArg | None = None,
+    min_instances: int | None = None,
+    max_instances: int | None = None,
+    profiles_allowed: Sequence[str] | str | None = None,
+    max_p99_ms: float | None = None,
+    top: int = 5,
+    outdir: PathArg | None = None,
+    variant: str = "full",
+    backend: str = "auto",
+    preset: str = "quick",
+    repeats: int = 1,
+    progress: bool | TextIO = True,
+) -> Advice:
+    """Rank every valid MIG layout of the GPU for `benchmark` by `objective`.
+
+    from_dir:         a sweep, repeated-run or run folder to read the per-profile measurements
+                      from; without it the study's layouts 1-8 are measured first (a sweep into
+                      `outdir` with `variant`, `backend`, `preset`, `repeats`, no accuracy run).
+    objective:        "throughput" (total), "instances", "capacity" (Server) or "p99" (worst).
+    min_instances, max_instances, profiles_allowed, max_p99_ms: constraints on the layouts.
+    top:              how many layouts the table shows.
+    The validation (each measured multi-instance layout predicted from the single-profile ones,
+    with the error in percent) comes with the answer. Emulated measurements give emulated advice.
+    """
+    from mlperf_mig import registry
+
+    if from_dir is None:
+        from mlperf_mig.runner.api import sweep
+
+        report = sweep(
+            range(1, 9), benchmark=benchmark or "resnet50", gpu=gpu, outdir=outdir, variant=variant,
+            backend=backend, preset=preset, repeats=repeats, accuracy=False, progress=progress,
+        )
+        layouts = list(report.layouts)
+    else:
+        from mlperf_mig.runner.sweep import load_report
+
+        report = load_report(from_dir)
+        layouts = list(report.layouts) if hasattr(report, "layouts") else [report]
+    first = layouts[0].runs[0] if hasattr(layouts[0], "alone") else layouts[0]
+    if benchmark is not None and benchmark != first.benchmark:
+        raise SettingsError(
+            f"{os.fspath(from_dir)!r} holds {first.benchmark} runs, not {benchmark}; pass a folder of "
+            f"{benchmark} runs or leave benchmark out"
+        )
+    if gpu is not None and registry.default_catalog().get(gpu).name != first.gpu:
+        raise SettingsError(
+            f"the runs were made on {first.gpu}, not {gpu}; the advisor predicts the GPU it has "
+            "measurements of: leave gpu out or measure that GPU"
+        )
+    board = registry.default_catalog().get(first.gpu)
+    constraints = check_constraints(
+        board, min_instances=min_instances, max_instances=max_instances,
+        profiles_allowed=profiles_allowed, max_p99_ms=max_p99_ms,
+    )
+    measurements = measurements_from(layouts, board.compute_slices)
+    return advise_from(measurements, objective=objective, constraints=constraints, top=top)
