@@ -25,11 +25,12 @@ _API = {
     "SweepResult": "mlperf_mig.runner.sweep",
     "RepeatedRun": "mlperf_mig.runner.repeats",
     "advise": "mlperf_mig.study.api",
+    "capacity": "mlperf_mig.study.capacity",
 }
 
 __all__ = [
-    "InstanceRun", "RepeatedRun", "RunPlan", "RunResult", "SweepResult", "advise", "aggregate", "plan",
-    "run", "sweep",
+    "InstanceRun", "RepeatedRun", "RunPlan", "RunResult", "SweepResult", "advise", "aggregate",
+    "capacity", "plan", "run", "sweep",
 ]
 
 

@@ -15,6 +15,7 @@ import attrs
 from mlperf_mig._io import check_output_path, claim_folder
 from mlperf_mig.cluster.connect import cluster_scope
 from mlperf_mig.errors import SettingsError
+from mlperf_mig.runner.capacity_cache import with_cached_capacity
 from mlperf_mig.runner.options import RunOptions, check_progress
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
@@ -155,8 +156,10 @@ def run(
 
     check_progress(progress)
     options = _options(locals())
-    with cluster_scope(options.cluster):  # one cluster session from planning to the last round
+    # one cluster session from planning to the last round, torn down on SIGTERM too
+    with stop_signals(), cluster_scope(options.cluster):
         the_plan = make_plan(options)
+        options, the_plan = with_cached_capacity(options, the_plan)
         base = check_baseline(baseline, the_plan)
         if options.studied:
             return _study(the_plan, options, progress=progress, baseline=base)

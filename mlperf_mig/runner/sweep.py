@@ -21,6 +21,7 @@ import attrs
 from mlperf_mig._io import atomic_write_json, claim_folder
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
+from mlperf_mig.runner.capacity_cache import plan_capacities, with_cached_capacity
 from mlperf_mig.runner.chart import chart_bar, save_chart
 from mlperf_mig.runner.options import RunOptions, check_scenario
 from mlperf_mig.runner.overall import OverallProgress, rounds_of
@@ -66,6 +67,8 @@ class SweepResult:
     runs: tuple[RunResult, ...] = attrs.field(converter=tuple)
     outdir: str
     studies: tuple[RepeatedRun, ...] = attrs.field(default=(), converter=tuple)
+    # Server sweeps: profile -> cached Server capacity (QPS) of `mlperf-mig capacity`
+    capacities: dict[str, float] = attrs.field(factory=dict)
     resumed: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     chart_png: str | None = None
     chart_svg: str | None = None
@@ -80,11 +83,22 @@ class SweepResult:
         """One entry per layout: its study when repeated, else its run."""
         return self.studies or self.runs
 
+    def capacity_of(self, layout: RunResult | RepeatedRun) -> float | None:
+        """The layout's Server capacity: the sum of its instances' (None: one is not known)."""
+        instances = (layout.runs[0] if isinstance(layout, RepeatedRun) else layout).instances
+        values = [self.capacities.get(i.profile) for i in instances]
+        return None if not values or None in values else sum(values)  # type: ignore[arg-type]
+
     def rows(self) -> list[dict[str, Any]]:
-        return [layout.summary_row() for layout in self.layouts]
+        rows = [layout.summary_row() for layout in self.layouts]
+        if self.capacities:
+            for row, layout in zip(rows, self.layouts):
+                row["capacity QPS (sum)"] = self.capacity_of(layout)
+        return rows
 
     def columns(self) -> tuple[str, ...]:
-        return _STUDY_COLUMNS if self.studies else _COLUMNS
+        columns = _STUDY_COLUMNS if self.studies else _COLUMNS
+        return (*columns, "capacity QPS (sum)") if self.capacities else columns
 
     def _notes(self) -> list[str]:
         notes = []
@@ -104,6 +118,12 @@ class SweepResult:
             )
             if any(study.isolation for study in self.studies):
                 notes.append("isolation: see each layout's report (mlperf-mig report LAYOUT_DIR)")
+        if self.capacities:
+            known = ", ".join(f"{p} {q:,.1f}" for p, q in sorted(self.capacities.items()))
+            notes.append(
+                f"capacity QPS (sum): the instances' cached Server capacities added up ({known}); "
+                "a shared inference service's measure; '-' where a profile has none (mlperf-mig capacity)"
+            )
         if self.resumed:
             notes.append(f"resumed from disk: {', '.join(self.resumed)}")
         if self.chart_png:
@@ -154,6 +174,7 @@ class SweepResult:
         return {
             "runs": [os.path.relpath(run.outdir, self.outdir) for run in self.runs],
             "studies": [os.path.relpath(study.outdir, self.outdir) for study in self.studies],
+            "capacities": dict(self.capacities),
             "outdir": self.outdir,
             "resumed": list(self.resumed),
             "chart_png": self.chart_png,
@@ -181,6 +202,7 @@ class SweepResult:
         return cls(
             runs=runs,
             studies=[RepeatedRun.load(path / sub) for sub in study_folders],
+            capacities=dict(data.get("capacities", {})),
             outdir=str(path),
             resumed=data.get("resumed", ()),
             chart_png=data.get("chart_png"),
@@ -288,8 +310,9 @@ def run_sweep(
     bar = OverallProgress(sum(rounds_of(j) for j in jobs), progress=progress, description="sweep")
     try:
         with claim_folder(folder, refuse=None):
+            capacities = {p: q for plan in plans for p, q in plan_capacities(plan, options.cache_dir).items()}
             if options.studied:
-                return _run_studies(plans, options, folder, resume, chart, progress, bar)
+                return _run_studies(plans, options, folder, resume, chart, progress, bar, capacities)
             runs: list[RunResult] = []
             resumed: list[str] = []
             for plan in plans:
@@ -304,14 +327,16 @@ def run_sweep(
                 with claim_folder(sub, refuse=None):
                     runs.append(bar.run(plan.layout, plan, lambda p: execute(p, progress=progress)))
             runs = _with_baseline(runs)
-            return _finish(SweepResult(runs=runs, outdir=str(folder), resumed=resumed), chart)
+            return _finish(
+                SweepResult(runs=runs, outdir=str(folder), resumed=resumed, capacities=capacities), chart
+            )
     finally:
         bar.close()
 
 
 def _run_studies(
     plans: Sequence[RunPlan], options: RunOptions, folder: Path, resume: bool, chart: bool,
-    progress: bool | TextIO, bar: OverallProgress,
+    progress: bool | TextIO, bar: OverallProgress, capacities: dict[str, float],
 ) -> SweepResult:
     from mlperf_mig.runner.execute import execute
 
@@ -328,7 +353,8 @@ def _run_studies(
     ]
     runs = [run for study in studies for run in study.runs]
     return _finish(
-        SweepResult(runs=runs, studies=studies, outdir=str(folder), resumed=resumed), chart
+        SweepResult(runs=runs, studies=studies, outdir=str(folder), resumed=resumed, capacities=capacities),
+        chart,
     )
 
 
@@ -355,7 +381,8 @@ def plan_sweep(scenarios: Iterable[ScenarioSpec], options: RunOptions, folder: P
     plans: list[RunPlan] = []
     seen: dict[str, ScenarioSpec] = {}
     for spec in specs:
-        plan = make_plan(attrs.evolve(options, scenario=spec, outdir=str(folder / layout_folder(spec))))
+        layout_options = attrs.evolve(options, scenario=spec, outdir=str(folder / layout_folder(spec)))
+        _, plan = with_cached_capacity(layout_options, make_plan(layout_options))
         if plan.layout in seen:
             raise SettingsError(
                 f"scenarios lists the MIG layout {plan.layout} twice ({seen[plan.layout]!r} and "

@@ -69,9 +69,11 @@ def _runs_of(layout: Any) -> list[Any]:
     return list(layout.runs) if hasattr(layout, "alone") else [layout]
 
 
-def measurements_from(layouts: Sequence[Any], compute_slices: int) -> Measurements:
+def measurements_from(
+    layouts: Sequence[Any], compute_slices: int, capacities: Mapping[str, float] | None = None
+) -> Measurements:
     """Measurements from runs and repeated runs (one entry per layout, as a sweep has them);
-    `compute_slices` is the GPU's, to tell full layouts."""
+    `compute_slices` is the GPU's, to tell full layouts; `capacities`: profile -> Server QPS."""
     if not layouts:
         raise SettingsError("the advisor got no runs; pass a folder written by mlperf-mig run or sweep")
     samples: dict[str, dict[str, list[float]]] = {}
@@ -107,8 +109,11 @@ def measurements_from(layouts: Sequence[Any], compute_slices: int) -> Measuremen
                     add(profile, "isolated", run.instances[0].throughput)
                     add(profile, "p99_alone", result_p99_ms(run.instances[0].performance))
     first = _runs_of(layouts[0])[0]
+    capacities = dict(capacities or {})
     profiles = {
-        name: ProfileMeasure(profile=name, **{k: tuple(v) for k, v in values.items()})
+        name: ProfileMeasure(
+            profile=name, capacity=capacities.get(name), **{k: tuple(v) for k, v in values.items()}
+        )
         for name, values in samples.items()
     }
     return Measurements(

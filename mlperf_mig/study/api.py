@@ -72,5 +72,5 @@ def advise(
         board, min_instances=min_instances, max_instances=max_instances,
         profiles_allowed=profiles_allowed, max_p99_ms=max_p99_ms,
     )
-    measurements = measurements_from(layouts, board.compute_slices)
+    measurements = measurements_from(layouts, board.compute_slices, getattr(report, "capacities", None))
     return advise_from(measurements, objective=objective, constraints=constraints, top=top)

@@ -1,4 +1,5 @@
-"""The advise sub-command: which valid MIG layout to create, from measurements on disk."""
+"""The advise and capacity sub-commands: which valid MIG layout to create; a profile's Server
+capacity."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ EXIT_OK = 0
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register `advise` on the `mlperf-mig` parser."""
+    """Register `advise` and `capacity` on the `mlperf-mig` parser."""
+    _capacity_command(subparsers)
     parser = subparsers.add_parser(
         "advise", help="rank every valid MIG layout of the GPU from per-profile measurements"
     )
@@ -44,3 +46,43 @@ def _advise(args: argparse.Namespace) -> int:
     )
     print(json.dumps(advice.to_dict(), indent=2) if args.json else advice.table())
     return EXIT_OK
+
+
+def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
+    from mlperf_mig._cli_args import add_settings_option
+
+    parser = subparsers.add_parser(
+        "capacity", help="the highest Server target QPS of one instance of a profile within the latency bound"
+    )
+    parser.add_argument("--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)")
+    parser.add_argument("--profile", default="1g.10gb", help="the MIG profile (default 1g.10gb)")
+    parser.add_argument("--gpu", default=None, help="GPU to emulate without a GPU (default A100-SXM4-80GB)")
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--precision", default=None)
+    parser.add_argument("--preset", default="quick")
+    parser.add_argument("--variant", default="full", choices=("full", "tiny"))
+    parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
+    parser.add_argument("--low-qps", type=float, default=None, metavar="QPS",
+                        help="first target; a failure there is an error (default: a quarter of an Offline run)")
+    parser.add_argument("--probe-ms", type=int, default=2000, help="min_duration of each probe (default 2000)")
+    parser.add_argument("--confirm-ms", type=int, default=None, help="min_duration of the confirming run (default: the preset's)")
+    parser.add_argument("--tolerance", type=float, default=0.1, help="bracket width at which to stop (default 0.1)")
+    parser.add_argument("--max-steps", type=int, default=12, help="most probes (default 12)")
+    add_settings_option(parser)
+    parser.add_argument("--outdir", default=None, help="folder of the search's runs")
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(handler=_capacity)
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    from mlperf_mig._cli_args import parse_overrides
+    from mlperf_mig.study.capacity import capacity
+
+    result = capacity(
+        args.benchmark, args.profile, args.gpu, backend=args.backend, precision=args.precision,
+        preset=args.preset, variant=args.variant, emulate=args.emulate, low_qps=args.low_qps,
+        probe_ms=args.probe_ms, confirm_ms=args.confirm_ms, tolerance=args.tolerance,
+        max_steps=args.max_steps, settings=parse_overrides(args.set), outdir=args.outdir, progress=False,
+    )
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
+    return EXIT_OK if not result.partial else 1

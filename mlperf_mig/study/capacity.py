@@ -1,0 +1,249 @@
+"""Server capacity of one MIG profile: the highest target QPS that stays within the latency bound.
+
+A bracketing search over short Server runs of one instance of the profile (the rest of the GPU
+idle): from a starting target (a quarter of a short Offline run's throughput, or `low_qps`) the
+target doubles while a probe passes and is then bisected (geometric means) until the bracket is
+within `tolerance`. A probe passes when its p99 latency is within the benchmark's Server bound
+and LoadGen logged no error; a short probe cannot satisfy LoadGen's early-stopping and duration
+rules, so its own verdict is not used. The answer is then confirmed by one run of the chosen
+length (`confirm_ms`, default the preset's) judged by LoadGen's full verdict; if that run is
+INVALID the target steps down by the tolerance and is confirmed again (twice at most). A search
+that cannot close the bracket or confirm its answer returns a labelled partial answer. The result
+is cached (runner/capacity_cache.py) so that later Server runs use it as their target.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from mlperf_mig._table import text_table
+from mlperf_mig.errors import SettingsError
+from mlperf_mig.runner.capacity_cache import plan_key, store_capacity
+from mlperf_mig.runner.results import EMULATED_LABEL
+
+log = logging.getLogger(__name__)
+
+PathArg = str | os.PathLike[str]
+CONFIRM_TRIES = 3
+
+
+@attrs.frozen(kw_only=True)
+class Probe:
+    """One Server run of the search."""
+
+    target_qps: float
+    passed: bool
+    p99_ms: float | None
+    bound_ms: float | None
+    reasons: tuple[str, ...]
+    folder: str
+    confirm: bool = False
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "run": "confirm" if self.confirm else "probe",
+            "target QPS": self.target_qps,
+            "p99 ms": self.p99_ms,
+            "bound ms": self.bound_ms,
+            "verdict": "pass" if self.passed else "fail",
+            "why": "; ".join(self.reasons) or None,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class CapacityResult:
+    """The Server capacity of one profile, the runs it rests on, and whether it is complete."""
+
+    benchmark: str
+    profile: str
+    gpu: str
+    emulated: bool
+    backend: str
+    qps: float
+    confirmed: bool
+    bracket_closed: bool
+    probes: tuple[Probe, ...]
+    outdir: str
+    key: str
+
+    @property
+    def partial(self) -> bool:
+        return not (self.confirmed and self.bracket_closed)
+
+    def labels(self) -> list[str]:
+        labels = []
+        if not self.bracket_closed:
+            labels.append("PARTIAL: every probe passed; the capacity is at least this (raise max_steps)")
+        if not self.confirmed:
+            labels.append("PARTIAL: the confirming run was INVALID at every step down; not confirmed")
+        if self.emulated:
+            labels.append(EMULATED_LABEL)
+        return labels
+
+    def title(self) -> str:
+        where = f"{self.gpu} [emulated]" if self.emulated else self.gpu
+        return (
+            f"Server capacity of {self.profile} on {where}, {self.benchmark}, backend {self.backend}: "
+            f"{self.qps:,.1f} QPS"
+        )
+
+    def table(self) -> str:
+        columns = ["run", "target QPS", "p99 ms", "bound ms", "verdict", "why"]
+        return "\n".join(
+            [self.title(), text_table([p.row() for p in self.probes], columns),
+             f"cached as {self.key!r}; later Server runs of {self.profile} layouts use it as their target",
+             *(f"note: {label}" for label in self.labels())]
+        )
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["labels"] = self.labels()
+        return data
+
+
+def _probe(run: Any, target: float, *, confirm: bool) -> Probe:
+    from mlperf_mig.runner.results import result_p99_ms
+
+    instance = run.instances[0]
+    result = instance.performance
+    p99 = result_p99_ms(result)
+    bound_ns = None if result is None else result.effective_settings.get("target_latency_ns")
+    bound = None if not bound_ns else bound_ns / 1e6
+    if confirm:
+        passed = run.ok and run.all_valid
+        reasons = () if result is None else tuple(result.invalid_reasons)
+    else:
+        errors = () if result is None else (result.error,) if result.error else ()
+        passed = run.ok and not errors and p99 is not None and bound is not None and p99 <= bound
+        reasons = errors if errors else (() if passed else (f"p99 {p99} ms over the bound" if p99 else "no latency",))
+    if not run.ok:
+        reasons = (instance.error or "the run failed",)
+    return Probe(target_qps=target, passed=passed, p99_ms=p99, bound_ms=bound, reasons=reasons,
+                 folder=run.outdir, confirm=confirm)
+
+
+def _positive(name: str, value: object, *, integer: bool = False) -> None:
+    if value is None:
+        return
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
+        raise SettingsError(f"{name} must be a positive {'whole ' if integer else ''}number, got {value!r}")
+
+
+def capacity(
+    benchmark: str = "resnet50",
+    profile: str = "1g.10gb",
+    gpu: str | None = None,
+    *,
+    backend: str = "auto",
+    precision: str | None = None,
+    preset: str = "quick",
+    variant: str = "full",
+    emulate: bool = False,
+    low_qps: float | None = None,
+    probe_ms: int = 2000,
+    confirm_ms: int | None = None,
+    tolerance: float = 0.1,
+    max_steps: int = 12,
+    settings: dict[str, float] | None = None,
+    outdir: PathArg | None = None,
+    cache_dir: PathArg | None = None,
+    progress: bool | TextIO = False,
+) -> CapacityResult:
+    """The highest Server target QPS of one instance of `profile` that stays within the
+    benchmark's latency bound (see the module's description of the search).
+
+    low_qps:     the first target; a probe that fails there is an error (no lower target is
+                 tried). Default: a quarter of a short Offline run's throughput.
+    probe_ms:    min_duration of each probe; confirm_ms: of the confirming run (default: the
+                 preset's). tolerance: the bracket's relative width at which bisection stops.
+    settings:    further LoadGen settings for every run (e.g. a different target_latency).
+    Runs go to `outdir`/probe-<k>/ and confirm-<k>/; the answer is cached in the engine cache.
+    """
+    from mlperf_mig.runner.api import plan as plan_of
+    from mlperf_mig.runner.api import run
+    from mlperf_mig.runner.plan import default_outdir
+
+    for name, value in (("low_qps", low_qps), ("tolerance", tolerance)):
+        _positive(name, value)
+    for name, value in (("probe_ms", probe_ms), ("confirm_ms", confirm_ms), ("max_steps", max_steps)):
+        _positive(name, value, integer=True)
+    root = Path(outdir) if outdir is not None else default_outdir("capacity")
+    common = {
+        "benchmark": benchmark, "gpu": gpu, "backend": backend, "precision": precision, "preset": preset,
+        "variant": variant, "emulate": emulate, "accuracy": False, "cache_dir": cache_dir, "progress": progress,
+    }
+    extra = dict(settings or {})
+    probes: list[Probe] = []
+
+    def server(target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
+        overrides = {**extra, "target_qps": target, **({"min_duration": duration} if duration else {})}
+        result = run([profile], loadgen_scenario="Server", outdir=root / folder, settings=overrides, **common)
+        probe = _probe(result, target, confirm=confirm)
+        probes.append(probe)
+        log.info("capacity %s: %s %.4g QPS -> %s", profile, folder, target, "pass" if probe.passed else "fail")
+        return probe
+
+    if low_qps is None:
+        offline = run([profile], loadgen_scenario="Offline", outdir=root / "offline", **common)
+        if offline.total_throughput is None:
+            raise SettingsError(
+                f"the Offline run that sizes the search on {profile} measured nothing "
+                f"({offline.outdir}); pass low_qps"
+            )
+        start = offline.total_throughput / 4
+    else:
+        start = float(low_qps)
+    first = server(start, "probe-1", probe_ms, confirm=False)
+    if not first.passed:
+        raise SettingsError(
+            f"capacity search: the lowest target, {start:.4g} QPS, already fails on {profile} "
+            f"(p99 {first.p99_ms} ms, bound {first.bound_ms} ms; {'; '.join(first.reasons)}); "
+            "pass a lower low_qps (--low-qps)"
+        )
+    low, high = start, None
+    while len(probes) < max_steps and high is None:
+        target = low * 2
+        if server(target, f"probe-{len(probes) + 1}", probe_ms, confirm=False).passed:
+            low = target
+        else:
+            high = target
+    while high is not None and high / low > 1 + tolerance and len(probes) < max_steps:
+        target = math.sqrt(low * high)
+        if server(target, f"probe-{len(probes) + 1}", probe_ms, confirm=False).passed:
+            low = target
+        else:
+            high = target
+    closed = high is not None and high / low <= 1 + tolerance
+    confirmed = False
+    for k in range(1, CONFIRM_TRIES + 1):
+        if server(low, f"confirm-{k}", confirm_ms, confirm=True).passed:
+            confirmed = True
+            break
+        if k < CONFIRM_TRIES:
+            low /= 1 + tolerance
+    the_plan = plan_of([profile], loadgen_scenario="Server", **{k: v for k, v in common.items() if k != "progress"})
+    key = plan_key(the_plan, profile)
+    result = CapacityResult(
+        benchmark=the_plan.benchmark, profile=profile, gpu=the_plan.gpu, emulated=the_plan.target.emulated,
+        backend=the_plan.backend, qps=low, confirmed=confirmed, bracket_closed=closed, probes=tuple(probes),
+        outdir=str(root), key=key,
+    )
+    if confirmed:
+        store_capacity(
+            key,
+            {"qps": low, "bracket_closed": closed, "folder": str(root),
+             "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")},
+            cache_dir,
+        )
+    return result
