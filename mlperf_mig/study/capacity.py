@@ -1,8 +1,8 @@
 """Server capacity of one MIG profile: the highest target QPS that stays within the latency bound.
 
 A bracketing search over short Server runs of one instance of the profile (the rest of the GPU
-idle): from a starting target (a quarter of a short Offline run's throughput, or `low_qps`) the
-target doubles while a probe passes and is then bisected (geometric means) until the bracket is
+idle): from a starting target (a quarter of a short Offline run's throughput, halved while it
+fails, or `low_qps`, where a failure ends the search) the target doubles while a probe passes and is then bisected (geometric means) until the bracket is
 within `tolerance`. A probe passes when its p99 latency is within the benchmark's Server bound
 and LoadGen logged no error; a short probe cannot satisfy LoadGen's early-stopping and duration
 rules, so its own verdict is not used. The answer is then confirmed by one run of the chosen
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 PathArg = str | os.PathLike[str]
 CONFIRM_TRIES = 3
+START_HALVINGS = 4
 
 
 @attrs.frozen(kw_only=True)
@@ -204,14 +205,22 @@ def capacity(
         start = offline.total_throughput / 4
     else:
         start = float(low_qps)
-    first = server(start, "probe-1", probe_ms, confirm=False)
-    if not first.passed:
-        raise SettingsError(
-            f"capacity search: the lowest target, {start:.4g} QPS, already fails on {profile} "
-            f"(p99 {first.p99_ms} ms, bound {first.bound_ms} ms; {'; '.join(first.reasons)}); "
-            "pass a lower low_qps (--low-qps)"
-        )
-    low, high = start, None
+    # a derived start may be too high: halve it (a few times); a start given by the caller is
+    # the lowest target they accept, so a failure there ends the search
+    halvings = 0 if low_qps is not None else START_HALVINGS
+    high = None
+    while True:
+        first = server(start, f"probe-{len(probes) + 1}", probe_ms, confirm=False)
+        if first.passed:
+            break
+        if halvings == 0 or len(probes) >= max_steps:
+            raise SettingsError(
+                f"capacity search: the lowest target, {start:.4g} QPS, already fails on {profile} "
+                f"(p99 {first.p99_ms} ms, bound {first.bound_ms} ms; {'; '.join(first.reasons)}); "
+                "pass a lower low_qps (--low-qps)"
+            )
+        high, start, halvings = start, start / 2, halvings - 1
+    low = start
     while len(probes) < max_steps and high is None:
         target = low * 2
         if server(target, f"probe-{len(probes) + 1}", probe_ms, confirm=False).passed:
