@@ -100,6 +100,8 @@ class SampleLibrary:
 
     def slots(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Rows of the loaded samples `indices`; raises when one is not loaded."""
+        if isinstance(indices, list):  # LoadGen's: fromiter reads a list of ints 2x faster
+            indices = np.fromiter(indices, dtype=np.int64, count=len(indices))
         rows = self._slots[np.asarray(indices, dtype=np.int64)]
         if rows.size and rows.min() < 0:
             raise DatasetError("LoadGen issued a sample that is not loaded")

@@ -26,23 +26,31 @@ from mlperf_mig.harness.sut import (
 )
 
 
+class Response:
+    """LoadGen's QuerySampleResponse: id, data (address) and size, all writable."""
+
+    def __init__(self, qid: int, ptr: int, size: int) -> None:
+        self.id, self.data, self.size = qid, ptr, size
+
+
 class RecordingLoadGen:
     """Records QuerySamplesComplete calls as (id, payload bytes) pairs.
 
-    Like LoadGen, a response holds only the id, address and size; the payload bytes are read
-    when QuerySamplesComplete is called, so a buffer reused before then shows here as on LoadGen.
+    Like LoadGen, a response holds only the id, address and size; ids and payload bytes are read
+    when QuerySamplesComplete is called, so a response or buffer reused before then shows here
+    as on LoadGen.
     """
 
     def __init__(self) -> None:
         self.calls: list[list[tuple[int, bytes]]] = []
         self.lock = threading.Lock()
 
-    def QuerySampleResponse(self, qid: int, ptr: int, size: int) -> tuple[int, int, int]:
-        return qid, ptr, size
+    def QuerySampleResponse(self, qid: int, ptr: int, size: int) -> Response:
+        return Response(qid, ptr, size)
 
-    def QuerySamplesComplete(self, responses: list[tuple[int, int, int]]) -> None:
+    def QuerySamplesComplete(self, responses: list[Response]) -> None:
         with self.lock:
-            self.calls.append([(qid, _read(ptr, size)) for qid, ptr, size in responses])
+            self.calls.append([(r.id, _read(r.data, r.size)) for r in responses])
 
     def completed_ids(self) -> list[int]:
         return sorted(qid for call in self.calls for qid, _ in call)
@@ -147,7 +155,12 @@ CAPACITY = 40
 
 
 def _known_answer_runner(
-    benchmark: Benchmark, lg: RecordingLoadGen, *, batch_size: int, completion_samples: int = 0
+    benchmark: Benchmark,
+    lg: RecordingLoadGen,
+    *,
+    batch_size: int,
+    completion_samples: int = 0,
+    backend: KnownAnswerBackend | None = None,
 ) -> tuple[BatchRunner, list[int]]:
     """A runner over the known-answer backend; returns it and the loaded sample indices."""
     source = SyntheticSource(benchmark=benchmark, total_count=TOTAL, performance_count=CAPACITY)
@@ -156,7 +169,7 @@ def _known_answer_runner(
     library.load(loaded, source)
     runner = BatchRunner(
         lg=lg,
-        backend=KnownAnswerBackend(benchmark),
+        backend=backend or KnownAnswerBackend(benchmark),
         library=library,
         batch_size=batch_size,
         completion_samples=completion_samples,
@@ -170,16 +183,22 @@ def _query(loaded: list[int], count: int, seed: int) -> tuple[list[int], list[in
     return [10_000 + 7 * k for k in range(count)], indices
 
 
-def _assert_known_answers(
-    lg: RecordingLoadGen, benchmark: Benchmark, ids: list[int], indices: list[int]
-) -> None:
-    """Every id was completed once, with the payload of its own sample."""
+def _expected_answers(benchmark: Benchmark, indices: list[int]) -> dict[int, bytes]:
+    """The known-answer payload of each sample index."""
     source = SyntheticSource(benchmark=benchmark, total_count=TOTAL, performance_count=CAPACITY)
     expected = {}
     for index in set(indices):
         sample = {layout.name: np.empty((1, *layout.shape), layout.dtype) for layout in input_layouts(benchmark)}
         source.fill([index], sample)
         expected[index] = expected_payload(benchmark, {name: array[0] for name, array in sample.items()})
+    return expected
+
+
+def _assert_known_answers(
+    lg: RecordingLoadGen, benchmark: Benchmark, ids: list[int], indices: list[int]
+) -> None:
+    """Every id was completed once, with the payload of its own sample."""
+    expected = _expected_answers(benchmark, indices)
     completed = [response for call in lg.calls for response in call]
     assert sorted(qid for qid, _ in completed) == sorted(ids)
     answers = dict(completed)
@@ -203,6 +222,35 @@ def test_offline_answers_survive_the_completion_batch(
     _assert_known_answers(lg, benchmark, ids, indices)
     # 73 batches of 7 fill the 512-sample staging buffer (511), twice, then 78 are left
     assert [len(call) for call in lg.calls] == [511, 511, 78]
+
+
+class FailsOnceBackend(KnownAnswerBackend):
+    """The known-answer backend, raising on its second batch only."""
+
+    calls = 0
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("device lost")
+        return super().run(feeds)
+
+
+def test_failed_batch_leaves_staged_answers_intact() -> None:
+    """A batch that fails between staged ones is completed without data; the others keep their
+    own answers."""
+    lg = RecordingLoadGen()
+    runner, loaded = _known_answer_runner(
+        RESNET50, lg, batch_size=7, completion_samples=64, backend=FailsOnceBackend(RESNET50)
+    )
+    ids, indices = _query(loaded, 40, seed=4)
+    InlineSUT(runner, offline=True).issue(ids, indices)
+    completed = [response for call in lg.calls for response in call]
+    assert sorted(qid for qid, _ in completed) == sorted(ids)
+    failed = [qid for qid, data in completed if data == b""]
+    assert len(failed) == 7 and runner.failed_samples == 7
+    expected, answers = _expected_answers(RESNET50, indices), dict(completed)
+    assert all(answers[q] == expected[i] for q, i in zip(ids, indices) if q not in failed)
 
 
 @pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
