@@ -49,7 +49,18 @@ def score(
     With synthetic data there is no ground truth (value None); with synthetic weights the value
     is computed but not meaningful. Either way `passed` is None and `note` says why.
     """
-    entries = first_answers(read_accuracy_log(log_dir))
+    return score_entries(benchmark, source, read_accuracy_log(log_dir), weights_synthetic=weights_synthetic)
+
+
+def score_entries(
+    benchmark: Benchmark,
+    source: SampleSource,
+    logged: Sequence[tuple[int, bytes]],
+    *,
+    weights_synthetic: bool,
+) -> AccuracyReport:
+    """`score` of the (sample index, payload) records given: each sample's first answer counts."""
+    entries = first_answers(logged)
     metric, target = benchmark.accuracy_metric, benchmark.accuracy_target
     if source.synthetic:
         note = "synthetic data: there is no ground truth, so accuracy is not meaningful"

@@ -28,6 +28,7 @@ from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import DeviceReport
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness import accuracy, datasets
+from mlperf_mig.harness.compliance import audit_config_text
 from mlperf_mig.harness.logs import parse_detail_log
 from mlperf_mig.harness.result import (
     LOADGEN_OFFLINE_ADVICE,
@@ -174,7 +175,10 @@ class LoadGenTest:
         count = self.performance_count if performance_count is None else performance_count
         lg_qsl = lg.ConstructQSL(self.source.total_count, count, load_samples, unload)
         try:
-            with serving if serving is not None else contextlib.nullcontext():
+            with (
+                serving if serving is not None else contextlib.nullcontext(),
+                audit_config(self.task.audit, self._audit_path),
+            ):
                 logger.info(
                     "StartTest %s %s %s",
                     self.task.benchmark,
@@ -198,9 +202,9 @@ class LoadGenTest:
         """Resolve the settings, write `<outdir>/user.conf` and load LoadGen's TestSettings from
         it in the task's mode."""
         self._resolved = self.settings.resolve(calibrated_target)
-        self._conf_path = atomic_write_text(
-            Path(self.task.outdir) / "user.conf", self._resolved.conf_text()
-        )
+        # an audit keeps its user.conf with its logs: <outdir>/user.conf is the performance run's
+        folder = self.task.log_dir if self.task.audit else Path(self.task.outdir)
+        self._conf_path = atomic_write_text(folder / "user.conf", self._resolved.conf_text())
         test_settings = load_test_settings(self._conf_path, self._resolved, lg)
         test_settings.mode = (
             lg.TestMode.AccuracyOnly
@@ -230,6 +234,21 @@ def running(start: Callable[[], None], stop: Callable[[], None]) -> Iterator[Non
         yield
     finally:
         stop()
+
+
+@contextlib.contextmanager
+def audit_config(audit: str | None, path: Path | None) -> Iterator[None]:
+    """Write the audit's audit.config where LoadGen reads it for the test, and remove it however
+    the test ends, so that no later test is silently altered (trap 6)."""
+    if audit is None:
+        yield
+        return
+    assert path is not None
+    atomic_write_text(path, audit_config_text(audit))
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def prepare_folders(task: InstanceTask) -> Path:

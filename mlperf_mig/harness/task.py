@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
 
 MODES = ("performance", "accuracy")
+AUDITS = ("TEST01", "TEST04")  # the compliance audits of ResNet50 and BERT (harness/compliance.py)
 
 
 def _benchmark_name(value: str) -> str:
@@ -35,6 +36,13 @@ def _mode(instance: object, attribute: attrs.Attribute, value: str) -> None:
         raise SettingsError(f"mode {value!r} is not one of {', '.join(MODES)}")
 
 
+def _audit(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is not None and value not in AUDITS:
+        raise SettingsError(f"audit {value!r} is not one of {', '.join(AUDITS)} (or None)")
+    if value is not None and instance.mode != "performance":  # type: ignore[attr-defined]
+        raise SettingsError(f"audit {value} is a performance-mode test; got mode {instance.mode!r}")
+
+
 def _positive(instance: object, attribute: attrs.Attribute, value: int | None) -> None:
     check_positive(attribute.name, value)
 
@@ -47,7 +55,8 @@ class InstanceTask:
     for the null backend. `dataset` is an ImageNet validation folder (with val_map.txt) for
     ResNet50 or a SQuAD v1.1 dev json (or its folder) for BERT; None means synthetic samples.
     `outdir` is the instance's folder: the logs go to `<outdir>/<mode>/`, the user.conf to
-    `<outdir>/user.conf`.
+    `<outdir>/user.conf`. `audit` ("TEST01", "TEST04") makes the test a compliance audit: its
+    audit.config, logs and user.conf go to `<outdir>/<audit>/` (see harness/compliance.py).
     """
 
     benchmark: str = attrs.field(converter=_benchmark_name)
@@ -66,7 +75,8 @@ class InstanceTask:
     batch_size: int | None = attrs.field(default=None, validator=_positive)
     batch_window_ms: float | None = None
     seed: int = 0
+    audit: str | None = attrs.field(default=None, validator=_audit)
 
     @property
     def log_dir(self) -> Path:
-        return Path(self.outdir) / self.mode
+        return Path(self.outdir) / (self.audit or self.mode)

@@ -45,6 +45,8 @@ _OPTIONS_DOC = """
     shared:           time-share a GPU without MIG between the instances (labelled shared).
     emulate:          emulate the partitions on the CPU even with a GPU.
     accuracy:         run the accuracy test after the performance test.
+    compliance:       then run the compliance audits (ResNet50 TEST01 and TEST04, BERT TEST01),
+                      each a fresh LoadGen test verified against the performance and accuracy runs.
     settings:         LoadGen settings in user.conf keys and units, {"min_duration": 5000}.
     user_conf:        a user.conf file with LoadGen settings.
     dataset, vocab:   ImageNet val folder or SQuAD dev json (and BERT's vocab.txt); default synthetic.
@@ -82,6 +84,7 @@ def plan(
     shared: bool = False,
     emulate: bool = False,
     accuracy: bool = True,
+    compliance: bool = False,
     settings: Mapping[str, float] | None = None,
     user_conf: PathArg | None = None,
     dataset: PathArg | None = None,
@@ -118,6 +121,7 @@ def run(
     shared: bool = False,
     emulate: bool = False,
     accuracy: bool = True,
+    compliance: bool = False,
     settings: Mapping[str, float] | None = None,
     user_conf: PathArg | None = None,
     dataset: PathArg | None = None,
@@ -222,6 +226,7 @@ def sweep(
     shared: bool = False,
     emulate: bool = False,
     accuracy: bool = True,
+    compliance: bool = False,
     settings: Mapping[str, float] | None = None,
     user_conf: PathArg | None = None,
     dataset: PathArg | None = None,

@@ -1,7 +1,8 @@
 """Sub-commands of the runner: run, plan, sweep, report, aggregate.
 
 Thin over the notebook API. Progress goes to stderr, the final table to stdout. Exit codes:
-0 every worker finished, 1 a worker crashed, raised or hung (its row says which), 2 bad input
+0 every worker finished, 1 a worker crashed, raised or hung, or a compliance audit failed (its
+row says which), 2 bad input
 (one line, from mlperf_mig.cli), 130 interrupted.
 """
 
@@ -69,6 +70,8 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
                         help="on a GPU without MIG, let the instances time-share it (labelled shared)")
     parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
     parser.add_argument("--no-accuracy", action="store_true", help="skip the accuracy run")
+    parser.add_argument("--compliance", action="store_true",
+                        help="then run the compliance audits (TEST01, TEST04 for resnet50); a failed audit exits 1")
     add_settings_option(parser)
     parser.add_argument("--user-conf", default=None, help="a user.conf file with LoadGen settings")
     parser.add_argument("--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)")
@@ -120,6 +123,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "shared": args.shared,
         "emulate": args.emulate,
         "accuracy": not args.no_accuracy,
+        "compliance": args.compliance,
         "settings": parse_overrides(args.set),
         "user_conf": args.user_conf,
         "dataset": args.dataset,
@@ -195,7 +199,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
         print(f"results: {Path(result.outdir) / 'repeats.json'}", file=sys.stderr)
-    return EXIT_OK if result.ok else EXIT_FAILED
+    audit_failed = isinstance(result, RunResult) and result.compliance_passed is False
+    return EXIT_OK if result.ok and not audit_failed else EXIT_FAILED
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -340,7 +340,16 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
             accuracy, interrupted = _round(
                 plan, outdir, specs, "accuracy", passed, stream, checkpoint("accuracy")
             )
+    verdicts: dict[str, Any] = {}
+    if plan.compliance and not interrupted:
+        verdicts, interrupted = _compliance(plan, outdir, specs, names, performance, accuracy, stream)
     result = _assemble(plan, specs, performance, accuracy, interrupted, started_at, time.monotonic() - began)
+    if verdicts:
+        result = attrs.evolve(
+            result,
+            instances=[attrs.evolve(i, compliance=verdicts.get(i.name, ())) for i in result.instances],
+            layout_compliance=verdicts.get(LAYOUT_FOLDER, ()),
+        )
     if baseline is not None:
         base, source = _given_baseline(baseline, plan)
     elif plan.target.scenario == 1:
@@ -352,6 +361,31 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     if interrupted:
         raise KeyboardInterrupt
     return result
+
+
+def _compliance(
+    plan: RunPlan,
+    outdir: Path,
+    specs: Mapping[str, Any],
+    names: list[str],
+    performance: Mapping[str, WorkerOutcome],
+    accuracy: Mapping[str, WorkerOutcome],
+    stream: TextIO | None,
+) -> tuple[dict[str, Any], bool]:
+    """The audit rounds after the accuracy round (runner/audits.py): of each instance whose
+    performance and accuracy runs finished, or of the layout; the others' audits are not run."""
+    from mlperf_mig.runner.audits import not_run, run_audits
+
+    folders = [LAYOUT_FOLDER] if plan.mode == "unified" else names
+    ready = [f for f in folders if f in performance and performance[f].ok and f in accuracy and accuracy[f].ok]
+    verdicts, interrupted = run_audits(
+        plan, outdir, lambda audit, which: _round(plan, outdir, specs, audit, which, stream),
+        names if ready and plan.mode == "unified" else ready, ready,
+    )  # fmt: skip
+    for folder in folders:
+        if folder not in ready and not interrupted:
+            verdicts[folder] = not_run(plan, outdir, folder, "its performance or accuracy run did not finish")
+    return verdicts, interrupted
 
 
 def _round(

@@ -93,24 +93,45 @@ class SupervisedRound:
 
 
 def instance_task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: Any, threads: int | None, profile: str | None) -> Any:
+    """The harness task of one instance in a round; `mode` is "performance", "accuracy" or an
+    audit ("TEST01", "TEST04": a performance-mode test with its audit.config)."""
     from mlperf_mig.harness import InstanceTask, SettingsSpec
+    from mlperf_mig.harness.task import AUDITS
 
+    audit = mode if mode in AUDITS else None
+    overrides, user_conf = plan.overrides, plan.user_conf
+    performance_conf = outdir / name / USER_CONF
+    if audit is not None and performance_conf.is_file():
+        # An audit is compared with its performance run, so it runs with the values that run
+        # resolved (measured target included); they travel in the task, to cluster nodes too.
+        # A unified run's serving instances have no user.conf and run no LoadGen test.
+        overrides, user_conf = _resolved_values(plan, performance_conf), None
     return InstanceTask(
         benchmark=plan.benchmark,
         loadgen_scenario=plan.loadgen_scenario,
         outdir=str(outdir / name),
-        mode=mode,
+        mode="performance" if audit else mode,
+        audit=audit,
         engine=engine,
         cache_dir=plan.cache_dir,
         threads=threads,
         settings=SettingsSpec(
-            preset=plan.preset, overrides=plan.overrides, user_conf=plan.user_conf, profile=profile
+            preset=plan.preset, overrides=overrides, user_conf=user_conf, profile=profile
         ),
         dataset=plan.dataset,
         vocab=plan.vocab,
         sample_count=plan.sample_count,
         batch_size=plan.batch_size,
     )
+
+
+def _resolved_values(plan: RunPlan, conf: Path) -> tuple[tuple[str, float], ...]:
+    """The values of the user.conf a performance run wrote (all of its settings, resolved)."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.settings import read_user_conf
+
+    model = get_benchmark(plan.benchmark).conf_model_name
+    return tuple(read_user_conf(conf, model, plan.loadgen_scenario).items())
 
 
 def instance_env(slot: Any) -> dict[str, str]:

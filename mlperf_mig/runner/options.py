@@ -217,6 +217,7 @@ class RunOptions:
     shared: bool = attrs.field(default=False, validator=_flag)
     emulate: bool = attrs.field(default=False, validator=_flag)
     accuracy: bool = attrs.field(default=True, validator=_flag)
+    compliance: bool = attrs.field(default=False, validator=_flag)
     settings: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_settings)
     user_conf: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
     dataset: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)

@@ -81,6 +81,7 @@ class RunPlan:
     worker_target: str | None  # None: the harness (independent) or unified.serve_instance
     timeouts: Timeouts
     expected_s: float
+    compliance: bool = False  # the compliance audits run after the accuracy round
 
     @property
     def slots(self) -> tuple[InstanceSlot, ...]:
@@ -146,7 +147,8 @@ class RunPlan:
             f"{self.layout} on {self.gpu} ({self.target.kind}), {self.mode} mode",
             f"backend {self.backend}, variant {self.variant}, precision "
             f"{self.precision or 'backend default'}, preset {self.preset}, accuracy run "
-            f"{'yes' if self.accuracy else 'no'}, about {self.expected_s:.0f} s per LoadGen test",
+            f"{'yes' if self.accuracy else 'no'}{', compliance audits' if self.compliance else ''}, "
+            f"about {self.expected_s:.0f} s per LoadGen test",
             f"engines to build or reuse: {', '.join(e.key for e in self.engines) or 'none (null backend)'}",
             f"output folder: {self.outdir}",
         ]
@@ -186,6 +188,7 @@ class RunPlan:
             "preset": self.preset,
             "overrides": dict(self.overrides),
             "accuracy": self.accuracy,
+            "compliance": self.compliance,
             "outdir": self.outdir,
             "settings_key": self.settings_key,
             "instances": [
@@ -312,6 +315,11 @@ def make_plan(options: RunOptions) -> RunPlan:
         model_path=options.model_path,
     )
     _check_run_input(target, options, benchmark=bench, loadgen_scenario=lg_scenario)
+    if options.compliance and not options.accuracy:
+        raise SettingsError(
+            "compliance=True needs the accuracy run (TEST01 compares its responses with the "
+            "accuracy run's); drop accuracy=False / --no-accuracy"
+        )
     overrides = options.settings
     expected = expected_seconds(bench, lg_scenario, options.preset, dict(overrides))
     timeout_s = options.timeout_s
@@ -341,6 +349,7 @@ def make_plan(options: RunOptions) -> RunPlan:
         worker_target=options.worker_target,
         timeouts=Timeouts(ready_s=timeout_s or READY_TIMEOUT_S, run_s=run_s),
         expected_s=expected,
+        compliance=options.compliance,
     )
 
 

@@ -23,6 +23,7 @@ from mlperf_mig._table import cell_text, markdown_table, text_table
 from mlperf_mig.errors import OutputDirError
 
 if TYPE_CHECKING:
+    from mlperf_mig.harness.compliance import AuditVerdict
     from mlperf_mig.harness.result import InstanceResult
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,17 @@ def accuracy_cell(result: Any) -> str | None:
     return f"{report.metric} {value}{verdict} ({report.basis})"
 
 
+def _verdicts_from(data: Sequence[Mapping[str, Any]] | None) -> tuple[AuditVerdict, ...]:
+    from mlperf_mig.harness.compliance import AuditVerdict
+
+    return tuple(AuditVerdict.from_dict(v) for v in data or ())
+
+
+def compliance_cell(verdicts: Sequence[AuditVerdict]) -> str | None:
+    """Each audit's verdict: 'TEST01 PASS (+0.4%); TEST04 FAIL: <why>' (None: no audits)."""
+    return "; ".join(v.summary() for v in verdicts) or None
+
+
 def result_p99_ms(result: Any) -> float | None:
     if result is None:
         return None
@@ -124,6 +136,7 @@ class InstanceRun:
     performance: InstanceResult | None = None
     accuracy: InstanceResult | None = None  # of the accuracy run
     dispatched_samples: int | None = None
+    compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def ok(self) -> bool:
@@ -143,6 +156,7 @@ class InstanceRun:
         data["cpus"] = None if self.cpus is None else list(self.cpus)
         data["performance"] = _result_to(self.performance)
         data["accuracy"] = _result_to(self.accuracy)
+        data["compliance"] = [v.to_dict() for v in self.compliance]
         return data
 
     @classmethod
@@ -150,6 +164,7 @@ class InstanceRun:
         fields = dict(data)
         fields["performance"] = _result_from(fields.get("performance"))
         fields["accuracy"] = _result_from(fields.get("accuracy"))
+        fields["compliance"] = _verdicts_from(fields.get("compliance"))
         return cls(**fields)
 
     def row(self) -> dict[str, Any]:
@@ -165,6 +180,7 @@ class InstanceRun:
             "share": self.dispatched_samples,
             "p99 ms": result_p99_ms(self.performance),
             "accuracy": accuracy_cell(self.accuracy),
+            "compliance": compliance_cell(self.compliance),
             "error": self.error or self.accuracy_error or result_error(self.performance, self.accuracy),
         }
 
@@ -213,6 +229,8 @@ class RunResult:
     hosts: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     # a run across Ray nodes: {"cluster", "nodes", "grouping", "start_skew_ms"}; None: one host
     cluster: dict[str, Any] | None = None
+    # unified mode: the layout's compliance audits (independent mode: each InstanceRun's)
+    layout_compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
 
     # --- aggregate -----------------------------------------------------------------------------
     @property
@@ -261,6 +279,17 @@ class RunResult:
         ]
         return all(r is not None and (r.valid or r.invalid_by_design) for r in results)
 
+    @property
+    def audits(self) -> tuple[AuditVerdict, ...]:
+        """Every compliance verdict of the run (the layout's, then each instance's)."""
+        return (*self.layout_compliance, *(v for i in self.instances for v in i.compliance))
+
+    @property
+    def compliance_passed(self) -> bool | None:
+        """Whether every compliance audit passed; None when none ran."""
+        audits = self.audits
+        return all(v.passed for v in audits) if audits else None
+
     def _all_valid_word(self) -> str:
         if self.all_valid:
             return "yes"
@@ -291,6 +320,11 @@ class RunResult:
             labels.append(BY_DESIGN_LABEL)
         if self.synthetic_weights or self.synthetic_data:
             labels.append("synthetic weights/data: accuracy is not meaningful")
+        if any(v.short for v in self.audits):
+            labels.append(
+                "compliance '(short)': quick-preset audits, shorter than the official 10-minute "
+                "runs; preset='submission' runs them in full"
+            )
         if self.interrupted:
             labels.append("INTERRUPTED: incomplete")
         return labels
@@ -328,6 +362,7 @@ class RunResult:
                 "throughput": self.total_throughput,
                 "p99 ms": result_p99_ms(self.layout_result),
                 "accuracy": accuracy_cell(self.layout_accuracy),
+                "compliance": compliance_cell(self.layout_compliance),
                 "error": self.layout_error or result_error(self.layout_result, self.layout_accuracy),
             }
         )
@@ -342,6 +377,8 @@ class RunResult:
         rows = self.instance_rows()
         if any(r.get("accuracy") for r in rows):
             columns.append("accuracy")
+        if any(r.get("compliance") for r in rows):
+            columns.append("compliance")
         if any(r.get("error") for r in rows):
             columns.append("error")
         return columns
@@ -397,6 +434,7 @@ class RunResult:
         data["hosts"] = list(self.hosts)
         data["layout_result"] = _result_to(self.layout_result)
         data["layout_accuracy"] = _result_to(self.layout_accuracy)
+        data["layout_compliance"] = [v.to_dict() for v in self.layout_compliance]
         return {
             "schema": SCHEMA,
             **data,
@@ -405,6 +443,7 @@ class RunResult:
                 "unit": self.throughput_unit,
                 "all_valid": self.all_valid,
                 "change_vs_baseline": self.change_vs_baseline,
+                "compliance_passed": self.compliance_passed,
                 "labels": self.labels(),
             },
         }
@@ -415,6 +454,7 @@ class RunResult:
         fields["instances"] = [InstanceRun.from_dict(i) for i in fields["instances"]]
         fields["layout_result"] = _result_from(fields.get("layout_result"))
         fields["layout_accuracy"] = _result_from(fields.get("layout_accuracy"))
+        fields["layout_compliance"] = _verdicts_from(fields.get("layout_compliance"))
         return cls(**fields)
 
     def to_json(self) -> str:

@@ -1,0 +1,404 @@
+"""Compliance audits (reference/mlperf.md section 5): the audit.config of TEST01 and TEST04, and
+their verification in our code, written as the verify_*.txt files the MLCommons checker reads.
+
+An audit is a performance-mode LoadGen test of its own (a fresh process) whose audit.config
+LoadGen reads at StartTest (loadgen_test.py writes it into the audit's log folder and removes it
+afterwards). The audit's logs, user.conf and verify files live in `<instance>/<audit>/`, next to
+the instance's `performance/` and `accuracy/` folders it is compared with:
+- TEST01 (ResNet50, BERT) logs a sample of the responses of a performance run. Pass: each sampled
+  response equals the accuracy run's response for the same sample (compared by SHA-256 of the
+  payloads); where some differ, the accuracy metric on the sampled set must agree within 1% (the
+  checker's delta for 99% targets); and the audit's score is within 10% of the performance run's.
+- TEST04 (ResNet50) issues one sample over and over, which a cache would answer without running
+  the model. Pass: the audit is not more than 10% faster than the performance run.
+Scores and bands are the reference scripts' (compliance/TEST01/verify_performance.py,
+compliance/TEST04/verify_performance.py): 20% for stream scenarios under their latency limits.
+A quick-preset audit is short (its Offline query holds seconds of work, like the quick
+performance run): its verdict says so, and validity is not asked of its logs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mlperf_mig._io import atomic_write_text
+from mlperf_mig.benchmark import Benchmark, get_benchmark
+from mlperf_mig.errors import DatasetError
+from mlperf_mig.harness.accuracy import first_answers, score_entries
+from mlperf_mig.harness.logs import parse_detail_log, read_accuracy_log
+from mlperf_mig.harness.result import AccuracyReport
+from mlperf_mig.harness.samples import SampleSource
+from mlperf_mig.harness.task import AUDITS
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_AUDITS = {"resnet50": ("TEST01", "TEST04"), "bert": ("TEST01",)}
+VERIFY_ACCURACY = "verify_accuracy.txt"
+VERIFY_PERFORMANCE = "verify_performance.txt"
+AUDIT_FOUND = "Found Audit Config file"  # LoadGen's warning when it read an audit.config
+PASS_LINE = "TEST PASS"
+BAND = 0.10
+STREAM_BAND = 0.20
+ACCURACY_DELTA_PERCENT = 1.0  # the checker's delta for 99% accuracy targets (0.1 for 99.9%)
+
+# The audit.config values (compliance/TEST01/<model>/audit.config, compliance/TEST04/audit.config).
+# LoadGen applies audit.config lines with model "*" only, so every key is `*.*.key`.
+AUDIT_VALUES: dict[str, dict[str, int]] = {
+    "TEST01": {
+        "mode": 2,
+        "accuracy_log_rng_seed": 720381539243781796,
+        "accuracy_log_sampling_target": 4096,
+    },
+    "TEST04": {
+        "mode": 2,
+        "performance_issue_unique": 0,
+        "performance_issue_same": 1,
+        "performance_issue_same_index": 3,
+    },
+}
+# What an audit's detail log must show it ran with (its `effective_*` records).
+AUDIT_EFFECTIVE: dict[str, dict[str, Any]] = {
+    "TEST01": {"accuracy_log_rng_seed": 720381539243781796, "accuracy_log_sampling_target": 4096},
+    "TEST04": {
+        "performance_issue_unique": False,
+        "performance_issue_same": True,
+        "performance_issue_same_index": 3,
+    },
+}
+# The score of each LoadGen scenario in the reference scripts (a latency for the stream ones).
+SCORE_KEYS = {
+    "Offline": "result_samples_per_second",
+    "Server": "result_completed_samples_per_sec",
+    "SingleStream": "early_stopping_latency_ss",
+    "MultiStream": "early_stopping_latency_ms",
+}
+# Stream scenarios get the wider band at or under these (TEST01: latency in ns; TEST04: its
+# summary's 1e9 / latency), as in the reference scripts.
+STREAM_LIMITS = {"SingleStream": 200_000, "MultiStream": 1_600_000}
+
+
+def required_audits(benchmark: str) -> tuple[str, ...]:
+    """The audits a closed-division result of `benchmark` needs: ResNet50 TEST01 and TEST04;
+    BERT TEST01 (TEST04 exempts inputs of variable cost)."""
+    return REQUIRED_AUDITS[get_benchmark(benchmark).name]
+
+
+def audit_config_text(audit: str) -> str:
+    """The audit.config of `audit`, in LoadGen's `model.Scenario.key = value` format."""
+    values = AUDIT_VALUES[audit]
+    return "".join(f"*.*.{key} = {value}\n" for key, value in values.items())
+
+
+def audit_setting_problems(audit: str, records: Mapping[str, Any]) -> list[str]:
+    """Why a detail log does not show `audit`'s settings (empty when it does)."""
+    problems = []
+    if not any(AUDIT_FOUND in w for w in records.get("warnings", ())):
+        problems.append("LoadGen did not log that it read an audit.config")
+    for key, expected in AUDIT_EFFECTIVE[audit].items():
+        value = records.get(f"effective_{key}")
+        if value != expected:
+            problems.append(f"effective_{key} is {value!r}, expected {expected!r}")
+    return problems
+
+
+@attrs.frozen(kw_only=True)
+class AuditVerdict:
+    """One audit's verdict and the numbers it rests on (plain data, to_dict / from_dict).
+
+    `reference_score` / `test_score`: the performance run's and the audit's score in
+    `score_unit`; `band`: the allowed relative difference. TEST01 also has the payload comparison
+    (`sampled` responses in the audit log, `matched` found in the accuracy run, `mismatched` of
+    those different) and, where payloads differ, the accuracy metric of both on the sampled set.
+    `short`: a quick-preset audit, shorter than the official 10-minute run.
+    """
+
+    audit: str
+    passed: bool
+    reason: str  # why it failed, one line; "" when it passed
+    short: bool
+    log_dir: str
+    reference_score: float | None = None
+    test_score: float | None = None
+    score_unit: str = ""
+    band: float = BAND
+    performance_passed: bool | None = None
+    accuracy_passed: bool | None = None  # TEST01 only
+    sampled: int = 0
+    matched: int = 0
+    mismatched: int = 0
+    baseline_accuracy: AccuracyReport | None = None
+    compliance_accuracy: AccuracyReport | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self, recurse=False)
+        for name in ("baseline_accuracy", "compliance_accuracy"):
+            report = getattr(self, name)
+            data[name] = None if report is None else report.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AuditVerdict:
+        fields = dict(data)
+        for name in ("baseline_accuracy", "compliance_accuracy"):
+            if fields.get(name) is not None:
+                fields[name] = AccuracyReport.from_dict(fields[name])
+        return cls(**fields)
+
+    @property
+    def change(self) -> float | None:
+        """The audit's score against the performance run's (0.05 = 5% higher)."""
+        if not self.reference_score or self.test_score is None:
+            return None
+        return self.test_score / self.reference_score - 1.0
+
+    def summary(self) -> str:
+        """One cell: 'TEST04 PASS (+1.2%)', 'TEST01 FAIL: <reason>'; '(short)' for quick audits."""
+        short = " (short)" if self.short else ""
+        if not self.passed:
+            return f"{self.audit} FAIL{short}: {self.reason}"
+        change = self.change
+        return f"{self.audit} PASS{short}" + ("" if change is None else f" ({change:+.1%})")
+
+    def performance_text(self) -> str:
+        """verify_performance.txt, in the reference script's words (the checker reads TEST PASS)."""
+        lines = ["Verifying performance."]
+        if self.short:
+            lines.append("Note: a short audit of the quick preset, not the official 10-minute run")
+        if self.reference_score is not None and self.test_score is not None:
+            lines += [f"reference score = {self.reference_score}", f"test score = {self.test_score}"]
+        if self.performance_passed:
+            lines.append(PASS_LINE)
+        else:
+            lines.append(f"TEST FAIL: {self._performance_reason()}")
+        return "\n".join(lines) + "\n"
+
+    def accuracy_text(self) -> str:
+        """verify_accuracy.txt of TEST01 (the checker looks for a line `TEST PASS`)."""
+        lines = [
+            "Verifying accuracy.",
+            f"num_perf_log_entries = {self.sampled}",
+            f"num_perf_log_qsl_idx_match = {self.matched}",
+            f"num_perf_log_data_mismatch = {self.mismatched}",
+            f"num_missing_qsl_idxs = {self.sampled - self.matched}",
+        ]
+        if self.baseline_accuracy is not None and self.compliance_accuracy is not None:
+            lines.append(
+                f"payloads differ: accuracy on the sampled set {self.baseline_accuracy.summary()} "
+                f"(accuracy run) vs {self.compliance_accuracy.summary()} (audit)"
+            )
+        lines.append(PASS_LINE if self.accuracy_passed else f"TEST FAIL: {self.reason}")
+        return "\n".join(lines) + "\n"
+
+    def _performance_reason(self) -> str:
+        return self.reason if self.performance_passed is False else "not checked"
+
+    def write_files(self, folder: str | os.PathLike[str]) -> None:
+        """Write verify_performance.txt (and TEST01's verify_accuracy.txt) into `folder`."""
+        folder = Path(folder)
+        atomic_write_text(folder / VERIFY_PERFORMANCE, self.performance_text())
+        if self.audit == "TEST01":
+            atomic_write_text(folder / VERIFY_ACCURACY, self.accuracy_text())
+
+
+def failed_verdict(audit: str, log_dir: str | os.PathLike[str], reason: str, *, short: bool) -> AuditVerdict:
+    """The verdict of an audit that did not produce what it is judged by (a crash, no logs)."""
+    return AuditVerdict(
+        audit=audit, passed=False, reason=reason, short=short, log_dir=os.fspath(log_dir),
+        performance_passed=False, accuracy_passed=False if audit == "TEST01" else None,
+    )  # fmt: skip
+
+
+# --- performance -------------------------------------------------------------------------------
+@attrs.frozen
+class _Scores:
+    reference: float
+    test: float
+    unit: str
+    band: float
+    passed: bool
+    reason: str
+
+
+def compare_performance(
+    audit: str, reference: Mapping[str, Any], test: Mapping[str, Any], loadgen_scenario: str,
+    *, short: bool,
+) -> _Scores | str:
+    """The reference scripts' comparison of the audit's detail-log records with the performance
+    run's, or why it cannot be made."""
+    key = SCORE_KEYS[loadgen_scenario]
+    if not short:
+        for name, records in (("performance run", reference), ("audit", test)):
+            if records.get("result_validity") != "VALID":
+                return f"the {name} is INVALID (the reference script refuses invalid results)"
+    try:
+        ref, value = float(reference[key]), float(test[key])
+    except (KeyError, TypeError, ValueError):
+        return f"no {key} in the performance run's or the audit's detail log"
+    if loadgen_scenario == "Server" and reference.get("effective_target_latency_ns") != test.get(
+        "effective_target_latency_ns"
+    ):
+        return "the Server target latency of the audit differs from the performance run's"
+    latency = loadgen_scenario in STREAM_LIMITS
+    if audit == "TEST04" and latency:
+        ref, value = 1e9 / ref, 1e9 / value  # TEST04 scores a latency as its inverse
+        latency = False
+    limit = STREAM_LIMITS.get(loadgen_scenario)
+    band = STREAM_BAND if limit is not None and ref <= limit else BAND
+    unit = "ns (latency)" if latency else "samples/s"
+    if audit == "TEST04":
+        passed = value < ref * (1 + band)
+        reason = "" if passed else (
+            f"{value / ref - 1:+.1%} faster than the performance run (at most {band:.0%} allowed): "
+            "a repeated sample is answered faster, as a cache would"
+        )
+    else:
+        passed = ref * (1 - band) <= value <= ref * (1 + band)
+        reason = "" if passed else (
+            f"score {value / ref - 1:+.1%} off the performance run's (within {band:.0%} allowed)"
+        )
+    return _Scores(ref, value, unit, band, passed, reason)
+
+
+# --- TEST01 accuracy ---------------------------------------------------------------------------
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def compare_payloads(
+    accuracy_entries: Sequence[tuple[int, bytes]], audit_entries: Sequence[tuple[int, bytes]]
+) -> tuple[int, int, list[int]]:
+    """(sampled, matched, indices whose payload differs): every audit record against the
+    accuracy run's first answer for its sample, by SHA-256 of the payloads."""
+    expected = {index: _digest(data) for index, data in first_answers(accuracy_entries).items()}
+    matched, differing = 0, []
+    for index, data in audit_entries:
+        if index not in expected:
+            continue
+        matched += 1
+        if _digest(data) != expected[index]:
+            differing.append(index)
+    return len(audit_entries), matched, differing
+
+
+def _subset(entries: Sequence[tuple[int, bytes]], indices: set[int]) -> list[tuple[int, bytes]]:
+    return [(i, d) for i, d in first_answers(entries).items() if i in indices]
+
+
+def _metric_fallback(
+    benchmark: Benchmark,
+    source: SampleSource,
+    accuracy_entries: Sequence[tuple[int, bytes]],
+    audit_entries: Sequence[tuple[int, bytes]],
+    differing: list[int],
+    matched: int,
+) -> tuple[bool, str, AccuracyReport | None, AccuracyReport | None]:
+    """Payloads differ: the accuracy metric of both runs on the sampled set must agree."""
+    sampled = {i for i, _ in audit_entries} & {i for i, _ in accuracy_entries}
+    baseline = score_entries(benchmark, source, _subset(accuracy_entries, sampled), weights_synthetic=False)
+    audited = score_entries(benchmark, source, _subset(audit_entries, sampled), weights_synthetic=False)
+    what = f"payloads differ on {len(differing)} of {matched} sampled samples"
+    if baseline.value is None or audited.value is None:
+        return False, f"{what}, and synthetic data has no accuracy metric to compare them by", None, None
+    if not audited.value:
+        return False, f"{what}, and the audit's accuracy on them is 0", baseline, audited
+    delta = abs(1 - baseline.value / audited.value) * 100
+    if delta <= ACCURACY_DELTA_PERCENT:
+        return True, "", baseline, audited
+    reason = (
+        f"{what}; their {baseline.metric} differs by {delta:.2f}% "
+        f"(at most {ACCURACY_DELTA_PERCENT}% allowed)"
+    )
+    return False, reason, baseline, audited
+
+
+# --- the verdict -------------------------------------------------------------------------------
+def verify_audit(
+    audit: str,
+    instance_dir: str | os.PathLike[str],
+    *,
+    benchmark: str,
+    loadgen_scenario: str,
+    short: bool,
+    open_source: Callable[[], SampleSource] | None = None,
+) -> AuditVerdict:
+    """Verify the audit logged in `<instance_dir>/<audit>/` against `<instance_dir>/performance/`
+    (and, for TEST01, `<instance_dir>/accuracy/`); write its verify files there and return its
+    verdict. `open_source()` gives the samples, opened only when TEST01's payloads differ (their
+    accuracy metric is then compared)."""
+    if audit not in AUDITS:
+        raise ValueError(f"unknown audit {audit!r}")
+    folder = Path(instance_dir)
+    log_dir = folder / audit
+    try:
+        reference = parse_detail_log(folder / "performance")
+        test = parse_detail_log(log_dir)
+    except DatasetError as exc:
+        return failed_verdict(audit, log_dir, str(exc), short=short)
+    problems = audit_setting_problems(audit, test)
+    if problems:
+        verdict = failed_verdict(audit, log_dir, "audit settings not in its log: " + "; ".join(problems), short=short)
+        verdict.write_files(log_dir)
+        return verdict
+    scores = compare_performance(audit, reference, test, loadgen_scenario, short=short)
+    if isinstance(scores, str):
+        verdict = failed_verdict(audit, log_dir, scores, short=short)
+        verdict.write_files(log_dir)
+        return verdict
+    fields: dict[str, Any] = {
+        "reference_score": scores.reference, "test_score": scores.test, "score_unit": scores.unit,
+        "band": scores.band, "performance_passed": scores.passed,
+    }  # fmt: skip
+    reasons = [scores.reason] if scores.reason else []
+    if audit == "TEST01":
+        fields.update(_test01_accuracy(folder, log_dir, get_benchmark(benchmark), open_source, reasons))
+    passed = not reasons
+    verdict = AuditVerdict(
+        audit=audit, passed=passed, reason="; ".join(reasons), short=short, log_dir=str(log_dir),
+        **fields,
+    )  # fmt: skip
+    verdict.write_files(log_dir)
+    return verdict
+
+
+def _test01_accuracy(
+    folder: Path,
+    log_dir: Path,
+    benchmark: Benchmark,
+    open_source: Callable[[], SampleSource] | None,
+    reasons: list[str],
+) -> dict[str, Any]:
+    """TEST01's payload comparison (and metric fallback); its reason, if any, joins `reasons`."""
+    try:
+        accuracy_entries = read_accuracy_log(folder / "accuracy")
+        audit_entries = read_accuracy_log(log_dir)
+    except DatasetError as exc:
+        reasons.append(str(exc))
+        return {"accuracy_passed": False}
+    sampled, matched, differing = compare_payloads(accuracy_entries, audit_entries)
+    fields: dict[str, Any] = {"sampled": sampled, "matched": matched, "mismatched": len(differing)}
+    if not matched:
+        reasons.append(
+            f"none of the audit's {sampled} logged samples is in the accuracy run, so nothing "
+            "could be compared (run the accuracy test on more samples)"
+        )
+        return {**fields, "accuracy_passed": False}
+    if not differing:
+        return {**fields, "accuracy_passed": True}
+    if open_source is None:
+        reasons.append(f"payloads differ on {len(differing)} of {matched} sampled samples")
+        return {**fields, "accuracy_passed": False}
+    ok, reason, baseline, audited = _metric_fallback(
+        benchmark, open_source(), accuracy_entries, audit_entries, differing, matched
+    )
+    if reason:
+        reasons.append(reason)
+    return {
+        **fields, "accuracy_passed": ok, "baseline_accuracy": baseline, "compliance_accuracy": audited,
+    }  # fmt: skip
