@@ -105,7 +105,8 @@ class Change:
 def relative_change(values: Sequence[float], reference: Sequence[float]) -> Change | None:
     """(mean(values) - mean(reference)) / mean(reference), with the interval of the difference
     of the means (Welch) over the reference mean. With a single value on one side the other
-    side's t interval is used (the single value taken as exact); with one on both, no interval."""
+    side's t interval is used (the single value taken as exact); with one on both, no interval;
+    with no spread on either side, a zero-width one."""
     from scipy import stats
 
     a = [float(v) for v in values if v is not None]
@@ -117,7 +118,9 @@ def relative_change(values: Sequence[float], reference: Sequence[float]) -> Chan
         return None
     value = mean_a / mean_b - 1.0
     low = high = None
-    if len(a) >= 2 and len(b) >= 2:
+    if len(a) >= 2 and len(b) >= 2 and len(set(a)) == len(set(b)) == 1:
+        low = high = mean_a - mean_b  # no spread on either side: a zero-width interval
+    elif len(a) >= 2 and len(b) >= 2:
         interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(CONFIDENCE)
         low, high = float(interval.low), float(interval.high)
     elif len(a) >= 2 or len(b) >= 2:
@@ -125,6 +128,5 @@ def relative_change(values: Sequence[float], reference: Sequence[float]) -> Chan
         assert spread is not None and spread.half is not None
         low, high = mean_a - mean_b - spread.half, mean_a - mean_b + spread.half
     if low is None or high is None or not (_finite(low) and _finite(high)):
-        # identical repeats on both sides give no spread, hence no interval (scipy returns nan)
         return Change(value=value, low=None, high=None)
     return Change(value=value, low=low / mean_b, high=high / mean_b)
