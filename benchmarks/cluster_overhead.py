@@ -54,11 +54,12 @@ def main() -> None:
     args = parser.parse_args()
     reexec_in_namespace()
     from mlperf_mig.cluster.connect import cluster_scope
+    from mlperf_mig.runner.supervisor import stop_signals
 
     cluster = f"local:{args.nodes}"
     ms = int(args.seconds * 1000)
     common = {"benchmark": args.benchmark, "scenario": 7}
-    with tempfile.TemporaryDirectory() as tmp, cluster_scope(cluster):
+    with stop_signals(), tempfile.TemporaryDirectory() as tmp, cluster_scope(cluster):
         folder = Path(tmp)
         independent = one_run(folder, "skew", cluster=cluster, settings={"min_duration": ms}, **common)
         skew = independent.cluster["start_skew_ms"]

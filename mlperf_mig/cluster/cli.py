@@ -25,8 +25,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _cluster_info(args: argparse.Namespace) -> int:
     from mlperf_mig.cluster.connect import cluster_scope
     from mlperf_mig.cluster.inventory import inventory_table, take_inventory
+    from mlperf_mig.runner.supervisor import stop_signals
 
-    with cluster_scope(args.cluster) as session:
+    with stop_signals(), cluster_scope(args.cluster) as session:
         assert session is not None
         inventories = take_inventory(session)
         if args.json:

@@ -215,7 +215,7 @@ def unified_round(
     """The layout's one LoadGen on the driver, dispatching to serving actors on the nodes."""
     import ray
 
-    from mlperf_mig.cluster.serving import Proxy, ServeActor
+    from mlperf_mig.cluster.serving import RemoteServing, ServeActor, round_trip_rate
     from mlperf_mig.engines import EngineSpec
     from mlperf_mig.runner.jobs import (
         COORDINATOR_TARGET,
@@ -241,6 +241,11 @@ def unified_round(
     outcomes: dict[str, WorkerOutcome] = {}
     try:
         opened = _open_all(ray, plan, slots, actors, tasks, requests, outcomes)
+        for name, reply in opened.items():  # the target (a rate here) as seen over the network
+            if reply["target"] is not None and plan.loadgen_scenario in ("Offline", "Server"):
+                rate = round_trip_rate(actors[name], reply["batch_size"], layouts)
+                log.info("%s: target %.0f on its node, %.0f samples/s from the driver", name, reply["target"], rate)
+                reply["target"] = min(reply["target"], rate)
         for name, reply in opened.items():
             if reply.get("engine"):
                 specs[plan.engine_of[name]] = EngineSpec.from_dict(reply["engine"])
@@ -249,10 +254,7 @@ def unified_round(
         with SharedSamples(layouts, capacity) as samples:
             pipes = [round_.supervisor.context.Pipe() for _ in slots]
             arrays, _blocks = attach_samples(samples.specs)  # the blocks keep the mappings alive
-            proxies = [
-                Proxy(slot.name, actors[slot.name], b, arrays, opened.get(slot.name), opened.get(slot.name, {}).get("batch_size", batch_size), capacity)
-                for slot, (_, b) in zip(slots, pipes)
-            ]
+            serving = RemoteServing(arrays)
             coordinator = WorkerJob(
                 name=LAYOUT_FOLDER,
                 target=COORDINATOR_TARGET,
@@ -265,18 +267,19 @@ def unified_round(
                 log_path=str(outdir / LAYOUT_FOLDER / "worker.log"),
             )
 
-            def start_proxies() -> None:
+            def start_serving() -> None:
                 for a, _ in pipes:
                     a.close()
-                for proxy in proxies:
-                    proxy.start()
+                for slot, (_, b) in zip(slots, pipes):
+                    serving.add(slot.name, actors[slot.name], b, opened.get(slot.name), capacity)
+                serving.start()
 
-            outcomes.update(round_.run([coordinator], after_start=start_proxies))
-            for proxy in proxies:
-                if proxy.is_alive():
-                    proxy.join(timeout=60)
-                if proxy.instance not in outcomes:
-                    outcomes[proxy.instance] = _proxy_outcome(proxy, round_.interrupted)
+            outcomes.update(round_.run([coordinator], after_start=start_serving))
+            if serving.is_alive():
+                serving.join(timeout=60)
+            for remote in serving.remotes:
+                if remote.name not in outcomes:
+                    outcomes[remote.name] = _serving_outcome(remote, round_.interrupted)
             del arrays, _blocks
         return outcomes, round_.interrupted
     except KeyboardInterrupt:
@@ -318,9 +321,10 @@ def _open_all(
     return opened
 
 
-def _proxy_outcome(proxy: Any, interrupted: bool) -> WorkerOutcome:
-    if proxy.value is not None:
-        return WorkerOutcome(name=proxy.instance, status="ok", value=proxy.value)
+def _serving_outcome(remote: Any, interrupted: bool) -> WorkerOutcome:
+    """How one instance's serving actor ended, as a local serving worker's outcome."""
+    if remote.value is not None:
+        return WorkerOutcome(name=remote.name, status="ok", value=remote.value)
     if interrupted:
-        return WorkerOutcome(name=proxy.instance, status="interrupted", error="stopped before it finished")
-    return WorkerOutcome(name=proxy.instance, status="crashed", error=proxy.error or "it stopped answering")
+        return WorkerOutcome(name=remote.name, status="interrupted", error="stopped before it finished")
+    return WorkerOutcome(name=remote.name, status="crashed", error=remote.error or "it stopped answering")

@@ -1,9 +1,9 @@
 """Unified mode across nodes: LoadGen on the driver, the instances' models on their nodes.
 
 The coordinator (LoadGen, QSL and dispatching SUT) runs on the driver exactly as in a local
-unified run and speaks the local serving protocol over one pipe per instance. At the other end
-of each pipe a proxy thread on the driver stands in for the local serving worker: it forwards
-batches to the instance's actor on its node and sends the replies back. Each sample's data goes
+unified run and speaks the local serving protocol over one pipe per instance. At the other ends
+of the pipes one thread on the driver (RemoteServing) stands in for the local serving workers:
+it forwards each instance's batches to its actor on its node and sends the replies back. Each sample's data goes
 to a node once (through Ray's object store, with the first batch that needs it) and is kept
 there, so a query carries sample indices only. An actor or node that dies closes its pipe, and
 the coordinator re-sends its in-flight batches to the others, as locally.
@@ -15,13 +15,13 @@ import collections
 import contextlib
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Mapping
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
+import attrs
 import numpy as np
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,11 @@ class ServeActor:
         self.served += len(indices)
         return batch_ids, payload.tobytes(), payload[0].nbytes
 
+    def run_feeds(self, feeds: dict[str, np.ndarray]) -> int:
+        """Run the model on `feeds` and count the samples (timing the path over the network)."""
+        self._backend.run(feeds)
+        return len(next(iter(feeds.values())))
+
     def close(self) -> dict[str, Any]:
         """Close the model; what a local serving worker reports."""
         device = self._backend.device.to_dict()
@@ -95,88 +100,158 @@ class ServeActor:
         return {"served": self.served, "busy_s": round(self.busy_s, 3), "device": device}
 
 
-class Proxy(threading.Thread):
-    """The driver's stand-in for one instance's serving worker: pipe on one side, actor on the other."""
+@attrs.define
+class _Remote:
+    """The driver's record of one instance's serving actor."""
 
-    def __init__(
-        self, name: str, actor: Any, link: Connection, arrays: Mapping[str, np.ndarray],
-        opened: Mapping[str, Any] | None, batch_size: int, capacity: int,
-    ) -> None:
-        super().__init__(name=f"mlperf-mig-proxy-{name}", daemon=True)
-        self.instance = name
-        self._actor = actor
-        self._link = link
+    name: str
+    actor: Any
+    link: Connection | None
+    batch_size: int
+    capacity: int
+    shipped: collections.OrderedDict[int, None] = attrs.field(factory=collections.OrderedDict)
+    inflight: dict[Any, None] = attrs.field(factory=dict)  # refs of batches sent, not answered
+    stopping: bool = False
+    value: dict[str, Any] | None = None
+    error: str | None = None
+    done: bool = False
+
+
+class RemoteServing(threading.Thread):
+    """The driver's stand-in for the instances' serving workers: one pipe per instance on one
+    side (the local serving protocol), the instances' actors on the other.
+
+    One thread makes every Ray call (submitting from several threads while others wait in
+    ray.get can deadlock Ray's core worker): it forwards each instance's batches to its actor,
+    sends the replies back on the instance's pipe, and closes the pipe of an instance whose actor
+    or node died, so that the coordinator re-sends its batches to the others.
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+        super().__init__(name="mlperf-mig-remote-serving", daemon=True)
         self._arrays = arrays
-        self._opened = opened
-        self._batch_size = batch_size
-        self._capacity = max(1, capacity)
-        self._shipped: collections.OrderedDict[int, None] = collections.OrderedDict()
-        self._replies: queue.Queue[Any] = queue.Queue()
-        self.value: dict[str, Any] | None = None
-        self.error: str | None = None
+        self.remotes: list[_Remote] = []
+
+    def add(self, name: str, actor: Any, link: Connection, opened: Mapping[str, Any] | None, capacity: int) -> None:
+        """An instance, with what its actor's open() answered (None: it never opened)."""
+        remote = _Remote(name=name, actor=actor, link=link, batch_size=opened["batch_size"] if opened else 1,
+                         capacity=max(1, capacity))
+        if opened is None:
+            self._close(remote, None)
+        else:
+            link.send(("target", opened["target"]))
+        self.remotes.append(remote)
 
     def run(self) -> None:
-        from mlperf_mig.cluster.actors import actor_errors
+        try:
+            self._serve()
+        except BaseException:  # the coordinator must not wait for answers that cannot come
+            log.exception("remote serving failed; closing every instance's pipe")
+            for remote in self.remotes:
+                self._close(remote, "the driver's remote serving failed (see the log)")
+            raise
+
+    def _serve(self) -> None:
+        while not all(r.done for r in self.remotes):
+            owner = {ref: r for r in self.remotes for ref in r.inflight}
+            by_link = {id(r.link): r for r in self.remotes if r.link is not None and not r.stopping}
+            links = [r.link for r in by_link.values()]
+            for link in wait(links, timeout=0 if owner else _POLL_S) if links else ():
+                self._receive(by_link[id(link)])
+            if owner:
+                ready, _ = _ray().wait(list(owner), num_returns=len(owner), timeout=0.002)
+                for ref in ready:
+                    if ref in owner[ref].inflight:  # not given up on meanwhile
+                        self._reply(owner[ref], ref)
+            for remote in self.remotes:
+                if remote.stopping and not remote.inflight and not remote.done:
+                    self._finish(remote)
+            if not owner and not links:
+                time.sleep(_POLL_S / 10)
+
+    def _receive(self, remote: _Remote) -> None:
         from mlperf_mig.runner.unified import _next_batches
 
-        if self._opened is None:  # it never opened its model: the coordinator gives up on it
-            self._link.close()
-            return
-        responder = threading.Thread(target=self._respond, daemon=True)
+        assert remote.link is not None
         try:
-            self._link.send(("target", self._opened["target"]))
-            responder.start()
-            stop = False
-            while not stop and self.error is None:
-                if not self._link.poll(_POLL_S):
-                    continue
-                batches, stop = _next_batches(self._link, self._batch_size)
-                if batches:
-                    self._forward(batches)
-            self._replies.put(None)
-            responder.join()
-            if self.error is None:
-                import ray
+            batches, stop = _next_batches(remote.link, remote.batch_size)
+        except (EOFError, OSError):
+            batches, stop = [], True
+        if batches:
+            self._forward(remote, batches)
+        remote.stopping = remote.stopping or stop
 
-                self.value = ray.get(self._actor.close.remote(), timeout=60)
-        except actor_errors() as exc:
-            self.error = f"its actor or node died ({type(exc).__name__})"
-        except (EOFError, OSError) as exc:
-            self.error = self.error or f"the coordinator went away ({type(exc).__name__})"
-        finally:
-            self._replies.put(None)
-            with contextlib.suppress(OSError):
-                self._link.close()
-
-    def _forward(self, batches: list[tuple[Any, ...]]) -> None:
+    def _forward(self, remote: _Remote, batches: list[tuple[Any, ...]]) -> None:
         batch_ids = [b[0] for b in batches]
         rows = [r for b in batches for r in b[2]]
         indices = [i for b in batches for i in b[3]]
         new = {}
         for index, row in zip(indices, rows):
-            if index not in self._shipped:
+            if index not in remote.shipped:
                 new[index] = {name: np.array(array[row]) for name, array in self._arrays.items()}
-            self._shipped[index] = None
-            self._shipped.move_to_end(index)
-        while len(self._shipped) > self._capacity:
-            self._shipped.popitem(last=False)
-        self._replies.put(self._actor.serve.remote(batch_ids, indices, new))
+            remote.shipped[index] = None
+            remote.shipped.move_to_end(index)
+        while len(remote.shipped) > remote.capacity:
+            remote.shipped.popitem(last=False)
+        remote.inflight[remote.actor.serve.remote(batch_ids, indices, new)] = None
 
-    def _respond(self) -> None:
-        """Send the actor's replies back in order; a dead actor closes the pipe (re-dispatch)."""
-        import ray
-
+    def _reply(self, remote: _Remote, ref: Any) -> None:
         from mlperf_mig.cluster.actors import actor_errors
 
-        while (ref := self._replies.get()) is not None:
+        del remote.inflight[ref]
+        ray = _ray()
+        try:
+            batch_ids, blob, item_size = ray.get(ref)
+        except actor_errors() as exc:
+            self._close(remote, f"its actor or node died ({type(exc).__name__})")
+            return
+        except ray.exceptions.RayTaskError as exc:  # the model raised on the node
+            self._close(remote, " ".join(str(exc).split())[:500])
+            return
+        if remote.link is not None:
             try:
-                batch_ids, blob, item_size = ray.get(ref)
-                self._link.send(("done", batch_ids, blob, item_size))
-            except actor_errors() as exc:  # the serving loop sees it and closes the pipe
-                self.error = f"its actor or node died ({type(exc).__name__})"
-                return
-            except ray.exceptions.RayTaskError as exc:  # the model raised on the node
-                self.error = " ".join(str(exc).split())[:500]
-                return
+                remote.link.send(("done", batch_ids, blob, item_size))
             except OSError:
-                return
+                self._close(remote, "the coordinator went away")
+
+    def _finish(self, remote: _Remote) -> None:
+        from mlperf_mig.cluster.actors import actor_errors
+
+        if remote.error is None:
+            try:
+                remote.value = _ray().get(remote.actor.close.remote(), timeout=60)
+            except actor_errors() as exc:
+                remote.error = f"its actor or node died ({type(exc).__name__})"
+        self._close(remote, remote.error)
+
+    def _close(self, remote: _Remote, error: str | None) -> None:
+        """Close the instance's pipe (its batches go to the others) and count it done."""
+        remote.error = remote.error or error
+        if remote.link is not None:
+            with contextlib.suppress(OSError):
+                remote.link.close()
+            remote.link = None
+        remote.inflight.clear()
+        remote.done = True
+
+
+def round_trip_rate(actor: Any, batch_size: int, layouts: Any, *, batches: int = 16, window: int = 2) -> float:
+    """Samples/s of `actor` as the driver sees it: batches of zeros (shipped once) sent `window`
+    at a time. The node's own target ignores the network; the layout's target must not."""
+    ray = _ray()
+    feeds = ray.put({lay.name: np.zeros((batch_size, *lay.shape), dtype=lay.dtype) for lay in layouts})
+    ray.get(actor.run_feeds.remote(feeds))  # the first call fetches the data to the node
+    began = time.perf_counter()
+    pending: list[Any] = []
+    for _ in range(batches):
+        pending.append(actor.run_feeds.remote(feeds))
+        if len(pending) >= window:
+            ray.get(pending.pop(0))
+    ray.get(pending)
+    return batches * batch_size / (time.perf_counter() - began)
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
