@@ -128,6 +128,8 @@ class RunPlan:
         return [
             {
                 "instance": slot.name,
+                "host": slot.host,
+                "node": slot.node[:8] if slot.node else None,
                 "profile": slot.profile,
                 "compute slices": slot.compute_slices,
                 "device": slot.device,
@@ -138,7 +140,11 @@ class RunPlan:
             for slot in self.slots
         ]
 
-    _COLUMNS = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
+    @property
+    def _columns(self) -> tuple[str, ...]:
+        """The plan table's columns: with the host and node of each instance on a cluster."""
+        local = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
+        return local if self.target.cluster is None else (local[0], "host", "node", *local[1:])
 
     def header(self) -> list[str]:
         scenario = f"study scenario {self.target.scenario}: " if self.target.scenario else ""
@@ -156,19 +162,25 @@ class RunPlan:
             lines.append(f"note: {EMULATED_LABEL}")
         if self.target.kind == "shared":
             lines.append(f"note: {SHARED_LABEL}")
+        if self.target.cluster is not None:
+            nodes = len({slot.node for slot in self.slots})
+            lines.append(
+                f"note: on Ray cluster {self.target.cluster}, {nodes} node(s); one GPU by "
+                f"{self.target.grouping} grouping"
+            )
         return lines
 
     def table(self) -> str:
-        return "\n".join([*self.header(), text_table(self.rows(), self._COLUMNS)])
+        return "\n".join([*self.header(), text_table(self.rows(), self._columns)])
 
     def to_markdown(self) -> str:
-        return "\n\n".join(["\n".join(self.header()), markdown_table(self.rows(), self._COLUMNS)])
+        return "\n\n".join(["\n".join(self.header()), markdown_table(self.rows(), self._columns)])
 
     def _repr_html_(self) -> str:
         import html
 
         head = "<br>".join(html.escape(line) for line in self.header())
-        return f"<p>{head}</p>" + html_table(self.rows(), self._COLUMNS)
+        return f"<p>{head}</p>" + html_table(self.rows(), self._columns)
 
     def __str__(self) -> str:
         return self.table()

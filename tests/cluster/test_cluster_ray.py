@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -97,6 +98,17 @@ def test_inventory_lists_every_node_with_its_cpu_partition(cluster: Namespace) -
     assert all(n["devices"] == [] and n["cpus"] for n in nodes)
 
 
+def test_plan_shows_the_node_and_device_of_every_instance(cluster: Namespace) -> None:
+    """plan --cluster places layout 7 over the three nodes and shows host, node and device."""
+    done = cluster.run("plan", "--scenario", "7", "--cluster", cluster.address, "--json")
+    assert done.returncode == 0, done.stderr
+    instances = json.loads(done.stdout)["instances"]
+    assert len({i["node"] for i in instances}) == 3
+    assert all(i["host"] and i["device"].startswith("cpu:") for i in instances)
+    table = cluster.run("plan", "--scenario", "7", "--cluster", cluster.address)
+    assert "host" in table.stdout and "node" in table.stdout and "on Ray cluster" in table.stdout
+
+
 def test_independent_run_has_a_node_per_instance_and_makes_a_valid_submission(cluster: Namespace, tmp_path: Path) -> None:
     """Layout 7 runs one instance per node round the cluster; the run folder becomes a submission."""
     out = tmp_path / "run"
@@ -129,7 +141,7 @@ def test_unified_run_dispatches_to_every_node(cluster: Namespace, tmp_path: Path
     """Layout 6 in unified mode: one LoadGen log for the layout, every instance served samples."""
     out = tmp_path / "run"
     done = cluster.run(
-        "run", "--scenario", "6", "--benchmark", "bert", "--mode", "unified", *QUICK,
+        "run", "--scenario", "6", "--benchmark", "bert", "--mode", "unified", *CHECKABLE,
         "--cluster", cluster.address, "--outdir", str(out),
     )
     assert done.returncode == 0, done.stderr
@@ -137,6 +149,16 @@ def test_unified_run_dispatches_to_every_node(cluster: Namespace, tmp_path: Path
     assert data["layout_status"] == "ok"
     assert all(i["status"] == "ok" and i["dispatched_samples"] > 0 for i in data["instances"])
     assert (out / "layout" / "performance" / "mlperf_log_detail.txt").is_file()
+    tree = tmp_path / "submission"
+    wrote = subprocess.run(
+        [str(BIN / "mlperf-mig"), "submission", "--division", "open", "--submitter", "Test",
+         "--outdir", str(tree), str(out)], capture_output=True, text=True,
+    )
+    assert wrote.returncode == 0, wrote.stderr
+    (system,) = (tree / "open" / "Test" / "systems").glob("*.json")
+    described = json.loads(system.read_text())
+    assert described["number_of_nodes"] == 3
+    assert "network system" in described["host_networking_topology"]
 
 
 def test_a_cluster_that_cannot_hold_the_layout_is_refused_before_anything_runs(cluster: Namespace, tmp_path: Path) -> None:
@@ -162,25 +184,25 @@ def test_ray_listens_and_connects_on_loopback_only(cluster: Namespace) -> None:
         assert peer.startswith((*loopback, "0.0.0.0:*", "*:*", "[::]:*")), f"talks beyond loopback: {fields}"
 
 
+def test_ctrl_c_stops_the_remote_instances_and_keeps_what_is_known(cluster: Namespace, tmp_path: Path) -> None:
+    """SIGINT during the timed test: exit 130, results.json written, no actor left on the cluster."""
+    out = tmp_path / "run"
+    run = _start_long_run(cluster, out)
+    _wait_ready(run)
+    run.send_signal(signal.SIGINT)
+    run.communicate(timeout=120)
+    assert run.returncode == 130
+    data = _results(out)
+    assert data["interrupted"] is True
+    assert {i["status"] for i in data["instances"]} == {"interrupted"}
+    assert _alive_actors(cluster) == 0
+
+
 def test_a_node_killed_mid_run_loses_its_instance_and_keeps_the_others(cluster: Namespace, tmp_path: Path) -> None:
     """Killing a node during the timed test: its instance is lost, the others' results are on disk, exit 1."""
     out = tmp_path / "run"
-    run = subprocess.Popen(
-        cluster.command([str(BIN / "mlperf-mig"), "run", "--scenario", "7", "--backend", "null",
-                         "--loadgen-scenario", "SingleStream", "--set", "min_duration=20000", "--no-accuracy",
-                         "--cluster", cluster.address, "--outdir", str(out)]),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-    )
-    assert run.stderr is not None
-    ready = set()
-    deadline = time.monotonic() + 120
-    while len(ready) < 4 and time.monotonic() < deadline:
-        line = run.stderr.readline()
-        if not line:
-            break
-        if line.rstrip().endswith(": ready"):
-            ready.add(line.split("]")[1].split(":")[0].strip())
-    assert len(ready) == 4, "the instances never reached the start barrier"
+    run = _start_long_run(cluster, out)
+    _wait_ready(run)
     time.sleep(2)
     word, killed = cluster.send("kill 2").split()
     assert word == "killed"
@@ -193,10 +215,39 @@ def test_a_node_killed_mid_run_loses_its_instance_and_keeps_the_others(cluster: 
     assert all(i["status"] == "ok" for i in instances if i["node"] != killed)
     assert all((out / i["name"] / "performance" / "mlperf_log_detail.txt").is_file()
                for i in instances if i["node"] != killed)
+    assert _alive_actors(cluster) == 0
+
+
+def _start_long_run(cluster: Namespace, out: Path) -> subprocess.Popen:
+    """Layout 7, null backend, SingleStream for 20 s: long enough to be stopped mid-test."""
+    return subprocess.Popen(
+        cluster.command([str(BIN / "mlperf-mig"), "run", "--scenario", "7", "--backend", "null",
+                         "--loadgen-scenario", "SingleStream", "--set", "min_duration=20000", "--no-accuracy",
+                         "--cluster", cluster.address, "--outdir", str(out)]),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+
+
+def _wait_ready(run: subprocess.Popen) -> None:
+    """Read the run's progress until all four instances are at the start barrier."""
+    assert run.stderr is not None
+    ready = set()
+    deadline = time.monotonic() + 120
+    while len(ready) < 4 and time.monotonic() < deadline:
+        line = run.stderr.readline()
+        if not line:
+            break
+        if line.rstrip().endswith(": ready"):
+            ready.add(line.split("]")[1].split(":")[0].strip())
+    assert len(ready) == 4, "the instances never reached the start barrier"
+
+
+def _alive_actors(cluster: Namespace) -> int:
+    """How many actors are alive on the test cluster (Ray's own record, from the GCS)."""
     left = subprocess.run(
         cluster.command([sys.executable, "-c",
                          f"import ray; ray.init(address='{cluster.address}', log_to_driver=False);"
                          "print(sum(a['State']=='ALIVE' for a in ray._private.state.actors().values()))"]),
         capture_output=True, text=True, env=ENV, timeout=120,
     )
-    assert left.stdout.strip().splitlines()[-1] == "0", left.stdout + left.stderr
+    return int(left.stdout.strip().splitlines()[-1])
