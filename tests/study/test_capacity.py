@@ -1,0 +1,100 @@
+"""Server capacity: the bracketing search on a service whose capacity is known, the cache, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from mlperf_mig import cli
+from mlperf_mig.errors import SettingsError
+from mlperf_mig.runner import api
+from mlperf_mig.runner.capacity_cache import plan_key, store_capacity, with_cached_capacity
+from mlperf_mig.runner.options import RunOptions
+from mlperf_mig.runner.plan import make_plan
+from mlperf_mig.study.capacity import capacity
+
+BOUND_NS = 15_000_000
+
+
+class KnownService:
+    """Stands in for `run`: a Server run whose p99 is within the 15 ms bound up to `qps` QPS."""
+
+    def __init__(self, qps: float) -> None:
+        self.qps = qps
+        self.targets: list[float] = []
+
+    def __call__(self, scenario: Any, *, loadgen_scenario: str, outdir: Path, settings: dict[str, float] | None = None, **_: Any) -> Any:
+        target = settings["target_qps"]  # type: ignore[index]
+        self.targets.append(target)
+        p99 = int(BOUND_NS * target / self.qps)
+        performance = SimpleNamespace(
+            latency_ns={"99.00": p99}, effective_settings={"target_latency_ns": BOUND_NS}, error=None,
+            invalid_reasons=() if p99 <= BOUND_NS else ("Reduce target QPS to improve latency.",),
+        )
+        instance = SimpleNamespace(performance=performance, error=None)
+        return SimpleNamespace(ok=True, all_valid=p99 <= BOUND_NS, instances=[instance], outdir=str(outdir))
+
+
+def _search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service: KnownService, **kwargs: Any) -> Any:
+    monkeypatch.setattr(api, "run", service)
+    return capacity(
+        "resnet50", "1g.10gb", backend="null", preset="submission", outdir=tmp_path / "search",
+        cache_dir=tmp_path / "cache", **kwargs,
+    )
+
+
+def test_search_finds_a_known_capacity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Doubling from 10 QPS then bisecting ends within 10% below the true 100 QPS, confirmed."""
+    result = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0)
+    assert 100 / 1.1 <= result.qps <= 100.0
+    assert result.confirmed and result.bracket_closed and not result.partial
+    assert [p.confirm for p in result.probes][-1] is True
+
+
+def test_found_capacity_is_cached_under_the_plan_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The confirmed answer goes to <cache>/capacity.json under the run settings' key."""
+    result = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0)
+    text = (tmp_path / "cache" / "capacity.json").read_text()
+    assert result.key in text and "1g.10gb|resnet50|null" in result.key
+
+
+def test_every_probe_passing_is_a_labelled_partial_answer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No failing probe within max_steps: the answer is a lower bound, and says so."""
+    result = _search(monkeypatch, tmp_path, KnownService(1e12), low_qps=10.0, max_steps=3)
+    assert result.partial and not result.bracket_closed
+    assert any("PARTIAL" in label for label in result.labels())
+
+
+def test_lowest_target_failing_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A given low_qps that already breaks the latency bound ends the search with one line."""
+    with pytest.raises(SettingsError, match="the lowest target, 50 QPS, already fails") as caught:
+        _search(monkeypatch, tmp_path, KnownService(10.0), low_qps=50.0)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_low_qps_on_the_cli_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """`capacity --low-qps 0`: one line, exit 2, nothing runs."""
+    assert cli.main(["capacity", "--backend", "null", "--low-qps", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "low_qps must be a positive number" in err
+
+
+def test_cached_capacity_is_a_later_server_runs_target(tmp_path: Path) -> None:
+    """A Server run of 2x1g.10gb without its own target uses 1g.10gb's cached capacity."""
+    options = RunOptions(scenario="2x1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path))
+    plan = make_plan(options)
+    store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
+    _, planned = with_cached_capacity(options, plan)
+    assert dict(planned.overrides)["target_qps"] == 123.0
+
+
+def test_mixed_layout_keeps_its_own_targets(tmp_path: Path) -> None:
+    """A mixed layout needs a target per profile: the cached capacity is not applied."""
+    options = RunOptions(scenario="2g.20gb+1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path))
+    plan = make_plan(options)
+    store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
+    _, planned = with_cached_capacity(options, plan)
+    assert "target_qps" not in dict(planned.overrides)
