@@ -141,7 +141,7 @@ def test_unified_run_dispatches_to_every_node(cluster: Namespace, tmp_path: Path
     """Layout 6 in unified mode: one LoadGen log for the layout, every instance served samples."""
     out = tmp_path / "run"
     done = cluster.run(
-        "run", "--scenario", "6", "--benchmark", "bert", "--mode", "unified", *CHECKABLE,
+        "run", "--scenario", "6", "--mode", "unified", *CHECKABLE,
         "--cluster", cluster.address, "--outdir", str(out),
     )
     assert done.returncode == 0, done.stderr
