@@ -60,6 +60,11 @@ _OPTIONS_DOC = """
     cpus:             CPUs the emulated partitions share (default: those of this process).
     cluster:          the Ray cluster to run the instances on (None: this host): "auto", "HOST:PORT",
                       "ray://HOST:PORT", or "local:N" (N throwaway nodes on this machine).
+    repeats:          run the layout N times, each repeat a complete run in `outdir`/repeat-<k>;
+                      `run` returns a RepeatedRun (means, 95% intervals) when N > 1 or with
+                      isolation.
+    isolation:        also run each distinct profile of the layout alone (the rest of the GPU
+                      idle, same device) and report each instance's interference against it.
     gpu_group:        cluster runs on vGPUs: the nodes (addresses, host names or node IDs) whose
                       vGPUs are slices of one GPU; the run says the grouping was declared."""
 
@@ -99,9 +104,13 @@ def plan(
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,
+    repeats: int = 1,
+    isolation: bool = False,
 ) -> RunPlan:
     """What `run` would do with the same arguments: instances, profiles, devices, engines,
-    settings and the output folder. Starts nothing and writes nothing.
+    settings and the output folder. Starts nothing and writes nothing. With repeats or
+    isolation this is the plan of the layout, which each repeat (in `outdir`/repeat-<k>) and
+    each alone run (one instance of it) follows.
     """
     return make_plan(_options(locals()))
 
@@ -147,10 +156,6 @@ def run(
     under `if __name__ == "__main__":` (Python's rule for the 'spawn' start method). Ctrl-C,
     SIGTERM and SIGHUP stop the workers, write what finished and raise KeyboardInterrupt.
 
-    repeats:          run the layout N times, each repeat a complete run in `outdir`/repeat-<k>;
-                      returns a RepeatedRun (means, 95% intervals) when N > 1 or with isolation.
-    isolation:        also run each distinct profile of the layout alone (the rest of the GPU
-                      idle) and report each instance's interference against it.
     progress:         live per-instance progress on stderr (or on the given stream), and an
                       overall bar over the repeats.
     baseline:         a scenario-1 RunResult or its folder; by default one is looked for next to

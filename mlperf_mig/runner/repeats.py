@@ -198,13 +198,34 @@ class RepeatedRun:
     def first(self) -> RunResult:
         return self.runs[0]
 
-    def __getattr__(self, name: str) -> Any:
-        """Settings every repeat shares (gpu, layout, scenario, benchmark, ...) read from the first."""
-        if name.startswith("_") or name in ("runs", "first"):
-            raise AttributeError(name)
-        if name in _SHARED:
-            return getattr(self.runs[0], name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    # settings every repeat shares, read from the first
+    @property
+    def gpu(self) -> str:
+        return self.first.gpu
+
+    @property
+    def layout(self) -> str:
+        return self.first.layout
+
+    @property
+    def scenario(self) -> int | None:
+        return self.first.scenario
+
+    @property
+    def target(self) -> str:
+        return self.first.target
+
+    @property
+    def benchmark(self) -> str:
+        return self.first.benchmark
+
+    @property
+    def settings_key(self) -> str:
+        return self.first.settings_key
+
+    @property
+    def emulated(self) -> bool:
+        return self.first.emulated
 
     @property
     def repeats(self) -> int:
@@ -427,13 +448,6 @@ class RepeatedRun:
             baseline_totals=data.get("baseline_totals", ()),
             baseline_source=data.get("baseline_source"),
         )
-
-
-_SHARED = frozenset(
-    ("gpu", "layout", "system_id", "scenario", "target", "mode", "benchmark", "loadgen_scenario",
-     "backend", "device", "precision", "variant", "preset", "settings_key", "emulated",
-     "throughput_unit", "synthetic_weights", "synthetic_data")
-)
 
 
 def _value(instance: Any, what: str) -> float | None:

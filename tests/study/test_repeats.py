@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import mlperf_mig
+import mlperf_mig.errors
 from mlperf_mig import cli
 from mlperf_mig.runner.chart import chart_bar
 from mlperf_mig.runner.overall import OverallProgress
@@ -118,3 +119,13 @@ def test_progress_false_and_non_terminal_streams_show_no_bar() -> None:
         assert not bar.shown
         bar.close()
     assert stream.getvalue() == ""
+
+
+def test_repeats_into_a_single_runs_folder_is_refused(tmp_path: Path) -> None:
+    """A folder that holds one finished run (results.json at its top) is not turned into a study."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "results.json").write_text("{}")
+    with pytest.raises(mlperf_mig.errors.OutputDirError, match=r"results\.json") as caught:
+        mlperf_mig.run(5, outdir=folder, repeats=2, **QUICK_NULL)
+    assert "\n" not in str(caught.value) and not (folder / "repeat-1").exists()
