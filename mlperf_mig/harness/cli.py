@@ -38,6 +38,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--preset", default="quick", help="quick or submission (default quick)")
     parser.add_argument("--outdir", required=True, help="folder for the logs and the user.conf")
     parser.add_argument("--mode", default="performance", choices=("performance", "accuracy"))
+    parser.add_argument(
+        "--audit",
+        default=None,
+        choices=("TEST01", "TEST04"),
+        help="run this compliance audit (a performance test with its audit.config) and verify it "
+        "against the performance and accuracy runs already in OUTDIR (same settings); exit 1 if it fails",
+    )
     parser.add_argument("--variant", default="full", choices=("full", "tiny"), help="model size")
     parser.add_argument(
         "--precision", default=None, help="fp32, fp16 or int8 (default: the backend's)"
@@ -91,6 +98,22 @@ def _engine(args: argparse.Namespace) -> Any:
     )
 
 
+def _check_audit_references(audit: str, outdir: str) -> None:
+    """An audit is verified against the runs it audits: they must be in OUTDIR already."""
+    from pathlib import Path
+
+    from mlperf_mig.errors import SettingsError
+
+    needed = ("performance", "accuracy") if audit == "TEST01" else ("performance",)
+    missing = [m for m in needed if not (Path(outdir) / m / "mlperf_log_detail.txt").is_file()]
+    if missing:
+        raise SettingsError(
+            f"--audit {audit} is verified against the {' and '.join(needed)} run(s) in "
+            f"{outdir!r}, which lacks {', '.join(missing)}/; run `mlperf-mig harness --mode "
+            f"{missing[0]}` with the same --outdir and settings first"
+        )
+
+
 def _check_input(args: argparse.Namespace) -> None:
     """Refuse what LoadGen or the machine cannot take before the model loads: counts beyond
     LoadGen's range, more threads than CPUs, unreadable user.conf or dataset, a bad outdir."""
@@ -104,6 +127,8 @@ def _check_input(args: argparse.Namespace) -> None:
             f"--sample-count {args.sample_count} is beyond LoadGen's 64-bit range; pass at most "
             "the samples of the dataset"
         )
+    if args.audit is not None:
+        _check_audit_references(args.audit, args.outdir)
     cpus = len(os.sched_getaffinity(0))
     if args.threads is not None and not 1 <= args.threads <= cpus:
         raise SettingsError(
@@ -126,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
         loadgen_scenario=args.loadgen_scenario,
         outdir=args.outdir,
         mode=args.mode,
+        audit=args.audit,
         engine=_engine(args),
         cache_dir=args.cache_dir,
         threads=args.threads,
@@ -140,12 +166,30 @@ def _run(args: argparse.Namespace) -> int:
         sample_count=args.sample_count,
     )
     result = run_instance(task)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else summary(result))
-    return 1 if result.failed else 0
+    verdict = None if task.audit is None or result.failed else _verify(task)
+    data = result.to_dict() | ({"compliance": verdict.to_dict()} if verdict else {})
+    print(json.dumps(data, indent=2) if args.json else summary(result, verdict))
+    return 1 if result.failed or (verdict is not None and not verdict.passed) else 0
 
 
-def summary(result: Any) -> str:
-    """The result as a short two-column table."""
+def _verify(task: Any) -> Any:
+    """The audit's verdict against the performance and accuracy runs in the task's folder."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness import datasets
+    from mlperf_mig.harness.compliance import verify_audit
+
+    return verify_audit(
+        task.audit,
+        task.outdir,
+        benchmark=task.benchmark,
+        loadgen_scenario=task.loadgen_scenario,
+        short=task.settings.preset != "submission",
+        open_source=lambda: datasets.open_source(task, get_benchmark(task.benchmark)),
+    )
+
+
+def summary(result: Any, verdict: Any = None) -> str:
+    """The result (and an audit's verdict) as a short two-column table."""
     from mlperf_mig._table import text_table
 
     device = result.device
@@ -171,6 +215,8 @@ def summary(result: Any) -> str:
                 rows.append({"field": f"latency p{percentile[:2]}", "value": f"{ms:,.3f} ms"})
     if result.accuracy is not None:
         rows.append({"field": "accuracy", "value": result.accuracy.summary()})
+    if verdict is not None:
+        rows.append({"field": "compliance", "value": verdict.summary()})
     rows.append({"field": "target from", "value": result.target_source})
     rows.extend({"field": "reason", "value": reason} for reason in result.invalid_reasons)
     rows.append({"field": "logs", "value": result.log_dir})

@@ -179,8 +179,15 @@ class AuditVerdict:
             lines.append(f"TEST FAIL: {self._performance_reason()}")
         return "\n".join(lines) + "\n"
 
+    @property
+    def payloads_match(self) -> bool:
+        """TEST01: every sampled response found in the accuracy run has its payload."""
+        return self.matched > 0 and self.mismatched == 0
+
     def accuracy_text(self) -> str:
-        """verify_accuracy.txt of TEST01 (the checker looks for a line `TEST PASS`)."""
+        """verify_accuracy.txt of TEST01: `TEST PASS` only when the payloads match, as the
+        reference script writes it; where they differ and the metrics agree, the checker reads
+        the verdict from accuracy/baseline_accuracy.txt and compliance_accuracy.txt instead."""
         lines = [
             "Verifying accuracy.",
             f"num_perf_log_entries = {self.sampled}",
@@ -193,7 +200,12 @@ class AuditVerdict:
                 f"payloads differ: accuracy on the sampled set {self.baseline_accuracy.summary()} "
                 f"(accuracy run) vs {self.compliance_accuracy.summary()} (audit)"
             )
-        lines.append(PASS_LINE if self.accuracy_passed else f"TEST FAIL: {self.reason}")
+        if self.payloads_match:
+            lines.append(PASS_LINE)
+        elif self.accuracy_passed:
+            lines.append("TEST FAIL (payloads differ; the accuracy on the sampled set agrees)")
+        else:
+            lines.append(f"TEST FAIL: {self.reason}")
         return "\n".join(lines) + "\n"
 
     def _performance_reason(self) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 
 from mlperf_mig.errors import SubmissionError
+from mlperf_mig.harness.compliance import audit_setting_problems
+from mlperf_mig.harness.logs import parse_detail_log
 from mlperf_mig.submission import accuracy, rules
 from mlperf_mig.submission.logs import DetailLog
 
@@ -236,6 +238,81 @@ def _result(folder: Path, model: str, division: str, version: str) -> Iterator[F
         yield from ((folder / "measurements.json", m) for m in _measurements(folder))
     yield from _performance(folder, model, division, version)
     yield from _accuracy(folder / "accuracy", model, division)
+    yield from _compliance(folder, model, division, version)
+
+
+def _compliance(folder: Path, model: str, division: str, version: str) -> Iterator[Finding]:
+    """The audits of a result: required in the closed division; checked wherever present (the
+    MLCommons checker skips them in the open division, so an open tree must meet the same rules
+    for its audits to count if it were closed)."""
+    for audit in rules.COMPLIANCE_TESTS[model]:
+        test = folder / audit
+        if test.is_dir():
+            yield from _audit(test, audit, model, division, version)
+        elif division == "closed":
+            yield test, (
+                f"missing; the closed division needs the {audit} compliance audit of every "
+                f"{model} result (mlperf-mig run ... --compliance)"
+            )
+
+
+def _audit(test: Path, audit: str, model: str, division: str, version: str) -> Iterator[Finding]:
+    for name in rules.VERIFY_FILES[audit]:
+        path = test / name
+        if not path.is_file():
+            yield path, "missing"
+            continue
+        lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        if name == "verify_performance.txt" and not any(rules.PASS_LINE in line for line in lines):
+            yield path, f"no {rules.PASS_LINE} line: the audit's performance check failed"
+        elif name == "verify_accuracy.txt" and rules.PASS_LINE not in lines:
+            yield from _test01_accuracy_fallback(test / "accuracy", model)
+    run = test / "performance" / "run_1"
+    if not run.is_dir():
+        yield run, "missing; the audit's LoadGen logs go in performance/run_1"
+        return
+    yield from _file_set(run, rules.REQUIRED_PERF_FILES, rules.OPTIONAL_PERF_FILES)
+    detail = run / "mlperf_log_detail.txt"
+    if not detail.is_file():
+        return
+    try:
+        detail_log = DetailLog.read(detail)
+    except SubmissionError as exc:
+        yield detail, str(exc).split(": ", 1)[-1]
+        return
+    for message in audit_setting_problems(audit, parse_detail_log(detail)):
+        yield detail, f"not a {audit} audit log: {message}"
+    if division == "closed":
+        for message in performance_problems(
+            detail_log, model=model, scenario=test.parent.name, division=division, version=version
+        ):
+            yield detail, message
+
+
+def _test01_accuracy_fallback(folder: Path, model: str) -> Iterator[Finding]:
+    """TEST01 whose payloads differ: accuracy/ must show the metric of both runs agreeing."""
+    if not folder.is_dir():
+        yield folder, (
+            "missing; TEST01's verify_accuracy.txt has no TEST PASS line, so the checker compares "
+            "baseline_accuracy.txt and compliance_accuracy.txt here"
+        )
+        return
+    yield from _file_set(folder, rules.TEST01_ACC_FILES, ())
+    values = {}
+    for name in ("baseline_accuracy.txt", "compliance_accuracy.txt"):
+        path = folder / name
+        if not path.is_file():
+            return
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        found = [float(m.group(1)) for m in map(rules.ACCURACY_PATTERNS[model].match, lines) if m]
+        if not found or not found[0]:
+            yield path, "no non-zero accuracy line in the reference script's format"
+            return
+        values[name] = found[0]
+    delta = abs(1 - values["baseline_accuracy.txt"] / values["compliance_accuracy.txt"]) * 100
+    allowed = rules.ACCURACY_DELTA_PERCENT[model]
+    if delta > allowed:
+        yield folder, f"the audit's accuracy differs from the accuracy run's by {delta:.3f}% (at most {allowed}%)"
 
 
 def _measurements(folder: Path) -> list[str]:

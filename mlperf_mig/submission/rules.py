@@ -133,6 +133,20 @@ REQUIRED_ACC_FILES = (
 )
 REQUIRED_SCENARIO_FILES = ("measurements.json", "user.conf", "README.md")
 
+# Compliance audits (reference/mlperf.md section 5): which the closed division needs per model
+# (the checker's models_TEST01 / models_TEST04), in <scenario>/<TEST>/ since v6.0.
+COMPLIANCE_TESTS = {"resnet": ("TEST01", "TEST04"), "bert-99": ("TEST01",), "bert-99.9": ("TEST01",)}
+VERIFY_FILES = {
+    "TEST01": ("verify_accuracy.txt", "verify_performance.txt"),
+    "TEST04": ("verify_performance.txt",),
+}
+PASS_LINE = "TEST PASS"
+# TEST01 where the payloads differ: the accuracy of both runs on the sampled set, compared.
+TEST01_ACC_FILES = (
+    "mlperf_log_accuracy.json", "accuracy.txt", "baseline_accuracy.txt", "compliance_accuracy.txt",
+)  # fmt: skip
+ACCURACY_DELTA_PERCENT = {"resnet": 1.0, "bert-99": 1.0, "bert-99.9": 0.1}
+
 MEASUREMENTS_KEYS = (
     "input_data_types",
     "retraining",

@@ -8,6 +8,12 @@ Layout (checker v6.x, reference/mlperf.md section 3):
         performance/run_1/{mlperf_log_summary.txt, mlperf_log_detail.txt}
         accuracy/{mlperf_log_summary.txt, mlperf_log_detail.txt, mlperf_log_accuracy.json, accuracy.txt}
         measurements.json, user.conf, README.md
+        TEST01/{verify_accuracy.txt, verify_performance.txt, performance/run_1/, accuracy/}
+        TEST04/{verify_performance.txt, performance/run_1/}      (ResNet50)
+
+The compliance audits (TEST01, TEST04) of a run with `compliance=True` are written where the
+checker reads them; the closed division refuses a result without every required audit passed at
+the official duration, and the open division includes the audits that passed.
 
 A unified-mode run (one LoadGen for the layout) is one result of one system; an independent-mode
 run is one system per instance (the profile in the system name), because summing independent
@@ -105,6 +111,20 @@ class ResultSource:
     def label(self) -> str:
         what = f"instance {self.instance.name}" if self.instance else "layout"
         return f"{self.run_dir} ({what})"
+
+    @property
+    def audits(self) -> dict[str, Any]:
+        """The compliance verdicts of the result, by audit."""
+        verdicts = self.instance.compliance if self.instance else self.run.layout_compliance
+        return {v.audit: v for v in verdicts}
+
+    def audit_logs(self, audit: str) -> Path:
+        """Where an audit's logs and verify files are: the run-folder convention, else the recorded path."""
+        conventional = self.folder / audit
+        verdict = self.audits.get(audit)
+        if not conventional.is_dir() and verdict is not None and Path(verdict.log_dir).is_dir():
+            return Path(verdict.log_dir)
+        return conventional
 
 
 @attrs.frozen(kw_only=True)
@@ -257,7 +277,54 @@ def _source_problems(source: ResultSource, division: str, version: str) -> list[
         return [*problems, prefix + "no performance result (the run did not finish)"]
     model = rules.BENCHMARK_FOLDERS[source.benchmark_folder]
     problems += [prefix + p for p in _log_problems(source, model, division, version)]
+    if division == "closed":
+        problems += [prefix + p for p in _closed_audit_problems(source, model)]
     return problems
+
+
+def _closed_audit_problems(source: ResultSource, model: str) -> list[str]:
+    """The closed division needs every required audit, passed, at the official duration."""
+    problems = []
+    for audit in rules.COMPLIANCE_TESTS[model]:
+        verdict = source.audits.get(audit)
+        if verdict is None:
+            problems.append(
+                f"the closed division needs compliance audit {audit}, which was not run "
+                "(mlperf-mig run ... --compliance --preset submission)"
+            )
+        elif not verdict.passed:
+            problems.append(f"compliance audit {audit} failed: {verdict.reason}")
+        elif verdict.short:
+            problems.append(
+                f"compliance audit {audit} is a short quick-preset audit; the closed division "
+                "needs the official duration (--preset submission)"
+            )
+        else:
+            missing = [n for n in _audit_files(audit) if not (source.audit_logs(audit) / n).is_file()]
+            if missing:
+                problems.append(f"compliance audit {audit}: {source.audit_logs(audit)} lacks {', '.join(missing)}")
+    return problems
+
+
+def _audit_files(audit: str) -> tuple[str, ...]:
+    extra = ("mlperf_log_accuracy.json",) if audit == "TEST01" else ()
+    return (*rules.REQUIRED_PERF_FILES, *rules.VERIFY_FILES[audit], *extra)
+
+
+def _included_audits(source: ResultSource, model: str) -> list[Any]:
+    """The audits written with a result: those that passed (in the open division too); a failed
+    one or one whose files are gone is left out, with a warning."""
+    included = []
+    for audit, verdict in source.audits.items():
+        if audit not in rules.COMPLIANCE_TESTS[model]:
+            continue
+        missing = [n for n in _audit_files(audit) if not (source.audit_logs(audit) / n).is_file()]
+        if not verdict.passed or missing:
+            why = verdict.summary() if not verdict.passed else f"lacks {', '.join(missing)}"
+            log.warning("%s: compliance audit %s left out (%s)", source.label(), audit, why)
+            continue
+        included.append(verdict)
+    return included
 
 
 def _run_problems(source: ResultSource, division: str) -> list[str]:
@@ -468,6 +535,9 @@ def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> P
     for name in rules.REQUIRED_PERF_FILES:
         shutil.copyfile(source.logs("performance") / name, run_1 / name)
     _write_accuracy(folder / "accuracy", source)
+    model = rules.BENCHMARK_FOLDERS[source.benchmark_folder]
+    for verdict in _included_audits(source, model):
+        _write_audit(folder / verdict.audit, source, verdict, model)
     atomic_write_json(folder / "measurements.json", readme.measurements(source.run))
     atomic_write_text(folder / "user.conf", _user_conf_text(source))
     try:
@@ -489,6 +559,31 @@ def _write_accuracy(folder: Path, source: ResultSource) -> None:
     model = rules.BENCHMARK_FOLDERS[source.benchmark_folder]
     figures, note = accuracy_figures(model, source.accuracy.accuracy)
     accuracy.write_accuracy_files(logs / "mlperf_log_accuracy.json", folder, figures, note)
+
+
+def _write_audit(dest: Path, source: ResultSource, verdict: Any, model: str) -> None:
+    """<scenario>/<TEST>/: verify files, performance/run_1/ logs, and TEST01's accuracy/ (the
+    audit's accuracy log; the accuracy of both runs on the sampled set where payloads differ)."""
+    logs = source.audit_logs(verdict.audit)
+    run_1 = dest / "performance" / "run_1"
+    run_1.mkdir(parents=True)
+    for name in rules.REQUIRED_PERF_FILES:
+        shutil.copyfile(logs / name, run_1 / name)
+    for name in rules.VERIFY_FILES[verdict.audit]:
+        shutil.copyfile(logs / name, dest / name)
+    if verdict.audit != "TEST01":
+        return
+    folder = dest / "accuracy"
+    folder.mkdir()
+    reports = (verdict.baseline_accuracy, verdict.compliance_accuracy)
+    figures, note = accuracy_figures(model, reports[1])
+    if reports[1] is None:
+        note = "# TEST01: the audit's sampled responses equal the accuracy run's (verify_accuracy.txt)"
+    accuracy.write_accuracy_files(logs / "mlperf_log_accuracy.json", folder, figures, note)
+    for name, report in zip(("baseline_accuracy.txt", "compliance_accuracy.txt"), reports):
+        report_figures, _ = accuracy_figures(model, report)
+        if report_figures is not None:
+            atomic_write_text(folder / name, report_figures.line() + "\n")
 
 
 def accuracy_figures(model: str, report: Any) -> tuple[accuracy.AccuracyFigures | None, str]:

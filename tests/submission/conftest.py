@@ -6,13 +6,16 @@ accuracy/ and user.conf); the logs come from real LoadGen tests, one per spawned
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from mlperf_mig.engines.backend import DeviceReport
+from mlperf_mig.harness.compliance import AuditVerdict
 from mlperf_mig.harness.result import AccuracyReport, InstanceResult
 from mlperf_mig.runner.results import InstanceRun, RunResult
 from mlperf_mig.submission import hostinfo, rules, write_submission
@@ -34,8 +37,11 @@ HOST = {
 }
 
 
-def run_loadgen(folders: list[Path], scenario: str = "Offline") -> None:
-    """Performance and accuracy LoadGen runs for every folder, in parallel processes."""
+def run_loadgen(
+    folders: list[Path], scenario: str = "Offline", modes: tuple[str, ...] = ("performance", "accuracy")
+) -> None:
+    """LoadGen runs of `modes` (performance, accuracy, or audits) for every folder, in parallel
+    processes."""
     processes = [
         subprocess.Popen(
             [sys.executable, str(LOADGEN_RUN), str(folder), mode, scenario],
@@ -43,7 +49,7 @@ def run_loadgen(folders: list[Path], scenario: str = "Offline") -> None:
             stderr=subprocess.DEVNULL,
         )
         for folder in folders
-        for mode in ("performance", "accuracy")
+        for mode in modes
     ]
     codes = [p.wait(timeout=60) for p in processes]
     assert codes == [0] * len(codes), f"LoadGen helper failed: {codes}"
@@ -195,9 +201,9 @@ def drop_early_end(run: Path) -> None:
         detail.write_text("".join(kept))
 
 
-def mark_valid(run: Path) -> None:
+def mark_valid(run: Path, logs: str = "*/performance/mlperf_log_detail.txt") -> None:
     """Stand in for a 10-minute run: a VALID result needs the full 600 s of LoadGen time."""
-    for detail in run.glob("*/performance/mlperf_log_detail.txt"):
+    for detail in run.glob(logs):
         text = detail.read_text().replace('"result_validity", "value": "INVALID"', '"result_validity", "value": "VALID"')
         detail.write_text(text)
 
@@ -208,6 +214,59 @@ def fixture_real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = make_run(tmp_path_factory.mktemp("real") / "run", "unified", synthetic=False, target="mig")
     mark_valid(run)
     return run
+
+
+# The system-description values a closed tree needs that detection cannot read here.
+CLOSED_OVERRIDES = {
+    "host_memory_configuration": "16x 64 GiB DDR4-3200",
+    "accelerator_host_interconnect": "PCIe Gen4 x16",
+    "cooling": "air-cooled",
+}
+
+
+def audit_verdict(folder: Path, audit: str) -> AuditVerdict:
+    """A passing verdict with plausible numbers, its verify files written next to the logs."""
+    test01 = audit == "TEST01"
+    verdict = AuditVerdict(
+        audit=audit, passed=True, reason="", short=False, log_dir=str(folder / audit),
+        reference_score=100.0, test_score=101.0, score_unit="samples/s", performance_passed=True,
+        accuracy_passed=True if test01 else None, sampled=300 if test01 else 0,
+        matched=300 if test01 else 0,
+    )  # fmt: skip
+    verdict.write_files(folder / audit)
+    return verdict
+
+
+@pytest.fixture(name="audited_run", scope="session")
+def fixture_audited_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The closed-ready unified run of `real_run`, with genuine TEST01 and TEST04 audit logs and
+    passing verdicts."""
+    run_dir = make_run(
+        tmp_path_factory.mktemp("audited") / "run", "unified", synthetic=False, target="mig"
+    )
+    folder = run_dir / "layout"
+    run_loadgen([folder], modes=("TEST01", "TEST04"))
+    mark_valid(run_dir)
+    mark_valid(run_dir, "*/TEST0*/mlperf_log_detail.txt")  # stand in for 10-minute audits too
+    verdicts = tuple(audit_verdict(folder, audit) for audit in ("TEST01", "TEST04"))
+    attrs.evolve(RunResult.load(run_dir), layout_compliance=verdicts).save(run_dir)
+    return run_dir
+
+
+@pytest.fixture(name="closed_audited_tree", scope="session")
+def fixture_closed_audited_tree(
+    audited_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The closed-division tree of `audited_run`."""
+    root = tmp_path_factory.mktemp("closed-tree")
+    overrides = root.parent / "closed-overrides.json"
+    overrides.write_text(json.dumps(CLOSED_OVERRIDES))
+    with pytest.MonkeyPatch.context() as patch:
+        fix_host(patch)
+        write_submission(
+            [audited_run], division="closed", submitter="Org", outdir=root / "tree", overrides=overrides
+        )
+    return root / "tree"
 
 
 def fix_host(patch: pytest.MonkeyPatch) -> None:

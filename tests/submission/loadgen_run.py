@@ -1,5 +1,8 @@
 """Produce genuine LoadGen logs with a trivial SUT: `python loadgen_run.py OUTDIR MODE [SCENARIO]`.
 
+MODE is performance, accuracy, or a compliance audit (TEST01, TEST04): a performance run with the
+audit's audit.config where LoadGen reads it, logged to OUTDIR/<audit>/.
+
 One LoadGen test per process (LoadGen is process-global). The user.conf loads LoadGen's built-in
 mlperf.conf (so the seeds are those of this LoadGen) and keeps the run short while meeting the
 checker's rules: min_duration 600 s and 1024 performance samples. Offline expects a rate so low
@@ -42,11 +45,16 @@ def user_conf(scenario: str) -> str:
 def main(outdir: str, mode: str, scenario: str = "Offline") -> int:
     import mlperf_loadgen as lg
 
+    from mlperf_mig.harness.compliance import audit_config_text
+    from mlperf_mig.harness.task import AUDITS
+
     folder = Path(outdir)
     logs = folder / mode
     logs.mkdir(parents=True, exist_ok=True)
     conf = folder / "user.conf"
     conf.write_text(user_conf(scenario), encoding="utf-8")
+    if mode in AUDITS:
+        (logs / "audit.config").write_text(audit_config_text(mode), encoding="utf-8")
 
     def issue(samples: list) -> None:
         payload = [np.array([s.index % 1000], dtype=np.int32) for s in samples]
@@ -65,6 +73,7 @@ def main(outdir: str, mode: str, scenario: str = "Offline") -> int:
     log_settings.log_output.outdir = str(logs)
     log_settings.enable_trace = False
     lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, str(logs / "audit.config"))
+    (logs / "audit.config").unlink(missing_ok=True)
     lg.DestroyQSL(qsl)
     lg.DestroySUT(sut)
     return 0

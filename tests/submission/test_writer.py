@@ -158,10 +158,11 @@ def test_missing_values_are_listed_in_one_error(real_run: Path, tmp_path: Path) 
     assert not (tmp_path / "S").exists()
 
 
-def test_closed_tree_with_overrides(real_run: Path, tmp_path: Path, overrides_file: Path) -> None:
-    """With the overrides file, a real-weights run is written with the reference accuracy line."""
+def test_closed_tree_with_overrides(audited_run: Path, tmp_path: Path, overrides_file: Path) -> None:
+    """With the overrides file, a real-weights run with its compliance audits is written with the
+    reference accuracy line."""
     tree = write_submission(
-        [real_run], division="closed", submitter="Acme", outdir=tmp_path / "S", overrides=overrides_file
+        [audited_run], division="closed", submitter="Acme", outdir=tmp_path / "S", overrides=overrides_file
     )
     system = _system(tmp_path / "S", tree.results[0])
     assert system["cooling"] == "air-cooled"
