@@ -13,16 +13,13 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from mlperf_mig.runner.plan import RunPlan
+from mlperf_mig.runner.progress import live_stream
 from mlperf_mig.runner.results import RunResult
 
 
 def rounds_of(plan: RunPlan) -> int:
     """LoadGen rounds of one run: performance, and accuracy when asked for."""
     return 2 if plan.accuracy else 1
-
-
-def _in_notebook(bar_class: type) -> bool:
-    return any(cls.__module__ == "tqdm.notebook" for cls in bar_class.__mro__)
 
 
 class OverallProgress:
@@ -35,9 +32,8 @@ class OverallProgress:
         if stream is None:
             self._bar: Any = None
             return
-        disable = None if not _in_notebook(tqdm) else False  # None: off when not a terminal
         self._bar = tqdm(
-            total=total, desc=description, unit="round", file=stream, disable=disable,
+            total=total, desc=description, unit="round", file=stream, disable=not live_stream(stream),
             dynamic_ncols=True, leave=True,
         )
 

@@ -1,7 +1,8 @@
 """Live per-instance progress on stderr: completed samples, elapsed and expected time, status.
 
-On a terminal the block of lines is redrawn in place; elsewhere (logs, CI) a line is printed per
-state change and a progress line now and then.
+On a terminal, and in a Jupyter notebook, each instance has a line of its own drawn by tqdm
+(`tqdm.auto`; below a study's overall bar, runner/overall.py, when there is one); elsewhere
+(logs, CI) a line is printed per state change and a progress line now and then.
 """
 
 from __future__ import annotations
@@ -9,10 +10,18 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 _PLAIN_INTERVAL_S = 10.0
 _TTY_INTERVAL_S = 0.5
+
+
+def live_stream(stream: TextIO) -> bool:
+    """Whether progress on `stream` is drawn live (a terminal, or a notebook's widgets)."""
+    from tqdm.auto import tqdm
+
+    in_notebook = any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__)
+    return in_notebook or stream.isatty()
 
 
 class ProgressDisplay:
@@ -27,7 +36,7 @@ class ProgressDisplay:
         stream: TextIO | None = None,
     ) -> None:
         self._stream = stream or sys.stderr
-        self._tty = self._stream.isatty()
+        self._tty = live_stream(self._stream)
         self._phase = phase
         self._expected_s = expected_s
         self._names = list(names)
@@ -35,8 +44,15 @@ class ProgressDisplay:
         self._completed = dict.fromkeys(self._names, 0)
         self._released: float | None = None
         self._started = time.monotonic()
-        self._drawn_lines = 0
         self._last_draw = self._started
+        self._bars: list[Any] = []
+        if self._tty:
+            from tqdm.auto import tqdm
+
+            self._bars = [
+                tqdm(total=None, file=self._stream, bar_format="{desc}", leave=True, dynamic_ncols=True)
+                for _ in self._names
+            ]
 
     def event(self, name: str, what: str) -> None:
         """A worker changed state: started, ready, ok, raised, crashed, hung, interrupted."""
@@ -59,6 +75,8 @@ class ProgressDisplay:
 
     def close(self) -> None:
         self._draw(force=True)
+        for bar in self._bars:
+            bar.close()
         if not self._tty:
             self._print(f"[{self._phase}] done in {time.monotonic() - self._started:.1f} s")
 
@@ -83,10 +101,8 @@ class ProgressDisplay:
         self._last_draw = now
         lines = self._lines()
         if self._tty:
-            up = f"\x1b[{self._drawn_lines}F" if self._drawn_lines else ""
-            self._stream.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
-            self._stream.flush()
-            self._drawn_lines = len(lines)
+            for bar, line in zip(self._bars, lines):
+                bar.set_description_str(line, refresh=True)
         else:
             for line in lines:
                 self._print(line)

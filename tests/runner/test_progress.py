@@ -25,13 +25,15 @@ def test_plain_stream_gets_a_line_per_state_change() -> None:
 
 
 def test_terminal_shows_samples_elapsed_and_expected() -> None:
-    """On a terminal each instance's line shows completed samples and the expected time."""
+    """On a terminal each instance's line (a tqdm line) shows completed samples and the expected time."""
     out = _Terminal()
     display = ProgressDisplay(["i0-2g.20gb", "i1-1g.10gb"], phase="performance", expected_s=2.0, stream=out)
     display.event("i0-2g.20gb", "ready")
     display.event("i1-1g.10gb", "ready")
     display.progress("i0-2g.20gb", 128)
     display.close()
-    last = out.getvalue().split("\x1b[2K")[-2:]
-    assert "128 samples" in last[0] and "~2 s expected" in last[0]
-    assert "running" in last[0] and "ready" in last[1]
+    text = out.getvalue()
+    first = [part for part in text.split("\r") if "i0-2g.20gb" in part][-1]
+    second = [part for part in text.split("\r") if "i1-1g.10gb" in part][-1]
+    assert "128 samples" in first and "~2 s expected" in first and "running" in first
+    assert "ready" in second
