@@ -50,7 +50,7 @@ class ProgressDisplay:
             from tqdm.auto import tqdm
 
             self._bars = [
-                tqdm(total=None, file=self._stream, bar_format="{desc}", leave=True, dynamic_ncols=True)
+                tqdm(total=None, file=self._stream, bar_format="{desc}", leave=False, dynamic_ncols=True)
                 for _ in self._names
             ]
 
