@@ -11,6 +11,7 @@ import attrs
 import numpy as np
 import pytest
 
+from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness.compliance import (
     AuditVerdict,
     audit_config_text,
@@ -19,6 +20,7 @@ from mlperf_mig.harness.compliance import (
     required_audits,
     verify_audit,
 )
+from mlperf_mig.harness.task import InstanceTask
 
 AUDIT_WARNING = "Found Audit Config file (audit.config). Overriding TestSettings from audit.config file."
 TEST04_SETTINGS = {
@@ -217,3 +219,25 @@ def test_verdict_round_trips_through_a_dict(tmp_path: Path) -> None:
         open_source=lambda: LabelledSource(labels=labels),
     )  # fmt: skip
     assert AuditVerdict.from_dict(json.loads(json.dumps(verdict.to_dict()))) == verdict
+
+
+# --- the audit task ------------------------------------------------------------------------------
+def test_audit_task_logs_into_its_own_folder(tmp_path: Path) -> None:
+    """An audit task is a performance test whose logs go to <outdir>/<audit>/."""
+    task = InstanceTask(benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, audit="TEST04")
+    assert task.log_dir == tmp_path / "TEST04"
+
+
+def test_unknown_audit_is_refused(tmp_path: Path) -> None:
+    """An audit name other than TEST01 and TEST04 is refused, naming the known ones."""
+    with pytest.raises(SettingsError, match="audit 'TEST05' is not one of TEST01, TEST04"):
+        InstanceTask(benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, audit="TEST05")
+
+
+def test_audit_in_accuracy_mode_is_refused(tmp_path: Path) -> None:
+    """An audit is a performance-mode test: asking for it in accuracy mode is refused."""
+    with pytest.raises(SettingsError, match="audit TEST01 is a performance-mode test"):
+        InstanceTask(
+            benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, mode="accuracy",
+            audit="TEST01",
+        )  # fmt: skip
