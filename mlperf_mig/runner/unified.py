@@ -5,8 +5,11 @@ Processes of one unified round (all spawned and supervised by the runner, like i
     workers       one per instance (`serve_instance`): load the engine, serve batches, reply
 The sample set lives once in shared memory (`SharedSamples`, created by the runner): the
 coordinator's QSL writes loaded samples into it, the workers read the rows they are sent. Batches
-go out as plain (batch id, sample ids, rows) and responses come back as plain (ids, bytes)
-(LoadGen's QuerySampleResponse does not unpickle, trap 7).
+go out as descriptors ("batch", batch id, sample ids, rows, dataset indices), the rows a `range`
+when they are consecutive, and responses come back as plain (batch ids, bytes, item size)
+(LoadGen's QuerySampleResponse does not unpickle, trap 7). Offline orders its query as the
+independent SUT does (`contiguous_order`), so that a worker reads most batches as views of the
+shared arrays; other batches are gathered into one reused buffer per worker.
 
 Dispatch is least outstanding work weighted by capacity: each batch goes to the worker with the
 smallest (outstanding + batch) / compute slices, and a worker holds at most WINDOW_BATCHES batches
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WINDOW_BATCHES = 2
-_Batch = tuple[list[int], list[int], list[int]]
+_Batch = tuple[list[int], Sequence[int], list[int]]  # ids, rows (a range when consecutive), indices
 _POLL_S = 0.5
 _PROGRESS_INTERVAL_S = 0.5
 
@@ -154,6 +157,8 @@ class Dispatcher:
         self.stalled: list[int] = []
         self._weights = [float(w) for w in weights]
         self._window = [max(1, round(WINDOW_BATCHES * w)) * batch_size for w in self._weights]
+        # the most samples one reply can hold: a window, topped up by one batch
+        self.largest_reply = max(self._window, default=0) + batch_size
         self._batch_size = batch_size
         self._complete = complete
         self._lock = threading.Lock()
@@ -178,9 +183,12 @@ class Dispatcher:
                 log.error("run failed, samples are completed without data: %s", error)
             self._aborted = True
 
-    def submit(self, ids: Sequence[int], rows: Sequence[int], indices: Sequence[int]) -> None:
+    def submit(
+        self, ids: Sequence[int], rows: Sequence[int] | np.ndarray, indices: Sequence[int]
+    ) -> None:
         """Queue samples (split into batches) and send what the windows allow. Workers read the
-        rows; `indices` (the samples' dataset indices) let a remote worker cache sample data."""
+        rows (sent as a `range` where a batch's rows are consecutive); `indices` (the samples'
+        dataset indices) let a remote worker cache sample data."""
         with self._lock:
             if self._aborted:
                 self.failed_samples += len(ids)
@@ -190,7 +198,7 @@ class Dispatcher:
             for start in range(0, len(ids), self._batch_size):
                 end = start + self._batch_size
                 self._pending.append(
-                    (list(ids[start:end]), list(rows[start:end]), list(indices[start:end]))
+                    (list(ids[start:end]), _row_descriptor(rows[start:end]), list(indices[start:end]))
                 )
             self._pump()
 
@@ -295,6 +303,14 @@ class Dispatcher:
                     link.send(("stop",))
 
 
+def _row_descriptor(rows: Sequence[int] | np.ndarray) -> Sequence[int]:
+    """A batch's rows as sent: `range(first, last + 1)` when consecutive, else a list."""
+    rows = rows.tolist() if isinstance(rows, np.ndarray) else list(rows)
+    if rows and rows[-1] - rows[0] == len(rows) - 1 and rows == list(range(rows[0], rows[-1] + 1)):
+        return range(rows[0], rows[-1] + 1)
+    return rows
+
+
 class _Receiver(threading.Thread):
     """Reads the workers' replies and hands them to the dispatcher; notices dead workers."""
 
@@ -378,23 +394,26 @@ def _coordinate(
     from mlperf_mig.engines.backend import DeviceReport
     from mlperf_mig.harness.loadgen_test import running
     from mlperf_mig.harness.samples import SampleLibrary
+    from mlperf_mig.harness.sut import ResponsePool, contiguous_order, payload_layout
 
     source = test.source
     targets = _collect_targets(job, job.ready_timeout_s)
     calibrated = combined_target(test.task.loadgen_scenario, list(targets.values())) if test.calibrates else None
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
     library = SampleLibrary(arrays, total_count=source.total_count)
-    keep_alive: collections.deque[Any] = collections.deque(maxlen=64)
     last_progress = [0.0]
-
     def complete(ids: Sequence[int], blob: bytes, item_size: int) -> None:
-        buffer = np.frombuffer(blob, dtype=np.uint8) if blob else None
-        keep_alive.append(buffer)
-        base = 0 if buffer is None else buffer.ctypes.data
-        response = lg.QuerySampleResponse
-        lg.QuerySamplesComplete(
-            [response(qid, base + k * item_size if item_size else 0, item_size) for k, qid in enumerate(ids)]
-        )
+        if blob and item_size == item_bytes and len(ids) <= len(pool):
+            staging.reshape(-1).view(np.uint8)[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+            pool.set_ids(0, ids)
+            lg.QuerySamplesComplete(pool.first(len(ids)))
+        else:
+            keep = np.frombuffer(blob, dtype=np.uint8) if blob else None
+            base = 0 if keep is None else keep.ctypes.data
+            response = lg.QuerySampleResponse
+            lg.QuerySamplesComplete(
+                [response(qid, base + k * item_size if item_size else 0, item_size) for k, qid in enumerate(ids)]
+            )
         now = time.monotonic()
         if now - last_progress[0] >= _PROGRESS_INTERVAL_S:
             last_progress[0] = now
@@ -407,13 +426,27 @@ def _coordinate(
         complete=complete,
         reply_timeout_s=job.reply_timeout_s,
     )
+    # A reply holds at most a worker's window and one batch more. Replies are completed one at
+    # a time (by the receiver thread), so one staging buffer and its reused responses serve all.
+    shape, dtype = payload_layout(test.benchmark)
+    staging = np.empty((dispatcher.largest_reply, *shape), dtype=dtype)
+    pool = ResponsePool(lg, staging)
+    item_bytes = staging[0].nbytes
     for i in range(len(job.links)):
         if i not in targets:
             dispatcher.worker_died(i)
     receiver = _Receiver(job.links, dispatcher)
 
+    offline = test.task.loadgen_scenario == "Offline"
+
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
-        dispatcher.submit(ids, library.slots(indices).tolist(), list(indices))
+        rows = library.slots(indices)
+        if offline:  # batches of consecutive rows: the workers read them as views
+            order = contiguous_order(rows)
+            rows = rows[order]
+            ids = np.fromiter(ids, dtype=np.uint64, count=len(ids))[order].tolist()
+            indices = np.fromiter(indices, dtype=np.int64, count=len(indices))[order].tolist()
+        dispatcher.submit(ids, rows, indices)
 
     def stop_serving() -> None:
         dispatcher.stop_workers()
@@ -461,14 +494,25 @@ def serve_instance(
     """
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.instance import measured_target, open_task_backend
-    from mlperf_mig.harness.sut import response_payload
+    from mlperf_mig.harness.samples import SampleLibrary
+    from mlperf_mig.harness.sut import payload_layout, response_payload
 
     task = job.task
     benchmark = get_benchmark(task.benchmark)
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
+    library = SampleLibrary(arrays, total_count=0)
+    reused: dict[str, np.ndarray] = {}  # the gather buffer, allocated at the first scattered batch
+    shape, dtype = payload_layout(benchmark)
+    payloads = np.empty((job.batch_size, *shape), dtype=dtype)
 
     def gather(rows: np.ndarray) -> dict[str, np.ndarray]:
-        return {name: np.take(array, rows, axis=0) for name, array in arrays.items()}
+        """Views of the shared arrays for consecutive rows, else copies into the reused buffer."""
+        if not reused:
+            reused.update(
+                (name, np.empty((job.batch_size, *a.shape[1:]), dtype=a.dtype))
+                for name, a in arrays.items()
+            )
+        return library.gather(rows, reused)
 
     backend = open_backend() if open_backend is not None else open_task_backend(task, benchmark)
     served = 0
@@ -488,27 +532,48 @@ def serve_instance(
         stop = False
         while not stop:
             batches, stop = _next_batches(job.link, job.batch_size)
-            if not batches:
-                continue
-            batch_ids = [b[0] for b in batches]
-            rows = np.asarray([r for b in batches for r in b[2]], dtype=np.int64)
-            began = time.perf_counter()
-            payload = response_payload(benchmark, backend.run(gather(rows)))
-            busy_s += time.perf_counter() - began
-            item_size = payload[0].nbytes
-            job.link.send(("done", batch_ids, payload.tobytes(), item_size))
-            served += len(rows)
-            progress(served)
+            for group in _groups(batches, job.batch_size):
+                rows = _rows_of(group)
+                began = time.perf_counter()
+                payload = response_payload(benchmark, backend.run(gather(rows)), payloads)
+                busy_s += time.perf_counter() - began
+                job.link.send(("done", [b[0] for b in group], payload.tobytes(), payload[0].nbytes))
+                served += len(rows)
+                progress(served)
         device = backend.device.to_dict()
     finally:
         backend.close()
     return {"served": served, "busy_s": round(busy_s, 3), "device": device}
 
 
+def _groups(batches: list[tuple[Any, ...]], batch_size: int) -> list[list[tuple[Any, ...]]]:
+    """Merged batches (batch id, sample ids, rows, indices) in runs of at most `batch_size`
+    samples, in order: each run is one backend call."""
+    groups: list[list[tuple[Any, ...]]] = []
+    size = batch_size
+    for batch in batches:
+        count = len(batch[2])
+        if size + count > batch_size:
+            groups.append([])
+            size = 0
+        groups[-1].append(batch)
+        size += count
+    return groups
+
+
+def _rows_of(group: list[tuple[Any, ...]]) -> np.ndarray:
+    """The shared-array rows of a run of batches, as one int64 array."""
+    if len(group) == 1 and isinstance(group[0][2], range):
+        row = group[0][2]
+        return np.arange(row.start, row.stop, dtype=np.int64)
+    return np.fromiter((r for b in group for r in b[2]), dtype=np.int64)
+
+
 def _next_batches(link: Connection, batch_size: int) -> tuple[list[tuple[Any, ...]], bool]:
     """Block for the next batch, merge what else is queued up to `batch_size` samples.
 
-    Returns the batches (batch id, sample ids, rows) and whether a stop message came.
+    Returns the batches (batch id, sample ids, rows, dataset indices) and whether a stop
+    message came. Rows are a `range` where they are consecutive, else a list.
     """
     batches: list[tuple[Any, ...]] = []
     size = 0

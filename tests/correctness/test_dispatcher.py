@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlperf_mig.runner.unified import Dispatcher
+from mlperf_mig.runner.unified import Dispatcher, _groups, _rows_of
 
 BATCH = 4
 
@@ -83,3 +83,23 @@ def test_a_dead_workers_batches_go_to_the_others() -> None:
     dispatcher.worker_died(1)
     resent = [ids for _, ids in links[0].batches()][-len(lost):]
     assert resent == [ids for _, ids in lost] and dispatcher.alive == [True, False]
+
+
+def test_consecutive_rows_go_out_as_a_range() -> None:
+    """A batch whose rows are consecutive is described by a range; scattered rows by a list."""
+    dispatcher, links, _ = _dispatcher((1.0,))
+    dispatcher.submit([1, 2, 3, 4], [8, 9, 10, 11], [0, 0, 0, 0])
+    dispatcher.submit([5, 6, 7, 8], [3, 9, 4, 5], [0, 0, 0, 0])
+    rows = [m[3] for m in links[0].sent if m[0] == "batch"]
+    assert rows == [range(8, 12), [3, 9, 4, 5]]
+
+
+def test_merged_batches_run_in_groups_of_at_most_the_batch_size() -> None:
+    """A worker's merged batches of 3, 2, 4 and 1 samples run as (3, 2) and (4, 1) for batch 6,
+    and each group's rows are its batches' rows in order."""
+    sizes = [3, 2, 4, 1]
+    starts = [0, 10, 20, 30]
+    batches = [(k, [], range(s, s + n), []) for k, (s, n) in enumerate(zip(starts, sizes))]
+    groups = _groups(batches, 6)
+    assert [[b[0] for b in group] for group in groups] == [[0, 1], [2, 3]]
+    assert _rows_of(groups[0]).tolist() == [0, 1, 2, 10, 11]

@@ -1,0 +1,114 @@
+"""Unified mode's dispatch ceiling: null-backend Offline samples/s of a whole layout in unified
+mode (one LoadGen, batches dispatched to the instance workers over pipes, samples in shared
+memory) against the same layout in independent mode (one LoadGen per instance), same run.
+
+Targets (layout 7, ResNet50, whose 588 KiB samples make any copy show): unified at least
+100,000 samples/s, and at least half of the independent layout's total. Layouts 1 and 8 are
+printed for comparison (1: one 7g instance; 8: seven 1g instances).
+
+Pairs alternate (independent, unified) `--repeats` times; the best of each is reported, and the
+median of the pairs' ratios.
+
+    .venv/bin/python benchmarks/unified_dispatch.py [--benchmark resnet50] [--layouts 1 7 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+UNIFIED_TARGET = 100_000
+RATIO_TARGET = 0.5
+TARGET_LAYOUT = 7
+
+
+def one_run(folder: Path, name: str, *, layout: int, mode: str, args: argparse.Namespace) -> float:
+    """Total samples/s of one null-backend Offline run of `layout` in `mode`."""
+    import mlperf_mig
+
+    result = mlperf_mig.run(
+        scenario=layout,
+        benchmark=args.benchmark,
+        backend="null",
+        mode=mode,
+        emulate=True,
+        accuracy=False,
+        progress=False,
+        outdir=folder / name,
+        settings={"min_duration": args.duration_ms, "target_qps": args.offline_qps},
+    )
+    return float(result.total_throughput)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--benchmark", default="resnet50", help="resnet50 (588 KiB) or bert (9 KiB)")
+    parser.add_argument("--layouts", type=int, nargs="+", default=[1, 7, 8])
+    parser.add_argument("--duration-ms", type=int, default=3000, help="min_duration of every run")
+    parser.add_argument(
+        "--offline-qps", type=float, default=200_000, help="Offline expected QPS of the layout"
+    )
+    parser.add_argument("--repeats", type=int, default=2, help="alternating pairs per layout")
+    parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    args = parser.parse_args()
+    print(
+        f"unified dispatch, null backend, Offline {args.benchmark}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    started = time.monotonic()
+    report: dict[str, Any] = {"benchmark": args.benchmark, "layouts": {}}
+    with tempfile.TemporaryDirectory(prefix="unified-dispatch-") as tmp:
+        folder = Path(tmp)
+        for layout in args.layouts:
+            pairs = []
+            for attempt in range(args.repeats):
+                runs = {
+                    mode: one_run(
+                        folder, f"{layout}-{mode}-{attempt}", layout=layout, mode=mode, args=args
+                    )
+                    for mode in ("independent", "unified")
+                }
+                pairs.append(runs)
+                print(
+                    f"  layout {layout} #{attempt}: independent {runs['independent']:>11,.0f}  "
+                    f"unified {runs['unified']:>11,.0f} samples/s",
+                    flush=True,
+                )
+            best = {mode: max(p[mode] for p in pairs) for mode in ("independent", "unified")}
+            entry = {
+                "pairs": pairs,
+                "best_independent": best["independent"],
+                "best_unified": best["unified"],
+                "ratio_of_best": best["unified"] / best["independent"],
+                "median_pair_ratio": statistics.median(p["unified"] / p["independent"] for p in pairs),
+            }
+            report["layouts"][str(layout)] = entry
+            print(
+                f"layout {layout}: unified {best['unified']:,.0f} samples/s, independent "
+                f"{best['independent']:,.0f} samples/s, ratio {entry['ratio_of_best']:.2f} "
+                f"(median of the pairs {entry['median_pair_ratio']:.2f})",
+                flush=True,
+            )
+    target = report["layouts"].get(str(TARGET_LAYOUT))
+    if target is not None:
+        met = target["best_unified"] >= UNIFIED_TARGET and target["ratio_of_best"] >= RATIO_TARGET
+        print(
+            f"layout {TARGET_LAYOUT} targets (unified >= {UNIFIED_TARGET:,} samples/s and >= "
+            f"{RATIO_TARGET:.0%} of independent): {'met' if met else 'NOT met'}"
+        )
+    print(f"took {time.monotonic() - started:.0f} s")
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
