@@ -36,6 +36,10 @@ from mlperf_mig.runner.supervisor import WorkerOutcome
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.2
+# Unified over the network: the dispatcher's window of each instance (batches in flight, in
+# proportion to its weight) is this many times a local one's, to cover a call's round trip.
+# Scaling every weight alike leaves the shares of the dispatch unchanged.
+REMOTE_WINDOW_SCALE = 4
 INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
 
 
@@ -261,7 +265,7 @@ def unified_round(
                 payload=CoordinatorJob(
                     task=layout_task, samples=samples.specs, performance_count=performance_count,
                     links=tuple(a for a, _ in pipes), names=tuple(s.name for s in slots),
-                    weights=tuple(float(s.compute_slices) for s in slots), batch_size=batch_size,
+                    weights=tuple(REMOTE_WINDOW_SCALE * float(s.compute_slices) for s in slots), batch_size=batch_size,
                     synthetic_weights=plan.model_path is None, ready_timeout_s=plan.timeouts.ready_s,
                 ),
                 log_path=str(outdir / LAYOUT_FOLDER / "worker.log"),
