@@ -65,7 +65,8 @@ def chart_bar(layout: RunResult | RepeatedRun) -> Bar | None:
             whole = sum(v for _, v in shares) or 1.0
             stack = [(p, total.mean * v / whole) for p, v in shares]
         change = layout.change
-        return Bar(_bar_label(layout), stack, total.mean, total.half, None if change is None else change.text())
+        text = None if change is None else change.text().replace(" [", "\n[").replace("] ", "]\n")
+        return Bar(_bar_label(layout), stack, total.mean, total.half, text)
     if layout.total_throughput is None:
         return None
     change = layout.change_vs_baseline
@@ -125,9 +126,10 @@ def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
             axes.errorbar(x, bar.total, yerr=bar.half, color="black", capsize=4, linewidth=1)
             top += bar.half
         text = f"{bar.total:,.0f}" + (f"\n{bar.change}" if bar.change else "")
-        axes.annotate(text, (x, top), ha="center", va="bottom", fontsize=7)
+        axes.annotate(text, (x, top), ha="center", va="bottom", fontsize=6)
     axes.set_xticks(range(len(bars)), [bar.label for bar in bars], fontsize=7)
-    axes.margins(y=0.2)
+    axes.margins(y=0.25)
+    axes.set_ylim(bottom=0)  # an error bar reaching below zero is cut at zero
     axes.set_ylabel(first.throughput_unit)
     emulated = " [emulated on CPU]" if first.emulated else ""
     axes.set_title(
