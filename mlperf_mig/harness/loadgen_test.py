@@ -165,6 +165,7 @@ class LoadGenTest:
             except Exception as exc:
                 abort(exc)
             if waiting:
+                logger.info("loaded %d samples; waiting at the start barrier", len(indices))
                 try:
                     waiting.pop()()
                 except Exception as exc:
