@@ -30,6 +30,7 @@ _POLL_S = 0.2
 # a call over the network costs far more than a local pipe message: queued batches of one
 # instance go out together, up to this many batch sizes a call
 MERGE_BATCHES = 4
+_REPLY_WAIT_S = 0.005
 
 
 class ServeActor:
@@ -162,7 +163,12 @@ class RemoteServing(threading.Thread):
             for link in wait(links, timeout=0 if owner else _POLL_S) if links else ():
                 self._receive(by_link[id(link)])
             if owner:
-                ready, _ = _ray().wait(list(owner), num_returns=len(owner), timeout=0.002)
+                ray = _ray()
+                # block until one reply is there (or a few ms, to read the pipes again), then
+                # take every reply that has come
+                ready, _ = ray.wait(list(owner), num_returns=1, timeout=_REPLY_WAIT_S)
+                if ready:
+                    ready, _ = ray.wait(list(owner), num_returns=len(owner), timeout=0)
                 for ref in ready:
                     if ref in owner[ref].inflight:  # not given up on meanwhile
                         self._reply(owner[ref], ref)
