@@ -144,7 +144,12 @@ def _consecutive(rows: np.ndarray) -> bool:
 
 @attrs.define(kw_only=True)
 class SyntheticSource:
-    """Deterministic synthetic samples: each sample depends only on (seed, index)."""
+    """Deterministic synthetic samples: each sample depends only on (seed, index).
+
+    An image sample is a window of one random block drawn once per seed, at an offset unique to
+    its index (`_image_offset`): a copy instead of 150k random draws per sample (loading
+    ResNet50's 1024 samples takes ~0.1 s instead of ~2 s), every sample's bytes different.
+    """
 
     benchmark: Benchmark
     total_count: int
@@ -152,24 +157,45 @@ class SyntheticSource:
     seed: int = 0
     synthetic: bool = attrs.field(default=True, init=False)
     description: str = attrs.field(default="synthetic", init=False)
+    _blocks: dict[str, np.ndarray] = attrs.field(factory=dict, init=False, repr=False)
 
     def fill(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
+        if self.benchmark.name != "bert":
+            self._fill_images(indices, out)
+            return
         for row, index in enumerate(indices):
-            rng = np.random.default_rng((self.seed, int(index)))
-            if self.benchmark.name == "bert":
-                _fill_bert_sample(rng, row, out)
-            else:
-                _fill_image_sample(rng, row, out)
+            _fill_bert_sample(np.random.default_rng((self.seed, int(index))), row, out)
+
+    def _fill_images(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
+        span = _offset_span(self.total_count)
+        for name, array in out.items():
+            size = int(np.prod(array.shape[1:]))
+            block = self._blocks.get(name)
+            if block is None or len(block) != size + span:
+                block = _image_block(self.seed, size + span)
+                self._blocks[name] = block
+            rows = array.reshape(len(array), size)
+            for row, index in enumerate(indices):
+                offset = _image_offset(int(index), span)
+                rows[row] = block[offset : offset + size]
 
 
-def _fill_image_sample(rng: np.random.Generator, row: int, out: Mapping[str, np.ndarray]) -> None:
-    for array in out.values():
-        # values in the range of mean-subtracted 8-bit pixels, drawn as float32 straight into
-        # the row (ResNet50's input is float32; 2.7x faster than float64 draws and a cast)
-        target = array[row]
-        rng.random(dtype=np.float32, out=target)
-        target *= np.float32(276.0)
-        target -= np.float32(124.0)
+def _offset_span(total_count: int) -> int:
+    """A power of two above every sample index (each index gets its own offset below it)."""
+    return 1 << max(1, int(total_count - 1).bit_length())
+
+
+def _image_offset(index: int, span: int) -> int:
+    """Where sample `index`'s window starts: a bijection of [0, span) (odd multiplier)."""
+    return (index * 40503) % span
+
+
+def _image_block(seed: int, length: int) -> np.ndarray:
+    """`length` float32 values in the range of mean-subtracted 8-bit pixels, fixed by `seed`."""
+    block = np.random.default_rng((seed, 0x1A6E)).random(length, dtype=np.float32)
+    block *= np.float32(276.0)
+    block -= np.float32(124.0)
+    return block
 
 
 def _fill_bert_sample(rng: np.random.Generator, row: int, out: Mapping[str, np.ndarray]) -> None:

@@ -41,6 +41,21 @@ def test_synthetic_samples_are_deterministic() -> None:
     assert first["input_ids"][0, 0] == 101 and set(np.unique(first["input_mask"])) == {0, 1}
 
 
+def test_image_samples_differ_and_repeat() -> None:
+    """Every ResNet50 sample index gets its own bytes in the pixel range, the same ones each
+    time and in any process (a fresh source)."""
+    indices = [0, 1, 2, 49_999, 777]
+    layout = input_layouts(RESNET50)[0]
+    first = {layout.name: np.zeros((len(indices), *layout.shape), np.float32)}
+    second = {layout.name: np.zeros_like(first[layout.name])}
+    SyntheticSource(benchmark=RESNET50, total_count=50_000, performance_count=5).fill(indices, first)
+    SyntheticSource(benchmark=RESNET50, total_count=50_000, performance_count=5).fill(indices[::-1], second)
+    samples = first[layout.name]
+    assert np.array_equal(samples, second[layout.name][::-1])
+    assert len({row.tobytes() for row in samples}) == len(indices)
+    assert samples.min() >= -124.0 and samples.max() < 152.0
+
+
 def test_loading_more_than_capacity_raises() -> None:
     """LoadGen asking for more samples than the library holds is reported."""
     library = SampleLibrary.allocate(input_layouts(BERT), capacity=2, total_count=5)
