@@ -229,7 +229,9 @@ def failed_verdict(audit: str, log_dir: str | os.PathLike[str], reason: str, *, 
 
 # --- performance -------------------------------------------------------------------------------
 @attrs.frozen
-class _Scores:
+class PerformanceComparison:
+    """The reference script's comparison: both scores in `unit`, the band, the verdict."""
+
     reference: float
     test: float
     unit: str
@@ -241,7 +243,7 @@ class _Scores:
 def compare_performance(
     audit: str, reference: Mapping[str, Any], test: Mapping[str, Any], loadgen_scenario: str,
     *, short: bool,
-) -> _Scores | str:
+) -> PerformanceComparison | str:
     """The reference scripts' comparison of the audit's detail-log records with the performance
     run's, or why it cannot be made."""
     key = SCORE_KEYS[loadgen_scenario]
@@ -275,7 +277,7 @@ def compare_performance(
         reason = "" if passed else (
             f"score {value / ref - 1:+.1%} off the performance run's (within {band:.0%} allowed)"
         )
-    return _Scores(ref, value, unit, band, passed, reason)
+    return PerformanceComparison(ref, value, unit, band, passed, reason)
 
 
 # --- TEST01 accuracy ---------------------------------------------------------------------------
