@@ -426,10 +426,9 @@ def _cluster_round(
         for slot in plan.slots
         if slot.name in names
     }
-    job = rounds.RoundInput(
-        plan=plan, outdir=outdir, tasks=tasks, mode=mode, stream=stream, on_finish=on_finish, specs=specs
-    )
-    return rounds.unified_round(job) if plan.mode == "unified" else rounds.independent_round(job)
+    if plan.mode == "unified":
+        return rounds.unified_round(plan, outdir, tasks, mode, stream, on_finish, specs)
+    return rounds.independent_round(plan, outdir, tasks, mode, stream, on_finish, specs)
 
 
 def _cluster_facts(plan: RunPlan, performance: Mapping[str, WorkerOutcome]) -> dict[str, Any] | None:
