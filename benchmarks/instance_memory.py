@@ -8,7 +8,13 @@ every process of the run (coordinator, instance workers, resource tracker) every
          shared sample set counts once; the sum over processes is the run's real footprint
     RSS  resident set size: shared pages counted in every process that touched them
 The peak PSS sum is reported per N; the cost of an extra instance is the slope between N values,
-to be compared with the size of the sample set.
+to be compared with the size of the sample set. At the peak, each process's PSS is split (from
+smaps_rollup) into anonymous memory (its own heap: interpreter, imported modules, ONNX Runtime's
+arena and buffers), file-backed memory (shared libraries and the mapped engine weights, split
+between the processes mapping them) and shared memory (the sample set); the breakdown printed
+is that of the largest instance worker at the largest N. Then one worker's steps are replayed
+in a fresh process (interpreter, numpy, the worker's own modules, ONNX Runtime, the session on
+the cached engine, its first and later batches) with the anonymous PSS after each.
 
     .venv/bin/python benchmarks/instance_memory.py [--counts 1,2,4,7] [--variant full]
 """
@@ -49,9 +55,12 @@ def _children(root: int) -> list[int]:
     return found
 
 
-def _memory_kib(pid: int) -> tuple[int, int]:
-    """(PSS, RSS) of one process in KiB, from /proc/<pid>/smaps_rollup."""
-    values = {"Pss:": 0, "Rss:": 0}
+KINDS = ("Pss_Anon:", "Pss_File:", "Pss_Shmem:")
+
+
+def _memory_kib(pid: int) -> dict[str, int]:
+    """PSS, RSS and PSS by kind of one process in KiB, from /proc/<pid>/smaps_rollup."""
+    values = dict.fromkeys(("Pss:", "Rss:", *KINDS), 0)
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             key, _, rest = line.partition(" ")
@@ -59,7 +68,15 @@ def _memory_kib(pid: int) -> tuple[int, int]:
                 values[key] = int(rest.split()[0])
     except OSError:
         pass
-    return values["Pss:"], values["Rss:"]
+    return values
+
+
+def _is_worker(pid: int) -> bool:
+    """An instance worker (it has loaded ONNX Runtime), not the coordinator or a helper."""
+    try:
+        return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
 
 
 class PeakSampler(threading.Thread):
@@ -71,23 +88,73 @@ class PeakSampler(threading.Thread):
         self.peak_pss_kib = 0
         self.peak_rss_kib = 0
         self.peak_processes = 0
+        self.peak_worker: dict[str, int] = {}
         self._stopping = threading.Event()
 
     def run(self) -> None:
         me = os.getpid()
         while not self._stopping.wait(self.interval_s):
             pids = _children(me)
-            pss = rss = 0
-            for pid in pids:
-                p, r = _memory_kib(pid)
-                pss += p
-                rss += r
+            memory = {pid: _memory_kib(pid) for pid in pids}
+            pss = sum(m["Pss:"] for m in memory.values())
+            rss = sum(m["Rss:"] for m in memory.values())
             if pss > self.peak_pss_kib:
                 self.peak_pss_kib, self.peak_rss_kib, self.peak_processes = pss, rss, len(pids)
+                workers = [memory[pid] for pid in pids if _is_worker(pid)]
+                self.peak_worker = max(workers, key=lambda m: m["Pss:"], default={})
 
     def stop(self) -> None:
         self._stopping.set()
         self.join()
+
+
+def _anon_kib() -> int:
+    return _memory_kib(os.getpid())["Pss_Anon:"]
+
+
+def replay_steps(engine_json: str) -> list[tuple[str, int]]:
+    """A worker's steps in this (fresh) process: (step, anonymous PSS in KiB after it)."""
+    import json
+
+    steps = [("interpreter", _anon_kib())]
+    import numpy as np
+
+    steps.append(("+ numpy", _anon_kib()))
+    import mlperf_mig.harness.instance
+    import mlperf_mig.runner.unified
+    import mlperf_mig.runner.worker  # noqa: F401
+
+    steps.append(("+ worker modules", _anon_kib()))
+    import onnxruntime  # noqa: F401
+
+    steps.append(("+ onnxruntime import", _anon_kib()))
+    from mlperf_mig.engines import open_backend
+    from mlperf_mig.engines.spec import EngineSpec
+
+    spec = EngineSpec.from_dict(json.loads(Path(engine_json).read_text())["spec"])
+    backend = open_backend(spec, threads=1)
+    steps.append(("+ session (mapped weights)", _anon_kib()))
+    batch = spec.max_batch_size
+    feeds = {
+        t.name: np.zeros((batch, *t.shape[1:]), dtype=t.dtype) for t in backend.benchmark.inputs
+    }
+    backend.run(feeds)
+    steps.append((f"+ first batch of {batch} (arena)", _anon_kib()))
+    for _ in range(3):
+        backend.run(feeds)
+    steps.append(("+ three more batches", _anon_kib()))
+    return steps
+
+
+def _engine_of(outdir: Path) -> Path | None:
+    """The engine an instance worker of the run in `outdir` loaded (its .json description)."""
+    import re
+
+    for log in sorted(outdir.rglob("worker.log")):
+        match = re.search(r"loaded (\S+?\.onnx)(?:\.cpu-\w+/model\.onnx)? on ", log.read_text())
+        if match:
+            return Path(match.group(1) + ".json")
+    return None
 
 
 def measure(count: int, *, variant: str, sample_count: int, outdir: Path) -> dict[str, float]:
@@ -114,6 +181,7 @@ def measure(count: int, *, variant: str, sample_count: int, outdir: Path) -> dic
         "peak RSS MiB": sampler.peak_rss_kib / 1024,
         "samples/s": result.total_throughput,
         "wall s": time.monotonic() - began,
+        "worker": sampler.peak_worker,
     }
 
 
@@ -138,6 +206,7 @@ def main() -> None:
                 )
             rows.append(row)
             print(f"{count} instances: peak PSS {row['peak PSS MiB']:.0f} MiB", flush=True)
+        engine = _engine_of(Path(folder) / f"n{counts[-1]}")
     columns = [
         "instances",
         "processes",
@@ -152,6 +221,24 @@ def main() -> None:
     )
     print(f"shared sample set: {args.sample_count} samples = {sample_set_mib:.1f} MiB (held once)")
     print(text_table(rows, columns))
+    if engine is not None:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+            steps = pool.submit(replay_steps, str(engine)).result()
+        print(f"one worker's anonymous PSS, step by step ({engine.name}):")
+        previous = 0
+        for step, kib in steps:
+            print(f"    {step:<34} {kib / 1024:7.1f} MiB  ({(kib - previous) / 1024:+.1f})")
+            previous = kib
+    worker = rows[-1]["worker"]
+    if worker:
+        parts = ", ".join(f"{kind[4:-1].lower()} {worker[kind] / 1024:.1f}" for kind in KINDS)
+        print(
+            f"largest instance worker at {rows[-1]['instances']} instances: PSS "
+            f"{worker['Pss:'] / 1024:.1f} MiB = {parts} MiB (RSS {worker['Rss:'] / 1024:.1f} MiB)"
+        )
 
 
 if __name__ == "__main__":
