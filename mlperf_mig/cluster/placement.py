@@ -25,7 +25,7 @@ from mlperf_mig.runner.placement import (
     Target,
     describe_profiles,
     emulated_cpu_sets,
-    instance_name,
+    instance_slot,
     resolve_gpu,
     resolve_layout,
     solved_starts,
@@ -48,16 +48,7 @@ def _refusal(what: str, layout_text: str, inventories: Sequence[NodeInventory], 
 
 
 def _slot(index: int, profile: Any, inv: NodeInventory, **fields: Any) -> InstanceSlot:
-    return InstanceSlot(
-        index=index,
-        name=instance_name(index, profile.name),
-        profile=profile.name,
-        compute_slices=profile.compute_slices,
-        memory_slices=profile.memory_slices,
-        node=inv.node_id,
-        host=inv.host,
-        **fields,
-    )
+    return instance_slot(index, profile, node=inv.node_id, host=inv.host, **fields)
 
 
 def emulated_cluster_target(
@@ -81,7 +72,6 @@ def emulated_cluster_target(
                 device="cpu:" + ",".join(map(str, cpu_set)),
                 env={"CUDA_VISIBLE_DEVICES": ""},
                 cpus=cpu_set,
-                threads=len(set(cpu_set)),
             )
     return Target(
         kind="emulated", layout=layout, scenario=scenario, gpu_index=None,

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
+
 from mlperf_mig._io import atomic_write_bytes
 from mlperf_mig.cluster.actors import (
     InstanceActor,
@@ -92,21 +94,26 @@ def _outcome(name: str, reply: Mapping[str, Any]) -> WorkerOutcome:
     )
 
 
-def independent_round(
-    plan: RunPlan,
-    outdir: Path,
-    tasks: Mapping[str, Any],
-    mode: str,
-    stream: TextIO | None,
-    on_finish: Callable[[WorkerOutcome], None] | None,
-    specs: MutableMapping[str, Any],
-) -> tuple[dict[str, WorkerOutcome], bool]:
-    """One instance actor per task name, on its node; returns outcomes and whether interrupted.
+@attrs.frozen(kw_only=True)
+class RoundInput:
+    """What a round across the nodes gets from the executor, the same in both modes."""
 
-    `tasks` maps instance name to its harness task (engine filled in on the node); the engine
-    specs the nodes built are added to `specs` by engine key.
-    """
+    plan: RunPlan
+    outdir: Path
+    tasks: Mapping[str, Any]  # instance name -> harness task; its engine is built on the node
+    mode: str  # "performance" or "accuracy"
+    stream: TextIO | None  # progress display, or None
+    on_finish: Callable[[WorkerOutcome], None] | None
+    specs: MutableMapping[str, Any]  # engine key -> EngineSpec the nodes built (filled in here)
+
+
+def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
+    """One instance actor per task, on its node; returns outcomes and whether interrupted."""
     import ray
+
+    plan, outdir, tasks, mode, stream, on_finish, specs = (
+        job.plan, job.outdir, job.tasks, job.mode, job.stream, job.on_finish, job.specs
+    )
 
     from mlperf_mig.runner.jobs import instance_env
 
@@ -207,17 +214,13 @@ def start_skew_ms(outcomes: Mapping[str, WorkerOutcome]) -> float | None:
     return round((max(started) - min(started)) / 1e6, 3)
 
 
-def unified_round(
-    plan: RunPlan,
-    outdir: Path,
-    tasks: Mapping[str, Any],
-    mode: str,
-    stream: TextIO | None,
-    on_finish: Callable[[WorkerOutcome], None] | None,
-    specs: MutableMapping[str, Any],
-) -> tuple[dict[str, WorkerOutcome], bool]:
+def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     """The layout's one LoadGen on the driver, dispatching to serving actors on the nodes."""
     import ray
+
+    plan, outdir, tasks, mode, stream, on_finish, specs = (
+        job.plan, job.outdir, job.tasks, job.mode, job.stream, job.on_finish, job.specs
+    )
 
     from mlperf_mig.cluster.serving import RemoteServing, ServeActor, round_trip_rate
     from mlperf_mig.engines import EngineSpec

@@ -426,9 +426,10 @@ def _cluster_round(
         for slot in plan.slots
         if slot.name in names
     }
-    if plan.mode == "unified":
-        return rounds.unified_round(plan, outdir, tasks, mode, stream, on_finish, specs)
-    return rounds.independent_round(plan, outdir, tasks, mode, stream, on_finish, specs)
+    job = rounds.RoundInput(
+        plan=plan, outdir=outdir, tasks=tasks, mode=mode, stream=stream, on_finish=on_finish, specs=specs
+    )
+    return rounds.unified_round(job) if plan.mode == "unified" else rounds.independent_round(job)
 
 
 def _cluster_facts(plan: RunPlan, performance: Mapping[str, WorkerOutcome]) -> dict[str, Any] | None:

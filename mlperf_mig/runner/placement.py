@@ -80,7 +80,7 @@ def instance_name(index: int, profile: str) -> str:
     return f"i{index}-{profile}"
 
 
-def _slot(
+def instance_slot(
     index: int,
     profile: Any,
     *,
@@ -88,6 +88,8 @@ def _slot(
     device: str,
     env: dict[str, str],
     cpus: tuple[int, ...] | None = None,
+    node: str | None = None,
+    host: str | None = None,
 ) -> InstanceSlot:
     """The slot of instance `index` of registry Profile `profile`; threads follow `cpus`."""
     return InstanceSlot(
@@ -101,6 +103,8 @@ def _slot(
         env=env,
         cpus=cpus,
         threads=None if cpus is None else len(set(cpus)),
+        node=node,
+        host=host,
     )
 
 
@@ -190,7 +194,7 @@ def emulated_target(
     sets = emulated_cpu_sets([p.compute_slices for p in profiles], layout.gpu.compute_slices, available)
     starts = solved_starts(layout)
     slots = tuple(
-        _slot(
+        instance_slot(
             i,
             p,
             placement_start=start,
@@ -212,7 +216,7 @@ def live_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
     solved_starts(layout)
     devices = match_layout(layout, gpu_state)
     slots = tuple(
-        _slot(
+        instance_slot(
             i,
             profile,
             placement_start=device.placement_start,
@@ -228,7 +232,7 @@ def live_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
 def shared_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
     """All instances time-share the whole GPU (no MIG isolation); labelled `shared`."""
     slots = tuple(
-        _slot(
+        instance_slot(
             i,
             p,
             placement_start=start,
