@@ -98,9 +98,6 @@ class InstanceActor:
         self.name = name
         self.folder = Path(tempfile.mkdtemp(prefix=f"mlperf-mig-{name}-"))
 
-    def where(self) -> dict[str, Any]:
-        return {"host": socket.gethostname(), "pid": os.getpid(), "folder": str(self.folder)}
-
     def run(self, job: RemoteJob, barrier: Any, driver_folder: str) -> dict[str, Any]:
         """Build the engine, run the job, and return its outcome with the files it wrote."""
         import ray
