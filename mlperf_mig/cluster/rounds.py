@@ -38,6 +38,7 @@ from mlperf_mig.runner.supervisor import WorkerOutcome
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.2
+_BARRIER_CALL_S = 30.0
 # Unified over the network: the dispatcher's window of each instance (batches in flight, in
 # proportion to its weight) is this many times a local one's, to cover a call's round trip.
 # Scaling every weight alike leaves the shares of the dispatch unchanged.
@@ -120,7 +121,11 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     slots = {slot.name: slot for slot in plan.slots if slot.name in tasks}
     requests = {e.key: e for e in plan.engines}
     display = _Display(list(slots), mode, plan.expected_s if mode == "performance" else None, stream)
-    barrier = ray.remote(RoundBarrier).options(num_cpus=0, max_restarts=0).remote()
+    # on the driver's own node: a barrier on an instance's node would die with that node
+    here = ray.get_runtime_context().get_node_id()
+    barrier = ray.remote(RoundBarrier).options(
+        num_cpus=0, max_restarts=0, scheduling_strategy=pinned(ray, here, soft=True)
+    ).remote()
     actors: dict[str, Any] = {}
     refs: dict[Any, str] = {}
     outcomes: dict[str, WorkerOutcome] = {}
@@ -186,14 +191,23 @@ def _wait(
                 spec = EngineSpec.from_dict(reply["engine"])
                 specs[plan.engine_of[name]] = spec
             finish(name, _outcome(name, reply))
-        arrived, counts = ray.get(barrier.state.remote(), timeout=30)
+        try:
+            arrived, counts = ray.get(barrier.state.remote(), timeout=_BARRIER_CALL_S)
+        except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
+            for ref, name in list(pending.items()):
+                ray.kill(actors[name], no_restart=True)
+                finish(name, WorkerOutcome(
+                    name=name, status="crashed", error=f"the round's start barrier was lost ({type(exc).__name__})",
+                ))
+                del pending[ref]
+            return
         for name in arrived:
             if name not in announced:
                 announced.add(name)
                 display.event(name, "ready")
         display.progress(counts)
         if run_deadline is None and set(pending.values()) <= set(arrived):
-            ray.get(barrier.release.remote(), timeout=30)
+            ray.get(barrier.release.remote(), timeout=_BARRIER_CALL_S)
             run_deadline = time.monotonic() + plan.timeouts.run_s
             log.info("cluster start barrier released")
         deadline = ready_deadline if run_deadline is None else run_deadline

@@ -2,8 +2,10 @@
 
 The cluster and every command of these tests live in a private network namespace with only `lo`
 (as root: `unshare -n`), so nothing Ray does can reach another address, whatever it tries; the
-socket test checks that Ray itself binds to loopback only. The tests run in file order and share
-one cluster; the last one kills a node.
+socket test checks that Ray itself binds to loopback only. Each node replays the recorded NVML
+state of a VM guest with a MIG-backed vGPU (A100D-2-20C), so the nodes' inventories are the
+study's VMs; the runs use `--emulate`, which sets those devices aside and runs on the nodes' CPUs.
+The tests run in file order and share one cluster; the last one kills a node.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ pytestmark = pytest.mark.skipif(
     reason=NS_REASON,
 )
 ENV = {**os.environ, **LOOPBACK_ENV}
-QUICK = ["--variant", "tiny", "--set", "min_duration=1000"]
+VGPU_STATE = HERE.parent / "registry" / "fixtures" / "vgpu-a100d-2-20c.json"
+QUICK = ["--emulate", "--variant", "tiny", "--set", "min_duration=1000"]
 # an Offline run the submission checker accepts, in seconds (the submission pillar's own hint)
-CHECKABLE = ["--variant", "tiny", "--set", "min_duration=600000", "--set",
+CHECKABLE = ["--emulate", "--variant", "tiny", "--set", "min_duration=600000", "--set",
              "performance_sample_count_override=1024", "--set", "target_qps=0.1"]
 
 
@@ -63,8 +66,8 @@ class Namespace:
 @pytest.fixture(scope="module", name="cluster")
 def fixture_cluster() -> Namespace:
     holder = subprocess.Popen(
-        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$1" --nodes 3',
-         sys.executable, str(HERE / "ray_nodes.py")],
+        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', sys.executable,
+         str(HERE / "ray_nodes.py"), "--nodes", "3", *(f"--replay={k}={VGPU_STATE}" for k in range(3))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV,
     )
     space = Namespace(holder)
@@ -88,24 +91,38 @@ def _results(folder: Path) -> dict:
     return json.loads((folder / "results.json").read_text())
 
 
-def test_inventory_lists_every_node_with_its_cpu_partition(cluster: Namespace) -> None:
-    """cluster-info asks each of the three nodes, and each offers its own CPUs as a partition."""
+def test_inventory_reports_each_vms_vgpu_from_discovery_on_that_node(cluster: Namespace) -> None:
+    """cluster-info asks each of the three nodes; each finds its A100D-2-20C, one 2g.20gb instance."""
     done = cluster.run("cluster-info", "--cluster", cluster.address, "--json")
     assert done.returncode == 0, done.stderr
     nodes = json.loads(done.stdout)["nodes"]
-    assert len(nodes) == 3
     assert len({n["node_id"] for n in nodes}) == 3
-    assert all(n["devices"] == [] and n["cpus"] for n in nodes)
+    for node in nodes:
+        (device,) = node["devices"]
+        assert (device["kind"], device["profile"], device["vgpu_type"]) == ("vgpu", "2g.20gb", "A100D-2-20C")
+        assert node["replayed"] and node["cpus"]
+
+
+def test_vgpus_of_several_vms_need_a_declared_group(cluster: Namespace) -> None:
+    """3x 2g.20gb over the three VMs: refused without --gpu-group, placed with it (declared)."""
+    refused = cluster.run("plan", "--scenario", "3x2g.20gb", "--backend", "null", "--cluster", cluster.address)
+    assert refused.returncode == 2 and "--gpu-group" in refused.stderr
+    done = cluster.run("plan", "--scenario", "3x2g.20gb", "--backend", "null", "--cluster", cluster.address,
+                       "--gpu-group", "127.0.0.1", "--json")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["target"] == "vgpu" and plan["gpu"] == "A100-PCIE-80GB"
+    assert len({i["node"] for i in plan["instances"]}) == 3
 
 
 def test_plan_shows_the_node_and_device_of_every_instance(cluster: Namespace) -> None:
     """plan --cluster places layout 7 over the three nodes and shows host, node and device."""
-    done = cluster.run("plan", "--scenario", "7", "--cluster", cluster.address, "--json")
+    done = cluster.run("plan", "--scenario", "7", "--emulate", "--cluster", cluster.address, "--json")
     assert done.returncode == 0, done.stderr
     instances = json.loads(done.stdout)["instances"]
     assert len({i["node"] for i in instances}) == 3
     assert all(i["host"] and i["device"].startswith("cpu:") for i in instances)
-    table = cluster.run("plan", "--scenario", "7", "--cluster", cluster.address)
+    table = cluster.run("plan", "--scenario", "7", "--emulate", "--cluster", cluster.address)
     assert "host" in table.stdout and "node" in table.stdout and "on Ray cluster" in table.stdout
 
 
@@ -206,8 +223,8 @@ def test_a_node_killed_mid_run_loses_its_instance_and_keeps_the_others(cluster: 
     time.sleep(2)
     word, killed = cluster.send("kill 2").split()
     assert word == "killed"
-    run.communicate(timeout=180)
-    assert run.returncode == 1
+    _, err = run.communicate(timeout=180)
+    assert run.returncode == 1, err
     instances = _results(out)["instances"]
     on_killed = [i for i in instances if i["node"] == killed]
     assert on_killed, "no instance ran on the killed node"
@@ -221,7 +238,7 @@ def test_a_node_killed_mid_run_loses_its_instance_and_keeps_the_others(cluster: 
 def _start_long_run(cluster: Namespace, out: Path) -> subprocess.Popen:
     """Layout 7, null backend, SingleStream for 20 s: long enough to be stopped mid-test."""
     return subprocess.Popen(
-        cluster.command([str(BIN / "mlperf-mig"), "run", "--scenario", "7", "--backend", "null",
+        cluster.command([str(BIN / "mlperf-mig"), "run", "--scenario", "7", "--emulate", "--backend", "null",
                          "--loadgen-scenario", "SingleStream", "--set", "min_duration=20000", "--no-accuracy",
                          "--cluster", cluster.address, "--outdir", str(out)]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
