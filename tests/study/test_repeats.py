@@ -129,3 +129,19 @@ def test_repeats_into_a_single_runs_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(mlperf_mig.errors.OutputDirError, match=r"results\.json") as caught:
         mlperf_mig.run(5, outdir=folder, repeats=2, **QUICK_NULL)
     assert "\n" not in str(caught.value) and not (folder / "repeat-1").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["--min-instances", "8"], "no valid layout of A100-SXM4-80GB meets the constraints"),
+        (["--profiles-allowed", "5g.50gb"], "5g.50gb"),
+    ],
+)
+def test_advise_constraints_refused_on_the_cli(
+    studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], expected: str
+) -> None:
+    """Constraints nothing meets, or on a profile the GPU lacks: one line, exit 2."""
+    assert cli.main(["advise", "--from", str(study_dir), *arguments]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and expected in err
