@@ -23,6 +23,7 @@ BUILD_TARGET = "mlperf_mig.runner.jobs:build_engine_job"
 COORDINATOR_TARGET = "mlperf_mig.runner.unified:coordinate"
 SERVE_TARGET = "mlperf_mig.runner.unified:serve_instance"
 INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
+ACCURACY_COUNT = "accuracy_sample_count_override"
 
 
 # --- worker target of the engine round -----------------------------------------------------------
@@ -106,6 +107,10 @@ def instance_task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: 
         # resolved (measured target included); they travel in the task, to cluster nodes too.
         # A unified run's serving instances have no user.conf and run no LoadGen test.
         overrides, user_conf = _resolved_values(plan, performance_conf), None
+    if mode == "accuracy" and plan.compliance and not _sets_accuracy_count(plan):
+        # TEST01 compares the samples it logs with the accuracy run's answers for them: the
+        # accuracy run covers every sample (the quick preset's 64 would rarely meet them).
+        overrides = (*overrides, (ACCURACY_COUNT, 0))
     return InstanceTask(
         benchmark=plan.benchmark,
         loadgen_scenario=plan.loadgen_scenario,
@@ -123,6 +128,19 @@ def instance_task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: 
         sample_count=plan.sample_count,
         batch_size=plan.batch_size,
     )
+
+
+def _sets_accuracy_count(plan: RunPlan) -> bool:
+    """Whether the user set the accuracy sample count (an override or the user.conf)."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.settings import read_user_conf
+
+    if ACCURACY_COUNT in dict(plan.overrides):
+        return True
+    if plan.user_conf is None:
+        return False
+    model = get_benchmark(plan.benchmark).conf_model_name
+    return ACCURACY_COUNT in read_user_conf(plan.user_conf, model, plan.loadgen_scenario)
 
 
 def _resolved_values(plan: RunPlan, conf: Path) -> tuple[tuple[str, float], ...]:

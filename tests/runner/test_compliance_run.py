@@ -73,6 +73,14 @@ def test_audit_logs_and_verify_files_per_instance(audited: tuple[int, RunResult,
     assert list(Path(outdir).rglob("audit.config")) == []
 
 
+def test_accuracy_run_covers_every_sample(audited: tuple[int, RunResult, str]) -> None:
+    """With audits, the accuracy run scores every loaded sample (not the quick preset's 64), so
+    that TEST01's sampled responses can be compared with it."""
+    _, run, _ = audited
+    assert [i.accuracy.accuracy.sample_count for i in run.instances] == [1024, 1024]
+    assert all(v.matched == v.sampled for i in run.instances for v in i.compliance if v.audit == "TEST01")
+
+
 def test_audits_run_with_the_performance_runs_settings(audited: tuple[int, RunResult, str]) -> None:
     """An audit's user.conf is its performance run's, which stays in the instance folder."""
     _, run, outdir = audited
