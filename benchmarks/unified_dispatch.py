@@ -7,7 +7,9 @@ Targets (layout 7, ResNet50, whose 588 KiB samples make any copy show): unified 
 printed for comparison (1: one 7g instance; 8: seven 1g instances).
 
 Pairs alternate (independent, unified) `--repeats` times; the best of each is reported, and the
-median of the pairs' ratios.
+median of the pairs' ratios. Both modes use `--batch` (default 256: the ResNet50 recipe's
+Offline batch of a 1g instance on a GPU, which is unified mode's batch in layout 7 too; the
+null backend has no recipe and would fall back to 64).
 
     .venv/bin/python benchmarks/unified_dispatch.py [--benchmark resnet50] [--layouts 1 7 8]
 """
@@ -42,6 +44,7 @@ def one_run(folder: Path, name: str, *, layout: int, mode: str, args: argparse.N
         accuracy=False,
         progress=False,
         outdir=folder / name,
+        batch_size=args.batch,
         settings={"min_duration": args.duration_ms, "target_qps": args.offline_qps},
     )
     return float(result.total_throughput)
@@ -56,10 +59,12 @@ def main() -> int:
         "--offline-qps", type=float, default=200_000, help="Offline expected QPS of the layout"
     )
     parser.add_argument("--repeats", type=int, default=2, help="alternating pairs per layout")
+    parser.add_argument("--batch", type=int, default=256, help="batch size of every instance")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = parser.parse_args()
     print(
-        f"unified dispatch, null backend, Offline {args.benchmark}, {os.cpu_count()} CPUs, "
+        f"unified dispatch, null backend, Offline {args.benchmark}, batch {args.batch}, "
+        f"{os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
