@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from mlperf_mig._io import check_output_path
-from mlperf_mig.errors import SettingsError
+from mlperf_mig.errors import ClusterError, SettingsError
 from mlperf_mig.runner.placement import ScenarioSpec
 
 MODES = ("independent", "unified")
@@ -235,6 +235,23 @@ class RunOptions:
     # studies (runner/repeats.py): each repeat and each alone run is a plan made from the others
     repeats: int = attrs.field(default=1, validator=_repeats)
     isolation: bool = attrs.field(default=False, validator=_flag)
+
+    def __attrs_post_init__(self) -> None:
+        """Options that cannot go together are refused before a cluster or worker starts."""
+        if self.cluster is None:
+            if self.gpu_group is not None:
+                raise SettingsError(
+                    "gpu_group / --gpu-group names the VMs of one GPU in a cluster, but no cluster "
+                    "was given; add --cluster ADDRESS or drop --gpu-group"
+                )
+            return
+        given = {"shared": self.shared, "nvml_source": self.nvml_source is not None, "cpus": self.cpus is not None}
+        for name in (n for n, on in given.items() if on):
+            raise ClusterError(
+                f"{name} cannot be combined with a cluster: instances on different nodes cannot "
+                f"time-share one GPU, and each node reports its own devices and CPUs; drop {name} "
+                "or --cluster"
+            )
 
     @property
     def studied(self) -> bool:

@@ -294,11 +294,6 @@ def make_plan(options: RunOptions) -> RunPlan:
     if options.cluster is not None:
         target = _cluster_target(options, catalog)
     else:
-        if options.gpu_group is not None:
-            raise SettingsError(
-                "gpu_group / --gpu-group names the VMs of one GPU in a cluster, but no cluster "
-                "was given; add --cluster ADDRESS or drop --gpu-group"
-            )
         detection = None if options.emulate else registry.detect(source=options.nvml_source)
         target = choose_target(
             options.scenario,
@@ -387,16 +382,7 @@ def _cluster_target(options: RunOptions, catalog: Any) -> Target:
     from mlperf_mig.cluster.connect import cluster_scope
     from mlperf_mig.cluster.inventory import take_inventory
     from mlperf_mig.cluster.placement import cluster_target
-    from mlperf_mig.errors import ClusterError
 
-    refused = {"shared": options.shared, "nvml_source": options.nvml_source is not None, "cpus": options.cpus is not None}
-    for name, given in refused.items():
-        if given:
-            raise ClusterError(
-                f"{name} cannot be combined with a cluster: instances on different nodes cannot "
-                "time-share one GPU, and each node reports its own devices and CPUs; drop "
-                f"{name} or --cluster"
-            )
     with cluster_scope(options.cluster) as session:
         assert session is not None
         inventories = take_inventory(session)
