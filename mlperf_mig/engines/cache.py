@@ -63,6 +63,12 @@ def read_valid(path: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
 
     A damaged or stale file and its sidecar are deleted, so the caller makes them again.
     """
+    for entry in (path, sidecar_path(path)):
+        if entry.is_dir():
+            raise OutputDirError(
+                f"the engine cache holds a folder where the file {str(entry)!r} belongs; remove "
+                "that folder, or pass another cache folder (--cache-dir / cache_dir=)"
+            )
     reason = _invalid_reason(path, expected)
     if reason is None:
         return json.loads(sidecar_path(path).read_text(encoding="utf-8"))

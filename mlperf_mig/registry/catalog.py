@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import re
 import tomllib
@@ -301,6 +302,8 @@ def _check_keys(
             isinstance(value, expected) and not wrong, file, f"{prefix}{key}",
             f"has the wrong type ({type(value).__name__})",
         )
+        if isinstance(value, float):  # TOML allows nan and inf, which no size or count can be
+            _require(math.isfinite(value), file, f"{prefix}{key}", f"must be a finite number, got {value}")
     for key in required:
         _require(key in table, file, f"{prefix}{key}", "is missing")
 

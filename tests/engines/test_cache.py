@@ -50,6 +50,18 @@ def test_truncated_engine_is_rebuilt(spec: EngineSpec, cache_dir: Path) -> None:
     assert not build_engine(spec, cache_dir).reused
 
 
+def test_a_folder_where_the_engine_belongs_is_one_clear_error(spec: EngineSpec, cache_dir: Path) -> None:
+    """A folder in the cache at the engine's path is refused with the path and the fix, not deleted."""
+    from mlperf_mig.errors import OutputDirError
+
+    path = build_engine(spec, cache_dir).path
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(OutputDirError, match="holds a folder where the file .* belongs; remove"):
+        build_engine(spec, cache_dir)
+    assert path.is_dir()
+
+
 def test_engine_without_checksum_is_rebuilt(spec: EngineSpec, cache_dir: Path) -> None:
     """An engine whose sidecar is missing is never trusted."""
     path = build_engine(spec, cache_dir).path

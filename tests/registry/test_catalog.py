@@ -102,6 +102,7 @@ def test_a30_keeps_its_instance_counts_from_the_table(a30: Gpu) -> None:
         ("memory_slices = 8", "memory_slizes = 8", r"gpu.memory_slizes"),
         ("profile_id = 15", "profile_id = 19", r"profiles\[2\].profile_id"),
         ("sms = 98", 'sms = "98"', r"profiles\[6\].sms"),
+        ("memory_gib = 9.50", "memory_gib = nan", r"profiles\[0\].memory_gib"),
     ],
 )
 def test_malformed_data_file_names_file_and_field(
