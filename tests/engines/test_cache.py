@@ -57,7 +57,7 @@ def test_a_folder_where_the_engine_belongs_is_one_clear_error(spec: EngineSpec, 
     path = build_engine(spec, cache_dir).path
     path.unlink()
     path.mkdir()
-    with pytest.raises(OutputDirError, match="holds a folder where the file .* belongs; remove"):
+    with pytest.raises(OutputDirError, match=r"holds a folder where the file .* belongs; remove"):
         build_engine(spec, cache_dir)
     assert path.is_dir()
 
