@@ -174,10 +174,10 @@ class SyntheticSource:
             if block is None or len(block) != size + span:
                 block = _image_block(self.seed, size + span)
                 self._blocks[name] = block
-            rows = array.reshape(len(array), size)
+            shape = array.shape[1:]
             for row, index in enumerate(indices):
                 offset = _image_offset(int(index), span)
-                rows[row] = block[offset : offset + size]
+                array[row] = block[offset : offset + size].reshape(shape)
 
 
 def _offset_span(total_count: int) -> int:
