@@ -67,7 +67,8 @@ _BACKENDS = {
             def run(self, feeds):
                 names = self.benchmark.input_names()
                 keys = [feeds[names[0]][row].tobytes()[:4096] for row in range(len(feeds[names[0]]))]
-                misses = [row for row, key in enumerate(keys) if key not in self._store]
+                firsts = {key: row for row, key in reversed(list(enumerate(keys)))}
+                misses = sorted(row for key, row in firsts.items() if key not in self._store)
                 answers = {key: self._store[key] for key in keys if key in self._store}
                 if misses:
                     time.sleep(0.002 * len(misses))

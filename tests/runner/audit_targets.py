@@ -29,11 +29,14 @@ class PacedBackend:
         self.device = backend.device
 
     def run(self, feeds: Any) -> Any:
-        rows = next(iter(feeds.values()))
-        keys = [row.tobytes()[:4096] for row in rows]
-        computed = [key for key in keys if not (self._cache and key in self._recent)]
-        self._recent = (self._recent + computed)[-8:]
-        time.sleep(SECONDS_PER_SAMPLE * len(computed))
+        computed = 0
+        for row in next(iter(feeds.values())):
+            key = row.tobytes()[:4096]
+            if self._cache and key in self._recent:
+                continue
+            computed += 1
+            self._recent = [*self._recent, key][-8:]
+        time.sleep(SECONDS_PER_SAMPLE * computed)
         return self._backend.run(feeds)
 
     def __enter__(self) -> PacedBackend:

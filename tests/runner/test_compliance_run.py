@@ -15,7 +15,7 @@ from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.results import RunResult
 
 LAYOUT = "2g.20gb+1g.10gb"
-SETTINGS = {"min_duration": 300, "target_qps": 300}
+SETTINGS = {"min_duration": 300, "target_qps": 500}  # 150 samples: 0.3 s at 2 ms a sample
 
 
 @pytest.fixture(name="audited", scope="module")
@@ -86,7 +86,7 @@ def test_audits_run_with_the_performance_runs_settings(audited: tuple[int, RunRe
     _, run, outdir = audited
     folder = Path(outdir) / run.instances[0].name
     performance_conf = (folder / "user.conf").read_text()
-    assert "resnet50.Offline.target_qps = 300.0" in performance_conf
+    assert "resnet50.Offline.target_qps = 500.0" in performance_conf
     assert (folder / "TEST04" / "user.conf").read_text() == performance_conf
 
 
