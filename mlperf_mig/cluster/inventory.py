@@ -86,12 +86,12 @@ def describe_this_node() -> dict[str, Any]:
     ).to_dict()
 
 
-def pinned(ray: Any, node_id: str, *, soft: bool = False) -> Any:
-    """Ray's scheduling strategy that runs a task or actor on node `node_id` (and nowhere else,
-    unless `soft`: then elsewhere when that node is gone)."""
+def pinned(ray: Any, node_id: str) -> Any:
+    """Ray's scheduling strategy that runs a task or actor on node `node_id` and nowhere else
+    (Ray's soft affinity does not keep a zero-CPU actor there)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=soft)
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
 def take_inventory(session: ClusterSession, timeout_s: float = INVENTORY_TIMEOUT_S) -> list[NodeInventory]:

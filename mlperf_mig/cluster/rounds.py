@@ -46,6 +46,14 @@ REMOTE_WINDOW_SCALE = 4
 INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
 
 
+def head_node(ray: Any) -> str:
+    """The ID of the cluster's head node (the one running the GCS), else this driver's node."""
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+            return node["NodeID"]
+    return ray.get_runtime_context().get_node_id()
+
+
 def start_actor(ray: Any, slot: Any, env: Mapping[str, str]) -> Any:
     """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
     remote = ray.remote(InstanceActor)
@@ -121,10 +129,10 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     slots = {slot.name: slot for slot in plan.slots if slot.name in tasks}
     requests = {e.key: e for e in plan.engines}
     display = _Display(list(slots), mode, plan.expected_s if mode == "performance" else None, stream)
-    # on the driver's own node: a barrier on an instance's node would die with that node
-    here = ray.get_runtime_context().get_node_id()
+    # on the head node, whose loss ends the cluster anyway: on an instance's node the barrier
+    # would die with that node (and on local:N the driver's own node may be any of them)
     barrier = ray.remote(RoundBarrier).options(
-        num_cpus=0, max_restarts=0, scheduling_strategy=pinned(ray, here, soft=True)
+        num_cpus=0, max_restarts=0, scheduling_strategy=pinned(ray, head_node(ray))
     ).remote()
     actors: dict[str, Any] = {}
     refs: dict[Any, str] = {}
@@ -174,6 +182,7 @@ def _wait(
     run_deadline: float | None = None
     pending = dict(refs)
     announced: set[str] = set()
+    trouble_since: float | None = None
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL_S)
         for ref in done:
@@ -193,13 +202,17 @@ def _wait(
             finish(name, _outcome(name, reply))
         try:
             arrived, counts = ray.get(barrier.state.remote(), timeout=_BARRIER_CALL_S)
+            trouble_since = None
+        except ray.exceptions.ActorUnavailableError:
+            # transient (a connection reset as another node went down): ask again next time,
+            # and give the barrier up only when it stays unreachable
+            trouble_since = trouble_since or time.monotonic()
+            if time.monotonic() - trouble_since < _BARRIER_CALL_S:
+                continue
+            _lose_round(ray, pending, actors, finish, "ActorUnavailableError")
+            return
         except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
-            for ref, name in list(pending.items()):
-                ray.kill(actors[name], no_restart=True)
-                finish(name, WorkerOutcome(
-                    name=name, status="crashed", error=f"the round's start barrier was lost ({type(exc).__name__})",
-                ))
-                del pending[ref]
+            _lose_round(ray, pending, actors, finish, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
             return
         for name in arrived:
             if name not in announced:
@@ -218,6 +231,17 @@ def _wait(
                 ray.kill(actors[name], no_restart=True)
                 finish(name, WorkerOutcome(name=name, status="hung", error=f"no result within {limit:g} s{where}; killed"))
                 del pending[ref]
+
+
+def _lose_round(
+    ray: Any, pending: dict[Any, str], actors: Mapping[str, Any], finish: Callable[[str, WorkerOutcome], None],
+    why: str,
+) -> None:
+    """The round's start barrier is gone: every instance still running is stopped and lost."""
+    for ref, name in list(pending.items()):
+        ray.kill(actors[name], no_restart=True)
+        finish(name, WorkerOutcome(name=name, status="crashed", error=f"the round's start barrier was lost ({why})"))
+        del pending[ref]
 
 
 def start_skew_ms(outcomes: Mapping[str, WorkerOutcome]) -> float | None:

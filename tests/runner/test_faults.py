@@ -190,7 +190,7 @@ def test_second_run_into_the_same_folder_is_refused(
 def test_killed_worker_takes_its_children(tmp_path: Path) -> None:
     """A hung worker is killed with its process group: the child it started is gone too."""
     outdir = tmp_path / "run"
-    parent = _start_cli(outdir, "starts_a_child_then_hangs", "5", "--timeout", "3")
+    parent = _start_cli(outdir, "starts_a_child_then_hangs", "5", "--timeout", "10")
     _, stderr = parent.communicate(timeout=60)
     assert parent.returncode == 1, stderr
     children = [int(p.read_text()) for p in (outdir / "pids").glob("*.child")]
