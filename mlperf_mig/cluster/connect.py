@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -119,11 +119,13 @@ def version_error(message: str) -> ClusterError:
 class ClusterSession:
     """A connection to a Ray cluster (and, for local:N, the cluster itself) for one run."""
 
-    def __init__(self, spec: ClusterSpec, address: str, local: Any = None) -> None:
+    def __init__(
+        self, spec: ClusterSpec, address: str, local: Any = None, restore: Callable[[], None] | None = None
+    ) -> None:
         self.spec = spec
         self.address = address
         self._local = local
-        self._saved_env: dict[str, str | None] = {}
+        self._restore = restore  # undoes the loopback switches of a loopback cluster
 
     @property
     def emulated_nodes(self) -> bool:
@@ -138,12 +140,9 @@ class ClusterSession:
         if self._local is not None:
             self._local.shutdown()
             self._local = None
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_env = {}
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
 
     def __enter__(self) -> ClusterSession:
         return self
@@ -180,14 +179,37 @@ def local_node_cpus(nodes: int, cpus: list[int] | None = None) -> list[tuple[int
     return shares
 
 
-def _loopback_only(ray: Any) -> None:
-    """Keep this driver on loopback even when Ray was imported before LOOPBACK_ENV was set: Ray
-    read RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER into this constant at import."""
+def _loopback_only() -> Callable[[], None]:
+    """Keep this driver and the processes it starts on loopback; returns what undoes it.
+
+    The switches must be in the environment before Ray is imported (it reads them once, at
+    import); where Ray was imported before, its constant is set too."""
+    saved = {key: os.environ.get(key) for key in LOOPBACK_ENV}
+    os.environ.update(LOOPBACK_ENV)
+    try:
+        import_ray()
+    except ClusterError:
+        _put_back(saved)
+        raise
     from ray._private import ray_constants
 
-    if ray_constants.ENABLE_RAY_CLUSTER:
-        log.info("Ray was imported before local:N was asked for; keeping its driver on loopback")
-        ray_constants.ENABLE_RAY_CLUSTER = False
+    was = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+    def restore() -> None:
+        ray_constants.ENABLE_RAY_CLUSTER = was
+        _put_back(saved)
+
+    return restore
+
+
+def _put_back(saved: dict[str, str | None]) -> None:
+    """Set the environment variables in `saved` back to their values (None: unset)."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
@@ -231,26 +253,19 @@ def open_cluster(text: str | ClusterSpec) -> ClusterSession:
     """Connect to the cluster `text` names (starting it first for local:N)."""
     spec = parse_cluster(text) if isinstance(text, str) else text
     loopback = spec.kind == "local" or is_loopback(spec.address)
-    saved = {key: os.environ.get(key) for key in LOOPBACK_ENV}
-    if loopback:  # before Ray is imported: it reads these switches once, at import
-        os.environ.update(LOOPBACK_ENV)
+    restore = _loopback_only() if loopback else None
     ray = import_ray()
+
     if ray.is_initialized():
         ray.shutdown()
-    if loopback:
-        _loopback_only(ray)
     if spec.kind == "local":
         try:
             local, address = _start_local(ray, spec.nodes or 1)
         except BaseException:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+            if restore is not None:
+                restore()
             raise
-        session = ClusterSession(spec, address, local)
-        session._saved_env = saved
+        session = ClusterSession(spec, address, local, restore)
         try:
             _init(ray, address)
         except BaseException:
@@ -259,8 +274,7 @@ def open_cluster(text: str | ClusterSpec) -> ClusterSession:
         log.info("started a local Ray cluster of %d nodes at %s", spec.nodes, address)
         return session
     address = spec.address or "auto"
-    session = ClusterSession(spec, address)
-    session._saved_env = saved if loopback else {}
+    session = ClusterSession(spec, address, restore=restore)
     try:
         if spec.address is not None:
             check_reachable(spec.address)

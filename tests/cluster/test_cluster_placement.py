@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,21 @@ def test_settings_reject_a_gpu_group_that_names_nothing() -> None:
 
     with pytest.raises(SettingsError, match="gpu_group"):
         RunOptions(cluster="auto", gpu_group=["10.0.0.1", " "])
+
+
+def test_loopback_switches_are_undone_when_the_session_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loopback cluster's switches hold during the session and are put back after it."""
+    pytest.importorskip("ray")
+    from ray._private import ray_constants
+
+    from mlperf_mig.cluster.connect import LOOPBACK_ENV, _loopback_only
+
+    for key in LOOPBACK_ENV:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    restore = _loopback_only()
+    assert all(os.environ[key] == value for key, value in LOOPBACK_ENV.items())
+    assert ray_constants.ENABLE_RAY_CLUSTER is False
+    restore()
+    assert not any(key in os.environ for key in LOOPBACK_ENV)
+    assert ray_constants.ENABLE_RAY_CLUSTER is True
