@@ -43,7 +43,6 @@ _BARRIER_CALL_S = 30.0
 # proportion to its weight) is this many times a local one's, to cover a call's round trip.
 # Scaling every weight alike leaves the shares of the dispatch unchanged.
 REMOTE_WINDOW_SCALE = 4
-INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
 
 
 def head_node(ray: Any) -> str:
@@ -124,7 +123,7 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         job.plan, job.outdir, job.tasks, job.mode, job.stream, job.on_finish, job.specs
     )
 
-    from mlperf_mig.runner.jobs import instance_env
+    from mlperf_mig.runner.jobs import INSTANCE_TARGET, instance_env
 
     slots = {slot.name: slot for slot in plan.slots if slot.name in tasks}
     requests = {e.key: e for e in plan.engines}
@@ -148,14 +147,14 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     try:
         for name, slot in slots.items():
             actors[name] = start_actor(ray, slot, instance_env(slot))
-            job = RemoteJob(
+            remote_job = RemoteJob(
                 name=name,
                 target=plan.worker_target or INSTANCE_TARGET,
                 task=tasks[name],
                 engine=requests.get(plan.engine_of[name]),
                 ready_timeout_s=plan.timeouts.ready_s,
             )
-            refs[actors[name].run.remote(job, barrier, str(outdir / name))] = name
+            refs[actors[name].run.remote(remote_job, barrier, str(outdir / name))] = name
             display.event(name, "started")
         _wait(ray, plan, outdir, refs, actors, barrier, display, finish, specs)
     except KeyboardInterrupt:
