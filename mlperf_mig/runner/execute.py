@@ -398,38 +398,25 @@ def _round(
     on_finish: Callable[[WorkerOutcome], None] | None = None,
 ) -> tuple[dict[str, WorkerOutcome], bool]:
     """One round in the plan's mode; independent mode runs the instances `names` only."""
-    if plan.target.cluster is not None:
-        return _cluster_round(plan, outdir, specs, mode, names, stream, on_finish)
+    if plan.target.cluster is not None:  # across Ray nodes; the nodes' engine specs land in `specs`
+        from mlperf_mig.cluster import rounds
+
+        assert isinstance(specs, dict)
+        tasks = {
+            slot.name: instance_task(
+                plan, name=slot.name, outdir=outdir, mode=mode, engine=None, threads=slot.threads,
+                profile=plan.settings_profile(slot),
+            )
+            for slot in plan.slots
+            if slot.name in names
+        }
+        job = rounds.RoundInput(
+            plan=plan, outdir=outdir, tasks=tasks, mode=mode, stream=stream, on_finish=on_finish, specs=specs
+        )
+        return rounds.unified_round(job) if plan.mode == "unified" else rounds.independent_round(job)
     if plan.mode == "unified":
         return _unified_round(plan, outdir, specs, mode, stream, on_finish)
     return _independent_round(plan, outdir, specs, mode, names, stream, on_finish)
-
-
-def _cluster_round(
-    plan: RunPlan,
-    outdir: Path,
-    specs: Mapping[str, Any],
-    mode: str,
-    names: list[str],
-    stream: TextIO | None,
-    on_finish: Callable[[WorkerOutcome], None] | None,
-) -> tuple[dict[str, WorkerOutcome], bool]:
-    """A round across Ray nodes; the engine specs the nodes built land in `specs`."""
-    from mlperf_mig.cluster import rounds
-
-    assert isinstance(specs, dict)
-    tasks = {
-        slot.name: instance_task(
-            plan, name=slot.name, outdir=outdir, mode=mode, engine=None, threads=slot.threads,
-            profile=plan.settings_profile(slot),
-        )
-        for slot in plan.slots
-        if slot.name in names
-    }
-    job = rounds.RoundInput(
-        plan=plan, outdir=outdir, tasks=tasks, mode=mode, stream=stream, on_finish=on_finish, specs=specs
-    )
-    return rounds.unified_round(job) if plan.mode == "unified" else rounds.independent_round(job)
 
 
 def _cluster_facts(plan: RunPlan, performance: Mapping[str, WorkerOutcome]) -> dict[str, Any] | None:
