@@ -5,7 +5,8 @@ LoadGen, all released together by the barrier actor once every instance has load
 samples (LoadGen's first load callback has run); each records when its node released it, and the
 spread of those instants is the run's start skew. Unified mode is LoadGen over the network (as
 MLPerf's network division does): the coordinator runs on the driver as locally, and each instance
-is an actor on its node behind a proxy thread that speaks the local serving protocol (unified_remote.py).
+is an actor on its node behind the driver's RemoteServing thread, which speaks the local serving
+protocol (serving.py).
 
 Every ending returns one outcome per instance, as the local supervisor does: ok, raised, crashed
 (the actor or its node died), hung (missed its deadline, killed) or interrupted (Ctrl-C, SIGTERM).

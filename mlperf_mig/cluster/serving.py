@@ -77,7 +77,7 @@ class ServeActor:
         """Run one merged batch of samples (by dataset index); `new` holds data seen first now."""
         from mlperf_mig.harness.sut import response_payload
 
-        # the same least-recently-used order as the proxy's record of what was shipped here
+        # the same least-recently-used order as the driver's record of what was shipped here
         for index in indices:
             if index in new:
                 self._cache[index] = new[index]
