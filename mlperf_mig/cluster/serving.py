@@ -31,6 +31,7 @@ _POLL_S = 0.2
 # instance go out together, up to this many batch sizes a call
 MERGE_BATCHES = 4
 _REPLY_WAIT_S = 0.005
+_CLOSE_TIMEOUT_S = 60.0
 
 
 class ServeActor:
@@ -227,10 +228,13 @@ class RemoteServing(threading.Thread):
         from mlperf_mig.cluster.actors import actor_errors
 
         if remote.error is None:
+            ray = _ray()
             try:
-                remote.value = _ray().get(remote.actor.close.remote(), timeout=60)
+                remote.value = ray.get(remote.actor.close.remote(), timeout=_CLOSE_TIMEOUT_S)
             except actor_errors() as exc:
                 remote.error = f"its actor or node died ({type(exc).__name__})"
+            except ray.exceptions.GetTimeoutError:
+                remote.error = f"its model did not close within {_CLOSE_TIMEOUT_S:g} s"
         self._close(remote, remote.error)
 
     def _close(self, remote: _Remote, error: str | None) -> None:
