@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -267,26 +267,17 @@ def _audit(test: Path, audit: str, model: str, division: str, version: str) -> I
             yield path, f"no {rules.PASS_LINE} line: the audit's performance check failed"
         elif name == "verify_accuracy.txt" and rules.PASS_LINE not in lines:
             yield from _test01_accuracy_fallback(test / "accuracy", model)
-    run = test / "performance" / "run_1"
-    if not run.is_dir():
-        yield run, "missing; the audit's LoadGen logs go in performance/run_1"
-        return
-    yield from _file_set(run, rules.REQUIRED_PERF_FILES, rules.OPTIONAL_PERF_FILES)
-    detail = run / "mlperf_log_detail.txt"
-    if not detail.is_file():
-        return
-    try:
-        detail_log = DetailLog.read(detail)
-    except SubmissionError as exc:
-        yield detail, str(exc).split(": ", 1)[-1]
-        return
-    for message in audit_setting_problems(audit, parse_detail_log(detail)):
-        yield detail, f"not a {audit} audit log: {message}"
-    if division == "closed":
-        for message in performance_problems(
-            detail_log, model=model, scenario=test.parent.name, division=division, version=version
-        ):
-            yield detail, message
+
+    def audit_log_problems(detail_log: DetailLog, detail: Path) -> Iterator[Finding]:
+        for message in audit_setting_problems(audit, parse_detail_log(detail)):
+            yield detail, f"not a {audit} audit log: {message}"
+        if division == "closed":
+            for message in performance_problems(
+                detail_log, model=model, scenario=test.parent.name, division=division, version=version
+            ):
+                yield detail, message
+
+    yield from _run_1(test, "the audit's LoadGen logs", audit_log_problems)
 
 
 def _test01_accuracy_fallback(folder: Path, model: str) -> Iterator[Finding]:
@@ -332,9 +323,22 @@ def _measurements(folder: Path) -> list[str]:
 
 
 def _performance(folder: Path, model: str, division: str, version: str) -> Iterator[Finding]:
+    def log_problems(detail_log: DetailLog, detail: Path) -> Iterator[Finding]:
+        for message in performance_problems(
+            detail_log, model=model, scenario=folder.name, division=division, version=version
+        ):
+            yield detail, message
+
+    yield from _run_1(folder, "the performance logs", log_problems)
+
+
+def _run_1(
+    folder: Path, what: str, log_problems: Callable[[DetailLog, Path], Iterator[Finding]]
+) -> Iterator[Finding]:
+    """`folder`/performance/run_1: its files, then `log_problems` of its readable detail log."""
     run = folder / "performance" / "run_1"
     if not run.is_dir():
-        yield run, "missing; the performance logs go in performance/run_1"
+        yield run, f"missing; {what} go in performance/run_1"
         return
     yield from _file_set(run, rules.REQUIRED_PERF_FILES, rules.OPTIONAL_PERF_FILES)
     detail = run / "mlperf_log_detail.txt"
@@ -345,10 +349,7 @@ def _performance(folder: Path, model: str, division: str, version: str) -> Itera
     except SubmissionError as exc:
         yield detail, str(exc).split(": ", 1)[-1]
         return
-    for message in performance_problems(
-        detail_log, model=model, scenario=folder.name, division=division, version=version
-    ):
-        yield detail, message
+    yield from log_problems(detail_log, detail)
 
 
 def performance_problems(
