@@ -117,9 +117,23 @@ def take_inventory(session: ClusterSession, timeout_s: float = INVENTORY_TIMEOUT
             f"within {timeout_s:.0f} s ({', '.join(n[:8] for n in late)}); check that mlperf-mig "
             "is installed on every node, or remove the node"
         )
-    inventories = [NodeInventory.from_dict(ray.get(ref)) for ref in refs.values()]
+    inventories = [_node_answer(ray, node, ref) for node, ref in refs.items()]
     check_versions(inventories)
     return sorted(inventories, key=lambda inv: (inv.host, inv.address, inv.node_id))
+
+
+def _node_answer(ray: Any, node: str, ref: Any) -> NodeInventory:
+    """A node's inventory, or ClusterError saying why that node could not report one (mlperf-mig
+    missing there, a discovery error, the node gone)."""
+    try:
+        return NodeInventory.from_dict(ray.get(ref))
+    except ray.exceptions.RayError as exc:
+        cause = getattr(exc, "cause", None) or exc
+        reason = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
+        raise ClusterError(
+            f"node {node[:8]} could not report its devices ({reason}); install the same "
+            "mlperf-mig and Ray on every node, or remove the node from the cluster"
+        ) from None
 
 
 def check_versions(inventories: Sequence[NodeInventory]) -> None:

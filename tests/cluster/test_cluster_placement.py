@@ -209,3 +209,19 @@ def test_loopback_switches_are_undone_when_the_session_ends(monkeypatch: pytest.
     restore()
     assert not any(key in os.environ for key in LOOPBACK_ENV)
     assert ray_constants.ENABLE_RAY_CLUSTER is True
+
+
+def test_a_node_that_cannot_report_is_one_line_naming_it() -> None:
+    """A node whose discovery task failed (e.g. mlperf-mig missing there) is a ClusterError naming the node."""
+    ray = pytest.importorskip("ray")
+    from mlperf_mig.cluster.inventory import _node_answer
+
+    class FailedRay:
+        exceptions = ray.exceptions
+
+        @staticmethod
+        def get(ref: object) -> object:
+            raise ray.exceptions.RayTaskError("describe_this_node", "tb", ModuleNotFoundError("No module named 'mlperf_mig'"))
+
+    with pytest.raises(ClusterError, match=r"node abcdef12 could not report its devices .*mlperf_mig.*install the same"):
+        _node_answer(FailedRay, "abcdef1234", object())
