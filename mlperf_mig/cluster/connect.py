@@ -38,7 +38,6 @@ LOOPBACK_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
 }
 LOCAL_NODE_CPUS_ENV = "MLPERF_MIG_NODE_CPUS"  # the CPUs a local:N node emulates its partition on
-LOCAL_NODE_RESOURCE = "mlperf_mig_local_node"
 # room for a node's share of the sample set (ResNet50: 588 KiB a sample) without spilling to disk
 LOCAL_OBJECT_STORE_BYTES = 768 * 1024 * 1024
 
@@ -219,12 +218,11 @@ def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
     shares = local_node_cpus(nodes)
     cluster = None
     try:
-        for k, share in enumerate(shares):
+        for share in shares:
             node_args = {
                 "num_cpus": len(share),
                 "node_ip_address": "127.0.0.1",
                 "object_store_memory": LOCAL_OBJECT_STORE_BYTES,
-                "resources": {f"{LOCAL_NODE_RESOURCE}_{k}": 1.0},
                 "env_vars": {**LOOPBACK_ENV, LOCAL_NODE_CPUS_ENV: ",".join(map(str, share))},
             }
             if cluster is None:
