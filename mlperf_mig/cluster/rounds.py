@@ -34,6 +34,7 @@ from mlperf_mig.cluster.actors import (
 from mlperf_mig.cluster.inventory import pinned
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
+from mlperf_mig.runner.rounds import IndependentRounds, OnFinish, UnifiedRounds
 from mlperf_mig.runner.supervisor import WorkerOutcome
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,60 @@ class RoundInput:
     stream: TextIO | None  # progress display, or None
     on_finish: Callable[[WorkerOutcome], None] | None
     specs: MutableMapping[str, Any]  # engine key -> EngineSpec the nodes built (filled in here)
+
+
+class _OnNodes:
+    """What both kinds of round do differently on a cluster: engines are built (or reused) by
+    each node in its own cache as its instances start, and results.json names the cluster."""
+
+    plan: RunPlan
+    outdir: Path
+    stream: TextIO | None
+    specs: dict[str, Any]
+
+    def build_engines(self) -> None:
+        """Nothing to build here: each node builds its instances' engines (their specs come back
+        with the instances' results)."""
+
+    def _input(self, mode: str, names: list[str], on_finish: OnFinish | None) -> RoundInput:
+        from mlperf_mig.runner.jobs import instance_task
+
+        plan = self.plan
+        tasks = {
+            slot.name: instance_task(
+                plan, name=slot.name, outdir=self.outdir, mode=mode, engine=None, threads=slot.threads,
+                profile=plan.settings_profile(slot),
+            )
+            for slot in plan.slots
+            if slot.name in names
+        }
+        return RoundInput(
+            plan=plan, outdir=self.outdir, tasks=tasks, mode=mode, stream=self.stream, on_finish=on_finish,
+            specs=self.specs,
+        )
+
+    def cluster_facts(self, performance: Mapping[str, WorkerOutcome]) -> dict[str, Any] | None:
+        """The cluster, its nodes, how the instances were grouped into GPUs, the start skew."""
+        return {
+            "cluster": self.plan.target.cluster,
+            "nodes": sorted({slot.node for slot in self.plan.slots if slot.node}),
+            "grouping": self.plan.target.grouping,
+            "start_skew_ms": start_skew_ms(performance),
+        }
+
+
+class ClusterIndependentRounds(_OnNodes, IndependentRounds):
+    """Independent rounds with one instance actor per instance on its node."""
+
+    def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
+        return independent_round(self._input(mode, names, on_finish))
+
+
+class ClusterUnifiedRounds(_OnNodes, UnifiedRounds):
+    """Unified rounds: the coordinator on the driver, serving actors on the nodes."""
+
+    def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
+        return unified_round(self._input(mode, names, on_finish))
 
 
 def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:

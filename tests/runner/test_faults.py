@@ -221,3 +221,20 @@ def test_sigterm_in_unified_mode_unlinks_shared_memory(tmp_path: Path) -> None:
     assert not [name for name in blocks.group(1).split() if (Path("/dev/shm") / name.decode()).exists()]
     result = RunResult.load(outdir)
     assert result.interrupted and result.layout_status == "interrupted"
+
+
+def test_ctrl_c_during_engine_builds_writes_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the engines are being built still leaves a results.json, marked interrupted,
+    with every instance not run."""
+    import mlperf_mig
+    from mlperf_mig.runner.rounds import IndependentRounds
+
+    def interrupted_build(self: IndependentRounds) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(IndependentRounds, "build_engines", interrupted_build)
+    with pytest.raises(KeyboardInterrupt):
+        mlperf_mig.run("2g.20gb+1g.10gb", outdir=tmp_path / "run", backend="null", progress=False)
+    result = RunResult.load(tmp_path / "run")
+    assert result.interrupted
+    assert [i.status for i in result.instances] == ["not run", "not run"]
