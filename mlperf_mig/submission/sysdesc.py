@@ -23,7 +23,7 @@ from mlperf_mig import __version__
 from mlperf_mig._paths import data_dir
 from mlperf_mig.errors import SubmissionError
 from mlperf_mig.submission import rules
-from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts, package_version
+from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +128,8 @@ class Accelerator:
     layout: str  # e.g. "3x2g.20gb+1g.10gb"
     instance: str | None  # independent mode: "instance 0 (2g.20gb)"; None for the whole layout
     memory_gib: float | None  # of the GPU, or of the instance's profile
-    backend: str
     framework: str  # "TensorRT 10.3.0" / "ONNX Runtime 1.19.2 (CPUExecutionProvider)"
+    on_cuda: bool = False  # the backend itself runs on CUDA (its CUDA version goes with it)
     nodes: int = 1  # machines (VMs) the result's SUT spans
     network: bool = False  # one LoadGen dispatching over the network to instances on other nodes
 
@@ -237,13 +237,10 @@ def _software_fields(accelerator: Accelerator, gpu: GpuFacts | None, loadgen_ver
         f"mlcommons-loadgen {loadgen_version}",
         f"Python {platform.python_version()}",
     ]
-    onnxruntime = package_version("onnxruntime-gpu", "onnxruntime")
-    if onnxruntime and accelerator.backend != "onnxruntime":
-        stack.append(f"ONNX Runtime {onnxruntime}")
     if gpu is not None:
         stack.append(f"NVIDIA driver {gpu.driver}, CUDA {gpu.cuda}")
     framework = accelerator.framework
-    if gpu is not None and accelerator.backend == "tensorrt":
+    if gpu is not None and accelerator.on_cuda:
         framework = f"{framework}, CUDA {gpu.cuda}"
     return {"framework": framework, "other_software_stack": ", ".join(stack)}
 

@@ -469,8 +469,8 @@ def _accelerator(source: ResultSource) -> Accelerator:
         layout=run.layout,
         instance=None if instance is None else f"{instance.profile}, instance {instance.index}",
         memory_gib=_memory_gib(run.gpu, instance.profile if instance else None),
-        backend=run.backend,
         framework=framework,
+        on_cuda=backend_cls is not None and backend_cls.needs_gpu,
         # independent mode: each instance is its own system on its own node
         nodes=len(run.cluster["nodes"]) if run.cluster and instance is None else 1,
         network=bool(run.cluster) and instance is None and len(run.cluster["nodes"]) > 1,

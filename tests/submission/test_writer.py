@@ -287,8 +287,8 @@ def test_unknown_memory_is_said_not_known() -> None:
         layout="3g.90gb+4g.90gb",
         instance="3g.90gb, instance 0",
         memory_gib=None,
-        backend="tensorrt",
         framework="TensorRT 10.3.0",
+        on_cuda=True,
     )
     fields, missing = describe_system(
         accelerator=accelerator,
@@ -375,7 +375,7 @@ def test_a_unified_layout_over_cluster_nodes_is_a_network_system() -> None:
     def fields_of(nodes: int, network: bool) -> dict:
         accelerator = Accelerator(
             gpu="A100-SXM4-80GB", target="emulated", layout="3x2g.20gb+1g.10gb", instance=None,
-            memory_gib=80.0, backend="onnxruntime", framework="ONNX Runtime", nodes=nodes, network=network,
+            memory_gib=80.0, framework="ONNX Runtime", nodes=nodes, network=network,
         )
         fields, _ = describe_system(
             accelerator=accelerator, division="open", submitter="Acme", system_type="edge",
@@ -389,3 +389,24 @@ def test_a_unified_layout_over_cluster_nodes_is_a_network_system() -> None:
     assert network["system_name"].endswith("over 3 nodes (network)")
     single = fields_of(1, False)
     assert single["number_of_nodes"] == 1 and single["host_networking_topology"] == "N/A (single node)"
+
+
+@pytest.mark.parametrize("backend", ["tensorrt", "onnxruntime"])
+def test_cuda_version_goes_with_a_framework_that_runs_on_cuda(backend: str) -> None:
+    """The framework field carries the CUDA version when the backend class says it runs on CUDA
+    (TensorRT), and not for one that does not (ONNX Runtime's CPU wheel); both list the driver."""
+    from mlperf_mig.engines import backend_class
+    from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts
+    from mlperf_mig.submission.sysdesc import Accelerator, describe_system
+
+    accelerator = Accelerator(
+        gpu="A100-SXM4-80GB", target="mig", layout="7g.80gb", instance=None, memory_gib=80.0,
+        framework="X 1.0", on_cuda=backend_class(backend).needs_gpu,
+    )
+    gpu = GpuFacts(name="A100-SXM4-80GB", driver="550.54.15", cuda="12.4", pcie=None, max_sm_clock_mhz=None, memory_mib=81920)
+    fields, _ = describe_system(
+        accelerator=accelerator, division="open", submitter="Acme", system_type="edge",
+        loadgen_version="6.0.17", notes=[], host=HostFacts(fields={}), gpu=gpu, hosts=[], overrides={},
+    )
+    assert fields["framework"] == ("X 1.0, CUDA 12.4" if backend == "tensorrt" else "X 1.0")
+    assert "NVIDIA driver 550.54.15, CUDA 12.4" in fields["other_software_stack"]
