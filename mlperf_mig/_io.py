@@ -113,25 +113,25 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
     A failed write (full disk) raises OutputDirError and leaves the old file as it was.
     """
-    target = Path(path)
+    destination = Path(path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp")
     except OSError as exc:
-        raise write_failed(target, exc) from None
+        raise write_failed(destination, exc) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        os.replace(tmp, destination)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise write_failed(target, exc) from None
+        raise write_failed(destination, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
+    return destination
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

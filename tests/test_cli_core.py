@@ -35,11 +35,11 @@ def test_bert_99_resolves_to_bert() -> None:
 def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """A bad option value of a sub-command is one line on stderr naming the help, exit code 2."""
     with pytest.raises(SystemExit) as excinfo:
-        cli.main(["plan-mig", "A100-80GB", "7g.80gb", "--format", "xml"])
+        cli.main(["mig-setup", "A100-80GB", "7g.80gb", "--format", "xml"])
     assert excinfo.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert "invalid choice: 'xml'" in err and "mlperf-mig plan-mig --help" in err
+    assert "invalid choice: 'xml'" in err and "mlperf-mig mig-setup --help" in err
 
 
 def _cli(*argv: str) -> list[str]:
@@ -69,8 +69,8 @@ def test_full_device_is_one_line() -> None:
 
 
 def test_gpu_index_beyond_nvml(capsys: pytest.CaptureFixture[str]) -> None:
-    """plan-mig --gpu-index 10**23 is one line naming NVML's range, exit 2."""
-    assert cli.main(["plan-mig", "A100-80GB", "7g.80gb", "--gpu-index", str(10**23)]) == 2
+    """mig-setup --gpu-index 10**23 is one line naming NVML's range, exit 2."""
+    assert cli.main(["mig-setup", "A100-80GB", "7g.80gb", "--gpu-index", str(10**23)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--gpu-index" in err
 

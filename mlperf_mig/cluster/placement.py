@@ -20,9 +20,9 @@ from typing import Any
 from mlperf_mig.cluster.inventory import NodeInventory, inventory_rows
 from mlperf_mig.errors import ClusterError, MlperfMigError
 from mlperf_mig.runner.placement import (
+    Deployment,
     InstanceSlot,
     ScenarioSpec,
-    Target,
     describe_profiles,
     emulated_cpu_sets,
     instance_slot,
@@ -51,9 +51,9 @@ def _slot(index: int, profile: Any, inv: NodeInventory, **fields: Any) -> Instan
     return instance_slot(index, profile, node=inv.node_id, host=inv.host, **fields)
 
 
-def emulated_cluster_target(
+def emulated_cluster_deployment(
     layout: Any, scenario: int | None, nodes: Sequence[NodeInventory], cluster: str
-) -> Target:
+) -> Deployment:
     """One emulated GPU spread over GPU-less nodes: instances go round the nodes largest first,
     and each node's CPUs are split among its instances by compute slices."""
     profiles = list(layout.profiles)
@@ -73,8 +73,8 @@ def emulated_cluster_target(
                 env={"CUDA_VISIBLE_DEVICES": ""},
                 cpus=cpu_set,
             )
-    return Target(
-        kind="emulated", layout=layout, scenario=scenario, gpu_index=None,
+    return Deployment(
+        partitioning="emulated", layout=layout, scenario=scenario, gpu_index=None,
         slots=tuple(slots[i] for i in range(len(profiles))), cluster=cluster, grouping="emulated",
     )
 
@@ -117,7 +117,7 @@ def _match_group(
     return layout, number, chosen
 
 
-def cluster_target(
+def cluster_deployment(
     scenario: ScenarioSpec,
     *,
     inventories: Sequence[NodeInventory],
@@ -125,7 +125,7 @@ def cluster_target(
     gpu: str | None,
     gpu_group: Sequence[str] | None,
     catalog: Any,
-) -> Target:
+) -> Deployment:
     """Where each instance of the layout runs in the cluster (see the module docstring)."""
     with_devices = [inv for inv in inventories if not inv.emulated]
     if gpu_group:
@@ -138,7 +138,7 @@ def cluster_target(
     if not with_devices:
         nodes = [inv for inv in inventories if not gpu_group or _in_group(inv, gpu_group)]
         layout, number = resolve_layout(scenario, resolve_gpu(gpu, catalog), catalog)
-        return emulated_cluster_target(layout, number, nodes, cluster)
+        return emulated_cluster_deployment(layout, number, nodes, cluster)
     vgpu_only = all(d["kind"] == "vgpu" for inv in with_devices for d in inv.devices)
 
     def layout_for(model: str) -> tuple[Any, int | None]:
@@ -167,15 +167,15 @@ def cluster_target(
         )
         # one instance on one device is one GPU whatever the grouping
         grouping_word = "observed" if len(chosen) == 1 else grouping
-        return Target(
-            kind="vgpu" if kinds == {"vgpu"} else "mig", layout=layout, scenario=number,
+        return Deployment(
+            partitioning="vgpu" if kinds == {"vgpu"} else "mig", layout=layout, scenario=number,
             gpu_index=None, slots=slots, cluster=cluster, grouping=grouping_word,
         )
     fix = (
         "vGPUs in VMs cannot see which GPU they are slices of: name the VMs of one GPU with "
         "--gpu-group ADDRESS,ADDRESS,... (the run then says the grouping was declared)"
         if vgpu_only and not gpu_group
-        else "create the layout's MIG devices (see `mlperf-mig plan-mig`) or ask for a layout the "
+        else "create the layout's MIG devices (see `mlperf-mig mig-setup`) or ask for a layout the "
         "cluster carries"
     )
     wanted = scenario if isinstance(scenario, str) else f"study layout {scenario}"

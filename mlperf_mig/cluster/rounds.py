@@ -150,9 +150,9 @@ class _OnNodes:
     def cluster_facts(self, performance: Mapping[str, WorkerOutcome]) -> dict[str, Any] | None:
         """The cluster, its nodes, how the instances were grouped into GPUs, the start skew."""
         return {
-            "cluster": self.plan.target.cluster,
+            "cluster": self.plan.deployment.cluster,
             "nodes": sorted({slot.node for slot in self.plan.slots if slot.node}),
-            "grouping": self.plan.target.grouping,
+            "grouping": self.plan.deployment.grouping,
             "start_skew_ms": start_skew_ms(performance),
         }
 

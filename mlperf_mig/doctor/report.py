@@ -24,7 +24,7 @@ from mlperf_mig.doctor.install import (
     wheel_problems,
 )
 from mlperf_mig.doctor.reconcile import GpuCheck, check_gpu
-from mlperf_mig.doctor.smoke import SmokeResult, SmokeTarget, smoke_all
+from mlperf_mig.doctor.smoke import SmokeDevice, SmokeResult, smoke_all
 from mlperf_mig.registry.catalog import Catalog, default_catalog
 from mlperf_mig.registry.devices import usable_devices
 from mlperf_mig.registry.discovery import Detection, detection_from_state, read_nvml_state
@@ -145,21 +145,21 @@ def _own_version() -> dict[str, str]:
         return {}
 
 
-def smoke_targets(detection: Detection) -> list[SmokeTarget]:
-    """One target per usable device: each GPU instance, the VM's vGPU, or a whole GPU."""
-    targets = []
+def smoke_devices(detection: Detection) -> list[SmokeDevice]:
+    """One smoke device per usable device: each GPU instance, the VM's vGPU, or a whole GPU."""
+    devices = []
     for state in detection.gpus:
         for device in usable_devices(state):
             if state.catalog_gpu is None:
                 continue  # the engine recipe needs a catalog GPU
             profile = device.profile.name if device.profile else None
             where = f" {profile}" if profile else ""
-            targets.append(SmokeTarget(
+            devices.append(SmokeDevice(
                 label=f"GPU {state.index} {device.kind}{where}"
                 + (f"@{device.placement_start}" if device.placement_start is not None else ""),
                 gpu=state.catalog_gpu.name, profile=profile, uuid=device.uuid,
             ))
-    return targets
+    return devices
 
 
 def _smoke(
@@ -172,11 +172,11 @@ def _smoke(
         return smoke_all([], []), "GPU part skipped: the GPUs of a replayed state are not on this machine"
     if not detection.gpus:
         return smoke_all([], []), "GPU part skipped: no GPU on this machine; the CPU reference ran"
-    targets = smoke_targets(detection)
+    devices = smoke_devices(detection)
     note = "" if gpu_backends else "GPU part skipped: no GPU backend is usable (see the fixes above)"
-    if not targets:
+    if not devices:
         note = "GPU part skipped: no usable device (MIG on without instances, or a GPU not in the catalog)"
-    return smoke_all(targets, gpu_backends), note
+    return smoke_all(devices, gpu_backends), note
 
 
 # --- the bundle -----------------------------------------------------------------------------

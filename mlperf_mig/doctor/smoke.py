@@ -36,7 +36,7 @@ CPU_BACKEND = "onnxruntime"
 
 
 @attrs.frozen(kw_only=True)
-class SmokeTarget:
+class SmokeDevice:
     """One device to smoke-test: how to name it, the engine's GPU and profile, its UUID."""
 
     label: str  # "GPU 0 MIG 2g.20gb (gi 3)", "CPU"
@@ -77,16 +77,16 @@ class SmokeResult:
 
 
 def run_child(
-    backend: str, target: SmokeTarget, workdir: Path, *, timeout_s: float = CHILD_TIMEOUT_S
+    backend: str, device: SmokeDevice, workdir: Path, *, timeout_s: float = CHILD_TIMEOUT_S
 ) -> tuple[dict[str, Any] | None, np.ndarray | None, str | None]:
     """Run one smoke test in a child process: (its summary, its softmax outputs, an error)."""
-    outdir = workdir / f"{backend}-{target.label.replace(' ', '_')}"
+    outdir = workdir / f"{backend}-{device.label.replace(' ', '_')}"
     command = [sys.executable, "-m", "mlperf_mig.doctor.smoke", backend, "--outdir", str(outdir)]
-    if target.gpu:
-        command += ["--gpu", target.gpu]
-    if target.profile:
-        command += ["--profile", target.profile]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": target.uuid or ""}
+    if device.gpu:
+        command += ["--gpu", device.gpu]
+    if device.profile:
+        command += ["--profile", device.profile]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": device.uuid or ""}
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
@@ -98,37 +98,37 @@ def run_child(
     return summary, np.load(outdir / "softmax.npy"), None
 
 
-def smoke_all(targets: Sequence[SmokeTarget], gpu_backends: Sequence[str]) -> list[SmokeResult]:
-    """The CPU reference, then every GPU backend on every target, compared with the reference."""
+def smoke_all(devices: Sequence[SmokeDevice], gpu_backends: Sequence[str]) -> list[SmokeResult]:
+    """The CPU reference, then every GPU backend on every device, compared with the reference."""
     with tempfile.TemporaryDirectory(prefix="mlperf-mig-doctor-") as folder:
         workdir = Path(folder)
-        cpu = SmokeTarget(label="CPU", gpu=None, profile=None, uuid=None)
+        cpu = SmokeDevice(label="CPU", gpu=None, profile=None, uuid=None)
         summary, reference, error = run_child(CPU_BACKEND, cpu, workdir)
         results = [_result(cpu, CPU_BACKEND, summary, error, None)]
-        for target in targets:
+        for device in devices:
             for backend in gpu_backends:
-                summary, outputs, error = run_child(backend, target, workdir)
+                summary, outputs, error = run_child(backend, device, workdir)
                 compared = None if outputs is None or reference is None else (outputs, reference)
-                results.append(_result(target, backend, summary, error, compared))
+                results.append(_result(device, backend, summary, error, compared))
         return results
 
 
 def _result(
-    target: SmokeTarget,
+    device: SmokeDevice,
     backend: str,
     summary: dict[str, Any] | None,
     error: str | None,
     compared: tuple[np.ndarray, np.ndarray] | None,
 ) -> SmokeResult:
     if summary is None:
-        return SmokeResult(device=target.label, backend=backend, ok=False, error=error)
+        return SmokeResult(device=device.label, backend=backend, ok=False, error=error)
     match, diff = None, None
     if compared is not None:
         outputs, reference = compared
         diff = float(np.max(np.abs(outputs - reference)))
         match = bool(np.allclose(outputs, reference, rtol=RTOL, atol=ATOL))
     return SmokeResult(
-        device=target.label, backend=backend, ok=match is not False,
+        device=device.label, backend=backend, ok=match is not False,
         samples_per_s=summary["samples_per_s"], validity=summary["validity"],
         outputs_match=match, max_abs_diff=diff, ran_on=summary["ran_on"],
     )

@@ -17,6 +17,7 @@ from mlperf_mig.registry.discovery import (
     parse_mig_uuid,
     read_nvml_state,
 )
+from mlperf_mig.registry.mig_setup import MigSetup, mig_setup
 from mlperf_mig.registry.model import Gpu, Layout, Placement, Profile
 from mlperf_mig.registry.names import (
     parse_layout,
@@ -25,33 +26,32 @@ from mlperf_mig.registry.names import (
     system_id,
     vgpu_type_name,
 )
-from mlperf_mig.registry.plan import CreationPlan, creation_plan
 from mlperf_mig.registry.replay import RecordedNvml
 from mlperf_mig.registry.solver import maximal_layouts, solve_placements, valid_layouts
 from mlperf_mig.registry.study import StudyScenario, study_layout, study_scenarios, translate_layout
 
 __all__ = [
     "Catalog",
-    "CreationPlan",
     "Detection",
     "Gpu",
     "GpuState",
     "Layout",
     "LiveDevice",
     "MigDevice",
+    "MigSetup",
     "MigUuid",
     "Placement",
     "Profile",
     "RecordedNvml",
     "StudyScenario",
     "VgpuDevice",
-    "creation_plan",
     "default_catalog",
     "detect",
     "load_catalog",
     "load_gpu_file",
     "match_layout",
     "maximal_layouts",
+    "mig_setup",
     "node_inventory",
     "parse_layout",
     "parse_mig_uuid",

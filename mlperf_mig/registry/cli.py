@@ -1,4 +1,4 @@
-"""Sub-commands of the registry: gpus, layouts, scenarios, check, plan-mig, detect.
+"""Sub-commands of the registry: gpus, layouts, scenarios, check, mig-setup, detect.
 
 Thin over the Python API: tables for people by default, `--json` for programs. Library errors
 propagate to `mlperf_mig.cli.main`, which prints them as one line and exits 2.
@@ -54,14 +54,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_check)
 
     parser = subparsers.add_parser(
-        "plan-mig", parents=[common],
+        "mig-setup", parents=[common],
         help="print how to create a layout (mig-parted config or nvidia-smi steps); changes nothing",
     )
     parser.add_argument("gpu", metavar="GPU", help="GPU name or alias, e.g. A100-80GB")
     parser.add_argument("layout", metavar="LAYOUT", help="layout such as 3x2g.20gb+1g.10gb")
     parser.add_argument("--format", choices=("mig-parted", "steps"), default="steps", help="output form (default: steps)")
-    parser.add_argument("--gpu-index", type=int, default=0, metavar="N", help="index of the GPU in the plan (default 0)")
-    parser.set_defaults(handler=_plan_mig)
+    parser.add_argument("--gpu-index", type=int, default=0, metavar="N", help="index of the GPU to set up (default 0)")
+    parser.set_defaults(handler=_mig_setup)
 
     parser = subparsers.add_parser("detect", parents=[common], help="show the GPUs and live MIG devices (read-only)")
     source = parser.add_mutually_exclusive_group()
@@ -186,9 +186,9 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _plan_mig(args: argparse.Namespace) -> int:
+def _mig_setup(args: argparse.Namespace) -> int:
+    from mlperf_mig.registry.mig_setup import mig_setup
     from mlperf_mig.registry.names import parse_layout
-    from mlperf_mig.registry.plan import creation_plan
 
     if args.gpu_index > _NVML_INDEX_MAX:
         from mlperf_mig.errors import NameParseError
@@ -199,16 +199,16 @@ def _plan_mig(args: argparse.Namespace) -> int:
         )
     catalog = _catalog(args)
     layout = parse_layout(catalog.get(args.gpu), args.layout, catalog)
-    plan = creation_plan(layout, gpu_index=args.gpu_index)
+    setup = mig_setup(layout, gpu_index=args.gpu_index)
     if args.json:
         return _print_json({
-            **layout.to_dict(), "mig_parted_config": plan.mig_parted_config(),
-            "steps": plan.steps(), "placements": [p.to_dict() for p in plan.placements],
+            **layout.to_dict(), "mig_parted_config": setup.mig_parted_config(),
+            "steps": setup.steps(), "placements": [p.to_dict() for p in setup.placements],
         })
     if args.format == "mig-parted":
-        print(plan.mig_parted_config(), end="")
+        print(setup.mig_parted_config(), end="")
     else:
-        print("\n".join(plan.steps()))
+        print("\n".join(setup.steps()))
     return EXIT_OK
 
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from mlperf_mig.errors import LiveLayoutMismatchError
+from mlperf_mig.registry.mig_setup import mig_setup
 from mlperf_mig.registry.model import Layout, Profile
-from mlperf_mig.registry.plan import creation_plan
 
 if TYPE_CHECKING:
     from mlperf_mig.registry.discovery import Detection, GpuState
@@ -105,7 +105,7 @@ def match_layout(layout: Layout, state: GpuState) -> tuple[LiveDevice, ...]:
         raise LiveLayoutMismatchError(
             f"GPU {state.index} ({state.name}) carries the MIG layout {carried}, but the run asks "
             f"for {describe_profiles(wanted)}; to create it (as root, after destroying the current "
-            f"instances): {'; '.join(creation_plan(layout, gpu_index=state.index).steps())}; or ask for the "
+            f"instances): {'; '.join(mig_setup(layout, gpu_index=state.index).steps())}; or ask for the "
             "live layout instead"
         )
     pool = list(live)

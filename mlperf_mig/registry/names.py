@@ -122,25 +122,25 @@ def parse_vgpu_type(
 
 
 def _vgpu_board(name: str, board: str, gpu: Gpu | str | None, catalog: Catalog | None) -> Gpu:
-    target = resolve_gpu(gpu, catalog) if gpu is not None else None
+    wanted = resolve_gpu(gpu, catalog) if gpu is not None else None
     if board.lower() == GENERIC_VGPU_BOARD:
-        if target is None:
+        if wanted is None:
             raise NameParseError(
                 f"vGPU type {name!r} does not say which GPU it is on; pass the GPU too "
                 "(for example --gpu A100-80GB) or use the board name, like A100D-2-20C"
             )
-        return target
+        return wanted
     boards = [
         g for g in (catalog or default_catalog())
         if board.lower() in (p.lower() for p in g.vgpu_prefixes)
     ]
-    if target is not None:
-        if boards and target not in boards:
+    if wanted is not None:
+        if boards and wanted not in boards:
             raise NameParseError(
                 f"vGPU type {name!r} belongs to {', '.join(g.name for g in boards)}, not "
-                f"{target.name}; use a vGPU type of {target.name} or name the other GPU"
+                f"{wanted.name}; use a vGPU type of {wanted.name} or name the other GPU"
             )
-        return target
+        return wanted
     if not boards:
         raise NameParseError(
             f"vGPU board {board!r} in {name!r} is unknown; use a known board prefix "

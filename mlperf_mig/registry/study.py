@@ -69,20 +69,20 @@ def study_layout(scenario: int, gpu: Gpu | str, catalog: Catalog | None = None) 
             f"study scenario {scenario!r} does not exist; the seed study's MIG layouts are "
             f"numbered 1-{len(scenarios)} (this is the MIG layout, not the LoadGen scenario)"
         )
-    target = resolve_gpu(gpu, catalog)
+    to_gpu = resolve_gpu(gpu, catalog)
     reference = scenarios[scenario - 1].layout
-    if reference.compute_slices > target.compute_slices:
-        fitting = [s.scenario for s in scenarios if s.layout.compute_slices <= target.compute_slices]
+    if reference.compute_slices > to_gpu.compute_slices:
+        fitting = [s.scenario for s in scenarios if s.layout.compute_slices <= to_gpu.compute_slices]
         raise LayoutError(
             f"study scenario {scenario} ({reference}) uses {reference.compute_slices} compute "
-            f"slices but {target.name} has {target.compute_slices}, so it cannot carry this "
+            f"slices but {to_gpu.name} has {to_gpu.compute_slices}, so it cannot carry this "
             f"layout; scenarios small enough to try there: {', '.join(map(str, fitting))}"
         )
     try:
-        layout = translate_layout(reference, target)
+        layout = translate_layout(reference, to_gpu)
         solve_placements(layout)
     except LayoutError as exc:
-        raise LayoutError(f"study scenario {scenario} on {target.name}: {exc}") from None
+        raise LayoutError(f"study scenario {scenario} on {to_gpu.name}: {exc}") from None
     return layout
 
 

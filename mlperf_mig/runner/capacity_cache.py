@@ -65,7 +65,7 @@ def store_capacity(key: str, entry: Mapping[str, Any], cache_dir: str | os.PathL
 def plan_key(plan: Any, profile: str) -> str:
     """The cache key of `profile` under the settings of a RunPlan."""
     return capacity_key(
-        gpu=plan.gpu, emulated=plan.target.emulated, profile=profile, benchmark=plan.benchmark,
+        gpu=plan.gpu, emulated=plan.deployment.emulated, profile=profile, benchmark=plan.benchmark,
         backend=plan.backend, precision=plan.precision, preset=plan.preset, variant=plan.variant,
     )
 

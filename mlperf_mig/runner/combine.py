@@ -3,7 +3,7 @@
 In the seed study every MIG instance was its own VM: each host runs its instance(s) with
 `mlperf-mig run` and the folders are combined afterwards. The result is a sum of independent
 LoadGen runs, labelled as such; runs that are not comparable (other benchmark, LoadGen scenario,
-GPU, target kind or mode) are refused with the folder that differs.
+GPU, partitioning or mode) are refused with the folder that differs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from mlperf_mig.runner.results import RunResult
 
 log = logging.getLogger(__name__)
 
-_MUST_AGREE = ("benchmark", "loadgen_scenario", "gpu", "target", "backend", "preset")
+_MUST_AGREE = ("benchmark", "loadgen_scenario", "gpu", "partitioning", "backend", "preset")
 
 
 def _check_comparable(runs: Sequence[RunResult]) -> None:

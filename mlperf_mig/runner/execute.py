@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 def choose_rounds(plan: RunPlan, outdir: Path, stream: TextIO | None) -> IndependentRounds:
     """The kind of round the plan runs, chosen once: independent or unified, local or on a
     Ray cluster's nodes."""
-    if plan.target.cluster is not None:
+    if plan.deployment.cluster is not None:
         from mlperf_mig.cluster.rounds import ClusterIndependentRounds, ClusterUnifiedRounds
 
         return (ClusterUnifiedRounds if plan.mode == "unified" else ClusterIndependentRounds)(plan, outdir, stream)
@@ -196,7 +196,7 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
         )
     if baseline is not None:
         base, source = _given_baseline(baseline, plan)
-    elif plan.target.scenario == 1:
+    elif plan.deployment.scenario == 1:
         base, source = result.total_throughput, "this run"
     else:
         base, source = find_baseline(plan, outdir)
@@ -248,9 +248,9 @@ def _assemble(
     return RunResult(
         gpu=plan.gpu,
         layout=plan.layout,
-        system_id=registry.system_id(plan.target.layout),
-        scenario=plan.target.scenario,
-        target=plan.target.kind,
+        system_id=registry.system_id(plan.deployment.layout),
+        scenario=plan.deployment.scenario,
+        partitioning=plan.deployment.partitioning,
         mode=plan.mode,
         benchmark=plan.benchmark,
         loadgen_scenario=plan.loadgen_scenario,

@@ -1,8 +1,8 @@
 """Where the instances of a layout run: live MIG devices, a shared GPU, or emulated CPU partitions.
 
-Four kinds of target, and every result says which one it came from:
+Four partitionings, and every result says which one it came from:
     mig       one live MIG device per instance (CUDA_VISIBLE_DEVICES=MIG-<uuid>); the live layout
-              must be the requested one, else LiveLayoutMismatchError with the creation plan.
+              must be the requested one, else LiveLayoutMismatchError with the MIG setup steps.
     vgpu      inside a VM whose GPU is a MIG-backed vGPU (A100D-2-20C): a layout of exactly that
               one profile runs on it (CUDA_VISIBLE_DEVICES=the vGPU's UUID).
     shared    a GPU without MIG (or a time-sliced vGPU), time-shared by all instances; only when
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_EMULATED_GPU = "A100-SXM4-80GB"  # the seed study's GPU
 STUDY_SCENARIOS = range(1, 9)
-TARGET_KINDS = ("mig", "vgpu", "shared", "emulated")
+PARTITIONINGS = ("mig", "vgpu", "shared", "emulated")
 _LOADGEN_SCENARIO_NAMES = ("offline", "server", "singlestream", "multistream")
 
 ScenarioSpec = int | str | Sequence[str]
@@ -55,10 +55,10 @@ class InstanceSlot:
 
 
 @attrs.frozen(kw_only=True)
-class Target:
+class Deployment:
     """The resolved layout on its GPU and where each instance runs."""
 
-    kind: str = attrs.field(validator=attrs.validators.in_(TARGET_KINDS))
+    partitioning: str = attrs.field(validator=attrs.validators.in_(PARTITIONINGS))
     layout: Any  # registry Layout
     scenario: int | None  # the study's layout number when one was asked for
     gpu_index: int | None
@@ -73,7 +73,7 @@ class Target:
 
     @property
     def emulated(self) -> bool:
-        return self.kind == "emulated"
+        return self.partitioning == "emulated"
 
 
 def instance_name(index: int, profile: str) -> str:
@@ -185,9 +185,9 @@ def emulated_cpu_sets(
     return sets
 
 
-def emulated_target(
+def emulated_deployment(
     layout: Any, scenario: int | None, cpus: Sequence[int] | None = None
-) -> Target:
+) -> Deployment:
     """Emulated partitions on this machine's CPUs (or `cpus`, for tests)."""
     available = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
     profiles = list(layout.profiles)
@@ -204,10 +204,10 @@ def emulated_target(
         )
         for i, (p, cpu_set, start) in enumerate(zip(profiles, sets, starts))
     )
-    return Target(kind="emulated", layout=layout, scenario=scenario, gpu_index=None, slots=slots)
+    return Deployment(partitioning="emulated", layout=layout, scenario=scenario, gpu_index=None, slots=slots)
 
 
-def live_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
+def live_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deployment:
     """Each instance of `layout` on its live MIG device, or the VM's MIG-backed vGPU.
 
     The matching is the registry's `match_layout`: it raises LiveLayoutMismatchError showing both
@@ -225,11 +225,11 @@ def live_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
         )
         for i, (profile, device) in enumerate(zip(layout.profiles, devices))
     )
-    kind = "vgpu" if gpu_state.vgpu is not None else "mig"
-    return Target(kind=kind, layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=slots)
+    partitioning = "vgpu" if gpu_state.vgpu is not None else "mig"
+    return Deployment(partitioning=partitioning, layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=slots)
 
 
-def shared_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
+def shared_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deployment:
     """All instances time-share the whole GPU (no MIG isolation); labelled `shared`."""
     slots = tuple(
         instance_slot(
@@ -241,8 +241,8 @@ def shared_target(layout: Any, scenario: int | None, gpu_state: Any) -> Target:
         )
         for i, (p, start) in enumerate(zip(layout.profiles, solved_starts(layout)))
     )
-    return Target(
-        kind="shared", layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=slots
+    return Deployment(
+        partitioning="shared", layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=slots
     )
 
 
@@ -261,7 +261,7 @@ def _live_gpu(detection: Any, gpu_name: str | None, catalog: Any) -> Any:
     )
 
 
-def choose_target(
+def choose_deployment(
     scenario: ScenarioSpec,
     *,
     gpu: str | None,
@@ -270,7 +270,7 @@ def choose_target(
     shared: bool = False,
     emulate: bool = False,
     cpus: Sequence[int] | None = None,
-) -> Target:
+) -> Deployment:
     """Resolve the layout and decide where its instances run (see the module docstring)."""
     if emulate or detection is None or not detection.gpus:
         if shared:
@@ -283,7 +283,7 @@ def choose_target(
         if not emulate and detection is not None and detection.message:
             log.info("no GPU to run on (%s): emulating MIG partitions on the CPU", detection.message)
         layout, number = resolve_layout(scenario, resolve_gpu(gpu, catalog), catalog)
-        return emulated_target(layout, number, cpus)
+        return emulated_deployment(layout, number, cpus)
     state = _live_gpu(detection, gpu, catalog)
     if state.catalog_gpu is None:
         raise UnknownGpuError(
@@ -297,16 +297,16 @@ def choose_target(
             f"{state.catalog_gpu.name}; pass a layout of that GPU, or emulate=True / --emulate"
         )
     if state.mig_current or state.mig_vgpu:
-        return live_target(layout, number, state)
+        return live_deployment(layout, number, state)
     if shared:
-        return shared_target(layout, number, state)
+        return shared_deployment(layout, number, state)
     wanted = describe_profiles([p.name for p in layout.profiles])
     if state.vgpu is not None:
         why = f"is a time-sliced vGPU ({state.vgpu.type_name}), not a MIG instance"
         fix = "give the VM a MIG-backed vGPU type (such as A100D-2-20C) for one instance"
     else:
         why = "has MIG disabled" if state.mig_current is not None else "does not support MIG"
-        fix = "enable MIG and create the layout (see `mlperf-mig plan-mig`)"
+        fix = "enable MIG and create the layout (see `mlperf-mig mig-setup`)"
     raise PlacementError(
         f"GPU {state.index} ({state.name}) {why}, so the layout {wanted} cannot be isolated; "
         f"{fix}, or pass shared=True / --shared to let the instances time-share the whole GPU "

@@ -27,7 +27,7 @@ from mlperf_mig.errors import (
     SettingsError,
 )
 from mlperf_mig.runner.options import RunOptions, check_setting
-from mlperf_mig.runner.placement import InstanceSlot, Target, choose_target
+from mlperf_mig.runner.placement import Deployment, InstanceSlot, choose_deployment
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
 
@@ -58,7 +58,7 @@ class EngineRequest:
 class RunPlan:
     """Everything a run needs, resolved; printing it shows what would run and where."""
 
-    target: Target
+    deployment: Deployment
     benchmark: str
     loadgen_scenario: str
     mode: str
@@ -85,20 +85,20 @@ class RunPlan:
 
     @property
     def slots(self) -> tuple[InstanceSlot, ...]:
-        return self.target.slots
+        return self.deployment.slots
 
     @property
     def layout(self) -> str:
-        return str(self.target.layout)
+        return str(self.deployment.layout)
 
     @property
     def gpu(self) -> str:
-        return self.target.gpu.name
+        return self.deployment.gpu.name
 
     def settings_profile(self, slot: InstanceSlot) -> str | None:
         """The profile whose LoadGen targets the slot uses: its own on GPUs, the CPU row (None)
         for emulated partitions."""
-        return None if self.target.emulated else slot.profile
+        return None if self.deployment.emulated else slot.profile
 
     @property
     def settings_key(self) -> str:
@@ -118,7 +118,7 @@ class RunPlan:
             "batch_size": self.batch_size,
             "model_path": _file_digest(self.model_path),
             "gpu": self.gpu,
-            "target": self.target.kind,
+            "partitioning": self.deployment.partitioning,
             "accuracy": self.accuracy,
         }
         canonical = json.dumps(fields, sort_keys=True)
@@ -144,13 +144,13 @@ class RunPlan:
     def _columns(self) -> tuple[str, ...]:
         """The plan table's columns: with the host and node of each instance on a cluster."""
         local = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
-        return local if self.target.cluster is None else (local[0], "host", "node", *local[1:])
+        return local if self.deployment.cluster is None else (local[0], "host", "node", *local[1:])
 
     def header(self) -> list[str]:
-        scenario = f"study scenario {self.target.scenario}: " if self.target.scenario else ""
+        scenario = f"study scenario {self.deployment.scenario}: " if self.deployment.scenario else ""
         lines = [
             f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {scenario}MIG layout "
-            f"{self.layout} on {self.gpu} ({self.target.kind}), {self.mode} mode",
+            f"{self.layout} on {self.gpu} ({self.deployment.partitioning}), {self.mode} mode",
             f"backend {self.backend}, variant {self.variant}, precision "
             f"{self.precision or 'backend default'}, preset {self.preset}, accuracy run "
             f"{'yes' if self.accuracy else 'no'}{', compliance audits' if self.compliance else ''}, "
@@ -158,15 +158,15 @@ class RunPlan:
             f"engines to build or reuse: {', '.join(e.key for e in self.engines) or 'none (null backend)'}",
             f"output folder: {self.outdir}",
         ]
-        if self.target.emulated:
+        if self.deployment.emulated:
             lines.append(f"note: {EMULATED_LABEL}")
-        if self.target.kind == "shared":
+        if self.deployment.partitioning == "shared":
             lines.append(f"note: {SHARED_LABEL}")
-        if self.target.cluster is not None:
+        if self.deployment.cluster is not None:
             nodes = len({slot.node for slot in self.slots})
             lines.append(
-                f"note: on Ray cluster {self.target.cluster}, {nodes} node(s); one GPU by "
-                f"{self.target.grouping} grouping"
+                f"note: on Ray cluster {self.deployment.cluster}, {nodes} node(s); one GPU by "
+                f"{self.deployment.grouping} grouping"
             )
         return lines
 
@@ -189,8 +189,8 @@ class RunPlan:
         return {
             "gpu": self.gpu,
             "layout": self.layout,
-            "scenario": self.target.scenario,
-            "target": self.target.kind,
+            "scenario": self.deployment.scenario,
+            "partitioning": self.deployment.partitioning,
             "mode": self.mode,
             "benchmark": self.benchmark,
             "loadgen_scenario": self.loadgen_scenario,
@@ -231,21 +231,21 @@ def default_outdir(kind: str = "run", now: dt.datetime | None = None) -> Path:
 
 
 def _engine_requests(
-    target: Target, *, benchmark: str, backend: str, precision: str | None, variant: str,
+    deployment: Deployment, *, benchmark: str, backend: str, precision: str | None, variant: str,
     model_path: str | None, loadgen_scenario: str, cache_dir: str | None,
 ) -> tuple[tuple[EngineRequest, ...], dict[str, str]]:
     """One engine per distinct profile on MIG, one for a shared GPU, one for all CPU partitions."""
     from mlperf_mig.engines import backend_class
 
     if not backend_class(backend).runs_model:
-        return (), {slot.name: "null" for slot in target.slots}
+        return (), {slot.name: "null" for slot in deployment.slots}
     requests: dict[str, EngineRequest] = {}
     engine_of = {}
-    for slot in target.slots:
-        if target.kind in ("mig", "vgpu"):
-            key, gpu, profile = slot.profile, target.gpu.name, slot.profile
-        elif target.kind == "shared":
-            key, gpu, profile = "gpu", target.gpu.name, None
+    for slot in deployment.slots:
+        if deployment.partitioning in ("mig", "vgpu"):
+            key, gpu, profile = slot.profile, deployment.gpu.name, slot.profile
+        elif deployment.partitioning == "shared":
+            key, gpu, profile = "gpu", deployment.gpu.name, None
         else:
             key, gpu, profile = "cpu", None, None
         engine_of[slot.name] = key
@@ -292,10 +292,10 @@ def make_plan(options: RunOptions) -> RunPlan:
     _check_cpus(options.cpus)
     catalog = registry.default_catalog()
     if options.cluster is not None:
-        target = _cluster_target(options, catalog)
+        deployment = _cluster_deployment(options, catalog)
     else:
         detection = None if options.emulate else registry.detect(source=options.nvml_source)
-        target = choose_target(
+        deployment = choose_deployment(
             options.scenario,
             gpu=options.gpu,
             catalog=catalog,
@@ -304,9 +304,9 @@ def make_plan(options: RunOptions) -> RunPlan:
             emulate=options.emulate,
             cpus=options.cpus,
         )
-    backend_name = _backend_for(target, options.backend, resolve_backend)
+    backend_name = _backend_for(deployment, options.backend, resolve_backend)
     engines, engine_of = _engine_requests(
-        target,
+        deployment,
         benchmark=bench,
         backend=backend_name,
         precision=options.precision,
@@ -321,7 +321,7 @@ def make_plan(options: RunOptions) -> RunPlan:
         variant=options.variant,
         model_path=options.model_path,
     )
-    _check_run_input(target, options, benchmark=bench, loadgen_scenario=lg_scenario)
+    _check_run_input(deployment, options, benchmark=bench, loadgen_scenario=lg_scenario)
     if options.compliance and not options.accuracy:
         raise SettingsError(
             "compliance=True needs the accuracy run (TEST01 compares its responses with the "
@@ -333,7 +333,7 @@ def make_plan(options: RunOptions) -> RunPlan:
     run_s = timeout_s if timeout_s is not None else max(600.0, 5 * expected)
     outdir = options.outdir
     return RunPlan(
-        target=target,
+        deployment=deployment,
         benchmark=bench,
         loadgen_scenario=lg_scenario,
         mode=options.mode,
@@ -377,18 +377,18 @@ def _cpu_list(cpus: set[int]) -> str:
     return ", ".join(str(c) for c in sorted(cpus))
 
 
-def _cluster_target(options: RunOptions, catalog: Any) -> Target:
+def _cluster_deployment(options: RunOptions, catalog: Any) -> Deployment:
     """Where the instances run across the cluster's nodes (the cluster's own inventory)."""
     from mlperf_mig.cluster.connect import cluster_scope
     from mlperf_mig.cluster.inventory import take_inventory
-    from mlperf_mig.cluster.placement import cluster_target
+    from mlperf_mig.cluster.placement import cluster_deployment
 
     with cluster_scope(options.cluster) as session:
         assert session is not None
         inventories = take_inventory(session)
         if options.emulate:
             inventories = [attrs.evolve(inv, devices=()) for inv in inventories]
-        return cluster_target(
+        return cluster_deployment(
             options.scenario, inventories=inventories, cluster=str(session.spec), gpu=options.gpu,
             gpu_group=options.gpu_group, catalog=catalog,
         )
@@ -415,7 +415,7 @@ def _check_engine_input(*, backend: str, precision: str | None, variant: str, mo
         )
 
 
-def _check_run_input(target: Target, options: RunOptions, *, benchmark: str, loadgen_scenario: str) -> None:
+def _check_run_input(deployment: Deployment, options: RunOptions, *, benchmark: str, loadgen_scenario: str) -> None:
     """Refuse what every worker would refuse, so that bad input is one line and exit 2 rather
     than a failed run: the user.conf, settings (for each distinct profile), dataset files."""
     from mlperf_mig.benchmark import get_benchmark
@@ -425,7 +425,7 @@ def _check_run_input(target: Target, options: RunOptions, *, benchmark: str, loa
     bench = get_benchmark(benchmark)
     if options.user_conf is not None:
         check_text_file(options.user_conf, "user.conf")
-    profiles = {None} if target.emulated else {slot.profile for slot in target.slots}
+    profiles = {None} if deployment.emulated else {slot.profile for slot in deployment.slots}
     for profile in sorted(profiles, key=str):
         spec = SettingsSpec(
             preset=options.preset,
@@ -440,7 +440,7 @@ def _check_run_input(target: Target, options: RunOptions, *, benchmark: str, loa
         check_dataset(bench, options.dataset, options.vocab)
 
 
-def _backend_for(target: Target, backend: str, resolve: Any) -> str:
+def _backend_for(deployment: Deployment, backend: str, resolve: Any) -> str:
     """The backend name; emulated partitions are CPU partitions, so "auto" means ONNX Runtime
     there and a backend that needs a GPU is refused."""
-    return resolve(backend, on_cpu=target.emulated)
+    return resolve(backend, on_cpu=deployment.emulated)

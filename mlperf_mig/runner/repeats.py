@@ -37,7 +37,7 @@ from mlperf_mig.runner.stats import CONFIDENCE, Change, Summary, relative_change
 log = logging.getLogger(__name__)
 
 REPEATS_FILE = "repeats.json"
-SCHEMA = 1
+SCHEMA = 2  # 2: "target" became "partitioning"
 ISOLATION_EMULATED_LABEL = (
     "isolation on emulated CPU partitions measures how the CPU's cores, caches and memory "
     "bandwidth are shared, not MIG isolation on a GPU"
@@ -78,12 +78,12 @@ def alone_plan(plan: RunPlan, profile: str, outdir: Path) -> RunPlan:
     from mlperf_mig import registry
 
     slot = next(s for s in plan.slots if s.profile == profile)
-    layout = registry.parse_layout(plan.target.layout.gpu, [profile])
-    target = attrs.evolve(plan.target, layout=layout, scenario=None, slots=(slot,))
+    layout = registry.parse_layout(plan.deployment.layout.gpu, [profile])
+    deployment = attrs.evolve(plan.deployment, layout=layout, scenario=None, slots=(slot,))
     key = plan.engine_of[slot.name]
     return attrs.evolve(
         plan,
-        target=target,
+        deployment=deployment,
         outdir=str(outdir),
         engines=tuple(e for e in plan.engines if e.key == key),
         engine_of={slot.name: key},
@@ -159,7 +159,7 @@ def find_study_baseline(plan: RunPlan) -> RepeatedRun | RunResult | None:
     """A scenario-1 study (repeats.json) or run (results.json) with the same settings in a
     folder next to `plan`'s, the study preferred."""
     root = Path(plan.outdir)
-    if plan.target.scenario == 1:
+    if plan.deployment.scenario == 1:
         return None
     for name in (REPEATS_FILE, RESULTS_FILE):
         for candidate in sorted(root.parent.glob(f"*/{name}")):
@@ -212,8 +212,8 @@ class RepeatedRun:
         return self.first.scenario
 
     @property
-    def target(self) -> str:
-        return self.first.target
+    def partitioning(self) -> str:
+        return self.first.partitioning
 
     @property
     def benchmark(self) -> str:
@@ -307,7 +307,7 @@ class RepeatedRun:
         return {
             "MIG scenario": self.scenario,
             "layout": self.layout,
-            "target": self.target,
+            "partitioning": self.partitioning,
             "instances": len(self.first.instances),
             "repeats": self.repeats,
             "total": None if total is None else total.text(),

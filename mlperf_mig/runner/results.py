@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
-SCHEMA = 1
+SCHEMA = 2  # 2: "target" (mig, vgpu, shared, emulated) became "partitioning"
 INSTANCE_STATUSES = ("ok", "raised", "crashed", "hung", "interrupted", "not run")
 SUM_LABEL = "sum of independent LoadGen runs: engineering metric, not an MLPerf result"
 UNIFIED_LABEL = "one LoadGen for the whole layout (MLPerf-format log)"
@@ -203,7 +203,7 @@ class RunResult:
     layout: str
     system_id: str
     scenario: int | None
-    target: str  # "mig", "vgpu", "shared" or "emulated"
+    partitioning: str  # "mig", "vgpu", "shared" or "emulated"
     mode: str  # "independent" or "unified"
     benchmark: str
     loadgen_scenario: str
@@ -235,7 +235,7 @@ class RunResult:
     # --- aggregate -----------------------------------------------------------------------------
     @property
     def emulated(self) -> bool:
-        return self.target == "emulated"
+        return self.partitioning == "emulated"
 
     @property
     def throughput_unit(self) -> str:
@@ -312,9 +312,9 @@ class RunResult:
         labels = [self.metric_label]
         if self.emulated:
             labels.append(EMULATED_LABEL)
-        if self.target == "shared":
+        if self.partitioning == "shared":
             labels.append(SHARED_LABEL)
-        if self.target == "vgpu":
+        if self.partitioning == "vgpu":
             labels.append(VGPU_LABEL)
         if self.invalid_by_design:
             labels.append(BY_DESIGN_LABEL)
@@ -343,7 +343,7 @@ class RunResult:
         return {
             "MIG scenario": self.scenario,
             "layout": self.layout,
-            "target": self.target,
+            "partitioning": self.partitioning,
             "instances": len(self.instances),
             "total": self.total_throughput,
             "unit": self.throughput_unit,
@@ -451,6 +451,8 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
         fields = {k: v for k, v in data.items() if k not in ("schema", "aggregate")}
+        if "target" in fields:  # schema 1 named the partitioning "target"
+            fields["partitioning"] = fields.pop("target")
         fields["instances"] = [InstanceRun.from_dict(i) for i in fields["instances"]]
         fields["layout_result"] = _result_from(fields.get("layout_result"))
         fields["layout_accuracy"] = _result_from(fields.get("layout_accuracy"))
@@ -493,7 +495,7 @@ class RunResult:
             "gpu": self.gpu,
             "layout": self.layout,
             "scenario": self.scenario,
-            "target": self.target,
+            "partitioning": self.partitioning,
             "mode": self.mode,
             "benchmark": self.benchmark,
             "loadgen_scenario": self.loadgen_scenario,

@@ -43,10 +43,10 @@ log = logging.getLogger(__name__)
 
 SWEEP_FILE = "sweep.json"
 _COLUMNS = (
-    "MIG scenario", "layout", "target", "instances", "total", "unit", "all valid", "vs MIG scenario 1"
+    "MIG scenario", "layout", "partitioning", "instances", "total", "unit", "all valid", "vs MIG scenario 1"
 )
 _STUDY_COLUMNS = (
-    "MIG scenario", "layout", "target", "instances", "repeats", "total", "min-max", "unit",
+    "MIG scenario", "layout", "partitioning", "instances", "repeats", "total", "min-max", "unit",
     "all valid", "vs MIG scenario 1",
 )
 

@@ -462,7 +462,7 @@ def advise_from(
         )
     ranking = tuple(sorted(allowed, key=_rank_key(objective)))
     winner = ranking[0].layout_obj
-    plan = registry.creation_plan(winner)
+    plan = registry.mig_setup(winner)
     placements = tuple(f"{p.profile.name}@{p.start}" for p in plan.placements)
     labels = list(measurements.labels)
     if measurements.emulated:

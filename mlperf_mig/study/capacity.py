@@ -260,7 +260,7 @@ def capacity(
     the_plan = plan_of([profile], loadgen_scenario="Server", **{k: v for k, v in common.items() if k != "progress"})
     key = plan_key(the_plan, profile)
     result = CapacityResult(
-        benchmark=the_plan.benchmark, profile=profile, gpu=the_plan.gpu, emulated=the_plan.target.emulated,
+        benchmark=the_plan.benchmark, profile=profile, gpu=the_plan.gpu, emulated=the_plan.deployment.emulated,
         backend=the_plan.backend, preset=preset, qps=low, confirmed=confirmed, bracket_closed=closed, probes=tuple(probes),
         outdir=str(root), key=key,
     )

@@ -51,7 +51,7 @@ def system_notes(run: RunResult, instance: InstanceRun | None) -> list[str]:
     notes = []
     if run.emulated:
         notes.append(EMULATED)
-    if run.target == "shared":
+    if run.partitioning == "shared":
         notes.append(SHARED)
     if instance is not None:
         notes.append(
@@ -126,7 +126,7 @@ def reproduce_command(run: RunResult, settings: Mapping[str, Any]) -> str:
         f"--mode {run.mode} --backend {run.backend} --preset {run.preset} --variant {run.variant}",
         f"--precision {run.precision}",
     ]
-    words += {"emulated": ["--emulate"], "shared": ["--shared"]}.get(run.target, [])
+    words += {"emulated": ["--emulate"], "shared": ["--shared"]}.get(run.partitioning, [])
     words += [f"--set {key}={value}" for key, value in settings.items()]
     return " ".join(words)
 
@@ -169,7 +169,7 @@ def _warnings(run: RunResult, instance: InstanceRun | None) -> list[str]:
     paragraphs = [SUM_NOT_A_RESULT if instance is not None else UNIFIED]
     if run.emulated:
         paragraphs.append(EMULATED)
-    if run.target == "shared":
+    if run.partitioning == "shared":
         paragraphs.append(SHARED)
     if run.synthetic_weights or run.synthetic_data:
         paragraphs.append(SYNTHETIC.format(what=synthetic_what(run).upper()))
@@ -179,7 +179,7 @@ def _warnings(run: RunResult, instance: InstanceRun | None) -> list[str]:
 def _facts(run: RunResult, instance: InstanceRun | None) -> list[str]:
     result = instance.performance if instance is not None else run.layout_result
     facts = {
-        "GPU": f"{run.gpu} ({run.target})",
+        "GPU": f"{run.gpu} ({run.partitioning})",
         "MIG layout": run.layout,
         "instance": f"{instance.name} ({instance.profile}, {instance.device})" if instance else "all (unified)",
         "mode": run.mode,

@@ -124,7 +124,7 @@ class Accelerator:
     """What the result ran on, as the system description must show it."""
 
     gpu: str  # catalog name, e.g. "A100-SXM4-80GB"
-    target: str  # "mig", "vgpu", "shared" or "emulated"
+    partitioning: str  # "mig", "vgpu", "shared" or "emulated"
     layout: str  # e.g. "3x2g.20gb+1g.10gb"
     instance: str | None  # independent mode: "instance 0 (2g.20gb)"; None for the whole layout
     memory_gib: float | None  # of the GPU, or of the instance's profile
@@ -135,13 +135,13 @@ class Accelerator:
 
     @property
     def emulated(self) -> bool:
-        return self.target == "emulated"
+        return self.partitioning == "emulated"
 
     def partition(self) -> str:
         """'MIG 3x2g.20gb+1g.10gb' or 'MIG 2g.20gb, instance 0 of 3x2g.20gb+1g.10gb'."""
-        if self.target == "shared":
+        if self.partitioning == "shared":
             return f"time-shared by {self.layout} (no MIG isolation)"
-        if self.target == "vgpu":
+        if self.partitioning == "vgpu":
             return f"MIG-backed vGPU {self.layout} (in a VM)"
         if self.instance is None:
             return f"MIG {self.layout}"

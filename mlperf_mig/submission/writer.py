@@ -245,7 +245,7 @@ def _sources(run_dir: Path, run: RunResult, bert_folder: str) -> list[ResultSour
 def system_folder_name(run: RunResult, instance: InstanceRun | None) -> str:
     """'A100-SXM4-80GB-MIG_3x2g.20gb_1x1g.10gb_TRT', per instance '..._MIG_2g.20gb_i0-of-...'."""
     layout = _token(run.layout)
-    kind = "shared" if run.target == "shared" else "MIG"
+    kind = "shared" if run.partitioning == "shared" else "MIG"
     partition = layout if instance is None else f"{_token(instance.profile)}_i{instance.index}-of-{layout}"
     backend_cls = find_backend(run.backend)
     backend = (backend_cls and backend_cls.system_token) or _token(run.backend)
@@ -413,7 +413,7 @@ def _system_descriptions(
     descriptions, problems = {}, []
     for system, members in by_system.items():
         first = members[0]
-        gpu = None if first.run.target == "emulated" else GpuFacts.detect(first.run.gpu)
+        gpu = None if first.run.partitioning == "emulated" else GpuFacts.detect(first.run.gpu)
         fields, missing = describe_system(
             accelerator=_accelerator(first),
             division=division,
@@ -465,7 +465,7 @@ def _accelerator(source: ResultSource) -> Accelerator:
         framework = f"{run.backend} {device.version or ''}".strip()
     return Accelerator(
         gpu=run.gpu,
-        target=run.target,
+        partitioning=run.partitioning,
         layout=run.layout,
         instance=None if instance is None else f"{instance.profile}, instance {instance.index}",
         memory_gib=_memory_gib(run.gpu, instance.profile if instance else None),

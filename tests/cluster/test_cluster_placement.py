@@ -19,7 +19,7 @@ from mlperf_mig.cluster.connect import (
     parse_cluster,
 )
 from mlperf_mig.cluster.inventory import NodeInventory, check_versions
-from mlperf_mig.cluster.placement import cluster_target
+from mlperf_mig.cluster.placement import cluster_deployment
 from mlperf_mig.errors import ClusterError, SettingsError
 
 BIN = Path(sys.executable).parent
@@ -110,13 +110,13 @@ def test_local_nodes_split_the_cpus() -> None:
 def test_emulated_layout_spreads_over_the_nodes(catalog: registry.Catalog) -> None:
     """Layout 7 on three GPU-less nodes: instances go round the nodes, each node's CPUs split by slices."""
     nodes = [_node(0, cpus=(0, 1, 2)), _node(1, cpus=(3,)), _node(2, cpus=(4,))]
-    target = cluster_target(7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog)
-    assert target.kind == "emulated"
-    assert [s.node for s in target.slots] == [nodes[0].node_id, nodes[1].node_id, nodes[2].node_id, nodes[0].node_id]
-    first, last = target.slots[0], target.slots[3]
+    deployment = cluster_deployment(7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog)
+    assert deployment.partitioning == "emulated"
+    assert [s.node for s in deployment.slots] == [nodes[0].node_id, nodes[1].node_id, nodes[2].node_id, nodes[0].node_id]
+    first, last = deployment.slots[0], deployment.slots[3]
     assert set(first.cpus) | set(last.cpus) == {0, 1, 2}  # node 0 shares its CPUs between i0 and i3
     assert len(first.cpus) == 2 and len(last.cpus) == 1  # 2g against 1g
-    assert all(s.host for s in target.slots)
+    assert all(s.host for s in deployment.slots)
 
 
 def test_vgpus_of_one_declared_group_form_the_layout(catalog: registry.Catalog) -> None:
@@ -124,33 +124,33 @@ def test_vgpus_of_one_declared_group_form_the_layout(catalog: registry.Catalog) 
     profiles = ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
     nodes = [_node(k, devices=(_vgpu(p, k),)) for k, p in enumerate(profiles)]
     group = [n.address for n in nodes]
-    target = cluster_target(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=group, catalog=catalog)
-    assert target.kind == "vgpu" and target.grouping == "declared"
-    assert sorted(s.env["CUDA_VISIBLE_DEVICES"] for s in target.slots) == sorted(f"GPU-{k:08d}" for k in range(4))
+    deployment = cluster_deployment(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=group, catalog=catalog)
+    assert deployment.partitioning == "vgpu" and deployment.grouping == "declared"
+    assert sorted(s.env["CUDA_VISIBLE_DEVICES"] for s in deployment.slots) == sorted(f"GPU-{k:08d}" for k in range(4))
 
 
 def test_vgpus_without_a_group_are_refused_with_the_fix(catalog: registry.Catalog) -> None:
     """Several vGPUs cannot be known to share a GPU: the refusal asks for --gpu-group and shows both sides."""
     nodes = [_node(k, devices=(_vgpu("2g.20gb", k),)) for k in range(3)] + [_node(3, devices=(_vgpu("1g.10gb", 3),))]
     with pytest.raises(ClusterError, match=r"--gpu-group.*") as caught:
-        cluster_target(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=None, catalog=catalog)
+        cluster_deployment(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=None, catalog=catalog)
     assert "3x 2g.20gb + 1g.10gb" in str(caught.value) and "vm3" in str(caught.value)
 
 
 def test_mig_devices_of_one_bare_metal_gpu_are_observed(catalog: registry.Catalog) -> None:
     """A node whose GPU carries layout 6 runs it; the grouping is observed, not declared."""
     devices = (_mig("4g.40gb", 0, 0), _mig("2g.20gb", 1, 4), _mig("1g.10gb", 2, 6))
-    target = cluster_target(6, inventories=[_node(0, devices=devices), _node(1)], cluster="auto", gpu=None,
+    deployment = cluster_deployment(6, inventories=[_node(0, devices=devices), _node(1)], cluster="auto", gpu=None,
                             gpu_group=None, catalog=catalog)
-    assert target.kind == "mig" and target.grouping == "observed"
-    assert [s.device for s in target.slots] == ["MIG-00000000", "MIG-00000001", "MIG-00000002"]
+    assert deployment.partitioning == "mig" and deployment.grouping == "observed"
+    assert [s.device for s in deployment.slots] == ["MIG-00000000", "MIG-00000001", "MIG-00000002"]
 
 
 def test_a_group_of_two_gpu_models_is_refused(catalog: registry.Catalog) -> None:
     """A declared group mixing an A100 and an H100 vGPU is one line naming both models."""
     nodes = [_node(0, devices=(_vgpu("2g.20gb", 0),)), _node(1, devices=(_vgpu("1g.10gb", 1, gpu="H100-SXM5-80GB"),))]
     with pytest.raises(ClusterError, match="mixes GPU models"):
-        cluster_target(["2g.20gb", "1g.10gb"], inventories=nodes, cluster="auto", gpu=None,
+        cluster_deployment(["2g.20gb", "1g.10gb"], inventories=nodes, cluster="auto", gpu=None,
                        gpu_group=["10.0.0.0", "10.0.0.1"], catalog=catalog)
 
 
@@ -158,7 +158,7 @@ def test_a_cluster_without_the_layouts_devices_is_refused(catalog: registry.Cata
     """Layout 8 (7x 1g) on a node carrying layout 6 is refused, showing the layout and the inventory."""
     devices = (_mig("4g.40gb", 0, 0), _mig("2g.20gb", 1, 4), _mig("1g.10gb", 2, 6))
     with pytest.raises(ClusterError, match=r"cannot hold the layout: the layout is 7x 1g\.10gb.*4g\.40gb"):
-        cluster_target(8, inventories=[_node(0, devices=devices)], cluster="auto", gpu=None, gpu_group=None,
+        cluster_deployment(8, inventories=[_node(0, devices=devices)], cluster="auto", gpu=None, gpu_group=None,
                        catalog=catalog)
 
 

@@ -111,7 +111,7 @@ def test_vgpus_of_several_vms_need_a_declared_group(cluster: Namespace) -> None:
                        "--gpu-group", "127.0.0.1", "--json")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
-    assert plan["target"] == "vgpu" and plan["gpu"] == "A100-PCIE-80GB"
+    assert plan["partitioning"] == "vgpu" and plan["gpu"] == "A100-PCIE-80GB"
     assert len({i["node"] for i in plan["instances"]}) == 3
 
 

@@ -19,7 +19,7 @@ from mlperf_mig.doctor.install import (
     wheel_problems,
 )
 from mlperf_mig.doctor.reconcile import MATCHES, FieldDifference
-from mlperf_mig.doctor.smoke import SmokeTarget, _result, run_child
+from mlperf_mig.doctor.smoke import SmokeDevice, _result, run_child
 from mlperf_mig.registry import RecordedNvml, default_catalog, detect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,7 +171,7 @@ def test_bundle_with_include_ids_keeps_them(tmp_path: Path) -> None:
 # --- the smoke test ---------------------------------------------------------------------------
 def test_outputs_beyond_tolerance_fail_the_smoke_test() -> None:
     """A device whose outputs differ from the CPU reference by more than the tolerance fails."""
-    target = SmokeTarget(label="GPU 0 mig 1g.10gb", gpu="A100-SXM4-80GB", profile="1g.10gb", uuid="MIG-x")
+    target = SmokeDevice(label="GPU 0 mig 1g.10gb", gpu="A100-SXM4-80GB", profile="1g.10gb", uuid="MIG-x")
     summary = {"samples_per_s": 10.0, "validity": "VALID", "ran_on": "tensorrt MIG-x"}
     reference = np.full((8, 1001), 1 / 1001, dtype=np.float32)
     result = _result(target, "tensorrt", summary, None, (reference + 0.01, reference))
@@ -181,7 +181,7 @@ def test_outputs_beyond_tolerance_fail_the_smoke_test() -> None:
 def test_a_child_that_fails_is_one_error_line(tmp_path: Path) -> None:
     """A smoke child that cannot run gives its last error line, not an exception."""
     summary, outputs, error = run_child(
-        "no-such-backend", SmokeTarget(label="CPU", gpu=None, profile=None, uuid=None), tmp_path
+        "no-such-backend", SmokeDevice(label="CPU", gpu=None, profile=None, uuid=None), tmp_path
     )
     assert summary is None and outputs is None and "unknown backend 'no-such-backend'" in error
 

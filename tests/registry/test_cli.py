@@ -75,14 +75,14 @@ def test_check_accepts_a_system_id(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_plan_mig_steps(capsys: pytest.CaptureFixture[str]) -> None:
-    """`plan-mig` prints the nvidia-smi steps with explicit placements."""
-    code, out, _ = _run(capsys, "plan-mig", "H200", "3x2g.35gb+1g.18gb")
+    """`mig-setup` prints the nvidia-smi steps with explicit placements."""
+    code, out, _ = _run(capsys, "mig-setup", "H200", "3x2g.35gb+1g.18gb")
     assert code == 0 and "-cgi 19:6 -C" in out
 
 
 def test_plan_mig_mig_parted(capsys: pytest.CaptureFixture[str]) -> None:
-    """`plan-mig --format mig-parted` prints a v1 config."""
-    code, out, _ = _run(capsys, "plan-mig", "A100-80GB", "4g.40gb+3g.40gb", "--format", "mig-parted")
+    """`mig-setup --format mig-parted` prints a v1 config."""
+    code, out, _ = _run(capsys, "mig-setup", "A100-80GB", "4g.40gb+3g.40gb", "--format", "mig-parted")
     assert code == 0 and out.startswith("version: v1\nmig-configs:\n")
 
 
@@ -120,12 +120,12 @@ BAD_INPUTS = {
     "invalid layout": (["check", "A100-80GB", "4g.40gb+4g.40gb"], "allows at most 1"),
     "no window": (["check", "A100-80GB", "2x3g.40gb+1g.10gb"], "no memory window left for 1g.10gb"),
     "bad vGPU name": (["check", "A100-80GB", "A100DX-2-99C"], "vGPU type 'A100DX-2-99C' maps to MIG profile 2g.99gb"),
-    "vGPU of another GPU": (["plan-mig", "H200", "A100D-2-20C"], "belongs to A100-PCIE-80GB, not H200-SXM5-141GB"),
+    "vGPU of another GPU": (["mig-setup", "H200", "A100D-2-20C"], "belongs to A100-PCIE-80GB, not H200-SXM5-141GB"),
     "malformed system ID": (["check", "A100-SXM-80GB-1x4g.40gb"], "is not a MIG system ID; expected <GPU>_MIG_"),
     "malformed layout string": (["check", "A100-80GB", "2g.20gb++1g.10gb"], "has an empty entry at position 2"),
     "unknown GPU in layouts": (["layouts", "V100"], "unknown GPU 'V100'"),
-    "layout too big for plan": (["plan-mig", "A30", "3x2g.12gb"], "allows at most 2"),
-    "negative GPU index": (["plan-mig", "A100-80GB", "7g.80gb", "--gpu-index=-1"], "GPU index -1 is negative"),
+    "layout too big for plan": (["mig-setup", "A30", "3x2g.12gb"], "allows at most 2"),
+    "negative GPU index": (["mig-setup", "A100-80GB", "7g.80gb", "--gpu-index=-1"], "GPU index -1 is negative"),
     "empty GPU for scenarios": (["scenarios", "--gpu", ""], "unknown GPU ''"),
     "empty systems path": (["gpus", "--systems-path", ""], "GPU data path '' (from extra_paths) is empty"),
     "empty replay file": (["detect", "--replay", ""], "not a readable NVML state"),

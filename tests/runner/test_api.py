@@ -35,5 +35,5 @@ def test_plan_command_json(capsys: pytest.CaptureFixture[str]) -> None:
     """`mlperf-mig plan --json` prints the instances, engines and settings key."""
     assert cli.main(["plan", "--scenario", "7", "--emulate", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["target"] == "emulated" and len(data["instances"]) == 4
+    assert data["partitioning"] == "emulated" and len(data["instances"]) == 4
     assert [e["key"] for e in data["engines"]] == ["cpu"]

@@ -39,7 +39,7 @@ def test_unknown_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_live_layout_differs(capsys: pytest.CaptureFixture[str]) -> None:
-    """A live MIG layout other than the requested one is refused with the creation plan."""
+    """A live MIG layout other than the requested one is refused with the MIG setup steps."""
     state = NVML_STATES / "a100-80gb-scenario7.json"
     err = _one_line_error(
         capsys, ["run", "--scenario", "1", "--backend", "null", "--nvml-state", str(state)]

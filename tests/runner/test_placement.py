@@ -41,7 +41,7 @@ def test_smaller_layouts_get_proportionally_fewer_cpus() -> None:
 def test_plan_without_gpu_is_emulated_and_labelled() -> None:
     """Without a GPU the plan emulates the A100-80GB's scenario 7 and says so."""
     plan = mlperf_mig.plan(7, backend="null", emulate=True, cpus=[0, 1])
-    assert plan.target.kind == "emulated"
+    assert plan.deployment.partitioning == "emulated"
     assert plan.layout == "3x2g.20gb+1g.10gb"
     assert all(slot.env["CUDA_VISIBLE_DEVICES"] == "" for slot in plan.slots)
     assert "emulated" in plan.table()
@@ -81,7 +81,7 @@ def test_unknown_gpu() -> None:
 def test_live_mig_devices_match_the_layout() -> None:
     """A100-80GB carrying scenario 7: each instance gets a MIG device of its profile."""
     plan = mlperf_mig.plan(7, backend="null", nvml_source=_state("a100-80gb-scenario7"))
-    assert plan.target.kind == "mig"
+    assert plan.deployment.partitioning == "mig"
     assert [s.profile for s in plan.slots] == ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
     uuids = [s.device for s in plan.slots]
     assert len(set(uuids)) == 4 and all(u.startswith("MIG-") for u in uuids)
@@ -113,7 +113,7 @@ def test_mig_disabled_is_refused() -> None:
 def test_mig_disabled_with_shared_time_shares_the_gpu() -> None:
     """With shared=True every instance runs on the whole GPU, labelled shared."""
     plan = mlperf_mig.plan(7, backend="null", shared=True, nvml_source=_state("h100-mig-disabled"))
-    assert plan.target.kind == "shared"
+    assert plan.deployment.partitioning == "shared"
     assert len({s.device for s in plan.slots}) == 1
     assert "shared" in plan.table()
 
@@ -121,7 +121,7 @@ def test_mig_disabled_with_shared_time_shares_the_gpu() -> None:
 def test_no_driver_means_emulation() -> None:
     """A machine without the NVIDIA driver runs emulated partitions."""
     plan = mlperf_mig.plan(7, backend="null", nvml_source=_state("no-driver"))
-    assert plan.target.kind == "emulated"
+    assert plan.deployment.partitioning == "emulated"
 
 
 def test_emulated_partitions_refuse_tensorrt() -> None:
@@ -154,21 +154,21 @@ def test_shared_without_a_gpu_is_refused() -> None:
 
 
 
-def _target(scenario: object, name: str, **options: object):
-    """choose_target on a recorded NVML state, as make_plan calls it."""
+def _deployment(scenario: object, name: str, **options: object):
+    """choose_deployment on a recorded NVML state, as make_plan calls it."""
     from mlperf_mig.registry import default_catalog, detect
-    from mlperf_mig.runner.placement import choose_target
+    from mlperf_mig.runner.placement import choose_deployment
 
     catalog = default_catalog()
     detection = detect(_state(name), catalog=catalog)
-    return choose_target(scenario, gpu=None, catalog=catalog, detection=detection, **options)
+    return choose_deployment(scenario, gpu=None, catalog=catalog, detection=detection, **options)
 
 
 def test_vgpu_guest_runs_its_one_profile() -> None:
-    """In an A100D-2-20C guest, study scenario 4 (one 2g.20gb) runs on the vGPU as target vgpu."""
-    target = _target(4, "vgpu-a100d-2-20c")
-    assert target.kind == "vgpu" and target.gpu.name == "A100-PCIE-80GB"
-    (slot,) = target.slots
+    """In an A100D-2-20C guest, study scenario 4 (one 2g.20gb) runs on the vGPU, partitioning vgpu."""
+    deployment = _deployment(4, "vgpu-a100d-2-20c")
+    assert deployment.partitioning == "vgpu" and deployment.gpu.name == "A100-PCIE-80GB"
+    (slot,) = deployment.slots
     uuid = _state("vgpu-a100d-2-20c").state["gpus"][0]["uuid"]
     assert (slot.profile, slot.device, slot.env["CUDA_VISIBLE_DEVICES"]) == ("2g.20gb", uuid, uuid)
 
@@ -176,26 +176,26 @@ def test_vgpu_guest_runs_its_one_profile() -> None:
 def test_vgpu_guest_refuses_a_layout_of_several_instances() -> None:
     """In an A100D-2-20C guest, scenario 7 is refused: one VM holds one instance."""
     with pytest.raises(LiveLayoutMismatchError, match="A100D-2-20C"):
-        _target(7, "vgpu-a100d-2-20c")
+        _deployment(7, "vgpu-a100d-2-20c")
 
 
 def test_time_sliced_vgpu_is_refused_like_a_gpu_without_mig() -> None:
     """A time-sliced vGPU cannot isolate a layout; the error names it and points at --shared."""
     with pytest.raises(PlacementError, match=r"time-sliced vGPU \(A100D-20C\).*shared"):
-        _target(4, "vgpu-a100d-20c-time-sliced")
+        _deployment(4, "vgpu-a100d-20c-time-sliced")
 
 
 def test_time_sliced_vgpu_with_shared_time_shares_it() -> None:
     """With shared=True the instances time-share the time-sliced vGPU, labelled shared."""
-    target = _target(7, "vgpu-a100d-20c-time-sliced", shared=True)
-    assert target.kind == "shared" and len({s.device for s in target.slots}) == 1
+    deployment = _deployment(7, "vgpu-a100d-20c-time-sliced", shared=True)
+    assert deployment.partitioning == "shared" and len({s.device for s in deployment.slots}) == 1
 
 
 def test_live_mig_target_uses_the_registry_matching() -> None:
-    """On an A100-80GB carrying scenario 7 the target's devices are the registry's match."""
+    """On an A100-80GB carrying scenario 7 the deployment's devices are the registry's match."""
     from mlperf_mig.registry import default_catalog, detect, match_layout
 
-    target = _target(7, "a100-80gb-scenario7")
+    deployment = _deployment(7, "a100-80gb-scenario7")
     state = detect(_state("a100-80gb-scenario7"), catalog=default_catalog()).gpus[0]
-    assert target.kind == "mig"
-    assert [s.device for s in target.slots] == [d.uuid for d in match_layout(target.layout, state)]
+    assert deployment.partitioning == "mig"
+    assert [s.device for s in deployment.slots] == [d.uuid for d in match_layout(deployment.layout, state)]

@@ -29,6 +29,15 @@ def test_results_file_is_the_record(good_run: Any) -> None:
     assert RunResult.load(good_run.outdir) == good_run
 
 
+def test_results_of_schema_1_still_load(good_run: Any) -> None:
+    """A results.json written with schema 1, which named the partitioning "target", loads with
+    the same partitioning."""
+    data = json.loads(good_run.to_json())
+    data["schema"] = 1
+    data["target"] = data.pop("partitioning")
+    assert RunResult.from_dict(data) == good_run
+
+
 def test_markdown_and_html_carry_the_labels(good_run: Any) -> None:
     """Markdown and notebook HTML both say emulated and engineering metric."""
     for text in (good_run.to_markdown(), good_run._repr_html_()):

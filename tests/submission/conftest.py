@@ -100,7 +100,7 @@ def make_run(
     mode: str,
     *,
     synthetic: bool = True,
-    target: str = "emulated",
+    partitioning: str = "emulated",
     scenario: str = "Offline",
 ) -> Path:
     """A complete run folder of the two-instance layout in `mode`, in LoadGen `scenario`."""
@@ -135,7 +135,7 @@ def make_run(
         layout=LAYOUT,
         system_id=f"{GPU}_{LAYOUT}",
         scenario=None,
-        target=target,
+        partitioning=partitioning,
         mode=mode,
         benchmark="resnet50",
         loadgen_scenario=scenario,
@@ -211,7 +211,7 @@ def mark_valid(run: Path, logs: str = "*/performance/mlperf_log_detail.txt") -> 
 @pytest.fixture(name="real_run", scope="session")
 def fixture_real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A VALID unified run on a (pretend) MIG GPU with official weights and data: closed input."""
-    run = make_run(tmp_path_factory.mktemp("real") / "run", "unified", synthetic=False, target="mig")
+    run = make_run(tmp_path_factory.mktemp("real") / "run", "unified", synthetic=False, partitioning="mig")
     mark_valid(run)
     return run
 
@@ -242,7 +242,7 @@ def fixture_audited_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The closed-ready unified run of `real_run`, with genuine TEST01 and TEST04 audit logs and
     passing verdicts."""
     run_dir = make_run(
-        tmp_path_factory.mktemp("audited") / "run", "unified", synthetic=False, target="mig"
+        tmp_path_factory.mktemp("audited") / "run", "unified", synthetic=False, partitioning="mig"
     )
     folder = run_dir / "layout"
     run_loadgen([folder], modes=("TEST01", "TEST04"))

@@ -283,7 +283,7 @@ def test_unknown_memory_is_said_not_known() -> None:
 
     accelerator = Accelerator(
         gpu="B200-180GB",
-        target="mig",
+        partitioning="mig",
         layout="3g.90gb+4g.90gb",
         instance="3g.90gb, instance 0",
         memory_gib=None,
@@ -374,7 +374,7 @@ def test_a_unified_layout_over_cluster_nodes_is_a_network_system() -> None:
 
     def fields_of(nodes: int, network: bool) -> dict:
         accelerator = Accelerator(
-            gpu="A100-SXM4-80GB", target="emulated", layout="3x2g.20gb+1g.10gb", instance=None,
+            gpu="A100-SXM4-80GB", partitioning="emulated", layout="3x2g.20gb+1g.10gb", instance=None,
             memory_gib=80.0, framework="ONNX Runtime", nodes=nodes, network=network,
         )
         fields, _ = describe_system(
@@ -400,7 +400,7 @@ def test_cuda_version_goes_with_a_framework_that_runs_on_cuda(backend: str) -> N
     from mlperf_mig.submission.sysdesc import Accelerator, describe_system
 
     accelerator = Accelerator(
-        gpu="A100-SXM4-80GB", target="mig", layout="7g.80gb", instance=None, memory_gib=80.0,
+        gpu="A100-SXM4-80GB", partitioning="mig", layout="7g.80gb", instance=None, memory_gib=80.0,
         framework="X 1.0", on_cuda=backend_class(backend).needs_gpu,
     )
     gpu = GpuFacts(name="A100-SXM4-80GB", driver="550.54.15", cuda="12.4", pcie=None, max_sm_clock_mhz=None, memory_mib=81920)

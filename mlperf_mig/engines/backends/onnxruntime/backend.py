@@ -8,6 +8,16 @@ instances share one copy of the weights (cpu_copy.py). A spec with a `gpu` runs 
 the CUDA provider, one without on the CPU provider; the session is checked to have got exactly
 that provider, never a fallback.
 
+Memory of a CPU session, per instance (benchmarks/instance_memory.py): the weights are mapped and
+shared; what each instance owns is its ONNX Runtime arena, which grows to the activations of its
+largest run, about 6 MiB per ResNet50 sample (53 MiB for a batch of 8, 17 MiB for 2). CPU kernels
+gain nothing from more samples in one run (per-sample CPU time of batch 2 and 8 is the same within
+noise, benchmarks/ortcpu_throughput.py), so on the CPU provider a batch runs as consecutive runs
+of at most CPU_SAMPLES_PER_THREAD samples per intra-op thread (runs of 2 with one thread); the
+caller still gets one output per sample of the whole batch. Sessions with 4 or more threads run
+a CPU recipe batch (at most 8) whole, as before. The arena is kept (without it, glibc's heap
+grows to several times the activations) and so is the memory pattern's absence (below).
+
 Precisions, honestly (checked on the saved optimised graphs):
 - CPU provider: fp32. int8 for BERT only: it fuses the Q/DQ matmuls into integer GEMMs
   (MatMulIntegerToFloat). The ResNet50 Q/DQ graph is laid out for TensorRT (float biases, no
@@ -50,6 +60,8 @@ log = logging.getLogger(__name__)
 
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
+# Samples per intra-op thread in one run of a CPU session (see the module docstring).
+CPU_SAMPLES_PER_THREAD = 2
 
 
 def _ort_errors() -> tuple[type[Exception], ...]:
@@ -90,6 +102,19 @@ def _new_session(
             "(no usable GPU for this process?); refusing to fall back"
         )
     return session
+
+
+def samples_per_run(spec: EngineSpec, threads: int | None) -> int | None:
+    """At most how many samples one session run takes; None: the whole batch (GPU sessions).
+
+    `threads` None is ONNX Runtime's default, one intra-op thread per CPU of the process.
+    """
+    if provider_for(spec) != CPU_PROVIDER:
+        return None
+    if threads is None:
+        affinity = getattr(os, "sched_getaffinity", None)
+        threads = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    return CPU_SAMPLES_PER_THREAD * threads
 
 
 def session_options(
@@ -167,6 +192,7 @@ class OnnxRuntimeBackend(Backend):
         self._session: ort.InferenceSession | None = session
         self._threads = threads
         self._output_names = list(self._benchmark.output_names())
+        self.samples_per_run = samples_per_run(spec, threads)
 
     @classmethod
     def framework_text(cls, device: DeviceReport) -> str:
@@ -219,8 +245,15 @@ class OnnxRuntimeBackend(Backend):
         model_path = shared or engine_path
         options = session_options(spec, threads=threads, optimized=shared is not None)
         session = _new_session(spec, model_path, options)
-        log.info("loaded %s on %s (threads %s)", model_path, provider_for(spec), threads or "auto")
-        return cls(spec=spec, session=session, threads=threads, model_path=model_path)
+        backend = cls(spec=spec, session=session, threads=threads, model_path=model_path)
+        log.info(
+            "loaded %s on %s (threads %s, at most %s samples per run)",
+            model_path,
+            provider_for(spec),
+            threads or "auto",
+            backend.samples_per_run or "all",
+        )
+        return backend
 
     @property
     def benchmark(self) -> Benchmark:
@@ -245,7 +278,20 @@ class OnnxRuntimeBackend(Backend):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._session is None:
             raise RuntimeError("run() on a closed ONNX Runtime backend")
-        outputs: list[Any] = self._session.run(self._output_names, dict(feeds))
+        count = len(next(iter(feeds.values())))
+        step = self.samples_per_run
+        if step is None or count <= step:
+            return self._run_once(self._session, feeds)
+        parts = [
+            self._run_once(self._session, {name: a[i : i + step] for name, a in feeds.items()})
+            for i in range(0, count, step)
+        ]
+        return {name: np.concatenate([p[name] for p in parts]) for name in self._output_names}
+
+    def _run_once(
+        self, session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        outputs: list[Any] = session.run(self._output_names, dict(feeds))
         return dict(zip(self._output_names, outputs))
 
     def close(self) -> None:

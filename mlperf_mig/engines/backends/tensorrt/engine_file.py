@@ -161,11 +161,11 @@ def write_engine_file(
     The serialized engine is written from TensorRT's own buffer: a BERT-Large engine is over a gigabyte and is
     not copied on the way.
     """
-    target = Path(path)
-    with target.open("wb") as handle:
+    destination = Path(path)
+    with destination.open("wb") as handle:
         handle.write(engine_file_prefix(header))
         handle.write(serialized)
-    return target
+    return destination
 
 
 def decode_engine_file(

@@ -1,4 +1,4 @@
-"""Creation plans for a layout: a mig-parted v1 config and ordered nvidia-smi steps.
+"""How to set a layout up on a GPU (MigSetup): a mig-parted v1 config and ordered nvidia-smi steps.
 
 Printing only: nothing here changes MIG state. Steps pin every GPU instance to an explicit
 placement and create the largest first, so the driver never picks a start that fragments the
@@ -17,7 +17,7 @@ from mlperf_mig.registry.solver import solve_placements
 
 
 @attrs.frozen(kw_only=True)
-class CreationPlan:
+class MigSetup:
     """How to create `layout` on GPU `gpu_index`: explicit placements, largest first."""
 
     layout: Layout
@@ -64,7 +64,7 @@ class CreationPlan:
         ]
 
 
-def creation_plan(layout: Layout, *, gpu_index: int = 0) -> CreationPlan:
+def mig_setup(layout: Layout, *, gpu_index: int = 0) -> MigSetup:
     """Plan the creation of `layout`; raises LayoutError when it does not fit its GPU."""
     if gpu_index < 0:
         raise LayoutError(
@@ -73,4 +73,4 @@ def creation_plan(layout: Layout, *, gpu_index: int = 0) -> CreationPlan:
     placements = tuple(
         sorted(solve_placements(layout), key=lambda p: (p.profile.size_key, p.start))
     )
-    return CreationPlan(layout=layout, placements=placements, gpu_index=gpu_index)
+    return MigSetup(layout=layout, placements=placements, gpu_index=gpu_index)
