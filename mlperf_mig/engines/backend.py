@@ -155,3 +155,21 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class HostBackend(Backend):
+    """A backend that answers on the host CPU without a model or an engine file (null,
+    known_answer): it holds its benchmark and reports `provider` on the CPU."""
+
+    provider: ClassVar[str]
+
+    def __init__(self, benchmark: Benchmark) -> None:
+        self._benchmark = benchmark
+
+    @property
+    def benchmark(self) -> Benchmark:
+        return self._benchmark
+
+    @property
+    def device(self) -> DeviceReport:
+        return DeviceReport(backend=self.name, provider=self.provider, device="cpu")

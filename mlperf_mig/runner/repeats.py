@@ -180,6 +180,11 @@ def _totals(runs: Sequence[RunResult]) -> list[float]:
     return [r.total_throughput for r in runs if r.total_throughput is not None]
 
 
+def _from_first(name: str) -> property:
+    """A setting every repeat shares (they were checked to agree), read from the first run."""
+    return property(lambda self: getattr(self.first, name), doc=f"The {name} of every repeat.")
+
+
 @attrs.frozen(kw_only=True)
 class RepeatedRun:
     """The repeats of one layout (each a complete RunResult) and, with isolation, each profile's
@@ -199,33 +204,13 @@ class RepeatedRun:
         return self.runs[0]
 
     # settings every repeat shares, read from the first
-    @property
-    def gpu(self) -> str:
-        return self.first.gpu
-
-    @property
-    def layout(self) -> str:
-        return self.first.layout
-
-    @property
-    def scenario(self) -> int | None:
-        return self.first.scenario
-
-    @property
-    def partitioning(self) -> str:
-        return self.first.partitioning
-
-    @property
-    def benchmark(self) -> str:
-        return self.first.benchmark
-
-    @property
-    def settings_key(self) -> str:
-        return self.first.settings_key
-
-    @property
-    def emulated(self) -> bool:
-        return self.first.emulated
+    gpu = _from_first("gpu")
+    layout = _from_first("layout")
+    scenario = _from_first("scenario")
+    partitioning = _from_first("partitioning")
+    benchmark = _from_first("benchmark")
+    settings_key = _from_first("settings_key")
+    emulated = _from_first("emulated")
 
     @property
     def repeats(self) -> int:

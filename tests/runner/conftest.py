@@ -40,3 +40,17 @@ def fixture_good_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     outdir = tmp_path_factory.mktemp("good") / "run"
     return mlperf_mig.run("2g.20gb+1g.10gb", outdir=outdir, **QUICK_NULL)
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def recorded_pids(outdir: Path) -> list[int]:
+    """Every pid the fault targets recorded: the workers' and their children's."""
+    return [int(p.read_text()) for p in (outdir / "pids").iterdir()]

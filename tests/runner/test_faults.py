@@ -18,24 +18,14 @@ import pytest
 from mlperf_mig import cli
 from mlperf_mig.runner.results import RunResult
 
-from .conftest import HERE
+from .conftest import HERE, alive, recorded_pids
 
 _QUICK = ["--backend", "null", "--no-accuracy", "--set", "min_duration=300", "--set", "target_qps=2000"]
 _TWO = "2g.20gb+1g.10gb"
 
 
-def _alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
-def _pids(outdir: Path) -> list[int]:
-    """Every pid the fault targets recorded: the workers' and their children's."""
-    return [int(p.read_text()) for p in (outdir / "pids").iterdir()]
 
 
 def _env() -> dict[str, str]:
@@ -72,13 +62,13 @@ def test_sigterm_and_sighup_keep_finished_results(tmp_path: Path, signum: int) -
     instance's result and the others interrupted, and exits 128 + signal without leaks."""
     outdir = tmp_path / "run"
     parent = _start_cli(outdir, "first_finishes_others_hang")
-    _wait_for(lambda: _first_result_written(outdir) and len(_pids(outdir)) == 2)
-    pids = _pids(outdir)
+    _wait_for(lambda: _first_result_written(outdir) and len(recorded_pids(outdir)) == 2)
+    pids = recorded_pids(outdir)
     parent.send_signal(signum)
     _, stderr = parent.communicate(timeout=30)
     assert parent.returncode == 128 + signum
     assert b"leaked" not in stderr and b"Traceback" not in stderr
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
     result = RunResult.load(outdir)
     assert result.interrupted
     assert [i.status for i in result.instances] == ["ok", "interrupted"]
@@ -91,8 +81,8 @@ def test_second_ctrl_c_hurries_but_writes(tmp_path: Path) -> None:
     and results.json is still written."""
     outdir = tmp_path / "run"
     parent = _start_cli(outdir, "hang_ignoring_sigterm")
-    _wait_for(lambda: (outdir / "pids").is_dir() and len(_pids(outdir)) == 2)
-    pids = _pids(outdir)
+    _wait_for(lambda: (outdir / "pids").is_dir() and len(recorded_pids(outdir)) == 2)
+    pids = recorded_pids(outdir)
     time.sleep(0.5)
     parent.send_signal(signal.SIGINT)
     time.sleep(0.3)
@@ -101,7 +91,7 @@ def test_second_ctrl_c_hurries_but_writes(tmp_path: Path) -> None:
     parent.communicate(timeout=30)
     assert time.monotonic() - sent < 2.5  # without the hurry the workers get 3 s of grace
     assert parent.returncode == 130
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
     result = RunResult.load(outdir)
     assert result.interrupted
     assert {i.status for i in result.instances} == {"interrupted"}
@@ -135,7 +125,7 @@ def test_full_disk_mid_run_keeps_what_was_written(small_disk: Path) -> None:
     assert "results.json" in err and "free" in err
     result = RunResult.load(outdir)
     assert result.instances[0].status == "ok" and result.instances[0].throughput > 0
-    assert not [pid for pid in _pids(outdir) if _alive(pid)]
+    assert not [pid for pid in recorded_pids(outdir) if alive(pid)]
 
 
 def test_failing_write_keeps_the_previous_results(
@@ -184,7 +174,7 @@ def test_second_run_into_the_same_folder_is_refused(
     first.send_signal(signal.SIGTERM)
     first.communicate(timeout=30)
     assert RunResult.load(outdir).layout == "2g.20gb+1g.10gb"
-    assert not [pid for pid in _pids(outdir) if _alive(pid)]
+    assert not [pid for pid in recorded_pids(outdir) if alive(pid)]
 
 
 def test_killed_worker_takes_its_children(tmp_path: Path) -> None:
@@ -195,7 +185,7 @@ def test_killed_worker_takes_its_children(tmp_path: Path) -> None:
     assert parent.returncode == 1, stderr
     children = [int(p.read_text()) for p in (outdir / "pids").glob("*.child")]
     assert children
-    assert not [pid for pid in _pids(outdir) if _alive(pid)]
+    assert not [pid for pid in recorded_pids(outdir) if alive(pid)]
     assert RunResult.load(outdir).instances[0].status == "hung"
 
 
@@ -208,14 +198,14 @@ def test_sigterm_in_unified_mode_unlinks_shared_memory(tmp_path: Path) -> None:
             "min_duration=60000", "--set", "target_qps=480", "--outdir", str(outdir),
             "--worker-target", "fault_targets:hanging_serve"]  # fmt: skip
     parent = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _wait_for(lambda: (outdir / "pids").is_dir() and len(_pids(outdir)) == 3)
-    pids = _pids(outdir)
+    _wait_for(lambda: (outdir / "pids").is_dir() and len(recorded_pids(outdir)) == 3)
+    pids = recorded_pids(outdir)
     time.sleep(1.0)
     parent.send_signal(signal.SIGTERM)
     _, stderr = parent.communicate(timeout=30)
     assert parent.returncode == 128 + signal.SIGTERM
     assert b"leaked" not in stderr and b"Traceback" not in stderr
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
     blocks = re.search(rb"shared samples: ([^(]+) \(", stderr)
     assert blocks is not None
     assert not [name for name in blocks.group(1).split() if (Path("/dev/shm") / name.decode()).exists()]

@@ -16,20 +16,7 @@ import pytest
 from mlperf_mig import cli
 from mlperf_mig.runner.results import RunResult
 
-from .conftest import HERE, QUICK_NULL
-
-
-def _alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
-def _pids(outdir: Path) -> list[int]:
-    return [int(p.read_text()) for p in (outdir / "pids").iterdir()]
+from .conftest import HERE, QUICK_NULL, alive, recorded_pids
 
 
 def test_run_folder_layout(good_run: Any) -> None:
@@ -132,7 +119,7 @@ def test_hang_is_killed_at_the_deadline(faulty: tuple[int, Path, float]) -> None
 def test_no_worker_outlives_the_run(faulty: tuple[int, Path, float]) -> None:
     """Every worker process is gone after the run."""
     _, outdir, _ = faulty
-    assert not [pid for pid in _pids(outdir) if _alive(pid)]
+    assert not [pid for pid in recorded_pids(outdir) if alive(pid)]
 
 
 _INTERRUPTED_RUN = """
@@ -156,7 +143,7 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
         if pids_dir.is_dir() and len(list(pids_dir.iterdir())) == 4:
             break
         time.sleep(0.2)
-    pids = _pids(outdir)
+    pids = recorded_pids(outdir)
     assert len(pids) == 4
     time.sleep(0.5)
     parent.send_signal(signal.SIGINT)
@@ -165,7 +152,7 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path) -> None:
     assert time.monotonic() - sent < 10
     assert parent.returncode != 0
     assert b"KeyboardInterrupt" in stderr
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if alive(pid)]
     results = json.loads((outdir / "results.json").read_text())
     assert results["interrupted"] is True
     assert {i["status"] for i in results["instances"]} == {"interrupted"}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mlperf_mig.benchmark import SEQ_LEN, Benchmark, get_benchmark
-from mlperf_mig.engines.backend import Backend, DeviceReport
+from mlperf_mig.engines.backend import HostBackend
 from mlperf_mig.errors import ModelFileError
 
 if TYPE_CHECKING:
@@ -69,16 +69,14 @@ def expected_payload(benchmark: Benchmark, sample: Mapping[str, np.ndarray]) -> 
     return pair.tobytes()
 
 
-class KnownAnswerBackend(Backend):
+class KnownAnswerBackend(HostBackend):
     """Answers each sample with a code of its own bytes (see the module docstring); no model."""
 
     name = "known_answer"
     framework = "known-answer test backend"
     system_token = "KA"
     listing_order = 40
-
-    def __init__(self, benchmark: Benchmark) -> None:
-        self._benchmark = benchmark
+    provider = "known-answer"
 
     @classmethod
     def _open(
@@ -91,14 +89,6 @@ class KnownAnswerBackend(Backend):
                 "would be ignored; drop --model, or pick --backend onnxruntime or tensorrt"
             )
         return cls(get_benchmark(spec.benchmark))
-
-    @property
-    def benchmark(self) -> Benchmark:
-        return self._benchmark
-
-    @property
-    def device(self) -> DeviceReport:
-        return DeviceReport(backend=self.name, provider="known-answer", device="cpu")
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = self._benchmark.input_names()

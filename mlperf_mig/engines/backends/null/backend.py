@@ -8,22 +8,23 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mlperf_mig.benchmark import Benchmark, get_benchmark
-from mlperf_mig.engines.backend import Backend, DeviceReport
+from mlperf_mig.engines.backend import HostBackend
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
 
 
-class NullBackend(Backend):
+class NullBackend(HostBackend):
     """Returns zero-filled outputs shaped like the benchmark's; no model, no device, no engine."""
 
     name = "null"
     framework = "null backend"
     runs_model = False
     listing_order = 30
+    provider = "null"
 
     def __init__(self, benchmark: Benchmark) -> None:
-        self._benchmark = benchmark
+        super().__init__(benchmark)
         self._cache: dict[int, dict[str, np.ndarray]] = {}
 
     @classmethod
@@ -33,14 +34,6 @@ class NullBackend(Backend):
     @classmethod
     def _open(cls, spec: EngineSpec, engine_path: None, *, threads: int | None) -> NullBackend:
         return cls(get_benchmark(spec.benchmark))
-
-    @property
-    def benchmark(self) -> Benchmark:
-        return self._benchmark
-
-    @property
-    def device(self) -> DeviceReport:
-        return DeviceReport(backend=self.name, provider="null", device="cpu")
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch = len(next(iter(feeds.values())))
