@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -165,3 +166,52 @@ def test_concurrent_loads_save_one_copy(spec: EngineSpec, monkeypatch: pytest.Mo
     assert loaded == {onnxruntime_cpu.shared_model_folder(engine) / onnxruntime_cpu.MODEL_NAME}
     assert len(saved) == 1
     assert not [p for p in engine.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+class _RecordingSession:
+    """An InferenceSession stand-in that records the batch of each run and delegates it."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self.batches: list[int] = []
+
+    def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self.batches.append(len(next(iter(feeds.values()))))
+        return self.session.run(names, feeds)
+
+
+def test_cpu_batch_runs_in_runs_of_two_samples_per_thread(spec: EngineSpec) -> None:
+    """A CPU batch of 5 with one intra-op thread is run as session runs of 2, 2 and 1 samples."""
+    with open_backend(spec, threads=1) as backend:
+        recording = _RecordingSession(backend._session)
+        backend._session = recording
+        outputs = backend.run(calibration_feeds(RESNET50, 5, seed=0))
+    assert recording.batches == [2, 2, 1]
+    assert [len(outputs[t.name]) for t in RESNET50.outputs] == [5, 5]
+
+
+def test_cpu_runs_give_the_outputs_of_one_whole_run(spec: EngineSpec) -> None:
+    """Outputs of a batch run in parts equal those of the same batch in one session run."""
+    feeds = calibration_feeds(RESNET50, 5, seed=0)
+    with open_backend(spec, threads=1) as backend:
+        parts = backend.run(feeds)
+        whole = backend._session.run(list(RESNET50.output_names()), feeds)
+    for tensor, want in zip(RESNET50.outputs, whole):
+        np.testing.assert_allclose(parts[tensor.name], want, rtol=1e-6, atol=1e-7)
+
+
+def test_samples_per_run_scales_with_threads(spec: EngineSpec) -> None:
+    """A CPU session takes two samples per intra-op thread in one run."""
+    assert ort_backend.samples_per_run(spec, threads=1) == 2
+    assert ort_backend.samples_per_run(spec, threads=3) == 6
+
+
+def test_default_threads_count_the_process_cpus(spec: EngineSpec) -> None:
+    """Without a thread count, a run takes two samples per CPU this process may use."""
+    cpus = len(os.sched_getaffinity(0))
+    assert ort_backend.samples_per_run(spec, threads=None) == 2 * cpus
+
+
+def test_gpu_sessions_run_the_whole_batch(spec: EngineSpec) -> None:
+    """A CUDA-provider session runs every batch in one session run."""
+    assert ort_backend.samples_per_run(attrs.evolve(spec, gpu="H100-SXM5-80GB"), threads=1) is None
