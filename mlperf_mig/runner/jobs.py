@@ -31,17 +31,7 @@ def build_engine_job(request: EngineRequest, **_protocol: Any) -> dict[str, Any]
     """Worker target: resolve the EngineSpec and build (or reuse) its engine in this slice."""
     from mlperf_mig.engines import EngineSpec, backend_class, build_engine
 
-    spec = EngineSpec.create(
-        request.benchmark,
-        backend=request.backend,
-        precision=request.precision,
-        variant=request.variant,
-        model_path=request.model_path,
-        gpu=request.gpu,
-        mig_profile=request.mig_profile,
-        loadgen_scenario=request.loadgen_scenario,
-        cache_dir=request.cache_dir,
-    )
+    spec = EngineSpec.create(request.benchmark, **request.spec_options())
     if not backend_class(spec.backend).engine_suffix:
         return {"spec": spec.to_dict(), "path": None, "reused": None}
     built = build_engine(spec, request.cache_dir)

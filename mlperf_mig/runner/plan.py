@@ -53,6 +53,10 @@ class EngineRequest:
     env: dict[str, str] = attrs.field(factory=dict)
     cpus: tuple[int, ...] | None = None
 
+    def spec_options(self) -> dict[str, Any]:
+        """The keyword arguments of `EngineSpec.create` that this request fixes."""
+        return attrs.asdict(self, filter=lambda a, _: a.name not in ("key", "benchmark", "env", "cpus"))
+
 
 @attrs.frozen(kw_only=True)
 class RunPlan:
