@@ -170,6 +170,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     _run_options(parser)
     _study_options(parser)
     parser.add_argument("--no-resume", action="store_true", help="run every layout again")
+    parser.add_argument("--json", action="store_true", help="print sweep.json instead of the table")
     parser.set_defaults(handler=_sweep)
 
     parser = subparsers.add_parser("report", help="print the results of a run or sweep folder")
@@ -177,6 +178,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--markdown", action="store_true", help="Markdown instead of a text table")
     parser.add_argument("--html", default=None, metavar="FILE",
                         help="also write one self-contained HTML report (charts embedded) to FILE")
+    parser.add_argument("--json", action="store_true",
+                        help="print the folder's results (results.json, repeats.json or sweep.json) as read")
     parser.set_defaults(handler=_report)
 
     parser = subparsers.add_parser(
@@ -185,6 +188,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("folders", metavar="DIR", nargs="+", help="run folders with results.json")
     parser.add_argument("--outdir", default=None, help="write the combined results.json here")
     parser.add_argument("--markdown", action="store_true", help="Markdown instead of a text table")
+    parser.add_argument("--json", action="store_true", help="print the combined results.json instead of the table")
     parser.set_defaults(handler=_aggregate)
 
 
@@ -197,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
         print(result.to_json() if args.json else result.table())
         print(f"results: {Path(result.outdir) / 'results.json'}", file=sys.stderr)
     else:
-        print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
+        print(_json(result) if args.json else result.table())
         print(f"results: {Path(result.outdir) / 'repeats.json'}", file=sys.stderr)
     audit_failed = isinstance(result, RunResult) and result.compliance_passed is False
     return EXIT_OK if result.ok and not audit_failed else EXIT_FAILED
@@ -219,8 +223,20 @@ def _sweep(args: argparse.Namespace) -> int:
         _scenarios(args.scenarios), resume=not args.no_resume, repeats=args.repeats,
         isolation=args.isolation, **options,
     )
-    print(result.table())
+    print(_json(result) if args.json else result.table())
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def _json(result: Any) -> str:
+    """A result (RunResult, RepeatedRun, SweepResult) as the JSON its folder holds; a sweep's
+    sweep.json names its layouts' folders, so their results come with it."""
+    from mlperf_mig.runner.sweep import SweepResult
+
+    data = result.to_dict()
+    if isinstance(result, SweepResult):
+        data["results"] = [run.to_dict() for run in result.runs]
+        data["repeated"] = [study.to_dict() for study in result.studies]
+    return json.dumps(data, indent=2)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -232,7 +248,10 @@ def _report(args: argparse.Namespace) -> int:
 
         write_report(report, args.html)
         print(f"HTML report: {args.html}", file=sys.stderr)
-    print(report.to_markdown() if args.markdown else report.table())
+    if args.json:
+        print(_json(report))
+    else:
+        print(report.to_markdown() if args.markdown else report.table())
     return EXIT_OK
 
 
@@ -240,5 +259,8 @@ def _aggregate(args: argparse.Namespace) -> int:
     from mlperf_mig.runner.api import aggregate
 
     result = aggregate(args.folders, outdir=args.outdir)
-    print(result.to_markdown() if args.markdown else result.table())
+    if args.json:
+        print(_json(result))
+    else:
+        print(result.to_markdown() if args.markdown else result.table())
     return EXIT_OK if result.ok else EXIT_FAILED

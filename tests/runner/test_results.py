@@ -111,6 +111,18 @@ def test_aggregate_cli(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "i3-1g.10gb" in capsys.readouterr().out
 
 
+def test_report_and_aggregate_json(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`report --json` prints the run's results.json as read, and `aggregate --json` the combined
+    result, with both hosts' instances."""
+    assert cli.main(["report", good_run.outdir, "--json"]) == 0
+    assert RunResult.from_json(capsys.readouterr().out) == good_run
+    first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
+    assert cli.main(["aggregate", str(first), good_run.outdir, "--json"]) == 0
+    combined = RunResult.from_json(capsys.readouterr().out)
+    assert len(combined.instances) == 2 * len(good_run.instances)
+    assert set(combined.hosts) == {"vm1", *good_run.hosts}
+
+
 def test_aggregate_outdir_that_is_an_input_is_refused(
     good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,17 @@ def test_report_prints_a_sweep(swept: Any, sweep_dir: Path, capsys: pytest.Captu
     """`mlperf-mig report SWEEPDIR` prints the sweep table."""
     assert cli.main(["report", str(sweep_dir)]) == 0
     assert "vs MIG scenario 1" in capsys.readouterr().out
+
+
+def test_report_json_of_a_sweep_carries_each_layouts_results(
+    swept: Any, sweep_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`report SWEEPDIR --json` prints sweep.json with the results of every layout in it."""
+    assert cli.main(["report", str(sweep_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == ["scenario-1", "scenario-7"]
+    assert [r["scenario"] for r in data["results"]] == [1, 7]
+    assert all(r["aggregate"]["total_throughput"] > 0 for r in data["results"])
 
 
 def test_backwards_scenario_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
