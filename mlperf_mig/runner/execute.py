@@ -33,7 +33,7 @@ from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.jobs import LAYOUT_FOLDER, USER_CONF
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import RESULTS_FILE, InstanceRun, RunResult
-from mlperf_mig.runner.rounds import IndependentRounds, UnifiedRounds, instance_result
+from mlperf_mig.runner.rounds import IndependentRounds, Rounds, UnifiedRounds, instance_result
 from mlperf_mig.runner.supervisor import WorkerOutcome
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def choose_rounds(plan: RunPlan, outdir: Path, stream: TextIO | None) -> IndependentRounds:
+def choose_rounds(plan: RunPlan, outdir: Path, stream: TextIO | None) -> Rounds:
     """The kind of round the plan runs, chosen once: independent or unified, local or on a
     Ray cluster's nodes."""
     if plan.deployment.cluster is not None:
@@ -210,7 +210,7 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
 def _compliance(
     plan: RunPlan,
     outdir: Path,
-    rounds: IndependentRounds,
+    rounds: Rounds,
     performance: Mapping[str, WorkerOutcome],
     accuracy: Mapping[str, WorkerOutcome],
 ) -> tuple[dict[str, Any], bool]:
@@ -234,7 +234,7 @@ def _precision(specs: Mapping[str, Any], plan: RunPlan) -> str:
 
 def _assemble(
     plan: RunPlan,
-    rounds: IndependentRounds,
+    rounds: Rounds,
     performance: Mapping[str, WorkerOutcome],
     accuracy: Mapping[str, WorkerOutcome],
     interrupted: bool,

@@ -17,6 +17,7 @@ folders a round's results are in (`folders`), who goes on to the next round (`pa
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -74,10 +75,8 @@ def instance_result(outcome: WorkerOutcome | None, key: str | None = None) -> In
     return InstanceResult.from_dict(outcome.value if key is None else outcome.value[key])
 
 
-class IndependentRounds:
-    """The study's method: one worker with its own LoadGen per instance, released together."""
-
-    unified = False
+class Rounds(abc.ABC):
+    """What every kind of round shares: the plan, the run folder, the engines built for it."""
 
     def __init__(self, plan: RunPlan, outdir: Path, stream: TextIO | None) -> None:
         self.plan = plan
@@ -132,6 +131,36 @@ class IndependentRounds:
             profile=self.plan.settings_profile(slot),
         )
 
+    def cluster_facts(self, performance: Mapping[str, WorkerOutcome]) -> dict[str, Any] | None:
+        """What results.json says of the cluster the round ran on; None for local rounds."""
+        return None
+
+
+    @abc.abstractmethod
+    def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
+        """One round (`mode`: performance, accuracy or an audit) of the instances `names`; the
+        outcomes by folder, and whether the run was interrupted."""
+
+    @abc.abstractmethod
+    def folders(self, names: list[str]) -> list[str]:
+        """The folders holding the results of a round of the instances `names`."""
+
+    @abc.abstractmethod
+    def passed(self, performance: Mapping[str, WorkerOutcome]) -> list[str]:
+        """The instances that go on to the accuracy round."""
+
+    @abc.abstractmethod
+    def instances_of(self, folders: list[str]) -> list[str]:
+        """The instances to run so that `folders` get a round's results."""
+
+    @abc.abstractmethod
+    def layout(self, performance: Mapping[str, WorkerOutcome], accuracy: Mapping[str, WorkerOutcome]) -> LayoutOutcome:
+        """What the layout as a whole came to, beyond each instance's own outcome."""
+
+
+class IndependentRounds(Rounds):
+    """The study's method: one worker with its own LoadGen per instance, released together."""
+
     def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
         """One round of the instances `names`; returns the outcomes by folder, and whether the
         run was interrupted."""
@@ -152,7 +181,6 @@ class IndependentRounds:
         outcomes = round_.run(jobs)
         return outcomes, round_.interrupted
 
-    # --- reading the outcomes ------------------------------------------------------------------
     def folders(self, names: list[str]) -> list[str]:
         """The folders holding the results of a round of the instances `names`."""
         return list(names)
@@ -169,15 +197,9 @@ class IndependentRounds:
         """Independent instances have no layout-wide result."""
         return LayoutOutcome()
 
-    def cluster_facts(self, performance: Mapping[str, WorkerOutcome]) -> dict[str, Any] | None:
-        """What results.json says of the cluster the round ran on; None for local rounds."""
-        return None
 
-
-class UnifiedRounds(IndependentRounds):
+class UnifiedRounds(Rounds):
     """One LoadGen for the layout, dispatching to one serving worker per instance."""
-
-    unified = True
 
     def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
         """The coordinator and every instance's serving worker (`names` is not a choice here:
@@ -243,7 +265,7 @@ class UnifiedRounds(IndependentRounds):
         coordinator = performance.get(LAYOUT_FOLDER)
         if coordinator is None or not coordinator.ok:
             return []
-        return super().passed(performance)
+        return [s.name for s in self.plan.slots if s.name in performance and performance[s.name].ok]
 
     def instances_of(self, folders: list[str]) -> list[str]:
         """The layout's folder is served by all the instances."""
