@@ -1,10 +1,11 @@
-"""The child side of the one worker protocol: everything that runs inside a spawned worker.
+"""The child side of the one worker protocol: everything that runs inside a worker process.
 
-A worker is a fresh interpreter started with the 'spawn' method (one LoadGen test per process,
-reference/mlperf.md traps 1 and 2). `worker_main` is its importable entry point, so the runner
-works from notebooks. It sets up the process (own process group, parent-death signal, environment, CPU affinity, log
-file), resolves the job's target from its "module:function" path, and calls
-`target(payload, before_start=..., progress=...)`.
+A worker is a process of its own for one LoadGen test (reference/mlperf.md traps 1 and 2), forked
+by multiprocessing's fork server, which has imported the harness once (supervisor.py), or
+spawned where there is none. `worker_main` is its importable entry point, so the runner works
+from notebooks. It sets up the process (the runner's environment and CPU affinity, then the
+job's; own process group; death with the runner; log file), resolves the job's target from its
+"module:function" path, and calls `target(payload, before_start=..., progress=...)`.
 
 Messages to the parent are plain tuples on a one-way pipe:
     ("ready",)                      the model and samples are loaded; waiting at the start barrier
@@ -51,6 +52,15 @@ class WorkerJob:
     wait_at_barrier: bool = True  # False for jobs that never call before_start (engine builds)
 
 
+@attrs.frozen(kw_only=True)
+class RunnerState:
+    """What a spawned worker would inherit from the runner, taken when the round starts: a forked
+    worker inherits the fork server's instead (started once, perhaps long before)."""
+
+    env: Mapping[str, str]
+    cpus: tuple[int, ...]
+
+
 def resolve_target(path: str) -> Callable[..., Any]:
     """Import 'package.module:function' and return the function."""
     module_name, sep, attr = path.partition(":")
@@ -63,10 +73,25 @@ def resolve_target(path: str) -> Callable[..., Any]:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no worker outlives the runner."""
+    """Ask Linux to SIGKILL this process when its parent dies, so no worker outlives the runner.
+
+    The parent of a forked worker is the fork server, which ends as soon as no runner holds the
+    write end of its "alive" pipe; each forked worker holds a copy of it (for servers of its
+    own), which would keep the server, and so the worker, alive after the runner is killed:
+    the worker closes its copy first. A parent that died before the request is seen at once.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server.get_inherited_fds() is not None and server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None  # a server of this worker's own would be started anew
     if sys.platform.startswith("linux"):
+        parent = os.getppid()
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 def _redirect_output(log_path: str) -> Any:
@@ -121,16 +146,25 @@ class _Channel:
         self._conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
 
 
-def worker_main(conn: Connection, start: Event, job: WorkerJob, ready_timeout_s: float) -> None:
-    """Entry point of a spawned worker: set the process up, run the target, report, exit."""
+def _take_runner_state(state: RunnerState, job: WorkerJob) -> None:
+    """The runner's environment and CPU affinity, then the job's own (device variables such as
+    CUDA_VISIBLE_DEVICES before anything can initialise CUDA)."""
+    os.environ.clear()
+    os.environ.update(state.env)
+    os.environ.update(job.env)
+    os.sched_setaffinity(0, job.cpus if job.cpus is not None else state.cpus)
+
+
+def worker_main(
+    conn: Connection, start: Event, job: WorkerJob, ready_timeout_s: float, state: RunnerState
+) -> None:
+    """Entry point of a worker: set the process up, run the target, report, exit."""
+    _take_runner_state(state, job)
     # Lead a process group of our own: the runner kills the group, so whatever this worker starts
     # dies with it, and a terminal's Ctrl-C or hangup reaches only the runner, which stops us.
     os.setpgrp()
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and stops us itself
-    os.environ.update(job.env)
-    if job.cpus is not None:
-        os.sched_setaffinity(0, job.cpus)
     _redirect_output(job.log_path)
     log = logging.getLogger(__name__)
     log.info(
