@@ -1,13 +1,17 @@
-"""Engine cache: reuse, rebuild of damaged or stale files, cache folder choice, atomic writes."""
+"""Engine cache: reuse, rebuild of damaged or stale files, stamps of verified files, cache folder
+choice, atomic writes."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from mlperf_mig.engines import EngineSpec, build_engine, cache_root
+from mlperf_mig.engines import EngineSpec, build_engine, cache, cache_root
 from mlperf_mig.engines.cache import CACHE_ENV, sidecar_path
 
 
@@ -109,3 +113,62 @@ def test_default_is_per_user(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CACHE_ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     assert cache_root() == Path.home() / ".cache" / "mlperf-mig"
+
+
+def _hash_counter(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files the cache hashes from now on, in order."""
+    hashed: list[str] = []
+    real = cache._hashed
+
+    def counting(path: Any) -> Any:
+        hashed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(cache, "_hashed", counting)
+    return hashed
+
+
+def test_verified_engine_is_not_hashed_again(
+    spec: EngineSpec, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once an engine has passed its checksum, later reuses do not read it again while it is
+    unchanged."""
+    monkeypatch.setattr(cache, "STAMP_SETTLE_S", 0.0)
+    path = build_engine(spec, cache_dir).path
+    time.sleep(0.05)  # past the file system's time granularity
+    assert build_engine(spec, cache_dir).reused
+    hashed = _hash_counter(monkeypatch)
+    assert build_engine(spec, cache_dir).reused
+    assert str(path) not in hashed
+
+
+def test_changed_engine_is_rebuilt_after_a_verified_reuse(
+    spec: EngineSpec, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte flipped in place after a verified reuse, with the modification time put back,
+    is still found, and the engine is built again."""
+    monkeypatch.setattr(cache, "STAMP_SETTLE_S", 0.0)
+    path = build_engine(spec, cache_dir).path
+    original = path.read_bytes()
+    time.sleep(0.05)
+    assert build_engine(spec, cache_dir).reused
+    time.sleep(0.05)
+    times = path.stat()
+    with open(path, "r+b") as handle:
+        handle.seek(len(original) // 2)
+        handle.write(bytes([original[len(original) // 2] ^ 0xFF]))
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+    rebuilt = build_engine(spec, cache_dir)
+    assert not rebuilt.reused and rebuilt.path.read_bytes() == original
+
+
+def test_recently_changed_engine_is_hashed_at_every_reuse(
+    spec: EngineSpec, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine changed less than STAMP_SETTLE_S ago (a change within the file system's time
+    granularity could keep its times) is hashed in full each time it is reused."""
+    monkeypatch.setattr(cache, "STAMP_SETTLE_S", 3600.0)
+    path = build_engine(spec, cache_dir).path
+    hashed = _hash_counter(monkeypatch)
+    assert build_engine(spec, cache_dir).reused and build_engine(spec, cache_dir).reused
+    assert hashed.count(str(path)) == 2
