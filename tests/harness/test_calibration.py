@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from mlperf_mig.benchmark import BERT
 from mlperf_mig.engines.backends.null import NullBackend
 from mlperf_mig.harness import InstanceTask
-from mlperf_mig.harness.calibration import OFFLINE_MARGIN, timed_target
+from mlperf_mig.harness.calibration import OFFLINE_MARGIN, SERVER_LOAD, timed_target
 from mlperf_mig.harness.loadgen_test import calibrates
 from mlperf_mig.harness.samples import input_layouts
 
@@ -52,3 +53,37 @@ def test_accuracy_runs_calibrate_only_where_the_target_paces_them(
     others issue their samples regardless, so timing a target would be wasted."""
     task = InstanceTask(benchmark="bert", loadgen_scenario=scenario, outdir=tmp_path, mode=mode)
     assert calibrates(task, BERT) is expected
+
+
+def _paced_gather(seconds: list[float]) -> Any:
+    """A gather that takes `seconds[k]` on its k-th call (the first is the warm-up)."""
+    calls = iter(seconds)
+
+    def gather(rows: np.ndarray) -> dict[str, np.ndarray]:
+        time.sleep(next(calls))
+        return {
+            layout.name: np.zeros((len(rows), *layout.shape), dtype=layout.dtype)
+            for layout in input_layouts(BERT)
+        }
+
+    return gather
+
+
+# The warm-up, then timed calls until they add up to the budget: 0.2, 0.2, 0.04 (nothing else
+# on the machine), 0.2 s.
+_INTERFERED = [0.2, 0.2, 0.2, 0.04, 0.2]
+
+
+def test_offline_target_comes_from_the_fastest_timed_call() -> None:
+    """Other work slows some timed calls: Offline's expected QPS follows the fastest call, so
+    that it is not set too low (a query that ends before min_duration, trap 10)."""
+    gather = _paced_gather(_INTERFERED)
+    target = timed_target(NullBackend(BERT), gather, 16, "Offline", batch_size=BATCH, samples_per_query=8)
+    assert target > 0.5 * OFFLINE_MARGIN * BATCH / 0.04  # the median call would give a fifth
+
+
+def test_server_target_comes_from_the_median_timed_call() -> None:
+    """Server's target errs on the valid side by being low: it keeps the median call."""
+    gather = _paced_gather(_INTERFERED)
+    target = timed_target(NullBackend(BERT), gather, 16, "Server", batch_size=BATCH, samples_per_query=8)
+    assert target == pytest.approx(SERVER_LOAD * BATCH / 0.2, rel=0.3)
