@@ -13,8 +13,13 @@ smaps_rollup) into anonymous memory (its own heap: interpreter, imported modules
 arena and buffers), file-backed memory (shared libraries and the mapped engine weights, split
 between the processes mapping them) and shared memory (the sample set); the breakdown printed
 is that of the largest instance worker at the largest N. Then one worker's steps are replayed
-in a fresh process (interpreter, numpy, the worker's own modules, ONNX Runtime, the session on
-the cached engine, its first and later batches) with the anonymous PSS after each.
+in a process started as the run's workers are (the runner's Supervisor context: a fork of the fork
+server where the runner uses one, else a spawned interpreter): interpreter, numpy, the worker's own
+modules, ONNX Runtime, the session on the cached engine (opened by the backend itself, with the
+run's thread count, so with its session options and samples per run), its first and later
+batches, with the anonymous PSS after each. The last lines say where an extra instance's MiB go:
+the replay's steps grouped into Python (interpreter, numpy, modules), ONNX Runtime (library and
+session) and activations (the arena after the batches), against the largest worker's PSS by kind.
 
     .venv/bin/python benchmarks/instance_memory.py [--counts 1,2,4,7] [--variant full]
 """
@@ -112,7 +117,7 @@ def _anon_kib() -> int:
     return _memory_kib(os.getpid())["Pss_Anon:"]
 
 
-def replay_steps(engine_json: str) -> list[tuple[str, int]]:
+def replay_steps(engine_json: str, threads: int | None) -> list[tuple[str, int]]:
     """A worker's steps in this (fresh) process: (step, anonymous PSS in KiB after it)."""
     import json
 
@@ -132,28 +137,32 @@ def replay_steps(engine_json: str) -> list[tuple[str, int]]:
     from mlperf_mig.engines.spec import EngineSpec
 
     spec = EngineSpec.from_dict(json.loads(Path(engine_json).read_text())["spec"])
-    backend = open_backend(spec, threads=1)
+    backend = open_backend(spec, threads=threads)
     steps.append(("+ session (mapped weights)", _anon_kib()))
     batch = spec.max_batch_size
     feeds = {
         t.name: np.zeros((batch, *t.shape[1:]), dtype=t.dtype) for t in backend.benchmark.inputs
     }
     backend.run(feeds)
-    steps.append((f"+ first batch of {batch} (arena)", _anon_kib()))
+    per_run = min(batch, backend.samples_per_run or batch)
+    steps.append((f"+ first batch of {batch} (arena: runs of {per_run})", _anon_kib()))
     for _ in range(3):
         backend.run(feeds)
     steps.append(("+ three more batches", _anon_kib()))
     return steps
 
 
-def _engine_of(outdir: Path) -> Path | None:
-    """The engine an instance worker of the run in `outdir` loaded (its .json description)."""
+def _engine_of(outdir: Path) -> tuple[Path, int | None] | None:
+    """The engine an instance worker of the run in `outdir` loaded (its .json description), and
+    the intra-op threads it loaded it with (None: ONNX Runtime's default)."""
     import re
 
+    pattern = r"loaded (\S+?\.onnx)(?:\.cpu-\w+/model\.onnx)? on \S+ \(threads (\w+)"
     for log in sorted(outdir.rglob("worker.log")):
-        match = re.search(r"loaded (\S+?\.onnx)(?:\.cpu-\w+/model\.onnx)? on ", log.read_text())
+        match = re.search(pattern, log.read_text())
         if match:
-            return Path(match.group(1) + ".json")
+            threads = int(match.group(2)) if match.group(2).isdigit() else None
+            return Path(match.group(1) + ".json"), threads
     return None
 
 
@@ -221,16 +230,22 @@ def main() -> None:
     )
     print(f"shared sample set: {args.sample_count} samples = {sample_set_mib:.1f} MiB (held once)")
     print(text_table(rows, columns))
+    steps: list[tuple[str, int]] = []
     if engine is not None:
         from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import get_context
 
-        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-            steps = pool.submit(replay_steps, str(engine)).result()
-        print(f"one worker's anonymous PSS, step by step ({engine.name}):")
+        from mlperf_mig.runner.supervisor import Supervisor
+
+        engine_json, threads = engine
+        with ProcessPoolExecutor(1, mp_context=Supervisor().context) as pool:
+            steps = pool.submit(replay_steps, str(engine_json), threads).result()
+        print(
+            f"one worker's anonymous PSS, step by step ({engine_json.name}, "
+            f"threads {threads or 'auto'}):"
+        )
         previous = 0
         for step, kib in steps:
-            print(f"    {step:<34} {kib / 1024:7.1f} MiB  ({(kib - previous) / 1024:+.1f})")
+            print(f"    {step:<40} {kib / 1024:7.1f} MiB  ({(kib - previous) / 1024:+.1f})")
             previous = kib
     worker = rows[-1]["worker"]
     if worker:
@@ -239,7 +254,30 @@ def main() -> None:
             f"largest instance worker at {rows[-1]['instances']} instances: PSS "
             f"{worker['Pss:'] / 1024:.1f} MiB = {parts} MiB (RSS {worker['Rss:'] / 1024:.1f} MiB)"
         )
+    if steps and len(rows) > 1:
+        print(where_it_goes(rows[-1]["MiB per extra instance"], rows[-1]["instances"], steps))
 
+
+def where_it_goes(per_instance_mib: float, count: int, steps: list[tuple[str, int]]) -> str:
+    """The cost of an extra instance split into the replayed worker's parts and the rest.
+
+    `steps` are replay_steps' (interpreter, numpy, modules, onnxruntime, session, batches...).
+    """
+    python_mib = steps[2][1] / 1024
+    onnxruntime_mib = (steps[4][1] - steps[2][1]) / 1024
+    activations_mib = (steps[-1][1] - steps[4][1]) / 1024
+    rest = per_instance_mib - python_mib - onnxruntime_mib - activations_mib
+    lines = [
+        f"where an extra instance's {per_instance_mib:.1f} MiB go (slope up to {count} instances):",
+        f"    {'Python: interpreter, numpy, worker modules':<52} {python_mib:6.1f} MiB",
+        f"    {'ONNX Runtime: library and session':<52} {onnxruntime_mib:6.1f} MiB",
+        f"    {'activations: ONNX Runtime arena after the batches':<52} {activations_mib:6.1f} MiB",
+        f"    {'the rest':<52} {rest:6.1f} MiB",
+        "      (worker buffers outside the replay, such as the batch gather buffer and pipes;",
+        "      private file pages; the coordinator's share per instance)",
+        "    (the mapped weights, libraries and sample set are shared: N instances split them)",
+    ]
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()
