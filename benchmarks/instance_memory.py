@@ -17,7 +17,9 @@ in a process started as the run's workers are (the runner's Supervisor context: 
 server where the runner uses one, else a spawned interpreter): interpreter, numpy, the worker's own
 modules, ONNX Runtime, the session on the cached engine (opened by the backend itself, with the
 run's thread count, so with its session options and samples per run), its first and later
-batches, with the anonymous PSS after each. The last lines say where an extra instance's MiB go:
+batches, with the process's private anonymous memory after each (anonymous pages that no other
+process maps: what this worker adds to the machine; pages it still shares with the fork server
+are paid once for all workers). The last lines say where an extra instance's MiB go:
 the replay's steps grouped into Python (interpreter, numpy, modules), ONNX Runtime (library and
 session) and activations (the arena after the batches), against the largest worker's PSS by kind.
 
@@ -113,42 +115,57 @@ class PeakSampler(threading.Thread):
         self.join()
 
 
-def _anon_kib() -> int:
-    return _memory_kib(os.getpid())["Pss_Anon:"]
+def _private_anon_kib() -> int:
+    """This process's anonymous memory that no other process maps, in KiB: per mapping, its
+    anonymous pages up to its privately dirtied ones (copy-on-write pages still shared with a
+    parent are left out)."""
+    total = 0
+    anonymous = private = 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        key, _, rest = line.partition(" ")
+        if key == "Anonymous:":
+            anonymous = int(rest.split()[0])
+        elif key == "Private_Dirty:":
+            private = int(rest.split()[0])
+        elif key == "VmFlags:":  # the last field of a mapping
+            total += min(anonymous, private)
+            anonymous = private = 0
+    return total
 
 
 def replay_steps(engine_json: str, threads: int | None) -> list[tuple[str, int]]:
-    """A worker's steps in this (fresh) process: (step, anonymous PSS in KiB after it)."""
+    """A worker's steps in this process, started as the workers are: (step, private anonymous
+    KiB after it)."""
     import json
 
-    steps = [("interpreter", _anon_kib())]
+    steps = [("interpreter", _private_anon_kib())]
     import numpy as np
 
-    steps.append(("+ numpy", _anon_kib()))
+    steps.append(("+ numpy", _private_anon_kib()))
     import mlperf_mig.harness.instance
     import mlperf_mig.runner.unified
     import mlperf_mig.runner.worker  # noqa: F401
 
-    steps.append(("+ worker modules", _anon_kib()))
+    steps.append(("+ worker modules", _private_anon_kib()))
     import onnxruntime  # noqa: F401
 
-    steps.append(("+ onnxruntime import", _anon_kib()))
+    steps.append(("+ onnxruntime import", _private_anon_kib()))
     from mlperf_mig.engines import open_backend
     from mlperf_mig.engines.spec import EngineSpec
 
     spec = EngineSpec.from_dict(json.loads(Path(engine_json).read_text())["spec"])
     backend = open_backend(spec, threads=threads)
-    steps.append(("+ session (mapped weights)", _anon_kib()))
+    steps.append(("+ session (mapped weights)", _private_anon_kib()))
     batch = spec.max_batch_size
     feeds = {
         t.name: np.zeros((batch, *t.shape[1:]), dtype=t.dtype) for t in backend.benchmark.inputs
     }
     backend.run(feeds)
     per_run = min(batch, backend.samples_per_run or batch)
-    steps.append((f"+ first batch of {batch} (arena: runs of {per_run})", _anon_kib()))
+    steps.append((f"+ first batch of {batch} (arena: runs of {per_run})", _private_anon_kib()))
     for _ in range(3):
         backend.run(feeds)
-    steps.append(("+ three more batches", _anon_kib()))
+    steps.append(("+ three more batches", _private_anon_kib()))
     return steps
 
 
@@ -240,7 +257,7 @@ def main() -> None:
         with ProcessPoolExecutor(1, mp_context=Supervisor().context) as pool:
             steps = pool.submit(replay_steps, str(engine_json), threads).result()
         print(
-            f"one worker's anonymous PSS, step by step ({engine_json.name}, "
+            f"one worker's private anonymous memory, step by step ({engine_json.name}, "
             f"threads {threads or 'auto'}):"
         )
         previous = 0
