@@ -6,7 +6,9 @@ Processes of one unified round (all spawned and supervised by the runner, like i
 The sample set lives once in shared memory (`SharedSamples`, created by the runner): the
 coordinator's QSL writes loaded samples into it, the workers read the rows they are sent. Batches
 go out as descriptors ("batch", batch id, sample ids, rows, dataset indices), the rows a `range`
-when they are consecutive, and responses come back as plain (batch ids, bytes, item size)
+when they are consecutive; a worker that reads the shared arrays says so with its target
+("target", target, True) and is sent ("batch", batch id, None, rows, None): the sample ids stay
+in the coordinator's table of batches in flight. Responses come back as plain (batch ids, bytes, item size)
 (LoadGen's QuerySampleResponse does not unpickle, trap 7). Offline orders its query as the
 independent SUT does (`contiguous_order`), so that a worker reads most batches as views of the
 shared arrays; other batches are gathered into one reused buffer per worker.
@@ -42,7 +44,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WINDOW_BATCHES = 2
-_Batch = tuple[list[int], Sequence[int], list[int]]  # ids, rows (a range when consecutive), indices
+# A large query (Offline) goes out in chunks of several batches where a worker is fast enough:
+# one message, one reply and one QuerySamplesComplete per chunk instead of per batch (a round
+# trip cost the coordinator ~0.3 ms on the 2-core test machine, as much as LoadGen's own work
+# for 256 samples; null backend, layout 7: 440k samples/s with 256-sample messages, ~800k with
+# chunks of 2048). A chunk holds at most CHUNK_SECONDS of the worker's measured rate, so a slow
+# backend still completes every batch on its own (latencies and progress stay as fine-grained
+# as its batches).
+CHUNK_SAMPLES = 2048
+CHUNK_PAYLOAD_BYTES = 1 << 20
+CHUNK_SECONDS = 0.02
+# ids, rows (a range when consecutive), dataset indices (a list, or an array until sent)
+_Batch = tuple[list[int], Sequence[int], Sequence[int]]
 _POLL_S = 0.5
 _PROGRESS_INTERVAL_S = 0.5
 
@@ -150,21 +163,34 @@ class Dispatcher:
         batch_size: int,
         complete: Callable[[Sequence[int], bytes, int], None],
         reply_timeout_s: float | None = None,
+        largest_batch: int | None = None,
+        rows_only: Sequence[bool] | None = None,
     ) -> None:
+        """`largest_batch` (at least `batch_size`): the most samples one message may carry when a
+        query is large and a worker fast enough (see CHUNK_SECONDS); batch_size when None.
+        `rows_only[i]`: worker i reads the shared arrays and is sent rows without sample ids
+        or dataset indices (every worker gets all three when None)."""
         self._links = list(links)
+        self._rows_only = list(rows_only) if rows_only is not None else [False] * len(self._links)
         self._reply_timeout_s = reply_timeout_s
         self._stopped = False
         self._waiting_since: list[float | None] = [None] * len(self._links)
         self.stalled: list[int] = []
         self._weights = [float(w) for w in weights]
-        self._window = [max(1, round(WINDOW_BATCHES * w)) * batch_size for w in self._weights]
-        # the most samples one reply can hold: a window, topped up by one batch
-        self.largest_reply = max(self._window, default=0) + batch_size
+        self._largest = max(batch_size, largest_batch or batch_size)
+        # batches a worker may hold; the window in samples is that many of its current chunk
+        self._slots = [max(1, round(WINDOW_BATCHES * w)) for w in self._weights]
+        self._chunk = [batch_size] * len(self._links)
+        self._first_send: list[float | None] = [None] * len(self._links)
+        # the most samples one reply can hold: a window of the largest chunks, and one more
+        self.largest_reply = max(self._slots, default=0) * self._largest + self._largest
         self._batch_size = batch_size
         self._complete = complete
         self._lock = threading.Lock()
-        # a batch is (LoadGen sample ids, rows of the shared sample arrays, dataset indices)
+        # a batch is (LoadGen sample ids, rows of the shared sample arrays, dataset indices);
+        # _pending holds whole batches (to re-send), _queries the submitted samples not yet cut
         self._pending: collections.deque[_Batch] = collections.deque()
+        self._queries: collections.deque[_Query] = collections.deque()
         self._inflight: list[dict[int, _Batch]] = [{} for _ in self._links]
         self._outstanding = [0] * len(self._links)
         self.alive = [True] * len(self._links)
@@ -185,28 +211,29 @@ class Dispatcher:
             self._aborted = True
 
     def submit(
-        self, ids: Sequence[int], rows: Sequence[int] | np.ndarray, indices: Sequence[int]
+        self,
+        ids: Sequence[int] | np.ndarray,
+        rows: Sequence[int] | np.ndarray,
+        indices: Sequence[int] | np.ndarray,
     ) -> None:
-        """Queue samples (split into batches) and send what the windows allow. Workers read the
-        rows (sent as a `range` where a batch's rows are consecutive); `indices` (the samples'
-        dataset indices) let a remote worker cache sample data."""
+        """Queue samples and send what the windows allow; they are cut into batches (or chunks,
+        see CHUNK_SECONDS) as they go out. Workers read the rows (sent as a `range` where a
+        batch's rows are consecutive); `indices` (the samples' dataset indices) let a remote
+        worker cache sample data."""
         with self._lock:
             if self._aborted:
                 self.failed_samples += len(ids)
                 self.completed += len(ids)
-                self._complete(list(ids), b"", 0)
+                self._complete(_int_list(ids), b"", 0)
                 return
-            for start in range(0, len(ids), self._batch_size):
-                end = start + self._batch_size
-                self._pending.append(
-                    (list(ids[start:end]), _row_descriptor(rows[start:end]), list(indices[start:end]))
-                )
+            if len(ids):
+                self._queries.append(_Query(ids, rows, indices))
             self._pump()
 
     def _choose(self, size: int) -> int | None:
         best, best_load = None, None
         for i, weight in enumerate(self._weights):
-            if not self.alive[i] or self._outstanding[i] >= self._window[i]:
+            if not self.alive[i] or self._outstanding[i] >= self._slots[i] * self._chunk[i]:
                 continue
             load = (self._outstanding[i] + size) / weight
             if best_load is None or load < best_load:
@@ -214,27 +241,52 @@ class Dispatcher:
         return best
 
     def _pump(self) -> None:
-        while self._pending:
+        while self._pending or self._queries:
             if not any(self.alive):
                 self._fail_pending()
                 return
-            batch = self._pending[0]
-            ids = batch[0]
-            worker = self._choose(len(ids))
+            if self._pending:
+                size = len(self._pending[0][0])
+            else:
+                size = min(self._batch_size, self._queries[0].left)
+            worker = self._choose(size)
             if worker is None:
                 return
-            self._pending.popleft()
+            if self._pending:
+                batch = self._pending.popleft()
+            else:
+                batch = self._queries[0].cut(self._chunk[worker])
+                if not self._queries[0].left:
+                    self._queries.popleft()
             batch_id = next(self._ids)
+            ids, rows, indices = batch
+            if self._rows_only[worker]:
+                message: tuple[Any, ...] = ("batch", batch_id, None, rows, None)
+            else:
+                message = ("batch", batch_id, ids, rows, _int_list(indices))
             try:
-                self._links[worker].send(("batch", batch_id, *batch))
+                self._links[worker].send(message)
             except (BrokenPipeError, OSError):
                 self._pending.appendleft(batch)
                 self._mark_dead(worker)
                 continue
             self._inflight[worker][batch_id] = batch
             self._outstanding[worker] += len(ids)
+            now = time.monotonic()
             if self._waiting_since[worker] is None:
-                self._waiting_since[worker] = time.monotonic()
+                self._waiting_since[worker] = now
+            if self._first_send[worker] is None:
+                self._first_send[worker] = now
+
+    def _resize_chunk(self, worker: int, now: float) -> None:
+        """The worker's next chunks: CHUNK_SECONDS of its rate so far, in whole batches, at
+        least one batch and at most `largest_batch`."""
+        first = self._first_send[worker]
+        if self._largest == self._batch_size or first is None or now <= first:
+            return
+        rate = self.served[worker] / (now - first)
+        batches = int(rate * CHUNK_SECONDS) // self._batch_size
+        self._chunk[worker] = max(self._batch_size, min(self._largest, batches * self._batch_size))
 
     def done(self, worker: int, batch_ids: Sequence[int], blob: bytes, item_size: int) -> None:
         """A worker's reply: complete its samples with LoadGen and send more work."""
@@ -247,7 +299,9 @@ class Dispatcher:
             self._outstanding[worker] -= len(ids)
             self.served[worker] += len(ids)
             self.completed += len(ids)
-            self._waiting_since[worker] = time.monotonic() if self._outstanding[worker] else None
+            now = time.monotonic()
+            self._waiting_since[worker] = now if self._outstanding[worker] else None
+            self._resize_chunk(worker, now)
             self._pump()
         self._complete(ids, blob, item_size)
 
@@ -294,6 +348,12 @@ class Dispatcher:
             self.failed_samples += len(ids)
             self.completed += len(ids)
             self._complete(ids, b"", 0)
+        while self._queries:
+            query = self._queries.popleft()
+            ids = query.cut(query.left)[0]
+            self.failed_samples += len(ids)
+            self.completed += len(ids)
+            self._complete(ids, b"", 0)
 
     def stop_workers(self) -> None:
         """Tell every worker still listening (given up on or not) that the test is over."""
@@ -302,6 +362,38 @@ class Dispatcher:
             for link in self._links:
                 with contextlib.suppress(BrokenPipeError, OSError):
                     link.send(("stop",))
+
+
+class _Query:
+    """Submitted samples not yet sent, cut into batches from the front as workers take them."""
+
+    def __init__(
+        self,
+        ids: Sequence[int] | np.ndarray,
+        rows: Sequence[int] | np.ndarray,
+        indices: Sequence[int] | np.ndarray,
+    ) -> None:
+        self._ids = ids
+        self._rows = np.asarray(rows, dtype=np.int64)
+        self._indices = indices
+        self._next = 0
+        self.left = len(ids)
+
+    def cut(self, size: int) -> _Batch:
+        """The next `size` samples (fewer at the end) as one batch."""
+        start, end = self._next, self._next + size
+        self._next = min(end, len(self._rows))
+        self.left = len(self._rows) - self._next
+        return (
+            _int_list(self._ids[start:end]),
+            _row_descriptor(self._rows[start:end]),
+            self._indices[start:end],
+        )
+
+
+def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
+    """Python ints, as LoadGen's responses and the pipe's messages take them."""
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
 
 
 def _row_descriptor(rows: Sequence[int] | np.ndarray) -> Sequence[int]:
@@ -344,10 +436,12 @@ class _Receiver(threading.Thread):
 
 
 # --- coordinator target ----------------------------------------------------------------------------
-def _collect_targets(job: CoordinatorJob, timeout_s: float) -> dict[int, float | None]:
+def _collect_targets(job: CoordinatorJob, timeout_s: float) -> tuple[dict[int, float | None], set[int]]:
     """Each worker's calibrated target (None when it calibrated nothing), sent before it waits
-    at the barrier; a worker missing from the answer died or did not report in time."""
+    at the barrier, and the workers that read the shared arrays (rows only); a worker missing
+    from the answer died or did not report in time."""
     targets: dict[int, float | None] = {}
+    rows_only: set[int] = set()
     waiting = dict(enumerate(job.links))
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
@@ -361,8 +455,17 @@ def _collect_targets(job: CoordinatorJob, timeout_s: float) -> dict[int, float |
                 continue
             if message[0] == "target":
                 targets[worker] = message[1]
+                if len(message) > 2 and message[2]:
+                    rows_only.add(worker)
                 del waiting[worker]
-    return targets
+    return targets, rows_only
+
+
+def _largest_chunk(batch_size: int, payload_bytes: int) -> int:
+    """The largest Offline chunk: whole batches, up to CHUNK_SAMPLES samples and
+    CHUNK_PAYLOAD_BYTES of replies (a BERT reply is 3 KiB a sample), at least one batch."""
+    samples = min(CHUNK_SAMPLES, CHUNK_PAYLOAD_BYTES // max(payload_bytes, 1))
+    return max(1, samples // batch_size) * batch_size
 
 
 def combined_target(loadgen_scenario: str, targets: Sequence[float | None]) -> float | None:
@@ -398,7 +501,7 @@ def _coordinate(
     from mlperf_mig.harness.sut import ResponsePool, contiguous_order, payload_layout
 
     source = test.source
-    targets = _collect_targets(job, job.ready_timeout_s)
+    targets, rows_only = _collect_targets(job, job.ready_timeout_s)
     calibrated = combined_target(test.task.loadgen_scenario, list(targets.values())) if test.calibrates else None
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
     library = SampleLibrary(arrays, total_count=source.total_count)
@@ -420,16 +523,19 @@ def _coordinate(
             last_progress[0] = now
             progress(dispatcher.completed)
 
+    offline = test.task.loadgen_scenario == "Offline"
+    shape, dtype = payload_layout(test.benchmark)
     dispatcher = Dispatcher(
         job.links,
         job.weights,
         batch_size=job.batch_size,
         complete=complete,
         reply_timeout_s=job.reply_timeout_s,
+        largest_batch=_largest_chunk(job.batch_size, np.empty(shape, dtype=dtype).nbytes) if offline else None,
+        rows_only=[i in rows_only for i in range(len(job.links))],
     )
     # A reply holds at most a worker's window and one batch more. Replies are completed one at
     # a time (by the receiver thread), so one staging buffer and its reused responses serve all.
-    shape, dtype = payload_layout(test.benchmark)
     staging = np.empty((dispatcher.largest_reply, *shape), dtype=dtype)
     pool = ResponsePool(lg, staging)
     item_bytes = staging[0].nbytes
@@ -438,15 +544,18 @@ def _coordinate(
             dispatcher.worker_died(i)
     receiver = _Receiver(job.links, dispatcher)
 
-    offline = test.task.loadgen_scenario == "Offline"
-
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         rows = library.slots(indices)
         if offline:  # batches of consecutive rows: the workers read them as views
             order = contiguous_order(rows)
             rows = rows[order]
-            ids = np.fromiter(ids, dtype=np.uint64, count=len(ids))[order].tolist()
-            indices = np.fromiter(indices, dtype=np.int64, count=len(indices))[order].tolist()
+            # arrays: the dispatcher makes lists of each batch's ids as it sends them
+            dispatcher.submit(
+                np.fromiter(ids, dtype=np.uint64, count=len(ids))[order],
+                rows,
+                np.fromiter(indices, dtype=np.int64, count=len(indices))[order],
+            )
+            return
         dispatcher.submit(ids, rows, indices)
 
     def stop_serving() -> None:
@@ -507,16 +616,29 @@ def serve_instance(
     library = SampleLibrary(arrays, total_count=0)
     reused: dict[str, np.ndarray] = {}  # the gather buffer, allocated at the first scattered batch
     shape, dtype = payload_layout(benchmark)
-    payloads = np.empty((job.batch_size, *shape), dtype=dtype)
+    payloads = [np.empty((job.batch_size, *shape), dtype=dtype)]  # grown for a chunk
 
-    def gather(rows: np.ndarray) -> dict[str, np.ndarray]:
+    def gather(rows: np.ndarray, contiguous: bool | None = None) -> dict[str, np.ndarray]:
         """Views of the shared arrays for consecutive rows, else copies into the reused buffer."""
         if not reused:
             reused.update(
                 (name, np.empty((job.batch_size, *a.shape[1:]), dtype=a.dtype))
                 for name, a in arrays.items()
             )
-        return library.gather(rows, reused)
+        return library.gather(rows, reused, contiguous=contiguous)
+
+    def run_group(group: list[tuple[Any, ...]]) -> np.ndarray:
+        """The payloads of a run of batches (or of one chunk)."""
+        rows = _rows_of(group)
+        if len(rows) > len(payloads[0]):
+            payloads[0] = np.empty((len(rows), *shape), dtype=dtype)
+        consecutive = True if len(group) == 1 and isinstance(group[0][2], range) else None
+        return _run_in_batches(
+            rows,
+            job.batch_size,
+            lambda part, out: response_payload(benchmark, backend.run(gather(part, consecutive)), out),
+            payloads[0],
+        )
 
     backend = open_backend() if open_backend is not None else open_task_backend(task, benchmark)
     served = 0
@@ -531,18 +653,17 @@ def serve_instance(
             batch_size=job.batch_size,
             serve_path=(gather, min(len(a) for a in arrays.values())),
         )
-        job.link.send(("target", target))
+        job.link.send(("target", target, True))  # rows only: this worker reads the shared arrays
         before_start()
         stop = False
         while not stop:
             batches, stop = _next_batches(job.link, job.batch_size)
             for group in _groups(batches, job.batch_size):
-                rows = _rows_of(group)
                 began = time.perf_counter()
-                payload = response_payload(benchmark, backend.run(gather(rows)), payloads)
+                payload = run_group(group)
                 busy_s += time.perf_counter() - began
                 job.link.send(("done", [b[0] for b in group], payload.tobytes(), payload[0].nbytes))
-                served += len(rows)
+                served += len(payload)
                 progress(served)
         device = backend.device.to_dict()
     finally:
@@ -550,9 +671,23 @@ def serve_instance(
     return {"served": served, "busy_s": round(busy_s, 3), "device": device}
 
 
+def _run_in_batches(
+    rows: np.ndarray,
+    batch_size: int,
+    run: Callable[[np.ndarray, np.ndarray], Any],
+    out: np.ndarray,
+) -> np.ndarray:
+    """The payloads of `rows` in the first rows of `out`, from calls `run(part, out rows from
+    the part's first)` of at most `batch_size` rows each (a chunk is larger than a batch)."""
+    for start in range(0, len(rows), batch_size):
+        run(rows[start : start + batch_size], out[start:])
+    return out[: len(rows)]
+
+
 def _groups(batches: list[tuple[Any, ...]], batch_size: int) -> list[list[tuple[Any, ...]]]:
     """Merged batches (batch id, sample ids, rows, indices) in runs of at most `batch_size`
-    samples, in order: each run is one backend call."""
+    samples, in order: each run is one reply (and one backend call; a chunk larger than the
+    batch size is a run of its own, run in several)."""
     groups: list[list[tuple[Any, ...]]] = []
     size = batch_size
     for batch in batches:

@@ -1,0 +1,138 @@
+"""Unified mode's dispatch of large queries: chunks sized by each worker's rate, rows-only
+messages for workers that read the shared arrays, and chunks run in backend calls of at most
+the batch size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mlperf_mig.runner import unified
+from mlperf_mig.runner.unified import Dispatcher, _run_in_batches
+
+BATCH = 4
+LARGEST = 16
+
+
+class RecordingLink:
+    """Stands in for a worker's pipe: keeps what the dispatcher sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, ...]] = []
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.sent.append(message)
+
+    def batches(self) -> list[tuple[Any, ...]]:
+        return [m for m in self.sent if m[0] == "batch"]
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture(name="clock")
+def fixture_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(unified, "time", clock)
+    return clock
+
+
+def _dispatcher(
+    *, rows_only: list[bool] | None = None
+) -> tuple[Dispatcher, RecordingLink, list[tuple[list[int], bytes, int]]]:
+    link = RecordingLink()
+    completed: list[tuple[list[int], bytes, int]] = []
+    dispatcher = Dispatcher(
+        [link],  # type: ignore[list-item]  # only send() is used
+        (1.0,),
+        batch_size=BATCH,
+        complete=lambda ids, blob, size: completed.append((list(ids), blob, size)),
+        largest_batch=LARGEST,
+        rows_only=rows_only,
+    )
+    return dispatcher, link, completed
+
+
+def _submit(dispatcher: Dispatcher, count: int) -> None:
+    ids = np.arange(1000, 1000 + count, dtype=np.uint64)
+    dispatcher.submit(ids, np.arange(count), np.arange(count))
+
+
+def test_a_fast_worker_gets_chunks_of_several_batches(clock: Clock) -> None:
+    """A worker that served its first batch in 1 ms (4000 samples/s, 80 in CHUNK_SECONDS) is
+    sent chunks of the largest size (16) from then on, two of them (its window)."""
+    dispatcher, link, _ = _dispatcher()
+    _submit(dispatcher, 100)
+    clock.now += 0.001
+    dispatcher.done(0, [link.batches()[0][1]], b"\0" * 4 * BATCH, 4)
+    sizes = [len(m[2]) for m in link.batches()]
+    assert sizes == [BATCH, BATCH, LARGEST, LARGEST]
+
+
+def test_a_slow_worker_keeps_batches_of_the_batch_size(clock: Clock) -> None:
+    """A worker that took 1 s for its first batch (4 samples/s) keeps getting single batches."""
+    dispatcher, link, _ = _dispatcher()
+    _submit(dispatcher, 100)
+    clock.now += 1.0
+    dispatcher.done(0, [link.batches()[0][1]], b"\0" * 4 * BATCH, 4)
+    assert [len(m[2]) for m in link.batches()] == [BATCH, BATCH, BATCH]
+
+
+def test_a_chunk_is_completed_with_its_samples_in_order(clock: Clock) -> None:
+    """The reply to a chunk completes exactly the chunk's sample ids, in the query's order."""
+    dispatcher, link, completed = _dispatcher()
+    _submit(dispatcher, 100)
+    clock.now += 0.001
+    for message in link.batches()[:2]:
+        dispatcher.done(0, [message[1]], b"\0" * 4 * BATCH, 4)
+    chunk = link.batches()[2]
+    dispatcher.done(0, [chunk[1]], b"\0" * 4 * LARGEST, 4)
+    assert completed[-1][0] == list(range(1008, 1008 + LARGEST))
+
+
+def test_a_rows_only_worker_is_sent_neither_ids_nor_indices(clock: Clock) -> None:
+    """A worker that reads the shared arrays gets ("batch", id, None, rows, None)."""
+    dispatcher, link, _ = _dispatcher(rows_only=[True])
+    _submit(dispatcher, 8)
+    assert link.batches() == [("batch", 0, None, range(0, 4), None), ("batch", 1, None, range(4, 8), None)]
+
+
+def test_other_workers_are_sent_ids_and_indices_as_lists(clock: Clock) -> None:
+    """A worker that did not say it reads the shared arrays (a cluster node) gets the sample
+    ids and dataset indices of its batch as lists of ints."""
+    dispatcher, link, _ = _dispatcher()
+    dispatcher.submit(np.array([7, 8, 9, 10], dtype=np.uint64), np.arange(4), np.array([5, 3, 1, 2]))
+    assert link.batches() == [("batch", 0, [7, 8, 9, 10], range(0, 4), [5, 3, 1, 2])]
+
+
+def test_samples_not_yet_cut_fail_when_every_worker_is_gone(clock: Clock) -> None:
+    """When the last worker dies, its batches in flight and the samples still queued are all
+    completed without data and counted as failed."""
+    dispatcher, _, completed = _dispatcher()
+    _submit(dispatcher, 20)
+    dispatcher.worker_died(0)
+    assert sorted(i for ids, _, _ in completed for i in ids) == list(range(1000, 1020))
+    assert dispatcher.failed_samples == 20 and all(blob == b"" for _, blob, _ in completed)
+
+
+def test_a_chunk_runs_in_backend_calls_of_at_most_the_batch_size() -> None:
+    """Ten rows with batch size 4 run as calls of 4, 4 and 2 rows, each writing its payloads
+    where its rows start."""
+    calls: list[list[int]] = []
+
+    def run(part: np.ndarray, out: np.ndarray) -> None:
+        calls.append(part.tolist())
+        out[: len(part)] = part * 10
+
+    payloads = _run_in_batches(np.arange(10), 4, run, np.zeros(16, dtype=np.int64))
+    assert calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert payloads.tolist() == [r * 10 for r in range(10)]
