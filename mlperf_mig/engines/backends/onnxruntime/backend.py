@@ -11,12 +11,14 @@ that provider, never a fallback.
 Memory of a CPU session, per instance (benchmarks/instance_memory.py): the weights are mapped and
 shared; what each instance owns is its ONNX Runtime arena, which grows to the activations of its
 largest run, about 6 MiB per ResNet50 sample (53 MiB for a batch of 8, 17 MiB for 2). CPU kernels
-gain nothing from more samples in one run (per-sample CPU time of batch 2 and 8 is the same within
-noise, benchmarks/ortcpu_throughput.py), so on the CPU provider a batch runs as consecutive runs
+gain nothing from more samples in one run, so on the CPU provider a batch runs as consecutive runs
 of at most CPU_SAMPLES_PER_THREAD samples per intra-op thread (runs of 2 with one thread); the
-caller still gets one output per sample of the whole batch. Sessions with 4 or more threads run
-a CPU recipe batch (at most 8) whole, as before. The arena is kept (without it, glibc's heap
-grows to several times the activations) and so is the memory pattern's absence (below).
+caller still gets one output per sample of the whole batch. Measured on 2 cores, alternating with
+whole batches of 8 (benchmarks/ortcpu_throughput.py, 3 rounds each): 13.0-13.7 samples/s with one
+thread against 9.8-12.7, and 19.9-23.3 with two against 19.7-22.1; smaller runs keep their
+activations in cache. Sessions with 4 or more threads run a CPU recipe batch (at most 8) whole, as
+before (not measured here). The arena is kept (without it, glibc's heap grows to several times the
+activations) and so is the memory pattern's absence (below).
 
 Precisions, honestly (checked on the saved optimised graphs):
 - CPU provider: fp32. int8 for BERT only: it fuses the Q/DQ matmuls into integer GEMMs
