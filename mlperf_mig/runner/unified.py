@@ -545,18 +545,16 @@ def _coordinate(
     receiver = _Receiver(job.links, dispatcher)
 
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
-        rows = library.slots(indices)
         if offline:  # batches of consecutive rows: the workers read them as views
+            index_array = np.fromiter(indices, dtype=np.int64, count=len(indices))
+            rows = library.slots(index_array)
             order = contiguous_order(rows)
-            rows = rows[order]
             # arrays: the dispatcher makes lists of each batch's ids as it sends them
             dispatcher.submit(
-                np.fromiter(ids, dtype=np.uint64, count=len(ids))[order],
-                rows,
-                np.fromiter(indices, dtype=np.int64, count=len(indices))[order],
+                np.fromiter(ids, dtype=np.uint64, count=len(ids))[order], rows[order], index_array[order]
             )
             return
-        dispatcher.submit(ids, rows, indices)
+        dispatcher.submit(ids, library.slots(indices), indices)
 
     def stop_serving() -> None:
         dispatcher.stop_workers()
