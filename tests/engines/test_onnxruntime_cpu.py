@@ -112,6 +112,33 @@ def test_damaged_copy_is_made_again(spec: EngineSpec) -> None:
     np.testing.assert_array_equal(got["softmax_tensor:0"], expected["softmax_tensor:0"])
 
 
+def test_unchanged_copy_is_not_hashed_again(spec: EngineSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a copy's files were verified with a stamp, later loads do not read them again; a
+    changed file is still hashed (and found damaged)."""
+    from mlperf_mig.engines import cache
+
+    monkeypatch.setattr(cache, "STAMP_SETTLE_S", 0.0)
+    with open_backend(spec, threads=1) as backend:
+        folder = backend.model_path.parent
+    with open_backend(spec, threads=1):
+        pass  # this load verifies the files and records their stamps
+    hashed: list[str] = []
+    real = cache._hashed
+
+    def counting(path: str | os.PathLike[str]) -> tuple[str, list[int] | None]:
+        hashed.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(cache, "_hashed", counting)
+    with open_backend(spec, threads=1):
+        pass
+    assert onnxruntime_cpu.WEIGHTS_NAME not in hashed
+    (folder / onnxruntime_cpu.WEIGHTS_NAME).touch()
+    with open_backend(spec, threads=1):
+        pass
+    assert onnxruntime_cpu.WEIGHTS_NAME in hashed
+
+
 def test_copy_from_another_cpu_is_replaced(spec: EngineSpec) -> None:
     """A copy whose manifest names another CPU type is not used."""
     with open_backend(spec, threads=1) as backend:

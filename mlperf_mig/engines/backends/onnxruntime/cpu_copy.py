@@ -11,7 +11,8 @@ the page cache holds the weights once for all worker processes.
 The copy is only valid on the CPU type and ONNX Runtime version that made it (the NCHWc block
 size and the packed layouts depend on both), so its folder name carries a fingerprint of them. It
 lives next to the engine in the cache: `<engine file>.cpu-<fingerprint>/` with `model.onnx`,
-`weights.data` and `manifest.json` (what it was made from, sizes and SHA-256 of the files). It is
+`weights.data` and `manifest.json` (what it was made from, sizes and SHA-256 of the files, and
+the stamp of their last check, as the engine cache keeps it: an unchanged file is not hashed again). It is
 written into a temporary folder and renamed into place, under a lock, so concurrent workers make it
 once and a reader never sees half of it; a damaged or stale copy is deleted and made again.
 """
@@ -32,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig._io import ensure_writable_dir
+from mlperf_mig._io import atomic_write_json, ensure_writable_dir
 from mlperf_mig.engines import cache
 
 log = logging.getLogger(__name__)
@@ -133,12 +134,20 @@ def _invalid_reason(folder: Path, made_from: dict[str, Any]) -> str | None:
     files = manifest.get("files")
     if not isinstance(files, dict) or MODEL_NAME not in files:
         return "malformed manifest"
+    checked = {}
     for name, record in files.items():
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"
-        if record != _file_record(path):
+        verified = cache.checked_record(path, record) if isinstance(record, dict) else None
+        if verified is None:
             return f"{name} does not match its checksum (truncated or corrupted)"
+        checked[name] = verified
+    if checked != files:  # record the stamps, so that unchanged files are not hashed again
+        try:
+            atomic_write_json(folder / MANIFEST_NAME, {**manifest, "files": checked})
+        except OSError as exc:  # a read-only cache: the files are hashed in full every time
+            log.debug("cannot record the stamps of %s: %s", folder, exc)
     return None
 
 
