@@ -1,6 +1,6 @@
 """The worker entry point: one LoadGen test in this process, from an InstanceTask to its result.
 
-LoadGen is process-global (traps 1 and 2): call run_instance once per process. The runner spawns
+LoadGen is process-global (traps 1 and 2): call run_instance once per process. The runner starts
 one worker process per MIG instance and calls it there; the CLI calls it for one instance. The
 test itself (settings, QSL/SUT lifetime, start barrier, result) is a LoadGenTest
 (loadgen_test.py); this module brings the backend, the sample library and the SUT. The runner's

@@ -3,7 +3,7 @@
     options     RunOptions: every run option, its type and range checked once
     placement   where instances run: live MIG devices, a shared GPU, or emulated CPU partitions
     plan        RunPlan: everything a run needs, resolved before anything runs
-    worker      the child side of the worker protocol (spawned entry point)
+    worker      the child side of the worker protocol (the workers' entry point)
     supervisor  the parent side: barrier, bounded waits, crash/raise/hang/interrupt outcomes
     execute     the rounds of a run (engines, performance, accuracy) and results.json
     unified     one LoadGen for the layout, samples in shared memory, capacity-weighted dispatch

@@ -152,8 +152,9 @@ def run(
 ) -> RunResult | RepeatedRun:
     """Run MLPerf `benchmark` on every instance of a MIG layout at once and return the RunResult.
 
-    Works from notebooks; the workers are spawned processes, so a plain script must call it
-    under `if __name__ == "__main__":` (Python's rule for the 'spawn' start method). Ctrl-C,
+    Works from notebooks; the workers are fresh processes from multiprocessing's fork server,
+    which imports the main module as 'spawn' does, so a plain script must call it under
+    `if __name__ == "__main__":`. Ctrl-C,
     SIGTERM and SIGHUP stop the workers, write what finished and raise KeyboardInterrupt.
 
     progress:         live per-instance progress on stderr (or on the given stream), and an

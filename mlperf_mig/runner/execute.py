@@ -1,6 +1,6 @@
 """Executing a RunPlan: engine builds, the performance round, the accuracy round, results.json.
 
-Every LoadGen test runs in a fresh spawned process (traps 1 and 2), so a run is a sequence of
+Every LoadGen test runs in a fresh worker process (traps 1 and 2), so a run is a sequence of
 rounds, each supervised by one Supervisor:
     engines       one build per distinct engine, on the device of the first instance that uses it
     performance   independent: one worker per instance, released together at the start barrier;

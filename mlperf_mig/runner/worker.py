@@ -83,8 +83,9 @@ def _die_with_parent() -> None:
     from multiprocessing import forkserver
 
     server = forkserver._forkserver
-    if server.get_inherited_fds() is not None and server._forkserver_alive_fd is not None:
-        os.close(server._forkserver_alive_fd)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)  # CPython's, since 3.4
+    if server.get_inherited_fds() is not None and alive_fd is not None:
+        os.close(alive_fd)
         server._forkserver_alive_fd = None  # a server of this worker's own would be started anew
     if sys.platform.startswith("linux"):
         parent = os.getppid()
