@@ -59,10 +59,10 @@ class RoundBarrier:
 
 @attrs.frozen(kw_only=True)
 class RemoteJob:
-    """One instance's job: the target to call on its node, with what the node must build."""
+    """One instance's job: the entry point to call on its node, with what the node must build."""
 
     name: str
-    target: str  # "package.module:function", called as target(payload, before_start=, progress=)
+    entry: str  # "package.module:function", called as entry(payload, before_start=, progress=)
     task: Any  # harness InstanceTask; its outdir and engine are filled in on the node
     engine: Any  # runner EngineRequest to build on the node, or None (null backend)
     ready_timeout_s: float
@@ -102,7 +102,7 @@ class InstanceActor:
         """Build the engine, run the job, and return its outcome with the files it wrote."""
         import ray
 
-        from mlperf_mig.runner.worker import _redirect_output, resolve_target
+        from mlperf_mig.runner.worker import _redirect_output, resolve_entry
 
         log_file = _redirect_output(str(self.folder / "worker.log"))
         started: list[int] = []
@@ -122,7 +122,7 @@ class InstanceActor:
         try:
             spec = build_on_node(job.engine)
             task = attrs.evolve(job.task, outdir=str(self.folder), engine=spec)
-            value = resolve_target(job.target)(task, before_start=before_start, progress=progress)
+            value = resolve_entry(job.entry)(task, before_start=before_start, progress=progress)
             to_dict = getattr(value, "to_dict", None)
             plain = to_dict() if callable(to_dict) else value
             reply.update(status="ok", value=rewrite_paths(plain, str(self.folder), driver_folder))
@@ -149,6 +149,6 @@ def build_on_node(request: Any) -> Any:
 def write_files(folder: Path, files: Mapping[str, bytes], write: Callable[[Path, bytes], None]) -> None:
     """Put a node's files into the driver's run folder (`write` is the atomic writer)."""
     for relative, data in files.items():
-        target = folder / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write(target, data)
+        destination = folder / relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        write(destination, data)

@@ -179,7 +179,7 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         job.plan, job.outdir, job.tasks, job.mode, job.stream, job.on_finish, job.specs
     )
 
-    from mlperf_mig.runner.jobs import INSTANCE_TARGET, instance_env
+    from mlperf_mig.runner.jobs import INSTANCE_ENTRY, instance_env
 
     slots = {slot.name: slot for slot in plan.slots if slot.name in tasks}
     requests = {e.key: e for e in plan.engines}
@@ -205,7 +205,7 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
             actors[name] = start_actor(ray, slot, instance_env(slot))
             remote_job = RemoteJob(
                 name=name,
-                target=plan.worker_target or INSTANCE_TARGET,
+                entry=plan.worker_entry or INSTANCE_ENTRY,
                 task=tasks[name],
                 engine=requests.get(plan.engine_of[name]),
                 ready_timeout_s=plan.timeouts.ready_s,
@@ -318,7 +318,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     from mlperf_mig.cluster.serving import RemoteServing, ServeActor, round_trip_rate
     from mlperf_mig.engines import EngineSpec
     from mlperf_mig.runner.jobs import (
-        COORDINATOR_TARGET,
+        COORDINATOR_ENTRY,
         LAYOUT_FOLDER,
         SupervisedRound,
         instance_env,
@@ -357,7 +357,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
             serving = RemoteServing(arrays)
             coordinator = WorkerJob(
                 name=LAYOUT_FOLDER,
-                target=COORDINATOR_TARGET,
+                entry=COORDINATOR_ENTRY,
                 payload=CoordinatorJob(
                     task=layout_task, samples=samples.specs, performance_count=performance_count,
                     links=tuple(a for a, _ in pipes), names=tuple(s.name for s in slots),

@@ -170,7 +170,7 @@ class EngineSpec:
             )
         name = resolve_backend(backend)
         backend_cls = backend_class(name)
-        gpu_name, profile_name, compute_slices = _resolve_target(gpu, mig_profile)
+        gpu_name, profile_name, compute_slices = _resolve_device(gpu, mig_profile)
         user_file = user_model(model_path, bench.name) if model_path is not None else None
         draft = cls(
             benchmark=bench.name,
@@ -212,7 +212,7 @@ class EngineSpec:
         )
 
 
-def _resolve_target(
+def _resolve_device(
     gpu: str | None, mig_profile: str | None
 ) -> tuple[str | None, str | None, int | None]:
     """(GPU name, profile name, compute slices) from the registry; all None for the CPU."""

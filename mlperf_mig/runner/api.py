@@ -55,7 +55,7 @@ _OPTIONS_DOC = """
     model_path:       an ONNX model file instead of the generated graph.
     cache_dir:        model and engine cache folder.
     timeout_s:        seconds one LoadGen test may take before its worker counts as hung.
-    worker_target:    "module:function" run in each worker instead of the harness (tests).
+    worker_entry:     "module:function" run in each worker instead of the harness (tests).
     nvml_source:      a recorded NVML state instead of this machine's GPUs (tests).
     cpus:             CPUs the emulated partitions share (default: those of this process).
     cluster:          the Ray cluster to run the instances on (None: this host): "auto", "HOST:PORT",
@@ -99,7 +99,7 @@ def plan(
     model_path: PathArg | None = None,
     cache_dir: PathArg | None = None,
     timeout_s: float | None = None,
-    worker_target: str | None = None,
+    worker_entry: str | None = None,
     nvml_source: Any = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
@@ -140,7 +140,7 @@ def run(
     model_path: PathArg | None = None,
     cache_dir: PathArg | None = None,
     timeout_s: float | None = None,
-    worker_target: str | None = None,
+    worker_entry: str | None = None,
     nvml_source: Any = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
@@ -242,7 +242,7 @@ def sweep(
     model_path: PathArg | None = None,
     cache_dir: PathArg | None = None,
     timeout_s: float | None = None,
-    worker_target: str | None = None,
+    worker_entry: str | None = None,
     nvml_source: Any = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,

@@ -79,7 +79,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="an ONNX model file instead of the generated graph")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a worker counts as hung")
     parser.add_argument("--outdir", default=None, help="output folder (default: a new timestamped folder here)")
-    parser.add_argument("--worker-target", default=None, help=argparse.SUPPRESS)  # tests inject faults
+    parser.add_argument("--worker-entry", default=None, help=argparse.SUPPRESS)  # tests inject faults
     parser.add_argument("--cluster", default=None, metavar="ADDR",
                         help="run the instances on a Ray cluster: auto, HOST:PORT, ray://HOST:PORT, or "
                         "local:N (N throwaway nodes on this machine); needs mlperf-mig[cluster]")
@@ -131,7 +131,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "model_path": args.model,
         "timeout_s": args.timeout,
         "nvml_source": _nvml_source(args.nvml_state),
-        "worker_target": args.worker_target,
+        "worker_entry": args.worker_entry,
         "cluster": args.cluster,
         "gpu_group": args.gpu_group,
     }

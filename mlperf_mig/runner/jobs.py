@@ -19,16 +19,16 @@ from mlperf_mig.runner.worker import WorkerJob
 LAYOUT_FOLDER = "layout"
 USER_CONF = "user.conf"
 BUILD_TIMEOUT_S = 3600.0
-BUILD_TARGET = "mlperf_mig.runner.jobs:build_engine_job"
-COORDINATOR_TARGET = "mlperf_mig.runner.unified:coordinate"
-SERVE_TARGET = "mlperf_mig.runner.unified:serve_instance"
-INSTANCE_TARGET = "mlperf_mig.harness:run_instance"
+BUILD_ENTRY = "mlperf_mig.runner.jobs:build_engine_job"
+COORDINATOR_ENTRY = "mlperf_mig.runner.unified:coordinate"
+SERVE_ENTRY = "mlperf_mig.runner.unified:serve_instance"
+INSTANCE_ENTRY = "mlperf_mig.harness:run_instance"
 ACCURACY_COUNT = "accuracy_sample_count_override"
 
 
-# --- worker target of the engine round -----------------------------------------------------------
+# --- worker entry of the engine round ------------------------------------------------------------
 def build_engine_job(request: EngineRequest, **_protocol: Any) -> dict[str, Any]:
-    """Worker target: resolve the EngineSpec and build (or reuse) its engine in this slice."""
+    """Worker entry: resolve the EngineSpec and build (or reuse) its engine in this slice."""
     from mlperf_mig.engines import EngineSpec, backend_class, build_engine
 
     spec = EngineSpec.create(request.benchmark, **request.spec_options())

@@ -192,12 +192,12 @@ def _cpus(value: object) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-def _worker_target(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _worker_entry(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is None:
         return
     module, sep, function = value.partition(":") if isinstance(value, str) else ("", "", "")
     if not (sep and module and function):
-        raise SettingsError(f"worker_target must be 'package.module:function' (or None), got {_kind(value)}")
+        raise SettingsError(f"worker_entry must be 'package.module:function' (or None), got {_kind(value)}")
 
 
 @attrs.frozen(kw_only=True)
@@ -227,7 +227,7 @@ class RunOptions:
     model_path: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
     cache_dir: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
     timeout_s: float | None = attrs.field(default=None, validator=_seconds)
-    worker_target: str | None = attrs.field(default=None, validator=_worker_target)
+    worker_entry: str | None = attrs.field(default=None, validator=_worker_entry)
     nvml_source: Any = None
     cpus: tuple[int, ...] | None = attrs.field(default=None, converter=_cpus)
     cluster: str | None = attrs.field(default=None, validator=_cluster)

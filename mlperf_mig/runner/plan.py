@@ -82,7 +82,7 @@ class RunPlan:
     outdir: str
     engines: tuple[EngineRequest, ...]
     engine_of: dict[str, str]  # instance name -> EngineRequest.key
-    worker_target: str | None  # None: the harness (independent) or unified.serve_instance
+    worker_entry: str | None  # None: the harness (independent) or unified.serve_instance
     timeouts: Timeouts
     expected_s: float
     compliance: bool = False  # the compliance audits run after the accuracy round
@@ -357,7 +357,7 @@ def make_plan(options: RunOptions) -> RunPlan:
         outdir=str(Path(outdir).absolute()) if outdir is not None else str(default_outdir()),
         engines=engines,
         engine_of=engine_of,
-        worker_target=options.worker_target,
+        worker_entry=options.worker_entry,
         timeouts=Timeouts(ready_s=timeout_s or READY_TIMEOUT_S, run_s=run_s),
         expected_s=expected,
         compliance=options.compliance,

@@ -28,12 +28,12 @@ import attrs
 from mlperf_mig import errors
 from mlperf_mig.errors import WorkerError
 from mlperf_mig.runner.jobs import (
-    BUILD_TARGET,
+    BUILD_ENTRY,
     BUILD_TIMEOUT_S,
-    COORDINATOR_TARGET,
-    INSTANCE_TARGET,
+    COORDINATOR_ENTRY,
+    INSTANCE_ENTRY,
     LAYOUT_FOLDER,
-    SERVE_TARGET,
+    SERVE_ENTRY,
     SupervisedRound,
     instance_env,
     instance_task,
@@ -96,7 +96,7 @@ class Rounds(abc.ABC):
         jobs = [
             WorkerJob(
                 name=f"build-{request.key}",
-                target=BUILD_TARGET,
+                entry=BUILD_ENTRY,
                 payload=request,
                 log_path=str(self.outdir / "engines" / f"build-{request.key}.log"),
                 env=request.env,
@@ -168,7 +168,7 @@ class IndependentRounds(Rounds):
         jobs = [
             WorkerJob(
                 name=slot.name,
-                target=plan.worker_target or INSTANCE_TARGET,
+                entry=plan.worker_entry or INSTANCE_ENTRY,
                 payload=self.task(slot, mode),
                 log_path=str(self.outdir / slot.name / "worker.log"),
                 env=instance_env(slot),
@@ -218,7 +218,7 @@ class UnifiedRounds(Rounds):
             pipes = [round_.supervisor.context.Pipe() for _ in plan.slots]
             coordinator = WorkerJob(
                 name=LAYOUT_FOLDER,
-                target=COORDINATOR_TARGET,
+                entry=COORDINATOR_ENTRY,
                 payload=CoordinatorJob(
                     task=layout_task,
                     samples=samples.specs,
@@ -238,7 +238,7 @@ class UnifiedRounds(Rounds):
             workers = [
                 WorkerJob(
                     name=slot.name,
-                    target=plan.worker_target or SERVE_TARGET,
+                    entry=plan.worker_entry or SERVE_ENTRY,
                     payload=ServeJob(task=task, samples=samples.specs, link=b, batch_size=batch_size_of(task)),
                     log_path=str(outdir / slot.name / "worker.log"),
                     env=instance_env(slot),

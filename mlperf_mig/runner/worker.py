@@ -4,14 +4,14 @@ A worker is a process of its own for one LoadGen test (reference/mlperf.md traps
 by multiprocessing's fork server, which has imported the harness once (supervisor.py), or
 spawned where there is none. `worker_main` is its importable entry point, so the runner works
 from notebooks. It sets up the process (the runner's environment and CPU affinity, then the
-job's; own process group; death with the runner; log file), resolves the job's target from its
-"module:function" path, and calls `target(payload, before_start=..., progress=...)`.
+job's; own process group; death with the runner; log file), resolves the job's entry point from its
+"module:function" path, and calls `entry(payload, before_start=..., progress=...)`.
 
 Messages to the parent are plain tuples on a one-way pipe:
     ("ready",)                      the model and samples are loaded; waiting at the start barrier
     ("progress", completed)         samples completed so far
-    ("done", value)                 the target's return value as plain data (to_dict() if it has one)
-    ("error", kind, message, tb)    the target raised: exception type, message and traceback text
+    ("done", value)                 the entry's return value as plain data (to_dict() if it has one)
+    ("error", kind, message, tb)    the entry raised: exception type, message and traceback text
 A crash (signal, exit code) sends nothing: the parent reads it from the process sentinel.
 """
 
@@ -41,11 +41,11 @@ _PROGRESS_INTERVAL_S = 0.5
 
 @attrs.frozen(kw_only=True)
 class WorkerJob:
-    """What one worker process runs: a target by import path, its payload and its process setup."""
+    """What one worker process runs: an entry point by import path, its payload and its process setup."""
 
     name: str
-    target: str  # "package.module:function"
-    payload: Any  # picklable; handed to the target as its first argument
+    entry: str  # "package.module:function"
+    payload: Any  # picklable; handed to the entry as its first argument
     log_path: str
     env: Mapping[str, str] = attrs.field(factory=dict)
     cpus: tuple[int, ...] | None = None  # CPU affinity (emulated partitions); None = inherit
@@ -61,14 +61,14 @@ class RunnerState:
     cpus: tuple[int, ...]
 
 
-def resolve_target(path: str) -> Callable[..., Any]:
+def resolve_entry(path: str) -> Callable[..., Any]:
     """Import 'package.module:function' and return the function."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
-        raise WorkerError(f"worker target {path!r} is not of the form 'package.module:function'")
+        raise WorkerError(f"worker entry {path!r} is not of the form 'package.module:function'")
     function = getattr(importlib.import_module(module_name), attr, None)
     if not callable(function):
-        raise WorkerError(f"worker target {path!r}: module {module_name!r} has no function {attr!r}")
+        raise WorkerError(f"worker entry {path!r}: module {module_name!r} has no function {attr!r}")
     return function
 
 
@@ -159,7 +159,7 @@ def _take_runner_state(state: RunnerState, job: WorkerJob) -> None:
 def worker_main(
     conn: Connection, start: Event, job: WorkerJob, ready_timeout_s: float, state: RunnerState
 ) -> None:
-    """Entry point of a worker: set the process up, run the target, report, exit."""
+    """Entry point of a worker: set the process up, run the entry, report, exit."""
     _take_runner_state(state, job)
     # Lead a process group of our own: the runner kills the group, so whatever this worker starts
     # dies with it, and a terminal's Ctrl-C or hangup reaches only the runner, which stops us.
@@ -169,16 +169,16 @@ def worker_main(
     _redirect_output(job.log_path)
     log = logging.getLogger(__name__)
     log.info(
-        "worker %s pid=%d target=%s cpus=%s",
+        "worker %s pid=%d entry=%s cpus=%s",
         job.name,
         os.getpid(),
-        job.target,
+        job.entry,
         sorted(os.sched_getaffinity(0)),
     )
     channel = _Channel(conn, start, ready_timeout_s)
     try:
-        target = resolve_target(job.target)
-        value = target(job.payload, before_start=channel.before_start, progress=channel.progress)
+        entry = resolve_entry(job.entry)
+        value = entry(job.payload, before_start=channel.before_start, progress=channel.progress)
     except BaseException as exc:
         log.exception("worker %s failed", job.name)
         channel.error(exc)

@@ -19,9 +19,9 @@ QUICK_NULL: dict[str, Any] = {
 }
 
 
-@pytest.fixture(autouse=True, scope="session", name="importable_targets")
+@pytest.fixture(autouse=True, scope="session", name="importable_entries")
 def fixture_importable_targets() -> Iterator[None]:
-    """Spawned workers import `fault_targets` by name: put this folder on the path they inherit."""
+    """Spawned workers import `fault_entries` by name: put this folder on the path they inherit."""
     sys.path.insert(0, str(HERE))
     yield
     sys.path.remove(str(HERE))

@@ -27,7 +27,7 @@ def fixture_audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, RunR
     outdir = tmp_path_factory.mktemp("audited") / "run"
     argv = [
         "run", "--scenario", LAYOUT, "--backend", "null", "--compliance", "--outdir", str(outdir),
-        "--worker-target", "audit_targets:paced_or_caching",
+        "--worker-entry", "audit_entries:paced_or_caching",
         *(f"--set={key}={value}" for key, value in PACED.items()),
     ]  # fmt: skip
     code = main(argv)

@@ -34,7 +34,7 @@ def _env() -> dict[str, str]:
 
 def _start_cli(outdir: Path, target: str, scenario: str = _TWO, *extra: str) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "mlperf_mig", "run", "--scenario", scenario, *_QUICK,
-            "--outdir", str(outdir), "--worker-target", f"fault_targets:{target}", *extra]
+            "--outdir", str(outdir), "--worker-entry", f"fault_entries:{target}", *extra]
     return subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -196,7 +196,7 @@ def test_sigterm_in_unified_mode_unlinks_shared_memory(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "mlperf_mig", "-v", "run", "--scenario", "3x1g.10gb", "--benchmark",
             "bert", "--mode", "unified", "--backend", "null", "--no-accuracy", "--set",
             "min_duration=60000", "--set", "target_qps=480", "--outdir", str(outdir),
-            "--worker-target", "fault_targets:hanging_serve"]  # fmt: skip
+            "--worker-entry", "fault_entries:hanging_serve"]  # fmt: skip
     parent = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _wait_for(lambda: (outdir / "pids").is_dir() and len(recorded_pids(outdir)) == 3)
     pids = recorded_pids(outdir)

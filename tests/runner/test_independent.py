@@ -64,7 +64,7 @@ def fixture_faulty(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path,
         [
             "run", "--scenario", "7", "--backend", "null", "--no-accuracy", "--timeout", "8",
             "--set", "min_duration=300", "--set", "target_qps=2000", "--outdir", str(outdir),
-            "--worker-target", "fault_targets:crash_raise_hang",
+            "--worker-entry", "fault_entries:crash_raise_hang",
         ]
     )
     return code, outdir, time.monotonic() - began
@@ -105,7 +105,7 @@ def test_exception_comes_back_with_its_traceback(faulty: tuple[int, Path, float]
     raised = _instance(outdir, "i2-")
     assert raised.status == "raised"
     assert raised.error == "ValueError: injected failure in the worker"
-    assert "fault_targets.py" in raised.traceback
+    assert "fault_entries.py" in raised.traceback
 
 
 def test_hang_is_killed_at_the_deadline(faulty: tuple[int, Path, float]) -> None:
@@ -125,7 +125,7 @@ def test_no_worker_outlives_the_run(faulty: tuple[int, Path, float]) -> None:
 _INTERRUPTED_RUN = """
 import sys
 import mlperf_mig
-mlperf_mig.run(7, outdir=sys.argv[1], worker_target="fault_targets:hang_after_barrier",
+mlperf_mig.run(7, outdir=sys.argv[1], worker_entry="fault_entries:hang_after_barrier",
                accuracy=False, progress=False, backend="null")
 """
 

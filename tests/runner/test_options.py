@@ -42,7 +42,7 @@ from .conftest import QUICK_NULL
         ({"outdir": 5}, "outdir"),
         ({"outdir": ""}, "outdir"),
         ({"dataset": ""}, "dataset"),
-        ({"worker_target": "no-colon"}, "worker_target"),
+        ({"worker_entry": "no-colon"}, "worker_entry"),
         ({"cluster": ""}, "cluster"),
         ({"mode": "both"}, "mode"),
     ],

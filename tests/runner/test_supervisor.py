@@ -29,7 +29,7 @@ from mlperf_mig.runner.worker import WorkerJob
 
 folder = Path(sys.argv[1])
 jobs = [
-    WorkerJob(name=f"w{i}", target="supervisor_targets:record_pid_then_hang",
+    WorkerJob(name=f"w{i}", entry="supervisor_entries:record_pid_then_hang",
               payload=str(folder / "pids"), log_path=str(folder / f"w{i}.log"))
     for i in range(2)
 ]
@@ -38,11 +38,11 @@ Supervisor(timeouts=Timeouts(ready_s=60, run_s=60)).run(jobs, after_start=server
 """
 
 
-def _in_worker(tmp_path: Path, target: str, payload: Any, **job: Any) -> Any:
-    """What `target` returns in a worker of a one-job round."""
+def _in_worker(tmp_path: Path, entry: str, payload: Any, **job: Any) -> Any:
+    """What `entry` returns in a worker of a one-job round."""
     work = WorkerJob(
         name="w",
-        target=f"supervisor_targets:{target}",
+        entry=f"supervisor_entries:{entry}",
         payload=payload,
         log_path=str(tmp_path / "w.log"),
         wait_at_barrier=False,

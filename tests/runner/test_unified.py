@@ -12,7 +12,7 @@ import mlperf_mig
 from mlperf_mig.harness import parse_detail_log
 
 from .conftest import QUICK_NULL
-from .fault_targets import RATE_PER_SLICE
+from .fault_entries import RATE_PER_SLICE
 
 
 @pytest.fixture(scope="module", name="unified_run")
@@ -49,9 +49,9 @@ def test_unified_result_is_labelled(unified_run: Any) -> None:
 
 
 def _bert_with_known_speeds(
-    tmp_path: Path, scenario: Any, worker_target: str, *, min_duration: int, target_qps: float
+    tmp_path: Path, scenario: Any, worker_entry: str, *, min_duration: int, target_qps: float
 ) -> Any:
-    """A unified BERT run whose serving workers are the test target `worker_target`."""
+    """A unified BERT run whose serving workers are the test target `worker_entry`."""
     return mlperf_mig.run(
         scenario,
         benchmark="bert",
@@ -62,14 +62,14 @@ def _bert_with_known_speeds(
         accuracy=False,
         progress=False,
         settings={"min_duration": min_duration, "target_qps": target_qps},
-        worker_target=worker_target,
+        worker_entry=worker_entry,
     )
 
 
 def test_dispatch_follows_capacity(tmp_path: Path) -> None:
     """With instance speeds proportional to compute slices, each gets its share within 10%."""
     result = _bert_with_known_speeds(
-        tmp_path, 7, "fault_targets:sleepy_serve", min_duration=3000, target_qps=7 * RATE_PER_SLICE
+        tmp_path, 7, "fault_entries:sleepy_serve", min_duration=3000, target_qps=7 * RATE_PER_SLICE
     )
     assert result.ok
     total = sum(i.dispatched_samples for i in result.instances)
@@ -83,7 +83,7 @@ def test_dead_worker_samples_go_to_the_others(tmp_path: Path) -> None:
     result = _bert_with_known_speeds(
         tmp_path,
         "3x1g.10gb",
-        "fault_targets:dying_serve",
+        "fault_entries:dying_serve",
         min_duration=1000,
         target_qps=3 * 4 * RATE_PER_SLICE,
     )
@@ -147,7 +147,7 @@ def test_hung_worker_is_dropped_and_its_samples_served(tmp_path: Path) -> None:
         progress=False,
         timeout_s=12,
         settings={"min_duration": 1000, "target_qps": 3 * 4 * RATE_PER_SLICE},
-        worker_target="fault_targets:hanging_serve",
+        worker_entry="fault_entries:hanging_serve",
     )
     statuses = {i.name: i.status for i in result.instances}
     assert statuses == {"i0-1g.10gb": "ok", "i1-1g.10gb": "hung", "i2-1g.10gb": "ok"}

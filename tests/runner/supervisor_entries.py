@@ -24,7 +24,7 @@ def affinity(_payload: Any, **_protocol: Any) -> list[int]:
 
 
 def loaded_modules(names: list[str], **_protocol: Any) -> list[str]:
-    """Which of the modules `names` the worker had imported before its target ran."""
+    """Which of the modules `names` the worker had imported before its entry ran."""
     return [name for name in names if name in sys.modules]
 
 

@@ -1,6 +1,6 @@
 """Worker targets for the runner tests, imported by path in the spawned workers.
 
-Each target behaves like the harness's run_instance for every instance but the one it picks
+Each entry behaves like the harness's run_instance for every instance but the one it picks
 (by the MLPERF_MIG_INSTANCE variable the runner sets), which crashes, raises or hangs after the
 start barrier, that is mid-run. Every worker writes its pid to <run folder>/pids/<instance>.
 """
