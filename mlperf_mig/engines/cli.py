@@ -75,16 +75,16 @@ def _build(args: argparse.Namespace) -> int:
         print(f"{spec.backend} backend: nothing to build (it has no engine file)")
         return 0
     built = build_engine(spec, args.cache_dir)
-    target = spec.gpu or "CPU"
+    device = spec.gpu or "CPU"
     if spec.mig_profile:
-        target += f" {spec.mig_profile}"
+        device += f" {spec.mig_profile}"
     model = spec.model_path or f"generated {spec.variant} graph"
     batches = ",".join(str(b) for b in spec.batch_sizes)
     if _batch_is_inferred(spec, args.loadgen_scenario):
         batches += " [inferred: ours, not NVIDIA's]"
     print(
         f"{'reused' if built.reused else 'built'} {spec.benchmark} {spec.precision} "
-        f"{spec.backend} engine for {target} (batch {batches}, {model}): {built.path}"
+        f"{spec.backend} engine for {device} (batch {batches}, {model}): {built.path}"
     )
     return 0
 

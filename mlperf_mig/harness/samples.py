@@ -128,10 +128,10 @@ class SampleLibrary:
             if out is None or buf[0].nbytes < ROW_COPY_BYTES:
                 batch[name] = buf[rows]
                 continue
-            target = out[name][:count]
+            gathered = out[name][:count]
             for row, source_row in enumerate(rows.tolist()):
-                target[row] = buf[source_row]
-            batch[name] = target
+                gathered[row] = buf[source_row]
+            batch[name] = gathered
         return batch
 
 

@@ -3,8 +3,8 @@
 Waits are bounded and event-driven (`multiprocessing.connection.wait` on the pipes and the process
 sentinels): a crash is seen the moment the process exits, a hang when its deadline passes, and
 Ctrl-C stops every worker within seconds. Each worker ends in exactly one status:
-    ok           the target returned; `value` holds its plain-data result
-    raised       the target raised; `error` is "Type: message", `traceback` the child's text
+    ok           the entry returned; `value` holds its plain-data result
+    raised       the entry raised; `error` is "Type: message", `traceback` the child's text
     crashed      the process died without reporting (exit code or signal in `error`)
     hung         it missed its deadline and was killed
     interrupted  the run was stopped (Ctrl-C, SIGTERM, SIGHUP) before it finished
