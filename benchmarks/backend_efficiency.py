@@ -12,9 +12,11 @@ of the rounds), which a machine shared with other work makes noisy, and samples 
 of the process (all its threads: ONNX Runtime's, LoadGen's and ours), which contention moves
 less. Target: the harness keeps at least 98% of the raw session's rate.
 
-The harness run is given the target the raw session reached in the same round, so that its one
-Offline query holds about 1.1x `--seconds` of work and the test lasts past its min_duration
-(VALID). (With the quick preset's measured target the query would hold only its
+The harness run is given TARGET_MARGIN x the best rate of the round's raw and backend runs as
+its target, so that its one Offline query holds more than `--seconds` of work and the test
+lasts past its min_duration (VALID) unless the harness is much faster than both. Rounds
+alternate the order of the sides (raw, backend, harness; then the reverse), so that a change
+of load over time does not favour one side; each round prints the load average before it. (With the quick preset's measured target the query would hold only its
 `offline_query_s` = 2 s of work: a few batches, and LoadGen calls the run INVALID for its
 duration.) An INVALID harness run is named in the summary.
 
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 TARGET_FRACTION = 0.98
+TARGET_MARGIN = 1.3
+SIDES = ("raw", "backend", "harness")
 
 
 def in_child(function: Any, *args: Any) -> Any:
@@ -152,21 +156,33 @@ def main() -> int:
         flush=True,
     )
     rows = []
+    target = 0.0
     with tempfile.TemporaryDirectory(prefix="backend-efficiency-") as tmp:
         for attempt in range(args.repeats):
-            raw = in_child(raw_session, str(engine.path), batch, args.threads, args.seconds)
-            loop = in_child(backend_loop, spec, batch, args.threads, args.seconds)
-            ours = in_child(
-                harness,
-                spec,
-                str(Path(tmp) / f"run-{attempt}"),
-                args.threads,
-                args.seconds,
-                round(raw["per_s"], 2),
+            load = os.getloadavg()[0]
+            done: dict[str, dict[str, Any]] = {}
+            for side in SIDES if attempt % 2 == 0 else SIDES[::-1]:
+                if side == "raw":
+                    done[side] = in_child(
+                        raw_session, str(engine.path), batch, args.threads, args.seconds
+                    )
+                elif side == "backend":
+                    done[side] = in_child(backend_loop, spec, batch, args.threads, args.seconds)
+                else:  # harness: last in forward rounds, first in reversed ones
+                    if "raw" in done:
+                        target = TARGET_MARGIN * max(done["raw"]["per_s"], done["backend"]["per_s"])
+                    outdir = str(Path(tmp) / f"run-{attempt}")
+                    done[side] = in_child(
+                        harness, spec, outdir, args.threads, args.seconds, round(target, 2)
+                    )
+            # the next reversed round's harness runs first: its target comes from this round
+            target = TARGET_MARGIN * max(done["raw"]["per_s"], done["backend"]["per_s"])
+            raw, loop, ours = done["raw"], done["backend"], done["harness"]
+            rows.append(
+                {"attempt": attempt, "load": load, "raw": raw, "backend": loop, "harness": ours}
             )
-            rows.append({"attempt": attempt, "raw": raw, "backend": loop, "harness": ours})
             print(
-                f"  round {attempt}: "
+                f"  round {attempt} (load {load:.2f}): "
                 + ", ".join(
                     f"{side} {r['per_s']:.2f} samples/s ({r['per_cpu_s']:.2f} per CPU-s)"
                     for side, r in (("raw", raw), ("backend", loop), ("harness", ours))
