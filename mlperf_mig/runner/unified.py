@@ -280,9 +280,13 @@ class Dispatcher:
 
     def _resize_chunk(self, worker: int, now: float) -> None:
         """The worker's next chunks: CHUNK_SECONDS of its rate so far, in whole batches, at
-        least one batch and at most `largest_batch`."""
+        least one batch and at most `largest_batch`. Only a worker that reads the shared arrays
+        gets chunks: it splits them into backend calls of its batch size (a cluster node's
+        actor runs what it is sent in one call)."""
         first = self._first_send[worker]
-        if self._largest == self._batch_size or first is None or now <= first:
+        if not self._rows_only[worker] or self._largest == self._batch_size:
+            return
+        if first is None or now <= first:
             return
         rate = self.served[worker] / (now - first)
         batches = int(rate * CHUNK_SECONDS) // self._batch_size

@@ -70,26 +70,36 @@ def _submit(dispatcher: Dispatcher, count: int) -> None:
 def test_a_fast_worker_gets_chunks_of_several_batches(clock: Clock) -> None:
     """A worker that served its first batch in 1 ms (4000 samples/s, 80 in CHUNK_SECONDS) is
     sent chunks of the largest size (16) from then on, two of them (its window)."""
+    dispatcher, link, _ = _dispatcher(rows_only=[True])
+    _submit(dispatcher, 100)
+    clock.now += 0.001
+    dispatcher.done(0, [link.batches()[0][1]], b"\0" * 4 * BATCH, 4)
+    sizes = [len(m[3]) for m in link.batches()]
+    assert sizes == [BATCH, BATCH, LARGEST, LARGEST]
+
+
+def test_a_worker_that_does_not_read_the_shared_arrays_gets_no_chunks(clock: Clock) -> None:
+    """A fast worker that did not say it reads the shared arrays (a cluster node's actor runs
+    what it is sent in one call) keeps getting batches of the batch size."""
     dispatcher, link, _ = _dispatcher()
     _submit(dispatcher, 100)
     clock.now += 0.001
     dispatcher.done(0, [link.batches()[0][1]], b"\0" * 4 * BATCH, 4)
-    sizes = [len(m[2]) for m in link.batches()]
-    assert sizes == [BATCH, BATCH, LARGEST, LARGEST]
+    assert [len(m[2]) for m in link.batches()] == [BATCH, BATCH, BATCH]
 
 
 def test_a_slow_worker_keeps_batches_of_the_batch_size(clock: Clock) -> None:
     """A worker that took 1 s for its first batch (4 samples/s) keeps getting single batches."""
-    dispatcher, link, _ = _dispatcher()
+    dispatcher, link, _ = _dispatcher(rows_only=[True])
     _submit(dispatcher, 100)
     clock.now += 1.0
     dispatcher.done(0, [link.batches()[0][1]], b"\0" * 4 * BATCH, 4)
-    assert [len(m[2]) for m in link.batches()] == [BATCH, BATCH, BATCH]
+    assert [len(m[3]) for m in link.batches()] == [BATCH, BATCH, BATCH]
 
 
 def test_a_chunk_is_completed_with_its_samples_in_order(clock: Clock) -> None:
     """The reply to a chunk completes exactly the chunk's sample ids, in the query's order."""
-    dispatcher, link, completed = _dispatcher()
+    dispatcher, link, completed = _dispatcher(rows_only=[True])
     _submit(dispatcher, 100)
     clock.now += 0.001
     for message in link.batches()[:2]:
