@@ -439,7 +439,7 @@ class _Receiver(threading.Thread):
         self.join()
 
 
-# --- coordinator target ----------------------------------------------------------------------------
+# --- coordinator entry -----------------------------------------------------------------------------
 def _collect_targets(job: CoordinatorJob, timeout_s: float) -> tuple[dict[int, float | None], set[int]]:
     """Each worker's calibrated target (None when it calibrated nothing), sent before it waits
     at the barrier, and the workers that read the shared arrays (rows only); a worker missing
@@ -487,7 +487,7 @@ def combined_target(loadgen_scenario: str, targets: Sequence[float | None]) -> f
 
 
 def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progress: Callable[[int], None]) -> dict[str, Any]:
-    """Worker target of the coordinator: run the layout's LoadGen test over the instance workers."""
+    """Worker entry of the coordinator: run the layout's LoadGen test over the instance workers."""
     from mlperf_mig.harness.loadgen_test import LoadGenTest
 
     with LoadGenTest(job.task) as test:
@@ -595,7 +595,7 @@ def _coordinate(
     }
 
 
-# --- instance worker target ------------------------------------------------------------------------
+# --- instance worker entry -------------------------------------------------------------------------
 def serve_instance(
     job: ServeJob,
     *,
@@ -603,7 +603,7 @@ def serve_instance(
     progress: Callable[[int], None],
     open_backend: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
-    """Worker target of one instance: load the engine, report a target, serve batches until stop.
+    """Worker entry of one instance: load the engine, report a target, serve batches until stop.
 
     `open_backend` replaces the task's backend (tests use it to give instances known speeds).
     """
