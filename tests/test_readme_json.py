@@ -23,10 +23,10 @@ def _takes_json(parser: argparse.ArgumentParser) -> bool:
 
 
 def _readme_lists() -> tuple[list[str], list[str]]:
-    """(commands the README says take --json, commands it says print tables only)."""
+    """(commands the README says take --json, commands it says print no table)."""
     match = re.search(
-        r"`--json`\s+prints machine-readable output instead of the table in (.*?);(.*?) print "
-        r"tables only",
+        r"`--json`\s+prints machine-readable output instead of the table in (.*?);(.*?) print no "
+        r"table",
         README,
         flags=re.S,
     )
@@ -41,8 +41,8 @@ def test_commands_the_readme_lists_take_json() -> None:
     assert [name for name in with_json if not _takes_json(commands[name])] == []
 
 
-def test_commands_the_readme_lists_as_tables_only_have_no_json() -> None:
-    """The commands the README says print tables only have no --json (else the README is stale)."""
+def test_commands_the_readme_lists_without_a_table_have_no_json() -> None:
+    """The commands the README says print no table have no --json (else the README is stale)."""
     _, tables_only = _readme_lists()
     commands = _commands()
     assert tables_only and [name for name in tables_only if _takes_json(commands[name])] == []

@@ -1,4 +1,4 @@
-"""Worker targets for the compliance tests, imported by path in the spawned workers.
+"""Worker entries for the compliance tests, imported by path in the workers.
 
 `paced_or_caching` runs the harness's run_instance with the null backend slowed to 2 ms per
 sample it computes; instance i0 also keeps an answer cache in front of it, as a SUT that

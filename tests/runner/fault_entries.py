@@ -1,4 +1,4 @@
-"""Worker targets for the runner tests, imported by path in the spawned workers.
+"""Worker entries for the runner tests, imported by path in the workers.
 
 Each entry behaves like the harness's run_instance for every instance but the one it picks
 (by the MLPERF_MIG_INSTANCE variable the runner sets), which crashes, raises or hangs after the
@@ -7,6 +7,7 @@ start barrier, that is mid-run. Every worker writes its pid to <run folder>/pids
 
 from __future__ import annotations
 
+import abc
 import os
 import signal
 import time
@@ -87,18 +88,29 @@ def sleepy_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
     )
 
 
-class DyingBackend(SleepyBackend):
-    """Serves a few batches, then the process is killed with SIGKILL mid-run."""
+class FailingBackend(SleepyBackend):
+    """Serves `batches` batches, then `fail()` inside the next one."""
 
     def __init__(self, benchmark: Any, samples_per_s: float, batches: int) -> None:
         super().__init__(benchmark, samples_per_s)
         self._left = batches
 
+    @abc.abstractmethod
+    def fail(self) -> None:
+        """What happens in the batch after the last one served."""
+
     def run(self, feeds: Any) -> Any:
         self._left -= 1
         if self._left < 0:
-            os.kill(os.getpid(), signal.SIGKILL)
+            self.fail()
         return super().run(feeds)
+
+
+class DyingBackend(FailingBackend):
+    """Serves a few batches, then the process is killed with SIGKILL mid-run."""
+
+    def fail(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def dying_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
@@ -163,18 +175,11 @@ def starts_a_child_then_hangs(task: Any, *, before_start: Any, progress: Any) ->
     time.sleep(3600)
 
 
-class HangingBackend(SleepyBackend):
+class HangingBackend(FailingBackend):
     """Serves a few batches, then hangs inside a batch (stops answering, stays alive)."""
 
-    def __init__(self, benchmark: Any, samples_per_s: float, batches: int) -> None:
-        super().__init__(benchmark, samples_per_s)
-        self._left = batches
-
-    def run(self, feeds: Any) -> Any:
-        self._left -= 1
-        if self._left < 0:
-            time.sleep(3600)
-        return super().run(feeds)
+    def fail(self) -> None:
+        time.sleep(3600)
 
 
 def hanging_serve(job: Any, *, before_start: Any, progress: Any) -> Any:

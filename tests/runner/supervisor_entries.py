@@ -1,4 +1,4 @@
-"""Worker targets for the supervisor tests, imported by path in the workers.
+"""Worker entries for the supervisor tests, imported by path in the workers.
 
 Each reports what its worker process looks like from inside (environment, CPU affinity, the
 modules it started with), or records its pid and hangs (for the tests that kill the runner).

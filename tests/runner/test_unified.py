@@ -49,9 +49,9 @@ def test_unified_result_is_labelled(unified_run: Any) -> None:
 
 
 def _bert_with_known_speeds(
-    tmp_path: Path, scenario: Any, worker_entry: str, *, min_duration: int, target_qps: float
+    tmp_path: Path, scenario: Any, worker_entry: str, *, min_duration: int, target_qps: float, **more: Any
 ) -> Any:
-    """A unified BERT run whose serving workers are the test target `worker_entry`."""
+    """A unified BERT run whose serving workers are the test entry `worker_entry`."""
     return mlperf_mig.run(
         scenario,
         benchmark="bert",
@@ -63,6 +63,7 @@ def _bert_with_known_speeds(
         progress=False,
         settings={"min_duration": min_duration, "target_qps": target_qps},
         worker_entry=worker_entry,
+        **more,
     )
 
 
@@ -136,18 +137,9 @@ def test_hung_worker_is_dropped_and_its_samples_served(tmp_path: Path) -> None:
     in-flight samples go to the others, the layout's test completes every sample, the run is
     marked degraded naming it, and no worker process is left."""
     started = time.monotonic()
-    result = mlperf_mig.run(
-        "3x1g.10gb",
-        benchmark="bert",
-        mode="unified",
-        outdir=tmp_path / "run",
-        backend="null",
-        batch_size=4,
-        accuracy=False,
-        progress=False,
-        timeout_s=12,
-        settings={"min_duration": 1000, "target_qps": 3 * 4 * RATE_PER_SLICE},
-        worker_entry="fault_entries:hanging_serve",
+    result = _bert_with_known_speeds(
+        tmp_path, "3x1g.10gb", "fault_entries:hanging_serve", min_duration=1000,
+        target_qps=3 * 4 * RATE_PER_SLICE, timeout_s=12,
     )
     statuses = {i.name: i.status for i in result.instances}
     assert statuses == {"i0-1g.10gb": "ok", "i1-1g.10gb": "hung", "i2-1g.10gb": "ok"}
