@@ -39,7 +39,6 @@ from mlperf_mig.runner.supervisor import WorkerOutcome
 log = logging.getLogger(__name__)
 
 
-
 # --- helpers ----------------------------------------------------------------------------------------
 def choose_rounds(plan: RunPlan, outdir: Path, stream: TextIO | None) -> Rounds:
     """The kind of round the plan runs, chosen once: independent or unified, local or on a
@@ -157,11 +156,10 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     rounds = choose_rounds(plan, outdir, stream)
     known: dict[str, dict[str, WorkerOutcome]] = {"performance": {}, "accuracy": {}}
 
-    def save(interrupted: bool) -> RunResult:
+    def save(interrupted: bool) -> None:
+        """results.json of what is known so far."""
         elapsed = time.monotonic() - began
-        result = _assemble(plan, rounds, known["performance"], known["accuracy"], interrupted, started_at, elapsed)
-        result.save(outdir)
-        return result
+        _assemble(plan, rounds, known["performance"], known["accuracy"], interrupted, started_at, elapsed).save(outdir)
 
     def checkpoint(phase: str) -> Callable[[WorkerOutcome], None]:
         """Write results.json (marked incomplete) as each worker of `phase` finishes, so that
