@@ -113,17 +113,22 @@ class DyingBackend(FailingBackend):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def dying_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
-    """Unified-mode instance worker; i1 dies after 5 batches, the others keep serving."""
+def _serve_with_i1_failing(job: Any, failing: type[FailingBackend], before_start: Any, progress: Any) -> Any:
+    """Unified-mode instance worker: i1 serves 5 batches with `failing`, the others keep serving."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.runner.unified import serve_instance
 
     benchmark = get_benchmark(job.task.benchmark)
     if _instance().startswith("i1-"):
-        make = lambda: DyingBackend(benchmark, 4 * RATE_PER_SLICE, batches=5)  # noqa: E731
+        make = lambda: failing(benchmark, 4 * RATE_PER_SLICE, batches=5)  # noqa: E731
     else:
         make = lambda: SleepyBackend(benchmark, 4 * RATE_PER_SLICE)  # noqa: E731
     return serve_instance(job, before_start=before_start, progress=progress, open_backend=make)
+
+
+def dying_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
+    """Unified-mode instance worker; i1 dies after 5 batches, the others keep serving."""
+    return _serve_with_i1_failing(job, DyingBackend, before_start, progress)
 
 
 def first_finishes_others_hang(task: Any, *, before_start: Any, progress: Any) -> Any:
@@ -184,13 +189,5 @@ class HangingBackend(FailingBackend):
 
 def hanging_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
     """Unified-mode instance worker; i1 stops answering after 5 batches, the others keep serving."""
-    from mlperf_mig.benchmark import get_benchmark
-    from mlperf_mig.runner.unified import serve_instance
-
     _record_pid(job.task)
-    benchmark = get_benchmark(job.task.benchmark)
-    if _instance().startswith("i1-"):
-        make = lambda: HangingBackend(benchmark, 4 * RATE_PER_SLICE, batches=5)  # noqa: E731
-    else:
-        make = lambda: SleepyBackend(benchmark, 4 * RATE_PER_SLICE)  # noqa: E731
-    return serve_instance(job, before_start=before_start, progress=progress, open_backend=make)
+    return _serve_with_i1_failing(job, HangingBackend, before_start, progress)
