@@ -95,8 +95,8 @@ def _positive(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise NameParseError(
-            f"--repeats {text!r} is not a whole number; pass how often each layout runs, e.g. 3"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number; pass how often each layout runs, e.g. 3"
         ) from None
 
 
@@ -203,8 +203,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(_json(result) if args.json else result.table())
         print(f"results: {Path(result.outdir) / 'repeats.json'}", file=sys.stderr)
-    audit_failed = isinstance(result, RunResult) and result.compliance_passed is False
-    return EXIT_OK if result.ok and not audit_failed else EXIT_FAILED
+    return EXIT_OK if result.ok and not _audit_failed(result) else EXIT_FAILED
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -224,7 +223,22 @@ def _sweep(args: argparse.Namespace) -> int:
         isolation=args.isolation, **options,
     )
     print(_json(result) if args.json else result.table())
-    return EXIT_OK if result.ok else EXIT_FAILED
+    return EXIT_OK if result.ok and not _audit_failed(result) else EXIT_FAILED
+
+
+def _audit_failed(result: Any) -> bool:
+    """Whether a compliance audit failed in any run of `result`: a run, its repeats, or every
+    layout of a sweep (a failed audit exits 1, as `--help` says)."""
+    from mlperf_mig.runner.results import RunResult
+    from mlperf_mig.runner.sweep import SweepResult
+
+    if isinstance(result, RunResult):
+        runs = [result]
+    elif isinstance(result, SweepResult):
+        runs = [*result.runs, *(run for study in result.studies for run in study.runs)]
+    else:  # RepeatedRun
+        runs = list(result.runs)
+    return any(run.compliance_passed is False for run in runs)
 
 
 def _json(result: Any) -> str:

@@ -122,8 +122,11 @@ class RunPlan:
             "batch_size": self.batch_size,
             "model_path": _file_digest(self.model_path),
             "gpu": self.gpu,
-            "partitioning": self.deployment.partitioning,
+            # a hash input only: named as before the rename, so that earlier runs keep their keys
+            "target": self.deployment.partitioning,
             "accuracy": self.accuracy,
+            # only when asked for, so that the keys of runs without audits stay as they were
+            **({"compliance": True} if self.compliance else {}),
         }
         canonical = json.dumps(fields, sort_keys=True)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]

@@ -181,7 +181,7 @@ def _totals(runs: Sequence[RunResult]) -> list[float]:
 
 
 def _from_first(name: str) -> property:
-    """A setting every repeat shares (they were checked to agree), read from the first run."""
+    """A setting every repeat shares (each repeat runs the same plan), read from the first run."""
     return property(lambda self: getattr(self.first, name), doc=f"The {name} of every repeat.")
 
 

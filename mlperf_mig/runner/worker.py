@@ -82,13 +82,14 @@ def _die_with_parent() -> None:
     """
     from multiprocessing import forkserver
 
+    parent = os.getppid()  # read before our copy of the alive pipe closes: the server may end then
+
     server = forkserver._forkserver
     alive_fd = getattr(server, "_forkserver_alive_fd", None)  # CPython's, since 3.4
     if server.get_inherited_fds() is not None and alive_fd is not None:
         os.close(alive_fd)
         server._forkserver_alive_fd = None  # a server of this worker's own would be started anew
     if sys.platform.startswith("linux"):
-        parent = os.getppid()
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:

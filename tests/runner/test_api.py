@@ -37,3 +37,12 @@ def test_plan_command_json(capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["partitioning"] == "emulated" and len(data["instances"]) == 4
     assert [e["key"] for e in data["engines"]] == ["cpu"]
+
+
+def test_settings_key_separates_audited_runs(tmp_path: Path) -> None:
+    """Asking for the compliance audits changes the settings key (a sweep never resumes an
+    unaudited run for an audited one); the same options give the same key."""
+    same = {"backend": "null", "outdir": tmp_path / "run"}
+    plain = mlperf_mig.plan(7, **same).settings_key
+    assert mlperf_mig.plan(7, **same).settings_key == plain
+    assert mlperf_mig.plan(7, compliance=True, **same).settings_key != plain

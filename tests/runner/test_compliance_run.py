@@ -49,6 +49,16 @@ def test_failed_audit_is_a_result_with_exit_code_1(audited: tuple[int, RunResult
     assert not test04.passed and "faster than the performance run" in test04.reason
 
 
+def test_failed_audit_in_a_sweep_exits_1(tmp_path: Path) -> None:
+    """A sweep whose layout fails an audit exits 1, as a single run does."""
+    argv = [
+        "sweep", "--scenarios", LAYOUT, "--backend", "null", "--compliance", "--outdir", str(tmp_path / "sweep"),
+        "--worker-entry", "audit_entries:paced_or_caching",
+        *(f"--set={key}={value}" for key, value in PACED.items()),
+    ]  # fmt: skip
+    assert main(argv) == 1
+
+
 def test_computing_instance_passes_test04(audited: tuple[int, RunResult, str]) -> None:
     """The instance that computes every sample passes TEST04 (its repeated sample is no faster)."""
     _, run, _ = audited

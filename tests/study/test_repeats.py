@@ -103,6 +103,15 @@ def test_zero_repeats_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "\n" not in err and "repeats must be a whole number from 1" in err
 
 
+def test_repeats_that_is_not_a_number_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """--repeats x says what is wrong with it and what to pass: one line, exit 2."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["run", "--scenario", "5", "--backend", "null", "--repeats", "x"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'x' is not a whole number" in err and "e.g. 3" in err
+
+
 def test_advise_on_a_folder_without_single_profile_layouts(studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A run folder of one multi-instance layout has nothing alone to predict from: one line, exit 2."""
     folder = study_dir / MIXED / "repeat-1"
