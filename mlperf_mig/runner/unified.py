@@ -340,7 +340,11 @@ class Dispatcher:
         batches = list(self._inflight[worker].values())
         self._inflight[worker].clear()
         self._outstanding[worker] = 0
-        self._pending.extendleft(reversed(batches))
+        for batch in reversed(batches):
+            if len(batch[0]) > self._batch_size:  # a chunk: cut again for whoever takes it
+                self._queries.appendleft(_Query(batch[0], list(batch[1]), batch[2]))
+            else:
+                self._pending.appendleft(batch)
         log.warning("worker %d is gone; re-sending its %d in-flight batches", worker, len(batches))
 
     def _fail_pending(self) -> None:

@@ -146,3 +146,32 @@ def test_a_chunk_runs_in_backend_calls_of_at_most_the_batch_size() -> None:
     payloads = _run_in_batches(np.arange(10), 4, run, np.zeros(16, dtype=np.int64))
     assert calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert payloads.tolist() == [r * 10 for r in range(10)]
+
+
+def test_a_dead_workers_chunk_is_cut_again_for_the_others(clock: Clock) -> None:
+    """The chunks in flight at a worker that dies go to a worker that runs what it is sent in
+    one call (a cluster node) in batches of at most the batch size, every sample once."""
+    links = [RecordingLink(), RecordingLink()]
+    dispatcher = Dispatcher(
+        links,  # type: ignore[arg-type]  # only send() is used
+        (1.0, 1.0),
+        batch_size=BATCH,
+        complete=lambda ids, blob, size: None,
+        largest_batch=LARGEST,
+        rows_only=[True, False],
+    )
+    _submit(dispatcher, 200)
+    clock.now += 0.001
+    dispatcher.done(0, [links[0].batches()[0][1]], b"\0" * 4 * BATCH, 4)
+    assert max(len(m[3]) for m in links[0].batches()) == LARGEST
+    before = len(links[1].batches())
+    dispatcher.worker_died(0)
+    answered = 0
+    while answered < len(links[1].batches()):  # worker 1 serves everything that is left
+        message = links[1].batches()[answered]
+        dispatcher.done(1, [message[1]], b"\0" * 4 * len(message[2]), 4)
+        answered += 1
+    served = [i for m in links[1].batches() for i in m[2]]
+    assert len(links[1].batches()) > before and max(len(m[2]) for m in links[1].batches()) <= BATCH
+    assert len(served) == len(set(served)) == 200 - BATCH  # all but worker 0's one answered batch
+    assert dispatcher.completed == 200
