@@ -19,7 +19,6 @@ performance run): its verdict says so, and validity is not asked of its logs.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -281,22 +280,18 @@ def compare_performance(
 
 
 # --- TEST01 accuracy ---------------------------------------------------------------------------
-def _digest(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()
-
-
 def compare_payloads(
     accuracy_entries: Sequence[tuple[int, bytes]], audit_entries: Sequence[tuple[int, bytes]]
 ) -> tuple[int, int, list[int]]:
     """(sampled, matched, indices whose payload differs): every audit record against the
-    accuracy run's first answer for its sample, by SHA-256 of the payloads."""
-    expected = {index: _digest(data) for index, data in first_answers(accuracy_entries).items()}
+    accuracy run's first answer for its sample, byte for byte."""
+    expected = first_answers(accuracy_entries)
     matched, differing = 0, []
     for index, data in audit_entries:
         if index not in expected:
             continue
         matched += 1
-        if _digest(data) != expected[index]:
+        if data != expected[index]:
             differing.append(index)
     return len(audit_entries), matched, differing
 

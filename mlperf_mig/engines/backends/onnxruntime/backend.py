@@ -283,17 +283,15 @@ class OnnxRuntimeBackend(Backend):
         count = len(next(iter(feeds.values())))
         step = self.samples_per_run
         if step is None or count <= step:
-            return self._run_once(self._session, feeds)
+            return self._run_once(feeds)
         parts = [
-            self._run_once(self._session, {name: a[i : i + step] for name, a in feeds.items()})
+            self._run_once({name: a[i : i + step] for name, a in feeds.items()})
             for i in range(0, count, step)
         ]
         return {name: np.concatenate([p[name] for p in parts]) for name in self._output_names}
 
-    def _run_once(
-        self, session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        outputs: list[Any] = session.run(self._output_names, dict(feeds))
+    def _run_once(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs: list[Any] = self._session.run(self._output_names, dict(feeds))
         return dict(zip(self._output_names, outputs))
 
     def close(self) -> None:
