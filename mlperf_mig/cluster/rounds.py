@@ -275,7 +275,11 @@ def _wait(
                 display.event(name, "ready")
         display.progress(counts)
         if run_deadline is None and set(pending.values()) <= set(arrived):
-            ray.get(barrier.release.remote(), timeout=_BARRIER_CALL_S)
+            try:
+                ray.get(barrier.release.remote(), timeout=_BARRIER_CALL_S)
+            except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
+                _lose_round(ray, pending, actors, finish, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+                return
             run_deadline = time.monotonic() + plan.timeouts.run_s
             log.info("cluster start barrier released")
         deadline = ready_deadline if run_deadline is None else run_deadline
@@ -293,10 +297,10 @@ def _lose_round(
     why: str,
 ) -> None:
     """The round's start barrier is gone: every instance still running is stopped and lost."""
-    for ref, name in list(pending.items()):
-        ray.kill(actors[name], no_restart=True)
+    kill_all(ray, {name: actors[name] for name in pending.values()})
+    for name in pending.values():
         finish(name, WorkerOutcome(name=name, status="crashed", error=f"the round's start barrier was lost ({why})"))
-        del pending[ref]
+    pending.clear()
 
 
 def start_skew_ms(outcomes: Mapping[str, WorkerOutcome]) -> float | None:
@@ -341,9 +345,14 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     outcomes: dict[str, WorkerOutcome] = {}
     try:
         opened = _open_all(ray, plan, slots, actors, tasks, requests, outcomes)
-        for name, reply in opened.items():  # the target (a rate here) as seen over the network
+        for name, reply in list(opened.items()):  # the target (a rate here) as seen over the network
             if reply["target"] is not None and plan.loadgen_scenario in ("Offline", "Server"):
-                rate = round_trip_rate(actors[name], reply["batch_size"], layouts)
+                try:
+                    rate = round_trip_rate(actors[name], reply["batch_size"], layouts)
+                except actor_errors() as exc:  # its node went away after it opened its model
+                    outcomes[name] = WorkerOutcome(name=name, status="crashed", error=f"its actor or node died ({type(exc).__name__})")
+                    del opened[name]
+                    continue
                 log.info("%s: target %.0f on its node, %.0f samples/s from the driver", name, reply["target"], rate)
                 reply["target"] = min(reply["target"], rate)
         for name, reply in opened.items():
@@ -363,6 +372,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                     links=tuple(a for a, _ in pipes), names=tuple(s.name for s in slots),
                     weights=tuple(REMOTE_WINDOW_SCALE * float(s.compute_slices) for s in slots), batch_size=batch_size,
                     synthetic_weights=plan.model_path is None, ready_timeout_s=plan.timeouts.ready_s,
+                    reply_timeout_s=plan.timeouts.run_s / 2,  # as locally: a silent node is dropped
                 ),
                 log_path=str(outdir / LAYOUT_FOLDER / "worker.log"),
             )

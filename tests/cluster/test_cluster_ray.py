@@ -269,4 +269,5 @@ def _alive_actors(cluster: Namespace) -> int:
                          "print(sum(a['State']=='ALIVE' for a in ray._private.state.actors().values()))"]),
         capture_output=True, text=True, env=ENV, timeout=120,
     )
+    assert left.returncode == 0, left.stdout + left.stderr
     return int(left.stdout.strip().splitlines()[-1])
