@@ -10,13 +10,14 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError
+from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError, UntrustedPathError
 
 
 def ensure_writable_dir(path: str | os.PathLike[str]) -> Path:
@@ -87,7 +88,12 @@ def check_text_file(path: str, what: str, error: type[MlperfMigError] = Settings
 def free_space(path: str | os.PathLike[str]) -> str:
     """The free space of the file system holding `path` (or its nearest existing parent)."""
     folder = Path(path).absolute()
-    while not folder.exists() and folder != folder.parent:
+    while folder != folder.parent:
+        try:
+            if folder.exists():
+                break
+        except OSError:  # a name too long to look up: its parent holds the answer
+            pass
         folder = folder.parent
     try:
         free = shutil.disk_usage(folder).free
@@ -120,6 +126,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     except OSError as exc:
         raise write_failed(destination, exc) from None
     try:
+        # mkstemp makes the file 0600; a shared output gets what the user's umask gives any file.
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -132,6 +140,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return destination
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -208,3 +223,70 @@ def _refuse_existing(folder: Path, name: str | None, what: str) -> None:
             f"{str(folder)!r} already holds {what} ({name}) that this one would overwrite; pass a "
             "new output folder, or move that one away first"
         )
+
+
+# --- paths read back from files the project does not trust ---------------------------------
+# A name that becomes one path component: no separators, no leading dot, no control characters.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_+@=][A-Za-z0-9._+@=,-]{0,127}")
+
+
+def safe_name(value: object, what: str, source: str | os.PathLike[str]) -> str:
+    """`value`, read from `source`, as a name that is one path component of its folder.
+
+    Refused with one line naming the file, the field and the pattern: a name with '/', '..', a
+    leading dot, spaces or control characters would write or read outside the folder it names.
+    """
+    if isinstance(value, str) and _SAFE_NAME.fullmatch(value) and ".." not in value:
+        return value
+    raise UntrustedPathError(
+        f"{str(source)!r}: {what} {value!r} is not a plain name (letters, digits and . _ + @ = , -, "
+        "not starting with a dot, no '/' or '..'); the file was edited or is not one this tool "
+        "wrote: fix that field or write the folder again"
+    )
+
+
+def inside(folder: str | os.PathLike[str], relative: object, what: str) -> Path:
+    """`folder/relative`, refused unless it stays inside `folder` with no symlink on the way.
+
+    `relative` comes from a file the project reads back (an index, results.json, a tree): an
+    absolute path, a `..` that climbs out, or a symlink anywhere below `folder` is refused with
+    one line naming it. The path need not exist; what exists of it is checked.
+    """
+    base = Path(folder)
+    if not isinstance(relative, (str, os.PathLike)) or not str(relative):
+        raise UntrustedPathError(
+            f"{what} in {str(base)!r} is {relative!r}, not a path relative to that folder; "
+            "fix the field or write the folder again"
+        )
+    rel = Path(relative)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise UntrustedPathError(
+            f"{what} {str(relative)!r} leaves {str(base)!r} (an absolute path or '..'); paths "
+            "read back must stay inside their folder: fix the field or write the folder again"
+        )
+    path = base
+    for part in rel.parts:
+        path = path / part
+        if path.is_symlink():
+            raise UntrustedPathError(
+                f"{str(path)!r} ({what}) is a symbolic link; nothing is followed out of "
+                f"{str(base)!r}: replace the link with the file itself"
+            )
+    return path
+
+
+def refuse_links_below(folder: str | os.PathLike[str], what: str) -> None:
+    """Refuse a folder that holds a symlink anywhere below it (before copying or chmod-ing it)."""
+    base = Path(folder)
+    if base.is_symlink():
+        raise UntrustedPathError(
+            f"{str(base)!r} ({what}) is a symbolic link; pass the folder itself"
+        )
+    for root, dirs, files in os.walk(base, followlinks=False):
+        for name in dirs + files:
+            path = Path(root) / name
+            if path.is_symlink():
+                raise UntrustedPathError(
+                    f"{str(path)!r} in {what} {str(base)!r} is a symbolic link; nothing is "
+                    "followed out of a folder the tool reads: replace the link with the file itself"
+                )

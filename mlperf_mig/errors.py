@@ -94,3 +94,9 @@ class SubmissionError(MlperfMigError, ValueError):
 
 class ClusterError(MlperfMigError, RuntimeError):
     """A Ray cluster that cannot be reached or used, or a layout it cannot hold."""
+
+
+# --- what the project reads back ------------------------------------------------------------
+class UntrustedPathError(MlperfMigError, ValueError):
+    """A path or name read from a results folder, index, cache or tree that would leave its
+    folder: `..`, an absolute path, a symlink out, or a name outside its allowed pattern."""
