@@ -9,6 +9,11 @@ A cluster is named by one string (`--cluster`, `cluster=`):
 
 Every failure to connect is one line saying what to do (ClusterError, exit 2): Ray missing, an
 address nothing answers on, a cluster of another Ray or Python version.
+
+Ray replaces a driver's SIGTERM handler when it starts (a Python one that exits 1, and the core
+worker's C++ one that prints a stack dump), so a session keeps the project's handlers: it enters
+`stop_signals()` and puts the handlers back after Ray has started, and SIGTERM stops a cluster run
+as it stops a local one.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,6 +47,7 @@ LOOPBACK_ENV = {
 LOCAL_NODE_CPUS_ENV = "MLPERF_MIG_NODE_CPUS"  # the CPUs a local:N node emulates its partition on
 # room for a node's share of the sample set (ResNet50: 588 KiB a sample) without spilling to disk
 LOCAL_OBJECT_STORE_BYTES = 768 * 1024 * 1024
+_KEPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @attrs.frozen(kw_only=True)
@@ -66,7 +74,7 @@ def parse_cluster(text: str) -> ClusterSpec:
         return ClusterSpec(kind="auto")
     if value.startswith("local:"):
         count = value.removeprefix("local:")
-        if not count.isdigit() or not 1 <= int(count) <= MAX_LOCAL_NODES:
+        if not _ascii_digits(count) or not 1 <= int(count) <= MAX_LOCAL_NODES:
             raise ClusterError(
                 f"cluster {value!r}: local:N needs a node count N from 1 to {MAX_LOCAL_NODES}, "
                 "e.g. local:3"
@@ -74,9 +82,14 @@ def parse_cluster(text: str) -> ClusterSpec:
         return ClusterSpec(kind="local", nodes=int(count))
     client = value.startswith("ray://")
     host, sep, port = value.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not _ascii_digits(port) or not 0 < int(port) < 65536:
         raise ClusterError(f"cluster {value!r} is not an address; pass {forms}")
     return ClusterSpec(kind="client" if client else "address", address=value)
+
+
+def _ascii_digits(text: str) -> bool:
+    """True for a non-empty run of 0-9 (str.isdigit also takes '²' and other scripts' digits)."""
+    return text.isascii() and text.isdigit()
 
 
 def import_ray() -> Any:
@@ -258,14 +271,16 @@ def open_cluster(text: str | ClusterSpec) -> ClusterSession:
         ray.shutdown()
     if spec.kind == "local":
         try:
-            local, address = _start_local(ray, spec.nodes or 1)
+            with _handlers_kept():
+                local, address = _start_local(ray, spec.nodes or 1)
         except BaseException:
             if restore is not None:
                 restore()
             raise
         session = ClusterSession(spec, address, local, restore)
         try:
-            _init(ray, address)
+            with _handlers_kept():
+                _init(ray, address)
         except BaseException:
             session.close()
             raise
@@ -276,11 +291,43 @@ def open_cluster(text: str | ClusterSpec) -> ClusterSession:
     try:
         if spec.address is not None:
             check_reachable(spec.address)
-        _init(ray, address)
+        with _handlers_kept():
+            _init(ray, address)
     except BaseException:
         session.close()
         raise
     return session
+
+
+@contextlib.contextmanager
+def _handlers_kept() -> Iterator[None]:
+    """This process's SIGINT, SIGTERM and SIGHUP handlers stay in force through a Ray start.
+
+    Ray installs its own SIGTERM handler in the driver (ray.init: sys.exit(15); a node the
+    driver starts: kill that node and exit 1) through ray._private.utils.set_sigterm_handler,
+    which is switched off for the block; ray.init's core worker then installs a C++ handler that
+    prints a stack dump, which no Python switch reaches, so the handlers in force before the
+    block are installed again when it ends (signal.signal sets the C-level handler too). Outside
+    the main thread, where Python sets no handlers, nothing is changed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import ray._private.utils as ray_utils
+
+    saved = {signum: signal.getsignal(signum) for signum in _KEPT_SIGNALS}
+    install = ray_utils.set_sigterm_handler
+    ray_utils.set_sigterm_handler = _keep_sigterm_handler
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = install
+        for signum, handler in saved.items():
+            if handler is not None:  # None: a handler not set from Python, which Python cannot set back
+                signal.signal(signum, handler)
+
+
+def _keep_sigterm_handler(handler: object) -> None:
+    """Ray's set_sigterm_handler while a session starts: the handler in force stays."""
 
 
 def is_loopback(address: str | None) -> bool:
@@ -303,14 +350,18 @@ def cluster_scope(text: str | ClusterSpec | None) -> Iterator[ClusterSession | N
     if text is None:
         yield None
         return
+    from mlperf_mig.runner.supervisor import stop_signals
+
     spec = parse_cluster(text) if isinstance(text, str) else text
     if _active is not None and _active.spec == spec:
         yield _active
         return
-    session = open_cluster(spec)
-    _active = session
-    try:
-        yield session
-    finally:
-        _active = None
-        session.close()
+    # SIGTERM and SIGHUP stop the block as Ctrl-C does, so the cluster is closed on them too
+    with stop_signals():
+        session = open_cluster(spec)
+        _active = session
+        try:
+            yield session
+        finally:
+            _active = None
+            session.close()
