@@ -25,7 +25,8 @@ STUDY_LAYOUTS = 8
 def _scenario(text: str) -> int | str:
     """A study layout number stays an int; anything else is a layout string or system ID."""
     stripped = text.strip()
-    return int(stripped) if stripped.lstrip("+-").isdigit() else stripped
+    digits = stripped[1:] if stripped[:1] in ("+", "-") else stripped
+    return int(stripped) if digits.isascii() and digits.isdigit() else stripped  # not "²", "٣"
 
 
 def _scenarios(values: list[str]) -> list[int | str]:
@@ -34,7 +35,7 @@ def _scenarios(values: list[str]) -> list[int | str]:
     for value in values:
         for part in value.split(","):
             low, dash, high = part.partition("-")
-            if dash and low.isdigit() and high.isdigit():
+            if dash and (low + high).isascii() and low.isdigit() and high.isdigit():
                 if int(low) > int(high):
                     raise NameParseError(
                         f"--scenarios range {part!r} runs backwards; write it low to high, e.g. "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,7 +139,7 @@ def resolve_layout(scenario: ScenarioSpec, gpu: Any, catalog: Any) -> tuple[Any,
         return registry.study_layout(number, gpu), number
     if isinstance(scenario, str):
         text = scenario.strip()
-        if text.lstrip("+-").isdigit():
+        if re.fullmatch(r"[+-]?[0-9]+", text):  # ASCII digits only: int() refuses "²", isdigit() not
             number = _study_number(int(text))
             return registry.study_layout(number, gpu), number
         if text.lower() in _LOADGEN_SCENARIO_NAMES:

@@ -63,6 +63,13 @@ def test_malformed_cluster_values_name_the_accepted_forms(text: str) -> None:
         parse_cluster(text)
 
 
+@pytest.mark.parametrize("text", ["local:²", "local:٣", "local:１", "head:٦٣٧٩", "ray://head:¹⁰⁰⁰¹"])
+def test_cluster_counts_and_ports_take_ascii_digits_only(text: str) -> None:
+    """A node count or port in superscripts or another script's digits is a ClusterError, not a traceback."""
+    with pytest.raises(ClusterError, match="local:"):
+        parse_cluster(text)
+
+
 def test_loopback_addresses_are_recognised() -> None:
     """127.x, localhost and ::1 are loopback; other addresses are not."""
     assert is_loopback("127.0.0.1:6379") and is_loopback("localhost:1") and is_loopback("[::1]:5")
@@ -170,6 +177,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     ("args", "words"),
     [
         (["run", "--cluster", "local:0"], "local:N needs a node count"),
+        (["run", "--cluster", "local:²"], "local:N needs a node count"),
+        (["plan", "--cluster", "local:٣"], "local:N needs a node count"),
         (["run", "--cluster", "127.0.0.1:1", "--no-accuracy"], "no Ray cluster answers at 127.0.0.1:1"),
         (["run", "--cluster", "local:2", "--shared"], "shared cannot be combined with a cluster"),
         (["plan", "--gpu-group", "a,b"], "no cluster was given"),
