@@ -3,7 +3,9 @@ their verification in our code, written as the verify_*.txt files the MLCommons 
 
 An audit is a performance-mode LoadGen test of its own (a fresh process) whose audit.config
 LoadGen reads at StartTest (loadgen_test.py writes it into the audit's log folder and removes it
-afterwards). The audit's logs, user.conf and verify files live in `<instance>/<audit>/`, next to
+afterwards; one that a killed audit left there is recognised by its exact text, first line a
+comment naming mlperf-mig, and replaced by the next test of that audit; any other file there is
+refused, never deleted). The audit's logs, user.conf and verify files live in `<instance>/<audit>/`, next to
 the instance's `performance/` and `accuracy/` folders it is compared with:
 - TEST01 (ResNet50, BERT) logs a sample of the responses of a performance run. Pass: each sampled
   response equals the accuracy run's response for the same sample (compared by SHA-256 of the
@@ -19,8 +21,10 @@ performance run): its verdict says so, and validity is not asked of its logs.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +33,7 @@ import attrs
 
 from mlperf_mig._io import atomic_write_text
 from mlperf_mig.benchmark import Benchmark, get_benchmark
-from mlperf_mig.errors import DatasetError
+from mlperf_mig.errors import DatasetError, SettingsError
 from mlperf_mig.harness.accuracy import first_answers, score_entries
 from mlperf_mig.harness.logs import parse_detail_log, read_accuracy_log
 from mlperf_mig.harness.result import AccuracyReport
@@ -38,11 +42,18 @@ from mlperf_mig.harness.task import AUDITS
 
 logger = logging.getLogger(__name__)
 
+AUDIT_CONFIG = "audit.config"
+# The first line of the audit.config we write: LoadGen skips '#' lines (its own compliance/
+# audit.config files open with them), and a person who finds a leftover learns what wrote it.
+AUDIT_CONFIG_MARKER = "# written by mlperf-mig for {audit}: it removes this file when the test ends\n"
 REQUIRED_AUDITS = {"resnet50": ("TEST01", "TEST04"), "bert": ("TEST01",)}
 VERIFY_ACCURACY = "verify_accuracy.txt"
 VERIFY_PERFORMANCE = "verify_performance.txt"
 AUDIT_FOUND = "Found Audit Config file"  # LoadGen's warning when it read an audit.config
 PASS_LINE = "TEST PASS"
+# verify_accuracy.txt of a TEST01 whose payloads differ but whose metric agrees (a pass)
+ACCURACY_AGREES_LINE = "TEST FAIL (payloads differ; the accuracy on the sampled set agrees)"
+_SMALL_FILE_LIMIT = 1 << 20  # verify files and audit.configs are far smaller
 BAND = 0.10
 STREAM_BAND = 0.20
 ACCURACY_DELTA_PERCENT = 1.0  # the checker's delta for 99% accuracy targets (0.1 for 99.9%)
@@ -90,9 +101,109 @@ def required_audits(benchmark: str) -> tuple[str, ...]:
 
 
 def audit_config_text(audit: str) -> str:
-    """The audit.config of `audit`, in LoadGen's `model.Scenario.key = value` format."""
-    values = AUDIT_VALUES[audit]
-    return "".join(f"*.*.{key} = {value}\n" for key, value in values.items())
+    """The audit.config of `audit`, in LoadGen's `model.Scenario.key = value` format, after the
+    comment line that marks it as ours."""
+    return AUDIT_CONFIG_MARKER.format(audit=audit) + _audit_values_text(audit)
+
+
+def _audit_values_text(audit: str) -> str:
+    """The value lines of `audit`'s audit.config (the whole file before the marker line)."""
+    return "".join(f"*.*.{key} = {value}\n" for key, value in AUDIT_VALUES[audit].items())
+
+
+def own_audit_config(text: str) -> str | None:
+    """The audit whose audit.config we wrote is exactly `text` (with the marker line, or
+    without it as releases before the marker wrote it); None for any other text."""
+    for audit in AUDIT_VALUES:
+        if text in (audit_config_text(audit), _audit_values_text(audit)):
+            return audit
+    return None
+
+
+def clear_leftover_audit_config(path: Path, audit: str | None) -> None:
+    """Before a test whose LoadGen reads its audit.config from `path` (`audit`: the audit it
+    runs, None for a performance or accuracy test): remove the audit.config that a killed test
+    of the same audit left there, which this test writes again; refuse anything else at
+    `path` (a user's file, a link, our file for another test), which LoadGen would apply
+    silently and which we did not write for this test, with one line. Nothing else is removed."""
+    if not os.path.lexists(path):
+        return
+    why = _not_ours_for(path, audit)
+    if why is None:
+        logger.warning(
+            "removing %s: the %s audit.config mlperf-mig wrote for a test that was killed before "
+            "it ended; this test writes its own", path, audit,
+        )  # fmt: skip
+        path.unlink()
+        return
+    raise SettingsError(
+        f"{str(path)!r} exists ({why}) and LoadGen would apply it, silently changing this "
+        f"{audit or 'test'}'s settings; it is not removed, as mlperf-mig did not write it for this "
+        "test: move it away (mlperf-mig writes and removes the audit.config of its audits itself)"
+    )
+
+
+def _not_ours_for(path: Path, audit: str | None) -> str | None:
+    """Why the file at `path` is not the audit.config a killed test of `audit` left (None: it
+    is)."""
+    try:
+        text = read_small_text(path)
+    except SettingsError as exc:
+        return str(exc)
+    owner = own_audit_config(text)
+    if owner is None:
+        return "not an audit.config mlperf-mig writes"
+    if owner != audit:
+        return f"mlperf-mig's {owner} audit.config, but this folder is the {audit or 'test'}'s"
+    return None
+
+
+def read_small_text(path: Path, limit: int = _SMALL_FILE_LIMIT) -> str:
+    """The UTF-8 text of the regular file `path`, not following a link, at most `limit` bytes;
+    SettingsError saying why not (a link, not a regular file, too large, unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SettingsError("a symbolic link") from None
+        raise SettingsError(f"unreadable: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SettingsError("not a regular file")
+        data = os.read(fd, limit + 1)
+    except OSError as exc:
+        raise SettingsError(f"unreadable: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise SettingsError(f"larger than {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SettingsError("not UTF-8 text") from None
+
+
+def recorded_pass(folder: Path, audit: str) -> bool:
+    """Whether the audit folder `folder` holds a passing verdict of `audit`: its
+    verify_performance.txt says TEST PASS and, for TEST01, its verify_accuracy.txt says TEST
+    PASS or that the accuracy on the sampled set agrees. Read without following links; a
+    verify file that cannot be read as text is refused with one line."""
+    needed = {VERIFY_PERFORMANCE: (PASS_LINE,)}
+    if audit == "TEST01":
+        needed[VERIFY_ACCURACY] = (PASS_LINE, ACCURACY_AGREES_LINE)
+    for name, lines in needed.items():
+        path = folder / name
+        if not os.path.lexists(path):
+            return False
+        try:
+            text = read_small_text(path)
+        except SettingsError as exc:
+            raise SettingsError(
+                f"{str(path)!r} is {exc}, not the verify file of an audit; move it away"
+            ) from None
+        if not any(line in lines for line in text.splitlines()):
+            return False
+    return True
 
 
 def audit_setting_problems(audit: str, records: Mapping[str, Any]) -> list[str]:
@@ -202,7 +313,7 @@ class AuditVerdict:
         if self.payloads_match:
             lines.append(PASS_LINE)
         elif self.accuracy_passed:
-            lines.append("TEST FAIL (payloads differ; the accuracy on the sampled set agrees)")
+            lines.append(ACCURACY_AGREES_LINE)
         else:
             lines.append(f"TEST FAIL: {self.reason}")
         return "\n".join(lines) + "\n"

@@ -26,9 +26,12 @@ from typing import Any, Protocol
 from mlperf_mig._io import atomic_write_text, ensure_writable_dir
 from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import DeviceReport
-from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness import accuracy, datasets
-from mlperf_mig.harness.compliance import audit_config_text
+from mlperf_mig.harness.compliance import (
+    AUDIT_CONFIG,
+    audit_config_text,
+    clear_leftover_audit_config,
+)
 from mlperf_mig.harness.logs import parse_detail_log
 from mlperf_mig.harness.result import (
     LOADGEN_OFFLINE_ADVICE,
@@ -254,13 +257,12 @@ def audit_config(audit: str | None, path: Path | None) -> Iterator[None]:
 
 def prepare_folders(task: InstanceTask) -> Path:
     """Create the task's folder and log folder; return the path LoadGen reads an audit.config
-    from, which must not exist (it would silently change the settings)."""
+    from (passed to StartTest for every test, so the working directory's is never read), which
+    must not hold a file (it would silently change the settings): the audit.config a killed
+    test of the same audit left there is removed, anything else refused."""
     ensure_writable_dir(task.outdir)
-    audit_path = ensure_writable_dir(task.log_dir) / "audit.config"
-    if audit_path.exists():
-        raise SettingsError(
-            f"{str(audit_path)!r} exists and would silently change LoadGen's settings; remove it"
-        )
+    audit_path = ensure_writable_dir(task.log_dir) / AUDIT_CONFIG
+    clear_leftover_audit_config(audit_path, task.audit)
     return audit_path
 
 
