@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import math
 import os
+from pathlib import Path
 from typing import Any
 
 from mlperf_mig._cli_args import add_settings_option, parse_overrides
 
+logger = logging.getLogger(__name__)
+
 _COUNT_MAX = 2**63 - 1  # LoadGen keeps sample counts in 64-bit integers
+# Next to a test's logs: the settings `harness` ran it with, which an audit must share.
+RECORD = "harness.json"
+RECORD_SCHEMA = 1
+# What TEST01's accuracy run must share with the audit, whose answers it compares: the model and
+# its samples (its LoadGen settings differ by design).
+_ANSWER_KEYS = (
+    "benchmark", "loadgen_scenario", "backend", "precision", "variant", "model", "dataset",
+    "vocab", "sample_count",
+)  # fmt: skip
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +57,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         choices=("TEST01", "TEST04"),
         help="run this compliance audit (a performance test with its audit.config) and verify it "
-        "against the performance and accuracy runs already in OUTDIR (same settings); exit 1 if it fails",
+        "against the performance and accuracy runs already in OUTDIR, with the performance run's "
+        "settings (others are refused); exit 1 if it fails",
+    )
+    parser.add_argument(
+        "--replace-audit",
+        action="store_true",
+        help="with --audit: replace a passing audit already in OUTDIR/<audit>/ (refused without it)",
     )
     parser.add_argument("--variant", default="full", choices=("full", "tiny"), help="model size")
     parser.add_argument(
@@ -100,18 +120,169 @@ def _engine(args: argparse.Namespace) -> Any:
 
 def _check_audit_references(audit: str, outdir: str) -> None:
     """An audit is verified against the runs it audits: they must be in OUTDIR already."""
-    from pathlib import Path
-
+    from mlperf_mig._io import inside
     from mlperf_mig.errors import SettingsError
 
-    needed = ("performance", "accuracy") if audit == "TEST01" else ("performance",)
-    missing = [m for m in needed if not (Path(outdir) / m / "mlperf_log_detail.txt").is_file()]
+    needed = _audited_modes(audit)
+    missing = [
+        m for m in needed
+        if not inside(outdir, f"{m}/mlperf_log_detail.txt", f"the {m} run's detail log").is_file()
+    ]  # fmt: skip
     if missing:
         raise SettingsError(
             f"--audit {audit} is verified against the {' and '.join(needed)} run(s) in "
             f"{outdir!r}, which lacks {', '.join(missing)}/; run `mlperf-mig harness --mode "
             f"{missing[0]}` with the same --outdir and settings first"
         )
+
+
+def _audited_modes(audit: str) -> tuple[str, ...]:
+    return ("performance", "accuracy") if audit == "TEST01" else ("performance",)
+
+
+def _requested(args: argparse.Namespace, engine: Any) -> dict[str, Any]:
+    """The settings of this test as plain JSON data: what an audit must share with the runs it
+    audits (the backend and precision as resolved, the model by its SHA-256)."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.settings import normalize_loadgen_scenario
+
+    user_conf = None
+    if args.user_conf is not None:
+        user_conf = Path(args.user_conf).read_text(encoding="utf-8")
+    requested = {
+        "benchmark": get_benchmark(args.benchmark).name,
+        "loadgen_scenario": normalize_loadgen_scenario(args.loadgen_scenario),
+        "backend": args.backend if engine is None else engine.backend,
+        "precision": None if engine is None else engine.precision,
+        "variant": args.variant,
+        "model": None if engine is None else engine.model,
+        "preset": args.preset,
+        "settings": dict(sorted(parse_overrides(args.set).items())),
+        "user_conf": user_conf,
+        "profile": args.profile,
+        "dataset": None if args.dataset is None else os.path.abspath(args.dataset),
+        "vocab": None if args.vocab is None else os.path.abspath(args.vocab),
+        "sample_count": args.sample_count,
+        "threads": args.threads,
+    }
+    return json.loads(json.dumps(requested))  # as it reads back from a record
+
+
+def _check_audit(args: argparse.Namespace, requested: dict[str, Any]) -> dict[str, float]:
+    """Refuse an audit whose settings differ from the runs it audits (their records in OUTDIR),
+    or that would overwrite a passing audit without --replace-audit; return the values the
+    performance run resolved (its measured target included), which the audit runs with."""
+    from mlperf_mig.errors import SettingsError
+
+    audit, outdir = args.audit, args.outdir
+    records = {
+        mode: _read_record(outdir, mode, audit, requested["loadgen_scenario"])
+        for mode in _audited_modes(audit)
+    }
+    differing = []
+    for mode, record in records.items():
+        keys = requested if mode == "performance" else _ANSWER_KEYS
+        theirs = record["requested"]
+        differing += [
+            f"{key} {_shown(key, requested.get(key))} (the {mode} run's: {_shown(key, theirs.get(key))})"
+            for key in keys
+            if requested.get(key) != theirs.get(key)
+        ]
+    if differing:
+        raise SettingsError(
+            f"--audit {audit} must run with the settings of the runs it audits in {outdir!r}, "
+            f"but {'; '.join(differing)}; pass the options those runs had, or run them again "
+            "with these"
+        )
+    _refuse_passing_audit(audit, outdir, replace=args.replace_audit)
+    return records["performance"]["resolved"]
+
+
+def _shown(key: str, value: Any) -> str:
+    if key == "user_conf" and isinstance(value, str):
+        return f"a user.conf of {len(value.splitlines())} lines"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _read_record(outdir: str, mode: str, audit: str, loadgen_scenario: str) -> dict[str, Any]:
+    """The settings record of the `mode` run in `outdir`, validated (it is read back from a
+    folder that may have been copied or edited): its resolved values are user.conf keys of
+    `loadgen_scenario` with finite, non-negative numbers."""
+    from mlperf_mig._io import inside
+    from mlperf_mig.errors import SettingsError
+    from mlperf_mig.harness.compliance import read_small_text
+    from mlperf_mig.harness.settings import conf_keys
+
+    path = inside(outdir, f"{mode}/{RECORD}", f"the {mode} run's settings record")
+    fix = f"run `mlperf-mig harness --mode {mode}` with the same --outdir and settings again"
+    if not os.path.lexists(path):
+        raise SettingsError(
+            f"--audit {audit} checks its settings against the {mode} run in {outdir!r}, which has "
+            f"no {mode}/{RECORD} (the settings `mlperf-mig harness` ran it with; another command "
+            f"or an older release made it); {fix}"
+        )
+    try:
+        data = json.loads(read_small_text(path))
+    except SettingsError as exc:
+        raise SettingsError(f"{str(path)!r} is {exc}, not a settings record; {fix}") from None
+    except (ValueError, RecursionError):
+        data = None
+    resolved = data.get("resolved") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or data.get("schema") != RECORD_SCHEMA
+        or not isinstance(data.get("requested"), dict)
+        or not isinstance(resolved, dict)
+        or not all(k in conf_keys(loadgen_scenario) and _number(v) for k, v in resolved.items())
+    ):
+        raise SettingsError(
+            f"{str(path)!r} is not a settings record of schema {RECORD_SCHEMA} (an object with "
+            f"'requested' settings and 'resolved' {loadgen_scenario} user.conf keys with finite, "
+            f"non-negative numbers); it was edited or damaged: {fix}"
+        )
+    return data
+
+
+def _number(value: Any) -> bool:
+    """A finite, non-negative JSON number (not a bool)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _refuse_passing_audit(audit: str, outdir: str, *, replace: bool) -> None:
+    """Refuse to overwrite a passing audit in OUTDIR/<audit>/ unless told (--replace-audit)."""
+    from mlperf_mig._io import inside
+    from mlperf_mig.errors import OutputDirError
+    from mlperf_mig.harness.compliance import recorded_pass
+
+    folder = inside(outdir, audit, "the audit's folder")
+    if not folder.is_dir() or not recorded_pass(folder, audit):
+        return
+    if not replace:
+        raise OutputDirError(
+            f"{str(folder)!r} already holds a passing {audit} audit, which this one would "
+            "overwrite; pass --replace-audit to replace it, or give the audit another --outdir "
+            "(with its own performance and accuracy runs)"
+        )
+    logger.warning("replacing the passing %s audit in %s (--replace-audit)", audit, folder)
+
+
+def _write_record(task: Any, requested: dict[str, Any], result: Any) -> None:
+    """Write the test's settings record next to its logs: what it was asked for and the values
+    it resolved (read back from the user.conf it has just written)."""
+    from mlperf_mig._io import atomic_write_json
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.settings import read_user_conf
+
+    model = get_benchmark(task.benchmark).conf_model_name
+    resolved = read_user_conf(result.user_conf, model, task.loadgen_scenario)
+    record = {"schema": RECORD_SCHEMA, "requested": requested, "resolved": resolved}
+    atomic_write_json(task.log_dir / RECORD, record)
 
 
 def _check_input(args: argparse.Namespace) -> None:
@@ -129,6 +300,8 @@ def _check_input(args: argparse.Namespace) -> None:
         )
     if args.audit is not None:
         _check_audit_references(args.audit, args.outdir)
+    elif args.replace_audit:
+        raise SettingsError("--replace-audit replaces an audit: it needs --audit TEST01 or TEST04")
     cpus = len(os.sched_getaffinity(0))
     if args.threads is not None and not 1 <= args.threads <= cpus:
         raise SettingsError(
@@ -146,19 +319,26 @@ def _run(args: argparse.Namespace) -> int:
     from mlperf_mig.harness import InstanceTask, SettingsSpec, run_instance
 
     _check_input(args)
+    engine = _engine(args)
+    requested = _requested(args, engine)
+    overrides: Any = parse_overrides(args.set)
+    user_conf = args.user_conf
+    if args.audit is not None:
+        # the performance run's values (its measured target too), as the runner's audits run
+        overrides, user_conf = _check_audit(args, requested), None
     task = InstanceTask(
         benchmark=args.benchmark,
         loadgen_scenario=args.loadgen_scenario,
         outdir=args.outdir,
         mode=args.mode,
         audit=args.audit,
-        engine=_engine(args),
+        engine=engine,
         cache_dir=args.cache_dir,
         threads=args.threads,
         settings=SettingsSpec(
             preset=args.preset,
-            overrides=parse_overrides(args.set),
-            user_conf=args.user_conf,
+            overrides=overrides,
+            user_conf=user_conf,
             profile=args.profile,
         ),
         dataset=args.dataset,
@@ -166,6 +346,7 @@ def _run(args: argparse.Namespace) -> int:
         sample_count=args.sample_count,
     )
     result = run_instance(task)
+    _write_record(task, requested, result)
     verdict = None if task.audit is None or result.failed else _verify(task)
     data = result.to_dict() | ({"compliance": verdict.to_dict()} if verdict else {})
     print(json.dumps(data, indent=2) if args.json else summary(result, verdict))

@@ -81,12 +81,15 @@ class LabelledSource:
 
 # --- the audit.config and the required audits ----------------------------------------------------
 def test_audit_config_holds_the_reference_values() -> None:
-    """TEST01 and TEST04 write the compliance/ audit.config values, for every model and scenario."""
+    """TEST01 and TEST04 write the compliance/ audit.config values, for every model and scenario,
+    after one comment line (which LoadGen skips) naming what wrote the file."""
     assert audit_config_text("TEST01") == (
+        "# written by mlperf-mig for TEST01: it removes this file when the test ends\n"
         "*.*.mode = 2\n*.*.accuracy_log_rng_seed = 720381539243781796\n"
         "*.*.accuracy_log_sampling_target = 4096\n"
     )
     assert audit_config_text("TEST04") == (
+        "# written by mlperf-mig for TEST04: it removes this file when the test ends\n"
         "*.*.mode = 2\n*.*.performance_issue_unique = 0\n*.*.performance_issue_same = 1\n"
         "*.*.performance_issue_same_index = 3\n"
     )
