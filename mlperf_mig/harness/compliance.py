@@ -137,9 +137,9 @@ def clear_leftover_audit_config(path: Path, audit: str | None) -> None:
         path.unlink()
         return
     raise SettingsError(
-        f"{str(path)!r} exists ({why}) and LoadGen would apply it, silently changing this "
-        f"{audit or 'test'}'s settings; it is not removed, as mlperf-mig did not write it for this "
-        "test: move it away (mlperf-mig writes and removes the audit.config of its audits itself)"
+        f"{str(path)!r} exists ({why}) and LoadGen would apply it, silently changing the "
+        f"settings of this {_test_name(audit)}; it is not removed, as mlperf-mig did not write it "
+        "for this test: move it away (mlperf-mig writes and removes its audits' audit.config itself)"
     )
 
 
@@ -154,8 +154,12 @@ def _not_ours_for(path: Path, audit: str | None) -> str | None:
     if owner is None:
         return "not an audit.config mlperf-mig writes"
     if owner != audit:
-        return f"mlperf-mig's {owner} audit.config, but this folder is the {audit or 'test'}'s"
+        return f"mlperf-mig's {owner} audit.config, but this folder is the {_test_name(audit)}'s"
     return None
+
+
+def _test_name(audit: str | None) -> str:
+    return f"{audit} audit" if audit is not None else "performance or accuracy test"
 
 
 def read_small_text(path: Path, limit: int = _SMALL_FILE_LIMIT) -> str:

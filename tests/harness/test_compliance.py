@@ -244,3 +244,43 @@ def test_audit_in_accuracy_mode_is_refused(tmp_path: Path) -> None:
             benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, mode="accuracy",
             audit="TEST01",
         )  # fmt: skip
+
+
+# --- a leftover audit.config and an earlier verdict, read back from the folder ------------------
+def test_own_audit_config_is_recognised_by_its_exact_text() -> None:
+    """Our audit.config (with the marker line, or without it as before) names its audit; the
+    same values with one more line, or another comment, are not ours."""
+    from mlperf_mig.harness.compliance import own_audit_config
+
+    text = audit_config_text("TEST04")
+    assert own_audit_config(text) == "TEST04"
+    assert own_audit_config(text.split("\n", 1)[1]) == "TEST04"
+    assert own_audit_config(text + "*.*.min_duration = 1\n") is None
+    assert own_audit_config("# mine\n" + text.split("\n", 1)[1]) is None
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "passing"),
+    [("TEST PASS", True), ("TEST FAIL (payloads differ; the accuracy on the sampled set agrees)", True),
+     ("TEST FAIL: payloads differ on 3 of 3 sampled samples", False)],
+)  # fmt: skip
+def test_recorded_pass_reads_both_verify_files(tmp_path: Path, accuracy: str, passing: bool) -> None:
+    """A TEST01 folder passes when verify_performance.txt says TEST PASS and verify_accuracy.txt
+    says TEST PASS or that the accuracy on the sampled set agrees."""
+    from mlperf_mig.harness.compliance import recorded_pass
+
+    (tmp_path / "verify_performance.txt").write_text("Verifying performance.\nTEST PASS\n")
+    (tmp_path / "verify_accuracy.txt").write_text(f"Verifying accuracy.\n{accuracy}\n")
+    assert recorded_pass(tmp_path, "TEST01") is passing
+
+
+def test_recorded_pass_refuses_a_linked_verify_file(tmp_path: Path) -> None:
+    """A verify file that is a symbolic link is refused in one line, not followed."""
+    from mlperf_mig.harness.compliance import recorded_pass
+
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("TEST PASS\n")
+    (tmp_path / "TEST04").mkdir()
+    (tmp_path / "TEST04" / "verify_performance.txt").symlink_to(elsewhere)
+    with pytest.raises(SettingsError, match="is a symbolic link, not the verify file"):
+        recorded_pass(tmp_path / "TEST04", "TEST04")
