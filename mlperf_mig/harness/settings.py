@@ -7,6 +7,11 @@ an integer. So the harness never hands LoadGen a file it did not write: it resol
 (preset, per-profile target, the user's user.conf, keyword overrides) into one mapping, checks it
 here, writes it as `model.Scenario.key = value` lines, checks FromConfig's return code and reads
 every value back from the TestSettings object.
+
+Whatever the source of a value (preset, target table, user.conf, override, capacity cache,
+calibration), the merged values pass one range check (`check_ranges`) before LoadGen sees them:
+LoadGen builds every query of a test before it issues the first, so a target of 0 (an endless
+schedule) or one that asks for more queries than this machine's memory holds would exhaust it.
 """
 
 from __future__ import annotations
@@ -138,6 +143,9 @@ class SettingsSpec:
         default=None, converter=attrs.converters.optional(os.fspath)
     )
     profile: str | None = None
+    # where the target among `overrides` came from when the user did not set it (the capacity
+    # cache's file and entry); None: an override is the user's
+    target_from: str | None = None
 
     def override_dict(self) -> dict[str, float]:
         return dict(self.overrides)
@@ -151,7 +159,8 @@ class ResolvedSettings:
     conf_model: str
     loadgen_scenario: str
     values: dict[str, float]
-    target_source: str  # "override", "user.conf", "profile <key>" or "calibration"
+    # "override", "capacity cache", "user.conf", "profile <key>" or "calibration"
+    target_source: str
 
     def conf_text(self) -> str:
         """The user.conf text: one `model.Scenario.key = value` line per value, no comments."""
@@ -318,6 +327,39 @@ class MergedSettings:
     from_file: Mapping[str, float]
     overrides: Mapping[str, float]
 
+    def _origins(self, target_source: str) -> dict[str, Origin]:
+        """Where each value of `resolve` came from, and how to change it."""
+        target_key = TARGET_KEYS[self.loadgen_scenario]
+        data_file = f"harness/{self.benchmark.name}.toml"
+        origins = {
+            key: Origin(f"preset {self.spec.preset!r} of {data_file}", f"pass --set {key}=... to replace it")
+            for key in self.preset_values
+        }
+        origins.update(
+            (key, Origin(f"user.conf {self.spec.user_conf!r} ({key} line)", "edit that line"))
+            for key in self.from_file
+        )
+        origins.update(
+            (key, Origin(f"setting {key} (--set / settings=)", f"pass another {key}"))
+            for key in self.overrides
+        )
+        if target_source == "capacity cache":
+            origins[target_key] = Origin(
+                str(self.spec.target_from),
+                "run `mlperf-mig capacity` for this profile again, or pass --set target_qps=...",
+            )
+        elif target_source == "calibration":
+            origins[target_key] = Origin(
+                "the target measured by calibration (the quick preset's warm-up)",
+                f"pass --set {target_key}=...",
+            )
+        elif target_source.startswith("profile "):
+            origins[target_key] = Origin(
+                f"the {self.loadgen_scenario} target of {target_source} in {data_file}",
+                f"pass --set {target_key}=...",
+            )
+        return origins
+
     @property
     def values(self) -> dict[str, float]:
         """Every value but the target's (unless the user.conf or an override sets it)."""
@@ -340,7 +382,7 @@ class MergedSettings:
         loadgen_scenario = self.loadgen_scenario
         target_key = TARGET_KEYS[loadgen_scenario]
         if target_key in self.overrides:
-            source = "override"
+            source = "capacity cache" if self.spec.target_from else "override"
         elif target_key in self.from_file:
             source = "user.conf"
         elif calibrated_target is not None:
@@ -355,6 +397,7 @@ class MergedSettings:
             if loadgen_scenario == "Offline":
                 calibrated_target *= offline_query_fraction(self.data, self.spec.preset, values)
             values[target_key] = _rounded_target(target_key, calibrated_target, loadgen_scenario)
+        check_ranges(values, loadgen_scenario, self._origins(source))
         return ResolvedSettings(
             benchmark=self.benchmark.name,
             conf_model=self.benchmark.conf_model_name,
@@ -452,6 +495,129 @@ def _rounded_target(key: str, value: float, loadgen_scenario: str) -> float:
 def needs_calibration(spec: SettingsSpec, benchmark: Benchmark, loadgen_scenario: str) -> bool:
     """True when the preset measures the target and neither an override nor user.conf sets it."""
     return merge_settings(spec, benchmark, loadgen_scenario).calibrates
+
+
+# --- the range check ---------------------------------------------------------------------------
+LOADGEN_INT_MAX = 2**63 - 1  # LoadGen keeps durations and latencies as int64 nanoseconds
+NS_PER_MS = 1_000_000
+# What one sample of a generated query costs while LoadGen holds the whole test's queries
+# (measured with LoadGen 6.0.17 and a Python SUT: 316 B a Server query, 417 B an Offline sample).
+BYTES_PER_QUEUED_SAMPLE = 420
+QUEUE_MEMORY_SHARE = 0.5  # of this machine's memory, for the queries of one LoadGen test
+OFFLINE_SLACK = 1.1  # LoadGen's kSlack: its Offline query holds 1.1 x min_duration of samples
+GENERATED_DURATIONS = 2  # outside Server LoadGen generates queries for twice min_duration
+
+
+@attrs.frozen
+class Origin:
+    """Where a setting came from (a preset, a file, the user, a cache) and how to change it."""
+
+    what: str
+    fix: str
+
+
+def machine_memory_bytes() -> int:
+    """This machine's memory, or the memory limit of the control group it runs in if lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit_file).read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.isascii() and text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def queued_samples(values: Mapping[str, float], loadgen_scenario: str) -> tuple[float, str]:
+    """How many samples LoadGen generates (and holds) before it issues the first query of a
+    performance test, and which term decides it: "target" or "min_query_count".
+
+    Server: max(min_query_count, target_qps x min_duration); Offline: one query of
+    max(min_query_count, 1.1 x min_duration x target_qps) samples; SingleStream and MultiStream:
+    max(min_query_count, 2 x min_duration / target_latency) queries (of samples_per_query).
+    """
+    duration_s = _min_duration_s(values)
+    count = float(values.get("min_query_count", 1))
+    target = values.get(TARGET_KEYS[loadgen_scenario])
+    if target is None or target <= 0:
+        by_target = 0.0
+    elif loadgen_scenario == "Server":
+        by_target = target * duration_s
+    elif loadgen_scenario == "Offline":
+        by_target = OFFLINE_SLACK * duration_s * target
+    else:
+        by_target = GENERATED_DURATIONS * duration_s * 1000.0 / target
+    per_query = float(values.get("samples_per_query", 8)) if loadgen_scenario == "MultiStream" else 1.0
+    decided_by = "target" if by_target >= count else "min_query_count"
+    return max(count, by_target) * per_query, decided_by
+
+
+def _origin_of(origins: Mapping[str, Origin], key: str) -> Origin:
+    if key in origins:
+        return origins[key]
+    if key == "min_duration":
+        return Origin("mlperf.conf's default of 600000 ms", "pass --set min_duration=...")
+    return Origin(f"LoadGen setting {key}", f"pass --set {key}=...")
+
+
+def check_ranges(
+    values: Mapping[str, float], loadgen_scenario: str, origins: Mapping[str, Origin]
+) -> None:
+    """Refuse settings LoadGen cannot run within this machine, naming where they came from.
+
+    Targets must be positive (a Server target of 0 is an endless Poisson schedule: LoadGen
+    generates queries until memory runs out); a Server target must schedule a query at least
+    once per min_duration (or per second, if that is shorter), else LoadGen waits far past the
+    run's end; latency percentiles lie strictly between 0 and 100 (LoadGen indexes its sorted
+    latencies with them); durations and latencies fit LoadGen's int64 nanoseconds; and the
+    queries LoadGen builds before issuing the first must fit in half this machine's memory.
+    """
+    def refuse(key: str, problem: str) -> SettingsError:
+        origin = _origin_of(origins, key)
+        return SettingsError(f"{origin.what}: {key} = {values[key]!r} {problem}; {origin.fix}")
+
+    target_key = TARGET_KEYS[loadgen_scenario]
+    for key, value in values.items():
+        if key in ("target_qps", "target_latency") and value <= 0:
+            why = (
+                "never ends LoadGen's Poisson schedule (it would generate queries until memory runs out)"
+                if key == "target_qps" and loadgen_scenario == "Server"
+                else "is not a usable target (LoadGen sizes the test's queries from it)"
+            )
+            raise refuse(key, f"{why}: it must be positive")
+        if key == "target_latency_percentile" and not 0 < value < 100:
+            raise refuse(key, "must lie strictly between 0 and 100 (LoadGen indexes its sorted latencies with it)")
+        if key == "samples_per_query" and value < 1:
+            raise refuse(key, "must be at least 1")
+        if key in ("min_duration", "max_duration", "target_latency") and value * NS_PER_MS > LOADGEN_INT_MAX:
+            raise refuse(key, f"ms is beyond LoadGen's 64-bit range (it keeps nanoseconds): pass at most {LOADGEN_INT_MAX // NS_PER_MS} ms")
+    duration_s = _min_duration_s(values)
+    if loadgen_scenario == "Server" and target_key in values:
+        slowest = 1.0 / max(duration_s, 1.0)
+        if values[target_key] < slowest:
+            duration = _origin_of(origins, "min_duration").what
+            raise refuse(
+                target_key,
+                f"schedules a Server query every {1 / values[target_key]:.3g} s on average, fewer than "
+                f"one per min_duration ({duration_s:g} s, {duration}) or per second; LoadGen would "
+                f"wait for queries long after the run should end: it must be at least {slowest:.3g}",
+            )
+    samples, decided_by = queued_samples(values, loadgen_scenario)
+    memory = machine_memory_bytes()
+    most = memory * QUEUE_MEMORY_SHARE / BYTES_PER_QUEUED_SAMPLE
+    if samples > most:
+        key = target_key if decided_by == "target" and target_key in values else "min_query_count"
+        duration = _origin_of(origins, "min_duration").what
+        change = f"raise {key}" if key == "target_latency" else f"lower {key}"
+        raise refuse(
+            key,
+            f"with min_duration {duration_s * 1000:g} ms ({duration}) makes LoadGen build "
+            f"{samples:.3g} samples of queries before it issues the first (about "
+            f"{samples * BYTES_PER_QUEUED_SAMPLE / 2**30:.3g} GiB at {BYTES_PER_QUEUED_SAMPLE} B "
+            f"each); half of this machine's {memory / 2**30:.1f} GiB holds at most {most:.3g}: "
+            f"{change} or lower min_duration",
+        )
 
 
 # --- LoadGen ---------------------------------------------------------------------------------

@@ -110,9 +110,11 @@ def plan(
     """What `run` would do with the same arguments: instances, profiles, devices, engines,
     settings and the output folder. Starts nothing and writes nothing. With repeats or
     isolation this is the plan of the layout, which each repeat (in `outdir`/repeat-<k>) and
-    each alone run (one instance of it) follows.
+    each alone run (one instance of it) follows. A Server target taken from the capacity cache
+    is shown as such.
     """
-    return make_plan(_options(locals()))
+    options = _options(locals())
+    return with_cached_capacity(options, make_plan(options))[1]
 
 
 def run(

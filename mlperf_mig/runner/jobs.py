@@ -111,7 +111,8 @@ def instance_task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: 
         cache_dir=plan.cache_dir,
         threads=threads,
         settings=SettingsSpec(
-            preset=plan.preset, overrides=overrides, user_conf=user_conf, profile=profile
+            preset=plan.preset, overrides=overrides, user_conf=user_conf, profile=profile,
+            target_from=plan.target_from,
         ),
         dataset=plan.dataset,
         vocab=plan.vocab,

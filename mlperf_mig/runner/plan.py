@@ -86,6 +86,9 @@ class RunPlan:
     timeouts: Timeouts
     expected_s: float
     compliance: bool = False  # the compliance audits run after the accuracy round
+    # where the target among `overrides` came from when the user did not set it (the capacity
+    # cache's file and entry); None: the overrides are the user's
+    target_from: str | None = None
 
     @property
     def slots(self) -> tuple[InstanceSlot, ...]:
@@ -165,6 +168,9 @@ class RunPlan:
             f"engines to build or reuse: {', '.join(e.key for e in self.engines) or 'none (null backend)'}",
             f"output folder: {self.outdir}",
         ]
+        if self.target_from is not None:
+            target = dict(self.overrides).get("target_qps")
+            lines.append(f"note: Server target {target:.4g} QPS per instance from {self.target_from}")
         if self.deployment.emulated:
             lines.append(f"note: {EMULATED_LABEL}")
         if self.deployment.partitioning == "shared":
@@ -206,6 +212,7 @@ class RunPlan:
             "variant": self.variant,
             "preset": self.preset,
             "overrides": dict(self.overrides),
+            "target_from": self.target_from,
             "accuracy": self.accuracy,
             "compliance": self.compliance,
             "outdir": self.outdir,

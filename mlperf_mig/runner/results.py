@@ -325,6 +325,8 @@ class RunResult:
                 "compliance '(short)': quick-preset audits, shorter than the official 10-minute "
                 "runs; preset='submission' runs them in full"
             )
+        if any(i.performance and i.performance.target_source == "capacity cache" for i in self.instances):
+            labels.append("Server target from the capacity cache (mlperf-mig capacity); --set target_qps overrides it")
         if self.interrupted:
             labels.append("INTERRUPTED: incomplete")
         return labels

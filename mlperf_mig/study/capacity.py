@@ -8,8 +8,10 @@ and LoadGen logged no error; a short probe cannot satisfy LoadGen's early-stoppi
 rules, so its own verdict is not used. The answer is then confirmed by one run of the chosen
 length (`confirm_ms`, default the preset's) judged by LoadGen's full verdict; if that run is
 INVALID the target steps down by the tolerance and is confirmed again (twice at most). A search
-that cannot close the bracket or confirm its answer returns a labelled partial answer. The result
-is cached (runner/capacity_cache.py) so that later Server runs use it as their target.
+that cannot close the bracket or confirm its answer returns a labelled partial answer. A complete
+result is cached (runner/capacity_cache.py) so that later Server runs use it as their target; a
+partial one never replaces a cached entry, and a cache write that fails leaves the answer in the
+result (and says why it was not cached).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from typing import Any, TextIO
 
 import attrs
 
+from mlperf_mig._io import check_output_path
 from mlperf_mig._table import text_table
-from mlperf_mig.errors import SettingsError
+from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.harness.result import MIN_DURATION_REASON
-from mlperf_mig.runner.capacity_cache import plan_key, store_capacity
+from mlperf_mig.runner.capacity_cache import cache_file, plan_key, store_capacity
 from mlperf_mig.runner.results import EMULATED_LABEL
 
 log = logging.getLogger(__name__)
@@ -80,6 +83,9 @@ class CapacityResult:
     probes: tuple[Probe, ...]
     outdir: str
     key: str
+    passed_qps: float | None = None  # the highest probe target that passed
+    failed_qps: float | None = None  # the lowest probe target that failed
+    cache_note: str | None = None  # whether the answer was cached, once that was tried
 
     @property
     def partial(self) -> bool:
@@ -87,8 +93,17 @@ class CapacityResult:
 
     def labels(self) -> list[str]:
         labels = []
-        if not self.bracket_closed:
-            labels.append("PARTIAL: every probe passed; the capacity is at least this (raise max_steps)")
+        if not self.bracket_closed and self.failed_qps is None:
+            labels.append(
+                f"PARTIAL: every probe passed, up to {self.passed_qps:.4g} QPS; the capacity is at "
+                "least this (raise max_steps)"
+            )
+        elif not self.bracket_closed:
+            labels.append(
+                f"PARTIAL: the probes ran out before the bracket was narrowed: {self.passed_qps:.4g} "
+                f"QPS passed, {self.failed_qps:.4g} QPS failed, wider than the tolerance; the capacity "
+                "lies between them (raise max_steps or tolerance)"
+            )
         if not self.confirmed:
             labels.append("PARTIAL: the confirming run was INVALID at every step down; not confirmed")
         if self.confirmed and self.preset != "submission":
@@ -108,10 +123,31 @@ class CapacityResult:
         columns = ["run", "target QPS", "p99 ms", "bound ms", "verdict", "why"]
         return "\n".join(
             [self.title(), text_table([p.row() for p in self.probes], columns),
-             f"cached as {self.key!r}; later Server runs of {self.profile} layouts use it as their target"
-             if self.confirmed else "not cached: not confirmed",
-             *(f"note: {label}" for label in self.labels())]
+             *(f"note: {label}" for label in self.labels()),
+             *([self.cache_note] if self.cache_note else [])]
         )
+
+    def store(self, cache_dir: PathArg | None = None) -> CapacityResult:
+        """This result once the cache was tried: a complete answer is stored under its key, a
+        partial one never is; a write that fails is a warning in `cache_note`, never an error."""
+        if self.partial:
+            note = "not cached: a partial search never replaces a cached capacity"
+        else:
+            entry = {
+                "qps": self.qps, "bracket_closed": self.bracket_closed, "folder": self.outdir,
+                "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            }
+            try:
+                path = store_capacity(self.key, entry, cache_dir)
+            except OutputDirError as exc:
+                note = f"warning: not cached ({exc}); the answer above stands"
+                log.warning("capacity %s: %s", self.profile, note)
+            else:
+                note = (
+                    f"cached as {self.key!r} in {str(path)!r}; later Server runs of {self.profile} "
+                    "layouts use it as their target"
+                )
+        return attrs.evolve(self, cache_note=note)
 
     def __str__(self) -> str:
         return self.table()
@@ -176,6 +212,7 @@ def capacity(
     outdir: PathArg | None = None,
     cache_dir: PathArg | None = None,
     progress: bool | TextIO = False,
+    store: bool = True,
 ) -> CapacityResult:
     """The highest Server target QPS of one instance of `profile` that stays within the
     benchmark's latency bound (see the module's description of the search).
@@ -185,7 +222,9 @@ def capacity(
     probe_ms:    min_duration of each probe; confirm_ms: of the confirming run (default: the
                  preset's). tolerance: the bracket's relative width at which bisection stops.
     settings:    further LoadGen settings for every run (e.g. a different target_latency).
-    Runs go to `outdir`/probe-<k>/ and confirm-<k>/; the answer is cached in the engine cache.
+    Runs go to `outdir`/probe-<k>/ and confirm-<k>/. A complete answer is cached in the engine
+    cache (`store=False`: not yet; `CapacityResult.store` does it, as the CLI does once it has
+    printed the answer); the result's `cache_note` says whether it was.
     """
     from mlperf_mig.runner.api import plan as plan_of
     from mlperf_mig.runner.api import run
@@ -195,6 +234,9 @@ def capacity(
         _positive(name, value)
     for name, value in (("probe_ms", probe_ms), ("confirm_ms", confirm_ms), ("max_steps", max_steps)):
         _positive(name, value, integer=True)
+    if outdir is not None:
+        check_output_path("outdir (--outdir)", os.fspath(outdir))
+    cache_file(cache_dir)  # an unusable cache folder is refused before any run
     root = Path(outdir) if outdir is not None else default_outdir("capacity")
     common = {
         "benchmark": benchmark, "gpu": gpu, "backend": backend, "precision": precision, "preset": preset,
@@ -250,6 +292,7 @@ def capacity(
         else:
             high = target
     closed = high is not None and high / low <= 1 + tolerance
+    passed_qps = low
     confirmed = False
     for k in range(1, CONFIRM_TRIES + 1):
         if server(low, f"confirm-{k}", confirm_ms, confirm=True).passed:
@@ -262,13 +305,6 @@ def capacity(
     result = CapacityResult(
         benchmark=the_plan.benchmark, profile=profile, gpu=the_plan.gpu, emulated=the_plan.deployment.emulated,
         backend=the_plan.backend, preset=preset, qps=low, confirmed=confirmed, bracket_closed=closed, probes=tuple(probes),
-        outdir=str(root), key=key,
+        outdir=str(root), key=key, passed_qps=passed_qps, failed_qps=high,
     )
-    if confirmed:
-        store_capacity(
-            key,
-            {"qps": low, "bracket_closed": closed, "folder": str(root),
-             "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")},
-            cache_dir,
-        )
-    return result
+    return result.store(cache_dir) if store else result

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 EXIT_OK = 0
 
@@ -83,6 +84,9 @@ def _capacity(args: argparse.Namespace) -> int:
         preset=args.preset, variant=args.variant, emulate=args.emulate, low_qps=args.low_qps,
         probe_ms=args.probe_ms, confirm_ms=args.confirm_ms, tolerance=args.tolerance,
         max_steps=args.max_steps, settings=parse_overrides(args.set), outdir=args.outdir, progress=False,
+        store=False,
     )
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.table())
+    # the answer first: a cache write that fails (or hangs on a lock) must not lose it
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.table(), flush=True)
+    print(result.store().cache_note, file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK if not result.partial else 1
