@@ -98,3 +98,33 @@ def test_mixed_layout_keeps_its_own_targets(tmp_path: Path) -> None:
     store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
     _, planned = with_cached_capacity(options, plan)
     assert "target_qps" not in dict(planned.overrides)
+
+
+def test_running_out_after_failing_probes_says_what_happened(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Doubling 10-80 QPS passes, 160 fails, no step left to bisect: the label names the bracket,
+    not 'every probe passed'."""
+    result = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0, max_steps=5)
+    assert result.partial and not result.bracket_closed
+    assert (result.passed_qps, result.failed_qps) == (80.0, 160.0)
+    labels = " ".join(result.labels())
+    assert "80 QPS passed, 160 QPS failed" in labels and "every probe passed" not in labels
+
+
+def test_every_probe_passing_says_how_far(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With no failing probe the label says every probe passed, up to the last target."""
+    result = _search(monkeypatch, tmp_path, KnownService(1e12), low_qps=10.0, max_steps=3)
+    assert result.failed_qps is None
+    assert any("every probe passed, up to 40 QPS" in label for label in result.labels())
+
+
+def test_empty_outdir_is_refused_and_nothing_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`capacity --outdir ''` is one line and exit 2; nothing is written in the current folder."""
+    service = KnownService(100.0)
+    monkeypatch.setattr(api, "run", service)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["capacity", "--backend", "null", "--low-qps", "10", "--outdir", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "outdir (--outdir) is empty" in err
+    assert service.targets == [] and list(tmp_path.iterdir()) == []
