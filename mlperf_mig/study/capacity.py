@@ -236,7 +236,7 @@ def capacity(
         _positive(name, value, integer=True)
     if outdir is not None:
         check_output_path("outdir (--outdir)", os.fspath(outdir))
-    cache_file(cache_dir)  # an unusable cache folder is refused before any run
+    cache_file(cache_dir)  # an empty cache folder name is refused before any run
     root = Path(outdir) if outdir is not None else default_outdir("capacity")
     common = {
         "benchmark": benchmark, "gpu": gpu, "backend": backend, "precision": precision, "preset": preset,
@@ -300,7 +300,12 @@ def capacity(
             break
         if k < CONFIRM_TRIES:
             low /= 1 + tolerance
-    the_plan = plan_of([profile], loadgen_scenario="Server", **{k: v for k, v in common.items() if k != "progress"})
+    # the key's plan, with the settings of the last run (so that it takes no cached target: a bad
+    # cache entry is what a new search replaces, and it must not refuse the answer)
+    last = {**extra, "target_qps": low, **({"min_duration": confirm_ms} if confirm_ms else {})}
+    the_plan = plan_of(
+        [profile], loadgen_scenario="Server", settings=last, **{k: v for k, v in common.items() if k != "progress"}
+    )
     key = plan_key(the_plan, profile)
     result = CapacityResult(
         benchmark=the_plan.benchmark, profile=profile, gpu=the_plan.gpu, emulated=the_plan.deployment.emulated,

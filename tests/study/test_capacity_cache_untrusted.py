@@ -234,3 +234,17 @@ def test_user_target_beats_the_cache(tmp_path: Path) -> None:
     store_capacity(_key(cache), {"qps": 123.0}, cache)
     the_plan = mlperf_mig.plan("2x1g.10gb", cache_dir=cache, settings={"target_qps": 50}, **SERVER)
     assert dict(the_plan.overrides)["target_qps"] == 50 and the_plan.target_from is None
+
+
+def test_search_replaces_an_out_of_range_entry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A cached 1e-9 QPS (refused as a run's target) does not stop a new search replacing it."""
+    monkeypatch.setattr(mlperf_mig.runner.api, "run", KnownService(100.0))
+    cache = tmp_path / "cache"
+    key = plan_key(mlperf_mig.plan("1g.10gb", loadgen_scenario="Server", backend="null", preset="submission",
+                                   settings={"target_qps": 1}, cache_dir=cache), "1g.10gb")
+    _write(cache, json.dumps({key: {"qps": 1e-9}, "other": {"qps": 7.0}}))
+    result = capacity_module.capacity("resnet50", "1g.10gb", backend="null", preset="submission", low_qps=10.0,
+                                      outdir=tmp_path / "search", cache_dir=cache)
+    assert result.key == key and not result.partial
+    entries = json.loads((cache / "capacity.json").read_text())["entries"]
+    assert entries["other"] == {"qps": 7.0} and entries[key]["qps"] == result.qps
