@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json
+from mlperf_mig._io import atomic_write_json, safe_name
 from mlperf_mig._table import cell_text, markdown_table, text_table
-from mlperf_mig.errors import OutputDirError
+from mlperf_mig.errors import OutputDirError, UntrustedPathError
 
 if TYPE_CHECKING:
     from mlperf_mig.harness.compliance import AuditVerdict
@@ -183,6 +183,32 @@ class InstanceRun:
             "compliance": compliance_cell(self.compliance),
             "error": self.error or self.accuracy_error or result_error(self.performance, self.accuracy),
         }
+
+
+def _check_names(fields: Mapping[str, Any], source: str) -> None:
+    """The values of a results.json that become folder names (a submission's scenario folder, an
+    instance's logs) are checked like user input: a file copied from elsewhere may say anything."""
+    from mlperf_mig.benchmark import BENCHMARK_NAMES
+    from mlperf_mig.harness.settings import LOADGEN_SCENARIOS
+
+    allowed = {
+        "benchmark": BENCHMARK_NAMES,
+        "loadgen_scenario": LOADGEN_SCENARIOS,
+        "mode": ("independent", "unified"),
+        "partitioning": ("mig", "vgpu", "shared", "emulated"),
+    }
+    for field, values in allowed.items():
+        value = fields.get(field, fields.get("target") if field == "partitioning" else None)
+        if value not in values:
+            raise UntrustedPathError(
+                f"{source!r}: {field} {value!r} is not one of {', '.join(values)}; the file was "
+                "edited or is not one this tool wrote: fix that field or write the run again"
+            )
+    instances = fields.get("instances")
+    if not isinstance(instances, (list, tuple)) or not all(isinstance(i, Mapping) for i in instances):
+        raise UntrustedPathError(f"{source!r}: instances is not a list of instances; write the run again")
+    for instance in instances:
+        safe_name(instance.get("name"), "instance name", source)
 
 
 def _status_word(instance: InstanceRun) -> str:
@@ -451,8 +477,9 @@ class RunResult:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
+    def from_dict(cls, data: Mapping[str, Any], source: str = RESULTS_FILE) -> RunResult:
         fields = {k: v for k, v in data.items() if k not in ("schema", "aggregate")}
+        _check_names(fields, source)
         if "target" in fields:  # schema 1 named the partitioning "target"
             fields["partitioning"] = fields.pop("target")
         fields["instances"] = [InstanceRun.from_dict(i) for i in fields["instances"]]
@@ -465,8 +492,8 @@ class RunResult:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> RunResult:
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, source: str = RESULTS_FILE) -> RunResult:
+        return cls.from_dict(json.loads(text), source)
 
     def save(self, folder: str | Path | None = None) -> Path:
         """Write results.json atomically into `folder` (default: the run's outdir)."""
@@ -479,7 +506,9 @@ class RunResult:
         if file.is_dir():
             file = file / RESULTS_FILE
         try:
-            return cls.from_json(file.read_text(encoding="utf-8"))
+            return cls.from_json(file.read_text(encoding="utf-8"), str(file))
+        except UntrustedPathError:
+            raise
         except FileNotFoundError:
             raise OutputDirError(
                 f"{str(file)!r} does not exist; pass a run folder written by mlperf-mig run"

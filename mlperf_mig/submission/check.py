@@ -16,7 +16,8 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig.errors import SubmissionError
+from mlperf_mig._io import refuse_links_below
+from mlperf_mig.errors import SubmissionError, UntrustedPathError
 from mlperf_mig.harness.compliance import audit_setting_problems
 from mlperf_mig.harness.logs import parse_detail_log
 from mlperf_mig.submission import accuracy, rules
@@ -47,6 +48,10 @@ def check_submission(
         raise SubmissionError(
             f"unknown checker version {version!r}; expected one of {', '.join(rules.known_versions())}"
         )
+    try:
+        refuse_links_below(top, "the submission tree")  # a link would read (and report) outside it
+    except UntrustedPathError as exc:
+        raise SubmissionError(str(exc)) from None
     problems = [Problem(path=str(p.relative_to(top)), message=m) for p, m in _tree(top, version)]
     log.info("checked %s: %d problem(s)", top, len(problems))
     return tuple(problems)
@@ -157,7 +162,8 @@ def _whole_number(value: Any) -> bool:
         return False
     if isinstance(value, int):
         return True
-    return isinstance(value, str) and value.strip().lstrip("+-").isdigit()
+    digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
+    return digits.isascii() and digits.isdigit()  # isdigit alone takes '²' and other scripts' digits
 
 
 def _network_problems(description: dict[str, Any], division: str) -> list[str]:

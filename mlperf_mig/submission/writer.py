@@ -35,9 +35,15 @@ from typing import Any
 import attrs
 
 from mlperf_mig import __version__
-from mlperf_mig._io import atomic_write_json, atomic_write_text, ensure_writable_dir
+from mlperf_mig._io import (
+    atomic_write_json,
+    atomic_write_text,
+    ensure_writable_dir,
+    inside,
+    refuse_links_below,
+)
 from mlperf_mig.engines.backends import find_backend
-from mlperf_mig.errors import MlperfMigError, SubmissionError
+from mlperf_mig.errors import MlperfMigError, SubmissionError, UntrustedPathError
 from mlperf_mig.registry.catalog import default_catalog
 from mlperf_mig.runner.results import InstanceRun, RunResult, result_error
 from mlperf_mig.submission import accuracy, readme, rules
@@ -92,12 +98,25 @@ class ResultSource:
         return self.run.loadgen_scenario
 
     def logs(self, mode: str) -> Path:
-        """Where the LoadGen logs of `mode` are: the run-folder convention, else the recorded path."""
+        """Where the LoadGen logs of `mode` are: the run-folder convention, else the recorded path
+        when it lies inside the run folder (a path outside it is never read)."""
         conventional = self.folder / mode
         result = self.performance if mode == "performance" else self.accuracy
-        if not conventional.is_dir() and result is not None and Path(result.log_dir).is_dir():
-            return Path(result.log_dir)
+        recorded = self.inside_run(result.log_dir) if result is not None else None
+        if not conventional.is_dir() and recorded is not None and recorded.is_dir():
+            return recorded
         return conventional
+
+    def inside_run(self, recorded: object) -> Path | None:
+        """A path recorded in results.json, if it names a place inside this run folder (the run
+        may have been moved since: then the recorded path is elsewhere and not used)."""
+        if not isinstance(recorded, str) or not recorded:
+            return None
+        try:
+            relative = Path(os.path.abspath(recorded)).relative_to(Path(os.path.abspath(self.run_dir)))
+        except ValueError:
+            return None
+        return inside(self.run_dir, relative, "a recorded log folder") if relative.parts else None
 
     def settings(self) -> dict[str, Any]:
         """The run's LoadGen setting overrides, as its plan.json records them ({} without one)."""
@@ -122,8 +141,9 @@ class ResultSource:
         """Where an audit's logs and verify files are: the run-folder convention, else the recorded path."""
         conventional = self.folder / audit
         verdict = self.audits.get(audit)
-        if not conventional.is_dir() and verdict is not None and Path(verdict.log_dir).is_dir():
-            return Path(verdict.log_dir)
+        recorded = self.inside_run(verdict.log_dir) if verdict is not None else None
+        if not conventional.is_dir() and recorded is not None and recorded.is_dir():
+            return recorded
         return conventional
 
 
@@ -150,6 +170,7 @@ def write_submission(
 ) -> SubmissionTree:
     """Write the submission tree of `run_dirs` under `outdir`; see the module docstring."""
     _check_arguments(run_dirs, division, submitter, bert_folder, version)
+    _check_existing_tree(Path(outdir), division, submitter)
     override_fields = load_overrides(overrides)
     host_descriptions = load_host_descriptions(hosts)
     runs, problems = _load_runs(run_dirs)
@@ -194,7 +215,7 @@ def _check_arguments(
         raise SubmissionError(
             f"division {division!r} is not one of {', '.join(rules.WRITABLE_DIVISIONS)}"
         )
-    if not _SAFE_NAME.match(submitter or ""):
+    if not isinstance(submitter, str) or not _SAFE_NAME.fullmatch(submitter):
         raise SubmissionError(
             f"submitter {submitter!r} must be a folder name (letters, digits, '.', '_', '-')"
         )
@@ -208,10 +229,27 @@ def _check_arguments(
         raise SubmissionError("no run folder given; pass the folders written by mlperf-mig run")
 
 
+def _check_existing_tree(root: Path, division: str, submitter: str) -> None:
+    """An existing tree is written into only where no symlink leads out of it: a linked
+    `results/` (or any link below the submitter's folder) would be written through."""
+    if root.is_symlink():
+        raise SubmissionError(
+            f"submission folder {str(root)!r} is a symbolic link; pass the folder itself"
+        )
+    try:
+        submitter_dir = inside(root, Path(division) / submitter, "the submitter's folder")
+        if submitter_dir.exists():
+            refuse_links_below(submitter_dir, "the submission tree")
+    except UntrustedPathError as exc:
+        raise SubmissionError(f"cannot write into the existing tree: {exc}") from None
+
+
 def _load_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, RunResult]], list[str]]:
     runs, problems = [], []
     for run_dir in map(Path, run_dirs):
         try:
+            # A run folder is copied from: a link in it would bring in a file from anywhere.
+            refuse_links_below(run_dir, "the run folder")
             runs.append((run_dir, RunResult.load(run_dir)))
         except MlperfMigError as exc:
             problems.append(str(exc))
@@ -392,8 +430,9 @@ def _accuracy_log_problems(acc_dir: Path) -> list[str]:
 
 
 def _user_conf(source: ResultSource) -> Path | None:
-    for candidate in (source.folder / "user.conf", Path(source.performance.user_conf)):
-        if candidate.is_file():
+    """The run's user.conf: in its folder, else where results.json recorded it inside the run."""
+    for candidate in (source.folder / "user.conf", source.inside_run(source.performance.user_conf)):
+        if candidate is not None and candidate.is_file():
             return candidate
     return None
 
@@ -512,24 +551,18 @@ def _write(
         atomic_write_json(submitter_dir / "systems" / f"{system}.json", fields)
     atomic_write_text(submitter_dir / "src" / "README.md", readme.src_readme())
     results = tuple(_write_result(submitter_dir, source, division) for source in sources)
-    _make_readable(submitter_dir)
     log.info("wrote %d result(s) of %d system(s) under %s", len(results), len(descriptions), submitter_dir)
     return SubmissionTree(
         root=root, submitter_dir=submitter_dir, systems=tuple(descriptions), results=results
     )
 
 
-def _make_readable(folder: Path) -> None:
-    """Atomic writes leave private files (mkstemp); a submission is shared, so use 0644."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            path.chmod(0o644)
-
-
 def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> Path:
-    folder = submitter_dir / "results" / source.system / source.benchmark_folder / source.scenario
+    folder = inside(
+        submitter_dir, Path("results", source.system, source.benchmark_folder, source.scenario), "a result folder"
+    )
     if folder.exists():
-        shutil.rmtree(folder)
+        _remove_earlier_result(folder)
     run_1 = folder / "performance" / "run_1"
     run_1.mkdir(parents=True)
     for name in rules.REQUIRED_PERF_FILES:
@@ -549,6 +582,16 @@ def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> P
     )
     atomic_write_text(folder / "README.md", text)
     return folder
+
+
+def _remove_earlier_result(folder: Path) -> None:
+    """A result this tool wrote earlier is replaced; anything else in its place is kept."""
+    if not (folder / "measurements.json").is_file():
+        raise SubmissionError(
+            f"{str(folder)!r} exists but holds no measurements.json, so it is not a result "
+            "mlperf-mig wrote; it is not deleted: move it away, or write into a new folder"
+        )
+    shutil.rmtree(folder)
 
 
 def _write_accuracy(folder: Path, source: ResultSource) -> None:
