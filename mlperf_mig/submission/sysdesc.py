@@ -117,6 +117,12 @@ def _check_field_names(fields: Mapping[str, Any], where: str) -> None:
             f"{where} has unknown fields {', '.join(unknown)}; the system-description fields are "
             f"{', '.join(rules.SYSTEM_FIELDS)}"
         )
+    for key, value in fields.items():
+        if isinstance(value, str) and any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise SubmissionError(
+                f"{where}: field {key} is {value!r}, with a control character (a newline, a tab); "
+                "a system-description value is one line of text: remove it"
+            )
 
 
 @attrs.frozen(kw_only=True)

@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,12 @@ from mlperf_mig import __version__
 from mlperf_mig._io import (
     atomic_write_json,
     atomic_write_text,
+    current_umask,
     ensure_writable_dir,
     inside,
     refuse_links_below,
+    safe_name,
+    write_failed,
 )
 from mlperf_mig.engines.backends import find_backend
 from mlperf_mig.errors import MlperfMigError, SubmissionError, UntrustedPathError
@@ -118,6 +122,15 @@ class ResultSource:
             return None
         return inside(self.run_dir, relative, "a recorded log folder") if relative.parts else None
 
+    def outside_note(self, field: str, recorded: object) -> str:
+        """Why a recorded path was not used: it lies outside the run folder (said, never read)."""
+        if not isinstance(recorded, str) or not recorded or self.inside_run(recorded) is not None:
+            return ""
+        return (
+            f" (results.json's {field} {recorded!r} is outside the run folder and is not read: "
+            "a run folder is read only inside itself)"
+        )
+
     def settings(self) -> dict[str, Any]:
         """The run's LoadGen setting overrides, as its plan.json records them ({} without one)."""
         try:
@@ -176,6 +189,7 @@ def write_submission(
     runs, problems = _load_runs(run_dirs)
     sources = [s for run_dir, run in runs for s in _sources(run_dir, run, bert_folder)]
     problems += _duplicate_problems(sources)
+    problems += _earlier_result_problems(Path(outdir) / division / submitter, sources)
     for source in sources:
         problems += _source_problems(source, division, version)
     descriptions, description_problems = _system_descriptions(
@@ -295,6 +309,38 @@ def _token(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_")
 
 
+def _earlier_result_problems(submitter_dir: Path, sources: list[ResultSource]) -> list[str]:
+    """Checked before anything is written: a system folder name that is not a plain name, and
+    an existing result folder that holds what this tool does not write (it would be replaced)."""
+    problems = []
+    for source in sources:
+        try:
+            safe_name(source.system, "system folder name", source.run_dir / "results.json")
+        except UntrustedPathError as exc:
+            problems.append(str(exc))
+            continue
+        folder = submitter_dir / "results" / source.system / source.benchmark_folder / source.scenario
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            problems.append(f"{str(folder)!r} is a file where the result folder goes; move it away")
+            continue
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in _RESULT_ENTRIES)
+        if foreign or not (folder / "measurements.json").is_file():
+            what = f"holds {', '.join(foreign)}, which" if foreign else "holds no measurements.json, so it"
+            problems.append(
+                f"{str(folder)!r} {what} mlperf-mig did not write; it is not replaced: move it "
+                "away, or write into a new --outdir"
+            )
+    return problems
+
+
+# What a result folder of this writer holds: only such a folder is replaced by a rewrite.
+_RESULT_ENTRIES = frozenset(
+    {"performance", "accuracy", "measurements.json", "user.conf", "README.md", *rules.VERIFY_FILES}
+)
+
+
 def _duplicate_problems(sources: list[ResultSource]) -> list[str]:
     seen: dict[tuple[str, str, str], ResultSource] = {}
     problems = []
@@ -402,7 +448,7 @@ def _log_problems(source: ResultSource, model: str, division: str, version: str)
     perf_dir = source.logs("performance")
     missing = [n for n in rules.REQUIRED_PERF_FILES if not (perf_dir / n).is_file()]
     if missing:
-        return [f"{perf_dir} lacks {', '.join(missing)}"]
+        return [f"{perf_dir} lacks {', '.join(missing)}" + source.outside_note("log_dir", source.performance.log_dir)]
     try:
         detail = DetailLog.read(perf_dir / "mlperf_log_detail.txt")
     except SubmissionError as exc:
@@ -413,7 +459,9 @@ def _log_problems(source: ResultSource, model: str, division: str, version: str)
     if source.accuracy is not None:
         problems += _accuracy_log_problems(source.logs("accuracy"))
     if _user_conf(source) is None:
-        problems.append(f"no user.conf in {source.folder}")
+        problems.append(
+            f"no user.conf in {source.folder}" + source.outside_note("user_conf", source.performance.user_conf)
+        )
     return problems
 
 
@@ -558,11 +606,53 @@ def _write(
 
 
 def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> Path:
+    """The result folder, written beside its place and moved in once complete: a write that
+    fails removes only what it made, and an earlier result stays until the new one is whole."""
     folder = inside(
         submitter_dir, Path("results", source.system, source.benchmark_folder, source.scenario), "a result folder"
     )
-    if folder.exists():
-        _remove_earlier_result(folder)
+    staging = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.new-"))
+        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes it 0700; a result is shared
+        _fill_result(staging, source, division)
+        _replace_result(staging, folder)
+    except OSError as exc:
+        _remove_staging(staging)
+        raise write_failed(exc.filename or folder, exc) from None
+    except BaseException:
+        _remove_staging(staging)
+        raise
+    return folder
+
+
+def _remove_staging(staging: Path | None) -> None:
+    if staging is not None and staging.is_dir() and not staging.is_symlink():
+        shutil.rmtree(staging)  # made by this call, under its own unique name
+
+
+def _replace_result(staging: Path, folder: Path) -> None:
+    """Move the finished result into place; an earlier one (checked before writing to be one this
+    tool wrote) is removed only once the new one is there."""
+    if not folder.exists():
+        os.rename(staging, folder)
+        return
+    earlier = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old-"))
+    try:
+        os.rename(folder, earlier)  # onto the empty folder mkdtemp made: the name is ours alone
+    except BaseException:
+        earlier.rmdir()
+        raise
+    try:
+        os.rename(staging, folder)
+    except BaseException:
+        os.rename(earlier, folder)
+        raise
+    shutil.rmtree(earlier)
+
+
+def _fill_result(folder: Path, source: ResultSource, division: str) -> None:
     run_1 = folder / "performance" / "run_1"
     run_1.mkdir(parents=True)
     for name in rules.REQUIRED_PERF_FILES:
@@ -581,17 +671,6 @@ def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> P
         source.run, source.instance, division, source.settings(), performance_log
     )
     atomic_write_text(folder / "README.md", text)
-    return folder
-
-
-def _remove_earlier_result(folder: Path) -> None:
-    """A result this tool wrote earlier is replaced; anything else in its place is kept."""
-    if not (folder / "measurements.json").is_file():
-        raise SubmissionError(
-            f"{str(folder)!r} exists but holds no measurements.json, so it is not a result "
-            "mlperf-mig wrote; it is not deleted: move it away, or write into a new folder"
-        )
-    shutil.rmtree(folder)
 
 
 def _write_accuracy(folder: Path, source: ResultSource) -> None:

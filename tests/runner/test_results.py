@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import attrs
 import pytest
 
 from mlperf_mig import cli
-from mlperf_mig.errors import SettingsError
+from mlperf_mig.errors import SettingsError, UntrustedPathError
 from mlperf_mig.runner.api import aggregate
 from mlperf_mig.runner.results import RunResult
 
@@ -230,3 +231,33 @@ def test_table_shows_each_accuracy_with_its_sample_count(good_run: Any) -> None:
     report = good_run.instances[0].accuracy.accuracy
     assert rows[good_run.instances[0].name]["accuracy"] == f"top1 - ({report.sample_count} samples)"
     assert "accuracy" in good_run.table() and f"({report.sample_count} samples)" in good_run.table()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("loadgen_scenario", "../../x/victim"), ("benchmark", "resnet50/.."), ("mode", "unified\n")],
+)
+def test_report_refuses_a_hostile_name(
+    good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: str
+) -> None:
+    """A results.json whose LoadGen scenario, benchmark or mode is not one of the allowed values
+    is refused on load with one line naming the field, the file left as it was."""
+    folder = Path(shutil.copytree(good_run.outdir, tmp_path / "run"))
+    data = json.loads((folder / "results.json").read_text())
+    data[field] = value
+    (folder / "results.json").write_text(json.dumps(data))
+    before = (folder / "results.json").read_bytes()
+    assert cli.main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{field} {value!r} is not one of" in err
+    assert (folder / "results.json").read_bytes() == before
+
+
+def test_instance_name_with_a_slash_is_refused_on_load(good_run: Any, tmp_path: Path) -> None:
+    """An instance name that climbs out of the run folder is refused by RunResult.load."""
+    folder = Path(shutil.copytree(good_run.outdir, tmp_path / "run"))
+    data = json.loads((folder / "results.json").read_text())
+    data["instances"][0]["name"] = "../../victim"
+    (folder / "results.json").write_text(json.dumps(data))
+    with pytest.raises(UntrustedPathError, match=re.escape("instance name '../../victim' is not a plain name")):
+        RunResult.load(folder)

@@ -304,3 +304,11 @@ def fixture_good_tree(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFa
         fix_host(patch)
         write_submission([runs["unified"]], division="open", submitter="Acme", outdir=root)
     return root
+
+
+@pytest.fixture(name="made_runs", scope="session")
+def fixture_made_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A unified and an independent run folder of make_run that the open-division writer
+    accepts; tests copy them before changing them."""
+    base = tmp_path_factory.mktemp("made-runs")
+    return {mode: make_run(base / mode, mode) for mode in ("unified", "independent")}
