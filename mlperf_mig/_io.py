@@ -176,7 +176,8 @@ def claim_folder(
     folder = ensure_writable_dir(folder)
     lock = folder / LOCK_FILE
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # O_NOFOLLOW: a lock planted as a symlink must not truncate the file it points to
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
         raise write_failed(lock, exc) from None
     try:

@@ -19,6 +19,7 @@ from mlperf_mig.runner.capacity_cache import with_cached_capacity
 from mlperf_mig.runner.options import RunOptions, check_progress
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
+from mlperf_mig.runner.repeats import refuse_other_kinds
 from mlperf_mig.runner.results import RESULTS_FILE, RunResult
 from mlperf_mig.runner.supervisor import stop_signals
 
@@ -175,7 +176,10 @@ def run(
         base = check_baseline(baseline, the_plan)
         if options.studied:
             return _study(the_plan, options, progress=progress, baseline=base)
+        # a run into a study's or a sweep's folder would hide it from report and advise
+        refuse_other_kinds(the_plan.outdir, RESULTS_FILE, "a single run")
         with stop_signals(), claim_folder(the_plan.outdir, refuse=RESULTS_FILE, what="a run"):
+            refuse_other_kinds(the_plan.outdir, RESULTS_FILE, "a single run")
             return execute(the_plan, progress=progress, baseline=base)
 
 
@@ -298,7 +302,9 @@ def aggregate(folders: Sequence[PathArg], outdir: PathArg | None = None) -> RunR
             "be overwritten; pass a new folder"
         )
     runs = [RunResult.load(f) for f in folders]
+    refuse_other_kinds(outdir, RESULTS_FILE, "an aggregated run")
     with claim_folder(outdir, refuse=RESULTS_FILE, what="a run"):
+        refuse_other_kinds(outdir, RESULTS_FILE, "an aggregated run")
         return combine_runs(runs, outdir=outdir)
 
 

@@ -105,8 +105,8 @@ def _device_of(runs: list[InstanceRun], outcomes: Mapping[str, WorkerOutcome]) -
 def find_baseline(plan: RunPlan, outdir: Path) -> tuple[float | None, str | None]:
     """Total throughput of a scenario-1 run with the same settings in a sibling folder."""
     for candidate in sorted(outdir.parent.glob(f"*/{RESULTS_FILE}")):
-        if candidate.parent == outdir:
-            continue
+        if candidate.parent == outdir or candidate.parent.is_symlink() or candidate.is_symlink():
+            continue  # no link is followed out of the folder next to ours
         try:
             other = RunResult.load(candidate)
         except errors.MlperfMigError:

@@ -6,8 +6,11 @@
 only the first instance of that profile kept, on the same device (MIG instance or CPUs), the
 rest of the GPU idle (`<run>/alone-<profile>/repeat-k/`). A repeat whose results.json is already
 there with the same settings is reused (resume works per repeat). `<run>/repeats.json` lists the
-folders; the statistics (runner/stats.py) are computed from the runs' own results.json, so they
-can never disagree with them.
+folders, relative to the study's own folder, so a study can be copied or moved and resumed or
+reported where it is; the statistics (runner/stats.py) are computed from the runs' own
+results.json, so they can never disagree with them. Every field read back from repeats.json is
+checked (runs/alone/resumed are folders inside the study, no symlink on the way) and a wrong one
+is refused with one line naming the file and the field.
 
 Interference of an instance is its throughput (or p99 latency) inside the layout relative to its
 profile's alone run. On emulated CPU partitions that measures how the CPU's cores, caches and
@@ -19,6 +22,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -26,17 +30,31 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, claim_folder
+from mlperf_mig._io import LOCK_FILE, atomic_write_json, claim_folder, inside, safe_name
 from mlperf_mig._table import markdown_table, text_table
-from mlperf_mig.errors import MlperfMigError, OutputDirError
+from mlperf_mig.errors import DataFileError, MlperfMigError, OutputDirError, UntrustedPathError
 from mlperf_mig.runner.overall import OverallProgress
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import RESULTS_FILE, RunResult, html_table, result_p99_ms
-from mlperf_mig.runner.stats import CONFIDENCE, Change, Summary, relative_change, summarize
+from mlperf_mig.runner.stats import (
+    CLAMPED_NOTE,
+    CONFIDENCE,
+    Change,
+    Summary,
+    relative_change,
+    summarize,
+)
 
 log = logging.getLogger(__name__)
 
 REPEATS_FILE = "repeats.json"
+SWEEP_FILE = "sweep.json"
+# The file at the top of a folder that says what the folder holds; `report` reads one of them.
+FOLDER_KINDS = {
+    RESULTS_FILE: "a single run",
+    REPEATS_FILE: "a study (run --repeats or --isolation)",
+    SWEEP_FILE: "a sweep",
+}
 SCHEMA = 2  # 2: "target" became "partitioning"
 ISOLATION_EMULATED_LABEL = (
     "isolation on emulated CPU partitions measures how the CPU's cores, caches and memory "
@@ -59,17 +77,182 @@ def alone_folder(profile: str) -> str:
     return f"alone-{profile}"
 
 
+def refuse_other_kinds(folder: str | os.PathLike[str], keep: str, what: str) -> None:
+    """Refuse to write `what` (whose index is `keep`) into a folder that holds another kind of
+    result: a run written into a study's folder would hide the study from report and advise.
+    A lock file planted there as a symlink is refused too (claiming would write through it)."""
+    base = Path(folder)
+    inside(base, LOCK_FILE, "the folder's lock")
+    for name, kind in FOLDER_KINDS.items():
+        if name != keep and ((base / name).exists() or (base / name).is_symlink()):
+            raise OutputDirError(
+                f"{str(base)!r} holds {kind} ({name}); {what} written into it would hide it from "
+                "report and advise: pass a new output folder (a study or sweep is resumed by its "
+                "own command with the same --outdir)"
+            )
+
+
 def resumable(folder: Path, plan: RunPlan) -> RunResult | None:
-    """The finished run in `folder` when it was made with the same settings and layout."""
-    if not (folder / RESULTS_FILE).is_file():
+    """The finished run in `folder` when it was made with the same settings and layout, as
+    the run of that folder (wherever the folder was when it ran)."""
+    results = inside(folder, RESULTS_FILE, "a repeat's results")
+    if not results.is_file():
         return None
     try:
-        previous = RunResult.load(folder)
+        previous = RunResult.load(results)
+    except UntrustedPathError:
+        raise
     except MlperfMigError as exc:
         log.warning("not resuming %s: %s", folder, exc)
         return None
     same = previous.settings_key == plan.settings_key and previous.layout == plan.layout
-    return previous if same and previous.ok else None
+    return attrs.evolve(previous, outdir=str(folder)) if same and previous.ok else None
+
+
+def check_study_folders(root: Path, jobs: Sequence[tuple[str | None, RunPlan]]) -> None:
+    """Before anything runs: every repeat's folder is a plain folder inside the study (a
+    symlinked repeat would be read and written through) and holds no other kind of result."""
+    for _, job in jobs:
+        sub = inside(root, os.path.relpath(job.outdir, root), "a repeat's folder")
+        inside(sub, RESULTS_FILE, "a repeat's results")
+        refuse_other_kinds(sub, RESULTS_FILE, "a repeat")
+
+
+# --- repeats.json and sweep.json read back ----------------------------------------------------
+_MISSING: Any = object()
+
+
+@attrs.frozen
+class IndexFile:
+    """An index (repeats.json, sweep.json) read back from a folder the project does not trust:
+    every field is checked on the way and a wrong one is refused with one line naming the file
+    and the field. Folders it names must lie inside its own folder."""
+
+    folder: Path
+    path: Path
+    data: Mapping[str, Any]
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike[str], name: str, written_by: str) -> IndexFile:
+        base = Path(folder)
+        path = inside(base, name, "the index")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise OutputDirError(
+                f"{str(base)!r} holds no readable {name} ({type(exc).__name__}: {exc}); "
+                f"pass a folder written by {written_by}"
+            ) from None
+        if not isinstance(data, dict):
+            raise DataFileError(
+                f"{str(path)!r} holds a JSON {type(data).__name__}, not an object; pass a folder "
+                f"written by {written_by}"
+            )
+        return cls(base, path, data)
+
+    def wrong(self, field: str, value: Any, expected: str) -> DataFileError:
+        return DataFileError(
+            f"{str(self.path)!r}: {field} is {_shown(value)}, expected {expected}; the file was "
+            "edited or is not one this tool wrote: fix that field or write the folder again"
+        )
+
+    def strings(self, field: str) -> list[str]:
+        """A list of strings (labels such as `resumed`)."""
+        value = self.data.get(field, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.wrong(field, value, "a list of strings")
+        return value
+
+    def numbers(self, field: str) -> list[float]:
+        value = self.data.get(field, [])
+        if not isinstance(value, list) or not all(_is_finite(v) for v in value):
+            raise self.wrong(field, value, "a list of finite numbers")
+        return [float(v) for v in value]
+
+    def flag(self, field: str) -> bool:
+        value = self.data.get(field, False)
+        if not isinstance(value, bool):
+            raise self.wrong(field, value, "true or false")
+        return value
+
+    def text(self, field: str) -> str | None:
+        value = self.data.get(field)
+        if value is not None and not isinstance(value, str):
+            raise self.wrong(field, value, "a string or null")
+        return value
+
+    def mapping(self, field: str) -> dict[str, Any]:
+        value = self.data.get(field, {})
+        if not isinstance(value, dict):
+            raise self.wrong(field, value, "an object")
+        return value
+
+    def folders(self, field: str, *, required: bool = True) -> list[Path]:
+        """The folders a field lists, each inside this index's folder (a missing or empty list
+        is refused when `required`)."""
+        return self.folder_list(field, self.data.get(field, _MISSING if required else []), required=required)
+
+    def folder_list(self, field: str, value: Any, *, required: bool = True) -> list[Path]:
+        if not isinstance(value, list):
+            shown = "missing" if value is _MISSING else value
+            raise self.wrong(field, shown, "a list of folders relative to the index's folder")
+        if required and not value:
+            raise self.wrong(field, value, "at least one folder")
+        return [self.inside(field, v) for v in value]
+
+    def inside(self, field: str, value: Any) -> Path:
+        """`value` as a path inside the index's folder. The absolute form (hand-written, or old)
+        is accepted only where it already lies inside this folder; anything else that leaves it
+        ('..', another folder) is refused: a copied index must never read its original."""
+        what = f"{field} in {str(self.path)!r}"
+        if not isinstance(value, str) or not value:
+            raise self.wrong(field, value, "a folder name relative to the index's folder")
+        relative = _within(self.folder, value)
+        if relative is None:
+            raise UntrustedPathError(
+                f"{what}: {value!r} is outside {str(self.folder)!r}; an index names folders "
+                "inside its own. If this folder was copied or moved, run its study or sweep "
+                "again with --outdir set to it (finished runs are reused, the index is written anew)"
+            )
+        return inside(self.folder, relative, what)
+
+    def run(self, field: str, folder: Path) -> RunResult:
+        """The run in `folder` (checked by `inside`), as the run of that folder."""
+        results = self.inside(field, os.path.join(os.path.relpath(folder, self.folder), RESULTS_FILE))
+        return attrs.evolve(RunResult.load(results), outdir=str(folder))
+
+
+def _within(folder: Path, value: str) -> str | None:
+    """`value` relative to `folder`: itself when relative and not climbing out, the part below
+    the folder when absolute and inside it (lexically, or below its real path), else None."""
+    path = Path(value)
+    if not path.is_absolute():
+        return value if ".." not in path.parts else None
+    normal = Path(os.path.normpath(value))
+    for base in (Path(os.path.abspath(folder)), Path(os.path.realpath(folder))):
+        if normal != base and normal.is_relative_to(base):
+            return str(normal.relative_to(base))
+    return None
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def relative_to(root: str | os.PathLike[str], path: str | os.PathLike[str], what: str) -> str:
+    """`path` relative to `root` for an index; a folder outside it is a bug, never written."""
+    relative = os.path.relpath(path, root)
+    if relative == ".." or relative.startswith(f"..{os.sep}") or os.path.isabs(relative):
+        raise OutputDirError(
+            f"{what} {str(path)!r} lies outside {str(root)!r}; an index names only folders inside "
+            "its own (nothing was written)"
+        )
+    return relative
 
 
 def alone_plan(plan: RunPlan, profile: str, outdir: Path) -> RunPlan:
@@ -124,13 +307,18 @@ def run_study(
     baseline: RepeatedRun | RunResult | None = None,
 ) -> RepeatedRun:
     """Run (or resume) every repeat and alone run of `plan` and write repeats.json. The folder
-    of a single run (results.json at its top) is refused."""
+    of a single run or a sweep is refused, and so is a symlinked repeat folder, before
+    anything runs."""
     root = Path(plan.outdir)
     runs: list[RunResult] = []
     alone: dict[str, list[RunResult]] = {}
     resumed: list[str] = []
+    jobs = study_plans(plan, repeats, isolation)
+    refuse_other_kinds(root, REPEATS_FILE, "a study")
+    check_study_folders(root, jobs)
     with claim_folder(root, refuse=RESULTS_FILE, what="a single run"):
-        for profile, job in study_plans(plan, repeats, isolation):
+        refuse_other_kinds(root, REPEATS_FILE, "a study")
+        for profile, job in jobs:
             sub = Path(job.outdir)
             previous = resumable(sub, job) if resume else None
             if previous is not None:
@@ -163,8 +351,8 @@ def find_study_baseline(plan: RunPlan) -> RepeatedRun | RunResult | None:
         return None
     for name in (REPEATS_FILE, RESULTS_FILE):
         for candidate in sorted(root.parent.glob(f"*/{name}")):
-            if candidate.parent == root:
-                continue
+            if candidate.parent == root or candidate.parent.is_symlink() or candidate.is_symlink():
+                continue  # no link is followed out of the folder next to ours
             try:
                 other: RepeatedRun | RunResult = (
                     RepeatedRun.load(candidate.parent) if name == REPEATS_FILE else RunResult.load(candidate)
@@ -264,9 +452,12 @@ class RepeatedRun:
         """The same study with the totals of a scenario-1 run (repeated or not) to compare with."""
         if baseline is None:
             return self
+        # the source is a label, kept relative to this folder so that a copy does not name
+        # the original's place (a sibling study reads '../scenario-1')
+        source = os.path.relpath(baseline.outdir, self.outdir)
         if isinstance(baseline, RepeatedRun):
-            return attrs.evolve(self, baseline_totals=baseline.totals, baseline_source=baseline.outdir)
-        return attrs.evolve(self, baseline_totals=_totals([baseline]), baseline_source=baseline.outdir)
+            return attrs.evolve(self, baseline_totals=baseline.totals, baseline_source=source)
+        return attrs.evolve(self, baseline_totals=_totals([baseline]), baseline_source=source)
 
     # --- tables --------------------------------------------------------------------------------
     def labels(self) -> list[str]:
@@ -354,7 +545,19 @@ class RepeatedRun:
         ]
         if failed:
             lines.append(f"FAILED runs (their numbers are left out): {', '.join(failed)}")
+        if self.any_clamped():
+            lines.append(f"note: {CLAMPED_NOTE}")
         return lines + [f"note: {label}" for label in self.labels()]
+
+    def any_clamped(self) -> bool:
+        """Whether an interval of the tables was cut at -100% (see runner/stats.py)."""
+        changes = [self.change]
+        if self.isolation:
+            changes += [
+                self.interference(i, what)
+                for i in range(len(self.first.instances)) for what in ("throughput", "p99")
+            ]
+        return any(c is not None and c.clamped for c in changes)
 
     def table(self) -> str:
         return "\n".join([self.title(), text_table(self.instance_rows(), self.columns()), *self.footer()])
@@ -385,8 +588,10 @@ class RepeatedRun:
         total, change = self.total, self.change
         return {
             "schema": SCHEMA,
-            "runs": [os.path.relpath(r.outdir, root) for r in self.runs],
-            "alone": {p: [os.path.relpath(r.outdir, root) for r in runs] for p, runs in self.alone.items()},
+            "runs": [relative_to(root, r.outdir, "the repeat") for r in self.runs],
+            "alone": {
+                p: [relative_to(root, r.outdir, "the alone run") for r in runs] for p, runs in self.alone.items()
+            },
             "isolation": self.isolation,
             "resumed": list(self.resumed),
             "baseline_totals": list(self.baseline_totals),
@@ -411,27 +616,31 @@ class RepeatedRun:
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> RepeatedRun:
-        """Read repeats.json and the results.json of every run it lists."""
+        """Read repeats.json and the results.json of every run it lists, each field checked:
+        the runs are folders inside this one (no '..', no absolute path elsewhere, no symlink),
+        profiles are plain names; a wrong field is refused with one line naming it."""
         path = Path(folder)
-        try:
-            data = json.loads((path / REPEATS_FILE).read_text(encoding="utf-8"))
-            runs = [str(p) for p in data["runs"]]
-            alone = {str(p): [str(f) for f in fs] for p, fs in dict(data.get("alone", {})).items()}
-            if not runs:
-                raise ValueError("it lists no runs")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise OutputDirError(
-                f"{str(path)!r} holds no readable {REPEATS_FILE} ({type(exc).__name__}: {exc}); "
-                "pass a folder written by mlperf-mig run --repeats or sweep --repeats"
-            ) from None
+        index = IndexFile.read(path, REPEATS_FILE, "mlperf-mig run --repeats or sweep --repeats")
+        schema = index.data.get("schema", SCHEMA)
+        if schema not in (1, SCHEMA) or isinstance(schema, bool):
+            raise index.wrong("schema", schema, f"1 or {SCHEMA} (a newer mlperf-mig wrote it?)")
+        runs = index.folders("runs")
+        alone = {
+            safe_name(profile, "the profile of an alone run", index.path): index.folder_list(f"alone[{profile!r}]", folders)
+            for profile, folders in index.mapping("alone").items()
+        }
+        isolation = index.flag("isolation")
+        resumed = index.strings("resumed")
+        baseline_totals = index.numbers("baseline_totals")
+        baseline_source = index.text("baseline_source")
         return cls(
             outdir=str(path),
-            runs=[RunResult.load(path / sub) for sub in runs],
-            alone={p: tuple(RunResult.load(path / f) for f in fs) for p, fs in alone.items()},
-            isolation=bool(data.get("isolation", False)),
-            resumed=data.get("resumed", ()),
-            baseline_totals=data.get("baseline_totals", ()),
-            baseline_source=data.get("baseline_source"),
+            runs=[index.run("runs", sub) for sub in runs],
+            alone={p: tuple(index.run(f"alone[{p!r}]", f) for f in fs) for p, fs in alone.items()},
+            isolation=isolation,
+            resumed=resumed,
+            baseline_totals=baseline_totals,
+            baseline_source=baseline_source,
         )
 
 

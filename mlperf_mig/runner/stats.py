@@ -7,6 +7,13 @@ over the reference mean, with the interval of the difference from Welch's t-test
 variances, Welch-Satterthwaite degrees of freedom) divided by the reference mean, which is taken
 as fixed. A change whose interval contains zero is not significant. The t quantiles and Welch's
 interval come from scipy.stats, not from our own code.
+
+Throughputs and latencies are never below zero, so no change is below -100%. With few repeats
+and a wide spread, Welch's interval can still reach below -100% (two repeats: t = 12.7); its
+lower end is then cut at -100% and the change marked `clamped`. Cutting an interval to the
+values the quantity can take keeps its coverage (the true change always lies above -100%), so
+the upper end and the verdict on significance stay Welch's; an interval on the ratio (Fieller's)
+would not help, since it too reaches below zero, or is unbounded, exactly when n is that small.
 """
 
 from __future__ import annotations
@@ -19,6 +26,13 @@ import attrs
 
 CONFIDENCE = 0.95
 NOT_SIGNIFICANT = "not significant"
+CLAMPED = "(clamped)"
+CLAMPED_NOTE = (
+    "an interval whose lower end reads '-100.00% (clamped)' reached below -100%: wider than the "
+    "change can be (too few repeats for their spread); it is cut at -100%, where the quantity "
+    "would be zero, which keeps its 95% coverage: run more repeats for a narrower one"
+)
+FLOOR = -1.0  # no throughput or latency falls below zero
 
 
 def _finite(value: float) -> bool:
@@ -83,6 +97,7 @@ class Change:
     value: float
     low: float | None
     high: float | None
+    clamped: bool = False  # Welch's lower end was below -100% and was cut there
 
     @property
     def significant(self) -> bool | None:
@@ -96,7 +111,8 @@ class Change:
         if self.low is None or self.high is None:
             return f"{self.value:+.2%}"
         marked = f" {NOT_SIGNIFICANT}" if self.significant is False else ""
-        return f"{self.value:+.2%} [{self.low:+.2%}, {self.high:+.2%}]{marked}"
+        low = f"{self.low:+.2%} {CLAMPED}" if self.clamped else f"{self.low:+.2%}"
+        return f"{self.value:+.2%} [{low}, {self.high:+.2%}]{marked}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**attrs.asdict(self), "significant": self.significant}
@@ -129,4 +145,7 @@ def relative_change(values: Sequence[float], reference: Sequence[float]) -> Chan
         low, high = mean_a - mean_b - spread.half, mean_a - mean_b + spread.half
     if low is None or high is None or not (_finite(low) and _finite(high)):
         return Change(value=value, low=None, high=None)
-    return Change(value=value, low=low / mean_b, high=high / mean_b)
+    low, high = low / mean_b, high / mean_b
+    if low < FLOOR:
+        return Change(value=value, low=FLOOR, high=max(high, FLOOR), clamped=True)
+    return Change(value=value, low=low, high=high)

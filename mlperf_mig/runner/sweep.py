@@ -4,12 +4,17 @@ The chart is the seed study's figure: one bar per layout with the total throughp
 instance. It is drawn with matplotlib's object API on an Agg canvas (no pyplot, so a notebook's
 backend is left alone) and saved as PNG and SVG. matplotlib is optional: without it the sweep
 still runs and says that the chart was not drawn.
+
+sweep.json names its layouts' folders and chart files relative to the sweep's folder, so a sweep
+can be copied or moved and resumed or reported where it is; read back, every field is checked
+(folders inside the sweep, no symlink on the way, profiles plain names, capacities finite
+positive numbers) and a wrong one is refused with one line naming the file and the field.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -18,7 +23,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, claim_folder
+from mlperf_mig._io import atomic_write_json, claim_folder, inside, safe_name
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.runner.capacity_cache import plan_capacities, with_cached_capacity
@@ -27,7 +32,19 @@ from mlperf_mig.runner.options import RunOptions, check_scenario
 from mlperf_mig.runner.overall import OverallProgress, rounds_of
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, default_outdir, make_plan
-from mlperf_mig.runner.repeats import REPEATS_FILE, RepeatedRun, resumable, run_study, study_plans
+from mlperf_mig.runner.repeats import (
+    FOLDER_KINDS,
+    REPEATS_FILE,
+    SWEEP_FILE,
+    IndexFile,
+    RepeatedRun,
+    check_study_folders,
+    refuse_other_kinds,
+    relative_to,
+    resumable,
+    run_study,
+    study_plans,
+)
 from mlperf_mig.runner.results import (
     BY_DESIGN_LABEL,
     EMULATED_LABEL,
@@ -38,10 +55,9 @@ from mlperf_mig.runner.results import (
     html_table,
     require_pandas,
 )
+from mlperf_mig.runner.stats import CLAMPED_NOTE
 
 log = logging.getLogger(__name__)
-
-SWEEP_FILE = "sweep.json"
 _COLUMNS = (
     "MIG scenario", "layout", "partitioning", "instances", "total", "unit", "all valid", "vs MIG scenario 1"
 )
@@ -118,6 +134,8 @@ class SweepResult:
             )
             if any(study.isolation for study in self.studies):
                 notes.append("isolation: see each layout's report (mlperf-mig report LAYOUT_DIR)")
+            if any(study.change is not None and study.change.clamped for study in self.studies):
+                notes.append(CLAMPED_NOTE)
         if self.capacities:
             known = ", ".join(f"{p} {q:,.1f}" for p, q in sorted(self.capacities.items()))
             notes.append(
@@ -171,14 +189,18 @@ class SweepResult:
         return write_report(self, path)
 
     def to_dict(self) -> dict[str, Any]:
+        """sweep.json: every folder and file relative to the sweep's folder (a copy names no
+        path of the original)."""
+        def relative(path: str | None, what: str) -> str | None:
+            return None if path is None else relative_to(self.outdir, path, what)
+
         return {
-            "runs": [os.path.relpath(run.outdir, self.outdir) for run in self.runs],
-            "studies": [os.path.relpath(study.outdir, self.outdir) for study in self.studies],
+            "runs": [relative_to(self.outdir, run.outdir, "the layout's run") for run in self.runs],
+            "studies": [relative_to(self.outdir, study.outdir, "the layout's study") for study in self.studies],
             "capacities": dict(self.capacities),
-            "outdir": self.outdir,
             "resumed": list(self.resumed),
-            "chart_png": self.chart_png,
-            "chart_svg": self.chart_svg,
+            "chart_png": relative(self.chart_png, "the chart"),
+            "chart_svg": relative(self.chart_svg, "the chart"),
             "chart_note": self.chart_note,
         }
 
@@ -187,43 +209,63 @@ class SweepResult:
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str]) -> SweepResult:
-        """Read a sweep folder: sweep.json and the results.json of every layout in it."""
+        """Read a sweep folder: sweep.json and the results.json of every layout in it, each
+        field checked (see the module's docstring); `outdir` is the folder it was read from."""
         path = Path(folder)
-        try:
-            data = json.loads((path / SWEEP_FILE).read_text(encoding="utf-8"))
-            subfolders = [str(sub) for sub in data["runs"]]
-            study_folders = [str(sub) for sub in data.get("studies", [])]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise OutputDirError(
-                f"{str(path)!r} holds no readable {SWEEP_FILE} ({type(exc).__name__}: {exc}); "
-                "pass a folder written by mlperf-mig sweep"
-            ) from None
-        runs = [RunResult.load(path / sub) for sub in subfolders]
+        index = IndexFile.read(path, SWEEP_FILE, "mlperf-mig sweep")
+        subfolders = index.folders("runs")
+        study_folders = index.folders("studies", required=False)
+        capacities = _capacities(index)
+        resumed = index.strings("resumed")
+        charts = {}
+        for field in ("chart_png", "chart_svg"):
+            name = index.text(field)
+            charts[field] = None if name is None else str(index.inside(field, name))
+        chart_note = index.text("chart_note")
         return cls(
-            runs=runs,
-            studies=[RepeatedRun.load(path / sub) for sub in study_folders],
-            capacities=dict(data.get("capacities", {})),
+            runs=[index.run("runs", sub) for sub in subfolders],
+            studies=[RepeatedRun.load(sub) for sub in study_folders],
+            capacities=capacities,
             outdir=str(path),
-            resumed=data.get("resumed", ()),
-            chart_png=data.get("chart_png"),
-            chart_svg=data.get("chart_svg"),
-            chart_note=data.get("chart_note"),
+            resumed=resumed,
+            chart_note=chart_note,
+            **charts,
         )
+
+
+def _capacities(index: IndexFile) -> dict[str, float]:
+    """sweep.json's capacities: plain profile names, finite positive QPS."""
+    capacities = {}
+    for profile, qps in index.mapping("capacities").items():
+        name = safe_name(profile, "the profile of a capacity", index.path)
+        if isinstance(qps, bool) or not isinstance(qps, (int, float)) or not math.isfinite(qps) or qps <= 0:
+            raise index.wrong(f"capacities[{profile!r}]", qps, "a finite positive number of queries per second")
+        capacities[name] = float(qps)
+    return capacities
 
 
 def load_report(folder: str | os.PathLike[str]) -> RunResult | RepeatedRun | SweepResult:
     """A run folder (results.json), a repeated run's folder (repeats.json) or a sweep folder
     (sweep.json), each run checked to be one that can be reported (instances, numeric
-    throughputs)."""
+    throughputs). A folder that holds more than one of them is refused: which one it is
+    cannot be told."""
     path = Path(folder)
-    if (path / RESULTS_FILE).is_file():
-        return _reportable(RunResult.load(path), path)
-    if (path / REPEATS_FILE).is_file():
+    present = [name for name in FOLDER_KINDS if (path / name).exists() or (path / name).is_symlink()]
+    if len(present) > 1:
+        kinds = " and ".join(f"{FOLDER_KINDS[n]} ({n})" for n in present)
+        raise OutputDirError(
+            f"{str(path)!r} holds {kinds}; one was written into the other's folder, so which one "
+            "to report cannot be told: move the files of the one you do not want into another folder"
+        )
+    if (path / RESULTS_FILE).exists():
+        run = RunResult.load(inside(path, RESULTS_FILE, "the run's results"))
+        return _reportable(attrs.evolve(run, outdir=str(path)), path)
+    if (path / REPEATS_FILE).exists():
         study = RepeatedRun.load(path)
         for run in [*study.runs, *(r for runs in study.alone.values() for r in runs)]:
             _reportable(run, Path(run.outdir))
         return study
-    if (path / SWEEP_FILE).is_file():
+    if (path / SWEEP_FILE).exists():
         sweep = SweepResult.load(path)
         for run in sweep.runs:
             _reportable(run, Path(run.outdir))
@@ -306,10 +348,12 @@ def run_sweep(
 
     folder = Path(outdir).absolute() if outdir is not None else default_outdir("sweep")
     plans = plan_sweep(scenarios, options, folder)
+    check_sweep_folders(folder, plans, options)
     jobs = [job for plan in plans for _, job in study_plans(plan, options.repeats, options.isolation)]
     bar = OverallProgress(sum(rounds_of(j) for j in jobs), progress=progress, description="sweep")
     try:
         with claim_folder(folder, refuse=None):
+            refuse_other_kinds(folder, SWEEP_FILE, "a sweep")
             capacities = {p: q for plan in plans for p, q in plan_capacities(plan, options.cache_dir).items()}
             if options.studied:
                 return _run_studies(plans, options, folder, resume, chart, progress, bar, capacities)
@@ -332,6 +376,20 @@ def run_sweep(
             )
     finally:
         bar.close()
+
+
+def check_sweep_folders(folder: Path, plans: Sequence[RunPlan], options: RunOptions) -> None:
+    """Before the first layout runs: the sweep's folder holds no single run or study, and each
+    layout's folder is a plain folder inside it (no symlink) holding only its own kind."""
+    refuse_other_kinds(folder, SWEEP_FILE, "a sweep")
+    for plan in plans:
+        sub = inside(folder, os.path.relpath(plan.outdir, folder), "a layout's folder")
+        if options.studied:
+            refuse_other_kinds(sub, REPEATS_FILE, "a layout's study")
+            check_study_folders(sub, study_plans(plan, options.repeats, options.isolation))
+        else:
+            inside(sub, RESULTS_FILE, "a layout's results")
+            refuse_other_kinds(sub, RESULTS_FILE, "a layout's run")
 
 
 def _run_studies(
