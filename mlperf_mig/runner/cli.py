@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig._cli_args import add_settings_option, parse_overrides
+from mlperf_mig._cli_args import add_settings_option, parse_overrides, whole_number
 from mlperf_mig.errors import NameParseError
 
 EXIT_OK = 0
@@ -92,12 +92,12 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _positive(text: str) -> int:
-    """--repeats: a whole number (RunOptions checks its range, in one line)."""
+    """--repeats: a whole number in ASCII digits (RunOptions checks its range, in one line)."""
     try:
-        return int(text)
-    except ValueError:
+        return whole_number(text)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a whole number; pass how often each layout runs, e.g. 3"
+            f"{text!r} is not a whole number in digits 0-9; pass how often each layout runs, e.g. 3"
         ) from None
 
 
@@ -178,7 +178,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("folder", metavar="DIR", help="a run folder (results.json) or a sweep folder")
     parser.add_argument("--markdown", action="store_true", help="Markdown instead of a text table")
     parser.add_argument("--html", default=None, metavar="FILE",
-                        help="also write one self-contained HTML report (charts embedded) to FILE")
+                        help="also write one self-contained HTML report (charts embedded) to FILE: a "
+                        "new name or a regular file (replaced, and said so), never a file the report "
+                        "reads, a link, a device or a folder")
+    parser.add_argument("--html-mkdir", action="store_true",
+                        help="create the missing folders of the --html FILE (otherwise refused)")
     parser.add_argument("--json", action="store_true",
                         help="print the folder's results (results.json, repeats.json or sweep.json) as read")
     parser.set_defaults(handler=_report)
@@ -257,11 +261,15 @@ def _json(result: Any) -> str:
 def _report(args: argparse.Namespace) -> int:
     from mlperf_mig.runner.sweep import load_report
 
+    if args.html_mkdir and args.html is None:
+        raise NameParseError("--html-mkdir creates the folders of --html FILE; pass --html FILE with it")
     report = load_report(args.folder)
     if args.html is not None:
-        from mlperf_mig.runner.report_html import write_report
+        from mlperf_mig.runner.report_html import write_html
 
-        write_report(report, args.html)
+        written = write_html(report, args.html, sources=[args.folder], mkdir=args.html_mkdir)
+        if written.replaced:
+            print(f"replaced {args.html} (an earlier file there)", file=sys.stderr)
         print(f"HTML report: {args.html}", file=sys.stderr)
     if args.json:
         print(_json(report))

@@ -7,20 +7,32 @@ runs hold single-profile layouts, and every label (emulated, synthetic, summed, 
 next to the numbers it qualifies. Figure 1 is the study's: total throughput per layout stacked
 by instance, with error bars for repeated layouts; figure 2 is the change of each layout's total
 against layout 1, with its 95% interval.
+
+The file is written only where nothing is lost: never onto a file the report reads (a run's
+results.json, repeats.json, sweep.json, or any other file of the folders reported, compared by
+inode, so a hard link counts too), never onto what is not a regular file (a folder, a device
+such as /dev/null, a FIFO, a socket, a symbolic link), never into a folder that does not exist
+unless asked (`mkdir=True`, `--html-mkdir`); an earlier regular file is replaced atomically and
+the caller is told. Earlier HTML reports inside the folders are the one kind of their files that
+may be replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import html
 import logging
 import os
-from collections.abc import Sequence
+import stat
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from mlperf_mig._io import atomic_write_text
-from mlperf_mig.errors import MlperfMigError
+from mlperf_mig.errors import MlperfMigError, OutputDirError
 from mlperf_mig.runner.chart import chart_bar, draw_bars, figure_svg
 from mlperf_mig.runner.results import html_table
 
@@ -150,10 +162,141 @@ def report_html(report: Any, *, advice: Any = None) -> str:
     return "".join(parts)
 
 
-def write_report(report: Any, path: str | os.PathLike[str] | None = None, *, advice: Any = None) -> str:
-    """`report_html(report)`, written atomically to `path` when given; returns the text."""
+@attrs.frozen
+class HtmlWritten:
+    """Where the report was written, whether it replaced an earlier regular file, its text."""
+
+    path: Path
+    replaced: bool
+    text: str = attrs.field(default="", repr=False)
+
+
+_HTML_SUFFIXES = (".html", ".htm")
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _report_folders(report: Any, sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The folders a report was read from: `sources`, its own, each layout's, each run's
+    (repeats and isolation runs included); those that exist, resolved, once each."""
+    folders = [Path(source) for source in sources] + [Path(report.outdir)]
+    for layout in _layouts(report):
+        folders.append(Path(layout.outdir))
+        if hasattr(layout, "alone"):
+            folders += [Path(r.outdir) for r in [*layout.runs, *(r for rs in layout.alone.values() for r in rs)]]
+    return list(dict.fromkeys(folder.resolve() for folder in folders if folder.is_dir()))
+
+
+def _read_files(folders: Iterable[Path]) -> set[tuple[int, int]]:
+    """(device, inode) of every file below `folders` (no link followed) except earlier HTML
+    reports: the results, indexes, logs and charts the report stands on."""
+    found: set[tuple[int, int]] = set()
+    for folder in folders:
+        for root, _dirs, files in os.walk(folder, followlinks=False):
+            for name in files:
+                if name.lower().endswith(_HTML_SUFFIXES):
+                    continue
+                with contextlib.suppress(FileNotFoundError):  # removed meanwhile: not read
+                    info = os.lstat(os.path.join(root, name))
+                    if stat.S_ISREG(info.st_mode):
+                        found.add((info.st_dev, info.st_ino))
+    return found
+
+
+def check_html_target(
+    report: Any, path: str | os.PathLike[str], *, sources: Iterable[str | os.PathLike[str]] = (),
+    mkdir: bool = False,
+) -> HtmlWritten:
+    """Where the HTML report of `report` may go, or OutputDirError in one line saying why not.
+
+    `sources`: folders the report was read from besides those its results name (the folder
+    passed to `mlperf-mig report`). Nothing is written here; with `mkdir` the missing folders
+    of `path` are left for the write to create.
+    """
+    text = os.fspath(path)
+    if not text:
+        raise OutputDirError("the HTML report's file name is empty; pass a file name such as report.html")
+    target = Path(text)
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise OutputDirError(
+            f"cannot write the HTML report to {text!r}: {exc.strerror or exc}; pass another file name"
+        ) from None
+    if info is None:
+        _check_folder(target, text, mkdir)
+    elif stat.S_ISLNK(info.st_mode):
+        raise OutputDirError(
+            f"{text!r} is a symbolic link; the HTML report is not written through links (nor "
+            "over them): pass the path of a regular file or a new name"
+        )
+    elif not stat.S_ISREG(info.st_mode):
+        kind = next((what for test, what in _KINDS if test(info.st_mode)), "not a regular file")
+        hint = f", e.g. {os.path.join(text, 'report.html')!r}" if kind == "a folder" else ""
+        raise OutputDirError(
+            f"{text!r} is {kind}; the HTML report is written only to a regular file or a new "
+            f"name: pass a file name{hint}"
+        )
+    folders = _report_folders(report, sources)
+    if info is not None and (info.st_dev, info.st_ino) in _read_files(folders):
+        raise OutputDirError(
+            f"{text!r} is one of the files this report reads (its results, indexes, logs or "
+            "charts); writing the HTML there would destroy them: pass a new file name such as "
+            "report.html"
+        )
+    parent = target.parent.resolve() if target.parent.is_dir() else None
+    inside = parent is not None and any(parent == f or f in parent.parents for f in folders)
+    if inside and not target.name.lower().endswith(_HTML_SUFFIXES):
+        raise OutputDirError(
+            f"{text!r} is inside a folder this report reads, where only files named *.html are "
+            "written (any other name could be taken for the run's own files): name it "
+            "report.html or write it elsewhere"
+        )
+    return HtmlWritten(target, replaced=info is not None)
+
+
+def _check_folder(target: Path, text: str, mkdir: bool) -> None:
+    folder = target.parent
+    if folder.is_dir():
+        return
+    if os.path.lexists(folder):
+        raise OutputDirError(
+            f"{str(folder)!r} (the folder of the HTML report {text!r}) is not a folder; pass a "
+            "file name in an existing folder"
+        )
+    if not mkdir:
+        raise OutputDirError(
+            f"the folder {str(folder)!r} of the HTML report {text!r} does not exist; create it "
+            "first, or pass --html-mkdir (mkdir=True) to create it"
+        )
+
+
+def write_html(
+    report: Any, path: str | os.PathLike[str], *, advice: Any = None,
+    sources: Iterable[str | os.PathLike[str]] = (), mkdir: bool = False,
+) -> HtmlWritten:
+    """Check `path` (`check_html_target`), then write the report there atomically (readers see
+    the old file or the whole new one; the mode follows the umask)."""
+    written = check_html_target(report, path, sources=sources, mkdir=mkdir)
     text = report_html(report, advice=advice)
-    if path is not None:
-        atomic_write_text(Path(path), text)
-        log.info("HTML report written to %s", path)
-    return text
+    atomic_write_text(written.path, text)
+    log.info("HTML report written to %s", written.path)
+    return attrs.evolve(written, text=text)
+
+
+def write_report(report: Any, path: str | os.PathLike[str] | None = None, *, advice: Any = None) -> str:
+    """`report_html(report)`, written to `path` when given by `write_html`'s rules (a replaced
+    file is logged as a warning); returns the text."""
+    if path is None:
+        return report_html(report, advice=advice)
+    written = write_html(report, path, advice=advice)
+    if written.replaced:
+        log.warning("replaced %s with the HTML report", written.path)
+    return written.text
