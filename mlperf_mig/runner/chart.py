@@ -4,16 +4,23 @@ Drawn with matplotlib's object API on an Agg canvas (no pyplot, so a notebook's 
 alone). A repeated layout's bar stacks its instances' means and carries the 95% interval of its
 mean total as an error bar. Runs and repeated runs are read by their attributes (a repeated run
 has `alone`), so that this module imports neither the sweep nor the repeats module.
+
+Every text of a figure (profiles, layouts, GPU and benchmark names read back from results.json)
+is drawn literally: mathtext and TeX are off while a figure is made, so a label such as `$x^$`
+is those four characters, not a parse error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import io
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from mlperf_mig._io import atomic_write_bytes
 from mlperf_mig.runner.results import SUM_LABEL, UNIFIED_LABEL, RunResult
 
 if TYPE_CHECKING:
@@ -74,38 +81,52 @@ def chart_bar(layout: RunResult | RepeatedRun) -> Bar | None:
     return Bar(_bar_label(layout), _stack_values(layout), layout.total_throughput, None, text)
 
 
+@contextlib.contextmanager
+def _literal_text() -> Iterator[None]:
+    """Matplotlib settings under which every Text made (and drawn) is shown as given: no
+    mathtext between '$' signs, no TeX."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        yield
+
+
 def figure_svg(draw: Any, width: float) -> str:
     """An SVG document of one figure drawn by `draw(figure)` (for embedding in HTML)."""
-    import io
-
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(width, 5.0), layout="constrained")
-    FigureCanvasAgg(figure)
-    draw(figure)
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg")
+    with _literal_text():
+        figure = Figure(figsize=(width, 5.0), layout="constrained")
+        FigureCanvasAgg(figure)
+        draw(figure)
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg")
     text = buffer.getvalue()
     return text[text.index("<svg"):]  # inline in HTML: no XML prolog or DOCTYPE
 
 
 def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Path, Path]:
-    """Draw the stacked bar chart into folder/throughput.{png,svg}."""
+    """Draw the stacked bar chart into folder/throughput.{png,svg}, each written atomically
+    (a reader sees the old chart or the whole new one; modes follow the umask)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(max(6.0, 1.3 * len(bars) + 2.0), 5.0), layout="constrained")
-    FigureCanvasAgg(figure)
-    draw_bars(figure.add_subplot(), bars, first)
-    note = SUM_LABEL if first.mode == "independent" else UNIFIED_LABEL
-    if any(bar.half is not None for bar in bars):
-        note += f"; {ERROR_BAR_NOTE}"
-    figure.text(0.01, 0.005, note, fontsize=6, color="#555555")
-    png, svg = folder / f"{CHART_NAME}.png", folder / f"{CHART_NAME}.svg"
-    figure.savefig(png, dpi=120)
-    figure.savefig(svg)
-    return png, svg
+    with _literal_text():
+        figure = Figure(figsize=(max(6.0, 1.3 * len(bars) + 2.0), 5.0), layout="constrained")
+        FigureCanvasAgg(figure)
+        draw_bars(figure.add_subplot(), bars, first)
+        note = SUM_LABEL if first.mode == "independent" else UNIFIED_LABEL
+        if any(bar.half is not None for bar in bars):
+            note += f"; {ERROR_BAR_NOTE}"
+        figure.text(0.01, 0.005, note, fontsize=6, color="#555555")
+        png, svg = io.BytesIO(), io.BytesIO()
+        figure.savefig(png, format="png", dpi=120)
+        figure.savefig(svg, format="svg")
+    return (
+        atomic_write_bytes(folder / f"{CHART_NAME}.png", png.getvalue()),
+        atomic_write_bytes(folder / f"{CHART_NAME}.svg", svg.getvalue()),
+    )
 
 
 def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
