@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from mlperf_mig._table import markdown_table, text_table
-from mlperf_mig.errors import SettingsError
-from mlperf_mig.runner.results import EMULATED_LABEL, result_p99_ms
+from mlperf_mig.errors import DataFileError, SettingsError
+from mlperf_mig.runner.results import EMULATED_LABEL, RESULTS_FILE, result_p99_ms, result_throughput
 from mlperf_mig.runner.stats import Summary, summarize
 
 OBJECTIVES = {
@@ -65,8 +66,52 @@ class Measurements:
     scenarios: Mapping[str, int] = attrs.field(factory=dict)  # layout -> study scenario
 
 
+# The largest rate or latency the advisor takes: no accelerator serves 1e12 samples/s and no p99
+# lasts 1e12 ms (31 years); sums and variances of values below it stay finite.
+MEASURE_LIMIT = 1e12
+
+
 def _runs_of(layout: Any) -> list[Any]:
     return list(layout.runs) if hasattr(layout, "alone") else [layout]
+
+
+def _measure(value: object, source: str, field: str, limit: float = MEASURE_LIMIT) -> float | None:
+    """`value` read from `source` as a measurement: a finite number from 0 to `limit`.
+
+    Results are files people copy and edit: a NaN, an infinity, a negative rate or 1e308 would
+    be ranked silently (or overflow a sum), so each is refused with one line naming the field.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= limit:
+        raise DataFileError(
+            f"{source!r}: {field} is {value!r}, not a measurement the advisor can rank (a finite "
+            f"number from 0 to {limit:g}); the file was edited or damaged: fix that field "
+            "or run that layout again"
+        )
+    return float(value)
+
+
+def _p99_ms(result: Any, source: str, field: str) -> float | None:
+    if result is None:
+        return None
+    _measure(result.latency_ns.get("99.00"), source, f"{field}.latency_ns.99.00", MEASURE_LIMIT * 1e6)
+    return result_p99_ms(result)
+
+
+def _checked_run(run: Any) -> list[tuple[str, float | None, float | None]]:
+    """(profile, throughput, p99 ms) of each instance of `run`, each value checked, and the
+    layout's LoadGen throughput (unified) checked too."""
+    source = str(Path(run.outdir) / RESULTS_FILE)
+    _measure(result_throughput(run.layout_result), source, "layout_result.throughput")
+    return [
+        (
+            instance.profile,
+            _measure(instance.throughput, source, f"instances[{k}].performance.throughput"),
+            _p99_ms(instance.performance, source, f"instances[{k}].performance"),
+        )
+        for k, instance in enumerate(run.instances)
+    ]
 
 
 def measurements_from(
@@ -89,6 +134,7 @@ def measurements_from(
         runs = [r for r in _runs_of(layout) if r.ok]
         if not runs:
             continue
+        values = {id(run): _checked_run(run) for run in runs}
         labels += [label for label in runs[0].labels() if label not in labels]
         measured[runs[0].layout] = tuple(r.total_throughput for r in runs if r.total_throughput is not None)
         if runs[0].scenario is not None:
@@ -96,20 +142,24 @@ def measurements_from(
         full = sum(i.compute_slices for i in runs[0].instances) == compute_slices
         for run in runs:
             one = len(run.instances) == 1
-            for instance in run.instances:
+            for profile, throughput, p99 in values[id(run)]:
                 if one:
-                    add(instance.profile, "alone", instance.throughput)
-                    add(instance.profile, "p99_alone", result_p99_ms(instance.performance))
+                    add(profile, "alone", throughput)
+                    add(profile, "p99_alone", p99)
                 elif full:
-                    add(instance.profile, "in_layout", instance.throughput)
-                    add(instance.profile, "p99_in_layout", result_p99_ms(instance.performance))
+                    add(profile, "in_layout", throughput)
+                    add(profile, "p99_in_layout", p99)
         for profile, alone_runs in (getattr(layout, "alone", None) or {}).items():
             for run in alone_runs:
                 if run.ok and run.instances:
-                    add(profile, "isolated", run.instances[0].throughput)
-                    add(profile, "p99_alone", result_p99_ms(run.instances[0].performance))
+                    _, throughput, p99 = _checked_run(run)[0]
+                    add(profile, "isolated", throughput)
+                    add(profile, "p99_alone", p99)
     first = _runs_of(layouts[0])[0]
-    capacities = dict(capacities or {})
+    capacities = {
+        name: _measure(value, "the sweep's capacities (sweep.json)", f"capacities[{name!r}]")
+        for name, value in dict(capacities or {}).items()
+    }
     profiles = {
         name: ProfileMeasure(
             profile=name, capacity=capacities.get(name), **{k: tuple(v) for k, v in values.items()}
