@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from mlperf_mig.errors import SettingsError
+
+
+def whole_number(text: str) -> int:
+    """An argparse type: ASCII digits with an optional sign (int() also takes '٣' as 3)."""
+    if re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in digits 0-9, e.g. 3")
 
 
 def add_settings_option(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from mlperf_mig._cli_args import whole_number
+
 EXIT_OK = 0
 
 
@@ -23,12 +25,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--gpu", default=None, help="the GPU (default: the folder's)")
     parser.add_argument("--objective", default="throughput",
                         choices=("throughput", "instances", "capacity", "p99"))
-    parser.add_argument("--min-instances", type=int, default=None, metavar="N")
-    parser.add_argument("--max-instances", type=int, default=None, metavar="N")
+    parser.add_argument("--min-instances", type=whole_number, default=None, metavar="N")
+    parser.add_argument("--max-instances", type=whole_number, default=None, metavar="N")
     parser.add_argument("--profiles-allowed", default=None, metavar="P,P",
                         help="only layouts made of these MIG profiles, e.g. 2g.20gb,1g.10gb")
     parser.add_argument("--max-p99-ms", type=float, default=None, metavar="MS")
-    parser.add_argument("--top", type=int, default=5, help="layouts shown (default 5)")
+    parser.add_argument("--top", type=whole_number, default=5, help="layouts shown (default 5)")
     parser.add_argument("--outdir", default=None, help="sweep folder when measuring first")
     parser.add_argument("--variant", default="full", choices=("full", "tiny"))
     parser.add_argument("--backend", default="auto")
@@ -65,10 +67,10 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
     parser.add_argument("--low-qps", type=float, default=None, metavar="QPS",
                         help="first target; a failure there is an error (default: a quarter of an Offline run)")
-    parser.add_argument("--probe-ms", type=int, default=2000, help="min_duration of each probe (default 2000)")
-    parser.add_argument("--confirm-ms", type=int, default=None, help="min_duration of the confirming run (default: the preset's)")
+    parser.add_argument("--probe-ms", type=whole_number, default=2000, help="min_duration of each probe (default 2000)")
+    parser.add_argument("--confirm-ms", type=whole_number, default=None, help="min_duration of the confirming run (default: the preset's)")
     parser.add_argument("--tolerance", type=float, default=0.1, help="bracket width at which to stop (default 0.1)")
-    parser.add_argument("--max-steps", type=int, default=12, help="most probes (default 12)")
+    parser.add_argument("--max-steps", type=whole_number, default=12, help="most probes (default 12)")
     add_settings_option(parser)
     parser.add_argument("--outdir", default=None, help="folder of the search's runs")
     parser.add_argument("--json", action="store_true")
