@@ -89,17 +89,19 @@ def test_scenario_that_climbs_out_is_refused(unified_run: Path, tmp_path: Path, 
     """A LoadGen scenario of '../../..' in results.json and the detail logs is refused; the folder
     it names outside the tree is neither written nor deleted."""
     run = _copy(unified_run, tmp_path)
-    hostile = "../" * 7 + "victim"
+    hostile = "../" * 6 + "victim"
     _edit_results(run, lambda d: d.update(loadgen_scenario=hostile))
     for detail in run.glob("layout/*/mlperf_log_detail.txt"):
         detail.write_text(detail.read_text().replace('"value": "Offline"', json.dumps({"value": hostile})[1:-1]))
+    existing = tmp_path / "tree" / "open" / "Acme" / "results" / "A100-SXM4-80GB-MIG_2g.20gb_1g.10gb_ORT_emulated"
+    (existing / "resnet50").mkdir(parents=True)  # an existing tree: the '..' resolve from here
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "keep.txt").write_text("kept")
     before = _snapshot(tmp_path, skip=tmp_path / "tree")
     _write_fails([run], tmp_path / "tree", capsys, f"loadgen_scenario {hostile!r} is not one of")
     assert _snapshot(tmp_path, skip=tmp_path / "tree") == before
-    assert not (tmp_path / "tree" / "open").exists()
+    assert list((tmp_path / "tree" / "open" / "Acme").rglob("*")) == [existing.parent, existing, existing / "resnet50"]
 
 
 def test_unknown_benchmark_is_refused(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
