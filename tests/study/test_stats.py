@@ -64,3 +64,24 @@ def test_one_value_on_each_side_has_no_interval() -> None:
     """Two single runs: a change, but no interval and no verdict on significance."""
     change = relative_change([2.0], [1.0])
     assert change is not None and change.low is None and change.significant is None
+
+
+def test_interval_below_minus_100_percent_is_clamped_and_marked() -> None:
+    """5, 95 vs 100, 101: Welch's lower end (-619%) is impossible; it is cut at -100% and marked,
+    the upper end and the verdict stay Welch's."""
+    from scipy import stats
+
+    change = relative_change([5.0, 95.0], [100.0, 101.0])
+    welch = stats.ttest_ind([5.0, 95.0], [100.0, 101.0], equal_var=False).confidence_interval(0.95)
+    assert welch.low / 100.5 < -1
+    assert change is not None and change.clamped and change.low == -1.0
+    assert change.high == pytest.approx(welch.high / 100.5) and change.significant is False
+    assert change.text().startswith("-50.25% [-100.00% (clamped), +518.39%]")
+    assert change.to_dict()["clamped"] is True
+
+
+def test_interval_above_minus_100_percent_is_not_clamped() -> None:
+    """A narrow interval of a large drop is left as Welch gives it."""
+    change = relative_change([10.0, 11.0], [100.0, 101.0])
+    assert change is not None and not change.clamped and change.low > -1
+    assert "(clamped)" not in change.text()
