@@ -184,3 +184,20 @@ def test_report_refuses_a_damaged_results_file(
     (folder / "results.json").write_text(json.dumps(data))
     err = _one_line_error(capsys, ["report", str(folder)])
     assert "results.json" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "--repeats", "٣"], ["sweep", "--repeats", "²"], ["advise", "--top", "٣"],
+     ["advise", "--min-instances", "３"], ["capacity", "--max-steps", "٣"]],
+)
+def test_whole_numbers_in_other_digits_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """--repeats ٣ (int() reads it as 3) is one line naming digits 0-9, exit 2, and no run folder is made."""
+    monkeypatch.chdir(tmp_path)  # where a run without --outdir would make its folder
+    with pytest.raises(SystemExit) as caught:
+        cli.main([*argv, "--backend", "null"])
+    err = capsys.readouterr().err.strip()
+    assert caught.value.code == 2 and "\n" not in err and "digits 0-9" in err
+    assert list(tmp_path.iterdir()) == []
