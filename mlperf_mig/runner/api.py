@@ -19,7 +19,7 @@ from mlperf_mig.runner.capacity_cache import with_cached_capacity
 from mlperf_mig.runner.options import RunOptions, check_progress
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
-from mlperf_mig.runner.repeats import refuse_other_kinds
+from mlperf_mig.runner.repeats import REPEATS_FILE, SWEEP_FILE, refuse_other_kinds
 from mlperf_mig.runner.results import RESULTS_FILE, RunResult
 from mlperf_mig.runner.supervisor import stop_signals
 
@@ -169,6 +169,9 @@ def run(
 
     check_progress(progress)
     options = _options(locals())
+    if options.outdir is not None:  # before a cluster starts; checked again once planned
+        keep = REPEATS_FILE if options.studied else RESULTS_FILE
+        refuse_other_kinds(options.outdir, keep, "a study" if options.studied else "a single run")
     # one cluster session from planning to the last round, torn down on SIGTERM too
     with stop_signals(), cluster_scope(options.cluster):
         the_plan = make_plan(options)
@@ -279,6 +282,7 @@ def sweep(
         if not isinstance(outdir, (str, os.PathLike)):
             raise SettingsError(f"outdir must be a path (str or os.PathLike) or None, got {outdir!r}")
         check_output_path("outdir", os.fspath(outdir))
+        refuse_other_kinds(outdir, SWEEP_FILE, "a sweep")  # before a cluster starts
     with stop_signals(), cluster_scope(values["cluster"]):
         return run_sweep(
             scenarios, _options(values), outdir=outdir, resume=resume, chart=chart, progress=progress

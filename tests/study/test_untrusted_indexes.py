@@ -260,6 +260,19 @@ def test_symlinked_repeat_is_refused_before_resume_runs(
     assert _tree(tmp_path) == before and _children() <= children
 
 
+@pytest.mark.parametrize("kind", ["study", "sweep"])
+def test_symlinked_index_is_refused(
+    study: Path, swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """repeats.json or sweep.json that is a symlink (to a valid index elsewhere) is refused."""
+    folder, name = (study, REPEATS_FILE) if kind == "study" else (swept, SWEEP_FILE)
+    outside = tmp_path / f"elsewhere-{name}"
+    os.replace(folder / name, outside)
+    (folder / name).symlink_to(outside)
+    err = _refused(capsys, ["report", str(folder)])
+    assert str(folder / name) in err and "symbolic link" in err
+
+
 def test_symlinked_results_in_a_repeat_is_refused(
     study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
