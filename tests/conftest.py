@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +42,25 @@ def fixture_session_engine_cache(tmp_path_factory: pytest.TempPathFactory) -> st
     folder = str(tmp_path_factory.mktemp("engine-cache"))
     os.environ["MLPERF_MIG_CACHE"] = folder  # spawned workers inherit it
     return folder
+
+
+def _live_children() -> set[int]:
+    """Live (not zombie) child processes of this test process."""
+    me = str(os.getpid())
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not (entry.name.isascii() and entry.name.isdigit()):
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture(name="live_children")
+def fixture_live_children() -> Callable[[], set[int]]:
+    """A function that lists this test process's live children (to assert none was left)."""
+    return _live_children

@@ -14,22 +14,6 @@ from mlperf_mig.harness import settings
 from mlperf_mig.harness.settings import SettingsSpec, queued_samples, resolve_settings
 
 
-def _children() -> list[int]:
-    """Live (not zombie) child processes of this test process."""
-    me = str(os.getpid())
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
 def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -42,17 +26,17 @@ def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     [("0", "must be positive"), ("1e-9", "fewer than one per min_duration"), ("1e12", "half of this machine's")],
 )
 def test_server_target_refused_before_workers(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str, fragment: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str, fragment: str, live_children
 ) -> None:
     """`run --set target_qps=0 / 1e-9 / 1e12` on Server: one line naming the setting and the bound,
     exit 2, no run folder, no process left."""
     outdir = tmp_path / "run"
-    before = set(_children())  # a fork server an earlier test started may be there already
+    before = live_children()  # a fork server an earlier test started may be there already
     err = _refused(capsys, ["run", "--backend", "null", "--loadgen-scenario", "Server",
                             "--set", f"target_qps={value}", "--outdir", str(outdir)])
     assert "setting target_qps (--set / settings=)" in err and fragment in err
     assert not outdir.exists() and os.listdir(tmp_path) == []
-    assert set(_children()) <= before
+    assert live_children() <= before
 
 
 def test_user_conf_target_of_zero_names_the_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +21,6 @@ from .conftest import QUICK_NULL
 
 RUN_FLAGS = ["--backend", "null", "--no-accuracy", "--set", "min_duration=300", "--set", "target_qps=2000"]
 
-
-def _children() -> set[int]:
-    """Live (not zombie) child processes of this test process."""
-    me = str(os.getpid())
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me and fields[0] != "Z":
-            found.add(int(entry.name))
-    return found
 
 
 def _tree(folder: Path) -> dict[str, Any]:
@@ -180,15 +166,15 @@ REPEATS_FIELDS = [
 
 @pytest.mark.parametrize(("field", "value", "fragment"), REPEATS_FIELDS)
 def test_corrupt_repeats_field_is_one_line(
-    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, fragment: str
+    live_children: Callable[[], set[int]], study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, fragment: str
 ) -> None:
     """A wrong field of repeats.json: one line naming the file and the field, exit 2, nothing
     rewritten, no process left."""
     _edit(study / REPEATS_FILE, field, value)
-    before, children = _tree(tmp_path), _children()
+    before, children = _tree(tmp_path), live_children()
     err = _refused(capsys, ["report", str(study)])
     assert str(study / REPEATS_FILE) in err and fragment in err
-    assert _tree(tmp_path) == before and _children() <= children
+    assert _tree(tmp_path) == before and live_children() <= children
 
 
 SWEEP_FIELDS = [
@@ -208,15 +194,15 @@ SWEEP_FIELDS = [
 
 @pytest.mark.parametrize(("field", "value", "fragment"), SWEEP_FIELDS)
 def test_corrupt_sweep_field_is_one_line(
-    swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, fragment: str
+    live_children: Callable[[], set[int]], swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, fragment: str
 ) -> None:
     """A wrong field of sweep.json: one line naming the file and the field, exit 2, nothing
     rewritten, no process left."""
     _edit(swept / SWEEP_FILE, field, value)
-    before, children = _tree(tmp_path), _children()
+    before, children = _tree(tmp_path), live_children()
     err = _refused(capsys, ["report", str(swept)])
     assert str(swept / SWEEP_FILE) in err and fragment in err
-    assert _tree(tmp_path) == before and _children() <= children
+    assert _tree(tmp_path) == before and live_children() <= children
 
 
 def test_index_that_is_not_an_object_is_one_line(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -247,17 +233,17 @@ def test_symlinked_repeat_is_refused_by_report(
 
 
 def test_symlinked_repeat_is_refused_before_resume_runs(
-    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    live_children: Callable[[], set[int]], study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Resuming a study with a symlinked repeat is refused before any run: nothing is written
     through the link or into the study, no process is left."""
     outside = _link_repeat_out(study, tmp_path)
     (outside / "results.json").unlink()  # so that a resume would run it again, through the link
-    before, children = _tree(tmp_path), _children()
+    before, children = _tree(tmp_path), live_children()
     monkeypatch.setattr("mlperf_mig.runner.execute.execute", _no_run)
     err = _refused(capsys, ["run", "--scenario", "5", *RUN_FLAGS, "--repeats", "2", "--outdir", str(study)])
     assert "repeat-2" in err and "symbolic link" in err
-    assert _tree(tmp_path) == before and _children() <= children
+    assert _tree(tmp_path) == before and live_children() <= children
 
 
 @pytest.mark.parametrize("kind", ["study", "sweep"])
@@ -312,17 +298,17 @@ def _no_run(*args: Any, **kwargs: Any) -> None:
     ],
 )
 def test_run_into_a_study_or_sweep_is_refused(
-    study: Path, swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    live_children: Callable[[], set[int]], study: Path, swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch, folder: str, argv: list[str], holds: str,
 ) -> None:
     """`run --outdir` (or another kind of run) into a study's or a sweep's folder is refused in
     one line before any worker starts; the folder is unchanged and no process is left."""
     target = {"study": study, "sweep": swept}[folder]
-    before, children = _tree(tmp_path), _children()
+    before, children = _tree(tmp_path), live_children()
     monkeypatch.setattr("mlperf_mig.runner.execute.execute", _no_run)
     err = _refused(capsys, [*argv, *RUN_FLAGS, "--outdir", str(target)])
     assert str(target) in err and holds in err and "new output folder" in err
-    assert _tree(tmp_path) == before and _children() <= children
+    assert _tree(tmp_path) == before and live_children() <= children
 
 
 def test_folder_holding_a_run_and_a_study_is_not_reported_as_either(
