@@ -620,6 +620,22 @@ def check_ranges(
         )
 
 
+def check_concurrent_queues(samples: float, tests: int) -> None:
+    """Refuse a layout whose `tests` LoadGens, each within bounds alone, would together build
+    more queued samples before their first query than half this machine's memory holds."""
+    memory = machine_memory_bytes()
+    most = memory * QUEUE_MEMORY_SHARE / BYTES_PER_QUEUED_SAMPLE
+    if samples > most:
+        raise SettingsError(
+            f"the {tests} instances' LoadGen tests run at once on this machine and together build "
+            f"{samples:.3g} samples of queries before their first (about "
+            f"{samples * BYTES_PER_QUEUED_SAMPLE / 2**30:.3g} GiB at {BYTES_PER_QUEUED_SAMPLE} B "
+            f"each); half of this machine's {memory / 2**30:.1f} GiB holds at most {most:.3g}: "
+            "lower target_qps (or min_query_count) or min_duration, or run the instances across "
+            "nodes with --cluster"
+        )
+
+
 # --- LoadGen ---------------------------------------------------------------------------------
 def load_test_settings(
     conf_path: str | os.PathLike[str], resolved: ResolvedSettings, lg: Any

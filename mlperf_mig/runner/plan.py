@@ -434,12 +434,18 @@ def _check_run_input(deployment: Deployment, options: RunOptions, *, benchmark: 
     than a failed run: the user.conf, settings (for each distinct profile), dataset files."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.datasets import check_dataset
-    from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
+    from mlperf_mig.harness.settings import (
+        SettingsSpec,
+        check_concurrent_queues,
+        queued_samples,
+        resolve_settings,
+    )
 
     bench = get_benchmark(benchmark)
     if options.user_conf is not None:
         check_text_file(options.user_conf, "user.conf")
     profiles = {None} if deployment.emulated else {slot.profile for slot in deployment.slots}
+    queued = 0.0  # samples the layout's LoadGens build at once on this host
     for profile in sorted(profiles, key=str):
         spec = SettingsSpec(
             preset=options.preset,
@@ -450,6 +456,11 @@ def _check_run_input(deployment: Deployment, options: RunOptions, *, benchmark: 
         resolved = resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0)
         for key, value in resolved.values.items():  # a user.conf's values too
             check_setting(key, value)
+        sharing = [s for s in deployment.slots if deployment.emulated or s.profile == profile]
+        queued += len(sharing) * queued_samples(resolved.values, loadgen_scenario)[0]
+    if options.mode == "independent" and deployment.cluster is None and len(deployment.slots) > 1:
+        # each instance's LoadGen passed alone; on one host they build their queries together
+        check_concurrent_queues(queued, len(deployment.slots))
     if options.dataset is not None:
         check_dataset(bench, options.dataset, options.vocab)
 

@@ -103,3 +103,16 @@ def test_bound_follows_this_machines_memory(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(settings, "machine_memory_bytes", lambda: 2**30)
     with pytest.raises(SettingsError, match=r"half of this machine's 1\.0 GiB"):
         resolve_settings(spec, RESNET50, "Server")
+
+
+def test_layout_queues_are_bounded_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seven independent LoadGens that each fit alone are refused when together they exceed the
+    bound; one unified LoadGen with the same target is not."""
+    import mlperf_mig
+
+    monkeypatch.setattr(settings, "machine_memory_bytes", lambda: 2**30)  # holds 1.28e6 samples
+    target = {"target_qps": 2e5}  # 4e5 samples each over the quick 2 s, 2.8e6 for seven
+    with pytest.raises(SettingsError, match="the 7 instances' LoadGen tests run at once"):
+        mlperf_mig.plan(scenario=8, loadgen_scenario="Server", backend="null", settings=target)
+    mlperf_mig.plan(scenario=8, loadgen_scenario="Server", backend="null", settings=target, mode="unified")
+    mlperf_mig.plan(scenario=1, loadgen_scenario="Server", backend="null", settings=target)
