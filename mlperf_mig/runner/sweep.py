@@ -285,12 +285,10 @@ def _reportable(run: RunResult, folder: Path) -> RunResult:
     results = [run.layout_result, *(i.performance for i in run.instances)]
     for result in results:
         value = None if result is None else result.throughput
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf
-        ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise OutputDirError(
-                f"{where!r} holds the throughput {value!r}, not a finite number from 0 up; pass "
-                "a run folder written by mlperf-mig run"
+                f"{where!r} holds the throughput {value!r}, not a number; pass a run folder "
+                "written by mlperf-mig run"
             )
     return run
 
