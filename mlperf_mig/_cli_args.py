@@ -15,6 +15,13 @@ def whole_number(text: str) -> int:
     raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in digits 0-9, e.g. 3")
 
 
+def decimal_number(text: str) -> float:
+    """An argparse type: a finite number in ASCII digits (float() also takes '٣', 'nan' and 'inf')."""
+    if re.fullmatch(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*", text):
+        return float(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a finite number in digits 0-9, e.g. 2.5")
+
+
 def add_settings_option(parser: argparse.ArgumentParser) -> None:
     """`--set KEY=VALUE`, repeatable: a LoadGen setting in user.conf keys and units."""
     parser.add_argument(

@@ -7,6 +7,7 @@ import json
 
 import attrs
 
+from mlperf_mig._cli_args import whole_number
 from mlperf_mig.engines.backends import AUTO, backend_class, backend_names
 from mlperf_mig.engines.spec import PRECISIONS, VARIANTS, EngineSpec
 
@@ -43,7 +44,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         default="Offline",
         help="LoadGen scenario whose recipe batch size to build for (default Offline)",
     )
-    build.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights")
+    build.add_argument("--seed", type=whole_number, default=0, help="seed of the synthetic weights")
     build.add_argument(
         "--cache-dir", help="engine cache folder (default $MLPERF_MIG_CACHE or ~/.cache/mlperf-mig)"
     )

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig._cli_args import add_settings_option, parse_overrides
+from mlperf_mig._cli_args import add_settings_option, parse_overrides, whole_number
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--model", default=None, help="an ONNX model file instead of the generated graph"
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="CPU threads of the backend (at most the CPUs)"
+        "--threads", type=whole_number, default=None, help="CPU threads of the backend (at most the CPUs)"
     )
     parser.add_argument("--user-conf", default=None, help="a user.conf with LoadGen settings")
     add_settings_option(parser)
@@ -82,7 +82,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--vocab", default=None, help="vocab.txt for SQuAD (default: next to it)")
     parser.add_argument(
-        "--sample-count", type=int, default=None, help="use the first N samples of the dataset"
+        "--sample-count", type=whole_number, default=None, help="use the first N samples of the dataset"
     )
     parser.add_argument(
         "--profile", default=None, help="MIG profile whose target to use, e.g. 2g.20gb"

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mlperf_mig._cli_args import whole_number
 from mlperf_mig._table import text_table
 
 EXIT_OK = 0
@@ -60,7 +61,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("gpu", metavar="GPU", help="GPU name or alias, e.g. A100-80GB")
     parser.add_argument("layout", metavar="LAYOUT", help="layout such as 3x2g.20gb+1g.10gb")
     parser.add_argument("--format", choices=("mig-parted", "steps"), default="steps", help="output form (default: steps)")
-    parser.add_argument("--gpu-index", type=int, default=0, metavar="N", help="index of the GPU to set up (default 0)")
+    parser.add_argument("--gpu-index", type=whole_number, default=0, metavar="N", help="index of the GPU to set up (default 0)")
     parser.set_defaults(handler=_mig_setup)
 
     parser = subparsers.add_parser("detect", parents=[common], help="show the GPUs and live MIG devices (read-only)")

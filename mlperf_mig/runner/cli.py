@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig._cli_args import add_settings_option, parse_overrides, whole_number
+from mlperf_mig._cli_args import add_settings_option, decimal_number, parse_overrides, whole_number
 from mlperf_mig.errors import NameParseError
 
 EXIT_OK = 0
@@ -78,7 +78,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)")
     parser.add_argument("--vocab", default=None, help="vocab.txt for SQuAD")
     parser.add_argument("--model", default=None, help="an ONNX model file instead of the generated graph")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds before a worker counts as hung")
+    parser.add_argument("--timeout", type=decimal_number, default=None, help="seconds before a worker counts as hung")
     parser.add_argument("--outdir", default=None, help="output folder (default: a new timestamped folder here)")
     parser.add_argument("--worker-entry", default=None, help=argparse.SUPPRESS)  # tests inject faults
     parser.add_argument("--cluster", default=None, metavar="ADDR",

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from mlperf_mig._cli_args import whole_number
+from mlperf_mig._cli_args import decimal_number, whole_number
 
 EXIT_OK = 0
 
@@ -29,7 +29,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-instances", type=whole_number, default=None, metavar="N")
     parser.add_argument("--profiles-allowed", default=None, metavar="P,P",
                         help="only layouts made of these MIG profiles, e.g. 2g.20gb,1g.10gb")
-    parser.add_argument("--max-p99-ms", type=float, default=None, metavar="MS")
+    parser.add_argument("--max-p99-ms", type=decimal_number, default=None, metavar="MS")
     parser.add_argument("--top", type=whole_number, default=5, help="layouts shown (default 5)")
     parser.add_argument("--outdir", default=None, help="sweep folder when measuring first")
     parser.add_argument("--variant", default="full", choices=("full", "tiny"))
@@ -65,11 +65,11 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--preset", default="quick")
     parser.add_argument("--variant", default="full", choices=("full", "tiny"))
     parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
-    parser.add_argument("--low-qps", type=float, default=None, metavar="QPS",
+    parser.add_argument("--low-qps", type=decimal_number, default=None, metavar="QPS",
                         help="first target; a failure there is an error (default: a quarter of an Offline run)")
     parser.add_argument("--probe-ms", type=whole_number, default=2000, help="min_duration of each probe (default 2000)")
     parser.add_argument("--confirm-ms", type=whole_number, default=None, help="min_duration of the confirming run (default: the preset's)")
-    parser.add_argument("--tolerance", type=float, default=0.1, help="bracket width at which to stop (default 0.1)")
+    parser.add_argument("--tolerance", type=decimal_number, default=0.1, help="bracket width at which to stop (default 0.1)")
     parser.add_argument("--max-steps", type=whole_number, default=12, help="most probes (default 12)")
     add_settings_option(parser)
     parser.add_argument("--outdir", default=None, help="folder of the search's runs")

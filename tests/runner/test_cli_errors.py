@@ -75,7 +75,6 @@ def test_bad_setting_override(capsys: pytest.CaptureFixture[str]) -> None:
         (["--precision", "int3"], "unknown precision"),
         (["--model", "/nonexistent.onnx"], "does not exist"),
         (["--precision", "fp16"], "null backend runs no model"),
-        (["--timeout", "inf"], "timeout_s"),
         (["--set", "min_duration=1e26"], "64-bit"),
         (["--outdir", ""], "empty"),
         (["--outdir", "x" * 300], "255"),
@@ -198,6 +197,26 @@ def test_whole_numbers_in_other_digits_are_refused(
     monkeypatch.chdir(tmp_path)  # where a run without --outdir would make its folder
     with pytest.raises(SystemExit) as caught:
         cli.main([*argv, "--backend", "null"])
+    err = capsys.readouterr().err.strip()
+    assert caught.value.code == 2 and "\n" not in err and "digits 0-9" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "--timeout", "٣"], ["run", "--timeout", "nan"], ["advise", "--max-p99-ms", "inf"],
+     ["capacity", "--tolerance", "０.1"], ["capacity", "--low-qps", "1e999x"],
+     ["harness", "--threads", "²"], ["harness", "--sample-count", "٣"], ["build", "--seed", "٣"],
+     ["mig-setup", "A100-SXM4-80GB", "7g.80gb", "--gpu-index", "١"]],
+)
+def test_numbers_in_other_digits_or_not_finite_are_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """float() and int() read '٣' as 3 and 'nan' as a number: every numeric option takes ASCII
+    digits and finite values only, in one line, exit 2, with nothing made."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as caught:
+        cli.main(argv)
     err = capsys.readouterr().err.strip()
     assert caught.value.code == 2 and "\n" not in err and "digits 0-9" in err
     assert list(tmp_path.iterdir()) == []
