@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import re
 import shutil
@@ -226,7 +227,13 @@ def _refuse_existing(folder: Path, name: str | None, what: str) -> None:
         )
 
 
-# --- paths read back from files the project does not trust ---------------------------------
+# --- paths and values read back from files the project does not trust ----------------------
+def finite_number(value: object) -> bool:
+    """A JSON number that is one: an int or float, finite, not a bool (json reads NaN and
+    Infinity, and True is an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 # A name that becomes one path component: no separators, no leading dot, no control characters.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_+@=][A-Za-z0-9._+@=,-]{0,127}")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -246,12 +245,9 @@ def _read_record(outdir: str, mode: str, audit: str, loadgen_scenario: str) -> d
 
 def _number(value: Any) -> bool:
     """A finite, non-negative JSON number (not a bool)."""
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
+    from mlperf_mig._io import finite_number
+
+    return finite_number(value) and value >= 0
 
 
 def _refuse_passing_audit(audit: str, outdir: str, *, replace: bool) -> None:

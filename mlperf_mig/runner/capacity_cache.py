@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, write_failed
+from mlperf_mig._io import atomic_write_json, finite_number, write_failed
 from mlperf_mig.errors import OutputDirError
 
 if TYPE_CHECKING:
@@ -61,9 +60,7 @@ def cache_file(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 def usable_qps(value: object) -> bool:
     """A capacity that can be a Server target: a finite positive number (not a bool)."""
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
+    return finite_number(value) and value > 0  # type: ignore[operator]
 
 
 _warned: set[str] = set()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import html
 import json
 import logging
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +29,14 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig._io import LOCK_FILE, atomic_write_json, claim_folder, inside, safe_name
+from mlperf_mig._io import (
+    LOCK_FILE,
+    atomic_write_json,
+    claim_folder,
+    finite_number,
+    inside,
+    safe_name,
+)
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import DataFileError, MlperfMigError, OutputDirError, UntrustedPathError
 from mlperf_mig.runner.overall import OverallProgress
@@ -165,7 +171,7 @@ class IndexFile:
 
     def numbers(self, field: str) -> list[float]:
         value = self.data.get(field, [])
-        if not isinstance(value, list) or not all(_is_finite(v) for v in value):
+        if not isinstance(value, list) or not all(finite_number(v) for v in value):
             raise self.wrong(field, value, "a list of finite numbers")
         return [float(v) for v in value]
 
@@ -233,10 +239,6 @@ def _within(folder: Path, value: str) -> str | None:
         if normal != base and normal.is_relative_to(base):
             return str(normal.relative_to(base))
     return None
-
-
-def _is_finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _shown(value: Any) -> str:

@@ -14,7 +14,6 @@ positive numbers) and a wrong one is refused with one line naming the file and t
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -23,7 +22,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, claim_folder, inside, safe_name
+from mlperf_mig._io import atomic_write_json, claim_folder, finite_number, inside, safe_name
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.runner.capacity_cache import plan_capacities, with_cached_capacity
@@ -238,7 +237,7 @@ def _capacities(index: IndexFile) -> dict[str, float]:
     capacities = {}
     for profile, qps in index.mapping("capacities").items():
         name = safe_name(profile, "the profile of a capacity", index.path)
-        if isinstance(qps, bool) or not isinstance(qps, (int, float)) or not math.isfinite(qps) or qps <= 0:
+        if not finite_number(qps) or qps <= 0:
             raise index.wrong(f"capacities[{profile!r}]", qps, "a finite positive number of queries per second")
         capacities[name] = float(qps)
     return capacities
