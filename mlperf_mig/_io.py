@@ -7,12 +7,14 @@ and the free space left, and leaves the file that was there before untouched.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +85,35 @@ def check_text_file(path: str, what: str, error: type[MlperfMigError] = Settings
             f"{what} {path!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); pass a UTF-8 file"
         ) from None
 
+
+
+
+SMALL_FILE_LIMIT = 1 << 20  # records, verify files and audit.configs are far smaller
+
+
+def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str:
+    """The UTF-8 text of the regular file `path`, not following a link, at most `limit` bytes;
+    SettingsError saying why not (a link, not a regular file, too large, unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SettingsError("a symbolic link") from None
+        raise SettingsError(f"unreadable: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SettingsError("not a regular file")
+        data = os.read(fd, limit + 1)
+    except OSError as exc:
+        raise SettingsError(f"unreadable: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise SettingsError(f"larger than {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SettingsError("not UTF-8 text") from None
 
 
 

@@ -208,9 +208,8 @@ def _read_record(outdir: str, mode: str, audit: str, loadgen_scenario: str) -> d
     """The settings record of the `mode` run in `outdir`, validated (it is read back from a
     folder that may have been copied or edited): its resolved values are user.conf keys of
     `loadgen_scenario` with finite, non-negative numbers."""
-    from mlperf_mig._io import inside
+    from mlperf_mig._io import inside, read_small_text
     from mlperf_mig.errors import SettingsError
-    from mlperf_mig.harness.compliance import read_small_text
     from mlperf_mig.harness.settings import conf_keys
 
     path = inside(outdir, f"{mode}/{RECORD}", f"the {mode} run's settings record")

@@ -21,17 +21,15 @@ performance run): its verdict says so, and validity is not asked of its logs.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from mlperf_mig._io import atomic_write_text
+from mlperf_mig._io import atomic_write_text, read_small_text
 from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.errors import DatasetError, SettingsError
 from mlperf_mig.harness.accuracy import first_answers, score_entries
@@ -53,7 +51,6 @@ AUDIT_FOUND = "Found Audit Config file"  # LoadGen's warning when it read an aud
 PASS_LINE = "TEST PASS"
 # verify_accuracy.txt of a TEST01 whose payloads differ but whose metric agrees (a pass)
 ACCURACY_AGREES_LINE = "TEST FAIL (payloads differ; the accuracy on the sampled set agrees)"
-_SMALL_FILE_LIMIT = 1 << 20  # verify files and audit.configs are far smaller
 BAND = 0.10
 STREAM_BAND = 0.20
 ACCURACY_DELTA_PERCENT = 1.0  # the checker's delta for 99% accuracy targets (0.1 for 99.9%)
@@ -160,31 +157,6 @@ def _not_ours_for(path: Path, audit: str | None) -> str | None:
 
 def _test_name(audit: str | None) -> str:
     return f"{audit} audit" if audit is not None else "performance or accuracy test"
-
-
-def read_small_text(path: Path, limit: int = _SMALL_FILE_LIMIT) -> str:
-    """The UTF-8 text of the regular file `path`, not following a link, at most `limit` bytes;
-    SettingsError saying why not (a link, not a regular file, too large, unreadable)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise SettingsError("a symbolic link") from None
-        raise SettingsError(f"unreadable: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SettingsError("not a regular file")
-        data = os.read(fd, limit + 1)
-    except OSError as exc:
-        raise SettingsError(f"unreadable: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise SettingsError(f"larger than {limit} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SettingsError("not UTF-8 text") from None
 
 
 def recorded_pass(folder: Path, audit: str) -> bool:
