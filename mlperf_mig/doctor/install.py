@@ -14,9 +14,11 @@ import importlib.metadata
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
+
+from mlperf_mig.engines.backend import InstallStatus
+from mlperf_mig.engines.backends import backend_class, backend_names
 
 log = logging.getLogger(__name__)
 
@@ -110,71 +112,12 @@ def wheel_problems(
     return problems
 
 
-@attrs.frozen(kw_only=True)
-class BackendCheck:
-    """One backend (or library) and whether it can run here, with the line that fixes it."""
-
-    name: str
-    version: str | None
-    ok: bool
-    detail: str
-    fix: str | None = None
-    runs_on_gpu: bool = False  # a backend that can compute on this machine's GPU
-
-    def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-
-def check_backends(*, has_gpu: bool, cuda_major: int | None) -> list[BackendCheck]:
-    """TensorRT (and whether a builder can be created), ONNX Runtime's providers, cuda-python."""
+def check_backends(*, has_gpu: bool, cuda_major: int | None) -> list[InstallStatus]:
+    """Every backend of the backend table, asked whether it can run here (a new backend folder
+    shows up without a change here), with the install command for the driver's CUDA as the fix
+    of those that need a GPU."""
     fix = install_command(cuda_major)
-    return [_tensorrt(has_gpu, fix), _onnxruntime(has_gpu, fix), _cuda_python(has_gpu, fix)]
-
-
-def _tensorrt(has_gpu: bool, fix: str) -> BackendCheck:
-    try:
-        import tensorrt as trt
-    except ImportError as exc:
-        detail = f"not installed ({exc})" + ("" if has_gpu else "; only of use with a GPU")
-        return BackendCheck(name="tensorrt", version=None, ok=False, detail=detail,
-                            fix=fix if has_gpu else None)
-    version = str(trt.__version__)
-    if not has_gpu:
-        return BackendCheck(name="tensorrt", version=version, ok=False,
-                            detail="installed; no GPU here, so no builder was created")
-    try:
-        builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
-    except (RuntimeError, TypeError) as exc:
-        return BackendCheck(name="tensorrt", version=version, ok=False,
-                            detail=f"a builder cannot be created ({exc})", fix=fix)
-    if builder is None:
-        return BackendCheck(name="tensorrt", version=version, ok=False,
-                            detail="trt.Builder returned None (no usable GPU or CUDA)", fix=fix)
-    return BackendCheck(name="tensorrt", version=version, ok=True, detail="a builder was created",
-                        runs_on_gpu=True)
-
-
-def _onnxruntime(has_gpu: bool, fix: str) -> BackendCheck:
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        return BackendCheck(name="onnxruntime", version=None, ok=False,
-                            detail=f"not installed ({exc})", fix="pip install -e .")
-    providers = list(ort.get_available_providers())
-    detail = "providers " + ", ".join(providers)
-    if has_gpu and "CUDAExecutionProvider" not in providers:
-        return BackendCheck(name="onnxruntime", version=ort.__version__, ok=False,
-                            detail=detail + " (no CUDAExecutionProvider for the GPU)", fix=fix)
-    return BackendCheck(name="onnxruntime", version=ort.__version__, ok=True, detail=detail,
-                        runs_on_gpu=has_gpu)
-
-
-def _cuda_python(has_gpu: bool, fix: str) -> BackendCheck:
-    try:
-        version = importlib.metadata.version("cuda-python")
-    except importlib.metadata.PackageNotFoundError:
-        return BackendCheck(name="cuda-python", version=None, ok=False,
-                            detail="not installed (TensorRT's device buffers need it)"
-                            + ("" if has_gpu else "; only of use with a GPU"),
-                            fix=fix if has_gpu else None)
-    return BackendCheck(name="cuda-python", version=version, ok=True, detail="installed")
+    return [
+        backend_class(name).install_status(has_gpu=has_gpu, gpu_fix=fix)
+        for name in backend_names()
+    ]

@@ -17,7 +17,6 @@ from typing import Any
 import attrs
 
 from mlperf_mig.doctor.install import (
-    BackendCheck,
     WheelProblem,
     check_backends,
     installed_versions,
@@ -25,6 +24,7 @@ from mlperf_mig.doctor.install import (
 )
 from mlperf_mig.doctor.reconcile import GpuCheck, check_gpu
 from mlperf_mig.doctor.smoke import SmokeDevice, SmokeResult, smoke_all
+from mlperf_mig.engines.backend import InstallStatus
 from mlperf_mig.registry.catalog import Catalog, default_catalog
 from mlperf_mig.registry.devices import usable_devices
 from mlperf_mig.registry.discovery import Detection, detection_from_state, read_nvml_state
@@ -45,7 +45,7 @@ class DoctorReport:
     cuda_driver_version: str | None  # "12.4"
     nvml_version: str | None
     gpus: tuple[GpuCheck, ...] = attrs.field(converter=tuple)
-    backends: tuple[BackendCheck, ...] = attrs.field(converter=tuple)
+    backends: tuple[InstallStatus, ...] = attrs.field(converter=tuple)
     wheel_problems: tuple[WheelProblem, ...] = attrs.field(converter=tuple)
     smoke: tuple[SmokeResult, ...] = attrs.field(converter=tuple)
     smoke_note: str  # why (part of) the smoke test did not run; "" when it all ran
@@ -163,7 +163,7 @@ def smoke_devices(detection: Detection) -> list[SmokeDevice]:
 
 
 def _smoke(
-    detection: Detection, backends: list[BackendCheck], *, replayed: bool, enabled: bool
+    detection: Detection, backends: list[InstallStatus], *, replayed: bool, enabled: bool
 ) -> tuple[list[SmokeResult], str]:
     if not enabled:
         return [], "skipped (--no-smoke)"

@@ -47,6 +47,21 @@ class DeviceReport:
         return attrs.asdict(self)
 
 
+@attrs.frozen(kw_only=True)
+class InstallStatus:
+    """What `doctor` reports of one backend: can it run here, its version, the line that fixes it."""
+
+    name: str
+    version: str | None
+    ok: bool
+    detail: str
+    fix: str | None = None
+    runs_on_gpu: bool = False  # it can compute on this machine's GPU
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
 class Backend(abc.ABC):
     """A model loaded for inference in this process. Use as a context manager or call close()."""
 
@@ -87,6 +102,23 @@ class Backend(abc.ABC):
     def version(cls) -> str | None:
         """Version of the library behind the backend; engines built by another version are rebuilt."""
         return None
+
+    @classmethod
+    def install_status(cls, *, has_gpu: bool, gpu_fix: str) -> InstallStatus:
+        """What `doctor` says of this backend on this machine. `gpu_fix` is the install command
+        for the driver's CUDA, the fix for a backend that needs a GPU and cannot run. Backends
+        whose check goes deeper than `availability()` (a builder, a provider) override this."""
+        reason = cls.availability()
+        if reason is not None:
+            return InstallStatus(
+                name=cls.name, version=None, ok=False, detail=reason,
+                fix=gpu_fix if cls.needs_gpu and has_gpu else None,
+            )
+        detail = "runs here" if cls.runs_model else "runs here (computes no model)"
+        return InstallStatus(
+            name=cls.name, version=cls.version(), ok=True, detail=detail,
+            runs_on_gpu=cls.needs_gpu and has_gpu,
+        )
 
     @classmethod
     def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:

@@ -96,3 +96,13 @@ def test_gpu_backend_on_cpu_partitions_is_refused() -> None:
 def test_unknown_name_has_no_class() -> None:
     """find_backend answers None for a name this installation does not have."""
     assert find_backend("openvino") is None
+
+
+def test_doctor_lists_a_new_backend_folder(extra_backends: Path) -> None:
+    """doctor asks the backend table, so a new backend folder is checked without other edits."""
+    from mlperf_mig.doctor.install import check_backends
+
+    _add_backend(extra_backends, "echo", "echo")
+    statuses = {s.name: s for s in check_backends(has_gpu=False, cuda_major=None)}
+    assert list(statuses) == ["tensorrt", "onnxruntime", "null", "known_answer", "echo"]
+    assert statuses["echo"].ok and statuses["echo"].detail == "runs here (computes no model)"

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mlperf_mig.benchmark import Benchmark, get_benchmark
-from mlperf_mig.engines.backend import Backend, DeviceReport
+from mlperf_mig.engines.backend import Backend, DeviceReport, InstallStatus
 from mlperf_mig.engines.backends.onnxruntime.cpu_copy import (
     EXTERNAL_MIN_BYTES,
     MODEL_NAME,
@@ -214,6 +214,22 @@ class OnnxRuntimeBackend(Backend):
         import onnxruntime as ort
 
         return ort.__version__
+
+    @classmethod
+    def install_status(cls, *, has_gpu: bool, gpu_fix: str) -> InstallStatus:
+        """Installed, its execution providers, and with a GPU: whether CUDA is one of them."""
+        reason = cls.availability()
+        if reason is not None:
+            return InstallStatus(name=cls.name, version=None, ok=False, detail=reason,
+                                 fix="pip install -e .")
+        import onnxruntime as ort
+
+        detail = "providers " + ", ".join(ort.get_available_providers())
+        if has_gpu and CUDA_PROVIDER not in ort.get_available_providers():
+            return InstallStatus(name=cls.name, version=ort.__version__, ok=False,
+                                 detail=detail + f" (no {CUDA_PROVIDER} for the GPU)", fix=gpu_fix)
+        return InstallStatus(name=cls.name, version=ort.__version__, ok=True, detail=detail,
+                             runs_on_gpu=has_gpu)
 
     @classmethod
     def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mlperf_mig.benchmark import Benchmark, get_benchmark
-from mlperf_mig.engines.backend import Backend, DeviceReport
+from mlperf_mig.engines.backend import Backend, DeviceReport, InstallStatus
 from mlperf_mig.engines.backends.tensorrt.build import (
     build_serialized_engine,
     capturing_logger,
@@ -55,7 +55,9 @@ ImportModule = Callable[[str], ModuleType]
 
 # Precision lives in the ONNX graph (fp16 graph, Q/DQ INT8 graph); MLPerf submitters run INT8.
 TENSORRT_PRECISIONS: tuple[str, ...] = ("int8", "fp16", "fp32")
-_INSTALL_HINT = "install the GPU extra: pip install 'mlperf-mig[gpu]'"
+# The wheels depend on the driver's CUDA major: the README's "On a GPU" gives one command per
+# major, and `mlperf-mig doctor` prints the one for this machine's driver.
+_INSTALL_HINT = "install it for the driver's CUDA: `mlperf-mig doctor` prints the command"
 
 
 def availability_reason(import_module: ImportModule = importlib.import_module) -> str | None:
@@ -161,6 +163,31 @@ class TensorRTBackend(Backend):
         except (ImportError, OSError):
             return None
         return str(trt.__version__)
+
+    @classmethod
+    def install_status(cls, *, has_gpu: bool, gpu_fix: str) -> InstallStatus:
+        """Installed, and with a GPU: whether a builder can be created (the first thing a build
+        needs, and what a wheel for the wrong CUDA fails at)."""
+        version, reason = cls.version(), cls.availability()
+        if not has_gpu:
+            detail = ("installed; no GPU here, so no builder was created" if version
+                      else "not installed; only of use with a GPU")
+            return InstallStatus(name=cls.name, version=version, ok=False, detail=detail)
+        if reason is not None:
+            return InstallStatus(name=cls.name, version=version, ok=False, detail=reason,
+                                 fix=gpu_fix)
+        trt = importlib.import_module("tensorrt")
+        try:
+            builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
+        except (RuntimeError, TypeError) as exc:
+            return InstallStatus(name=cls.name, version=version, ok=False,
+                                 detail=f"a builder cannot be created ({exc})", fix=gpu_fix)
+        if builder is None:
+            return InstallStatus(name=cls.name, version=version, ok=False,
+                                 detail="trt.Builder returned None (no usable GPU or CUDA)",
+                                 fix=gpu_fix)
+        return InstallStatus(name=cls.name, version=version, ok=True,
+                             detail="a builder was created", runs_on_gpu=True)
 
     @classmethod
     def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:
