@@ -95,11 +95,12 @@ def spec(**changes: Any) -> EngineSpec:
 
 # --- availability ---------------------------------------------------------------------------
 def test_no_tensorrt_is_a_reason() -> None:
-    """Without the tensorrt package the reason says so and how to install it."""
+    """Without the tensorrt package the reason says so and where the driver's install command is
+    (the README gives one per CUDA major, so no single pip line is right everywhere)."""
     reason = availability_reason(importer())
     assert reason is not None
     assert reason.startswith("tensorrt not installed")
-    assert "mlperf-mig[gpu]" in reason
+    assert "`mlperf-mig doctor` prints the command" in reason
 
 
 def test_no_cuda_python_is_a_reason() -> None:
