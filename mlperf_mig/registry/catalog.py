@@ -21,7 +21,7 @@ import attrs
 
 from mlperf_mig._paths import data_dir
 from mlperf_mig.errors import DataFileError, UnknownGpuError
-from mlperf_mig.registry.model import PROFILE_NAME_RE, PROVENANCES, Gpu, Profile
+from mlperf_mig.registry.model import PROFILE_NAME_RE, PROVENANCES, Gpu, Profile, name_attributes
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ ENV_VAR = "MLPERF_MIG_SYSTEMS_PATH"
 
 _GPU_KEYS = {
     "name": str, "nvml_names": list, "aliases": list, "system_id_name": str, "vgpu_prefixes": list,
-    "pci_device_ids": list, "memory_slices": int, "compute_slices": int, "memory_gib": (int, float),
+    "pci_device_ids": list, "pci_subsystem_ids": list, "prerequisites": str, "memory_slices": int, "compute_slices": int, "memory_gib": (int, float),
     "architecture": str, "min_driver": str, "nvml_instance_counts_reliable": bool,
     "provenance": str, "inferred": list, "sources": list,
 }
@@ -39,13 +39,14 @@ _PROFILE_KEYS = {
     "compute_slices": int, "sms": int, "memory_gib": (int, float), "copy_engines": int,
     "decoders": int, "encoders": int, "jpeg_decoders": int, "ofa": int, "max_instances": int,
     "placement_starts": list, "placement_size": int, "provenance": str, "inferred": list,
-    "note": str,
+    "note": str, "aliases": list,
 }
 _PROFILE_REQUIRED = (
     "name", "profile_id", "memory_slices", "compute_slices", "max_instances",
     "placement_starts", "placement_size", "provenance",
 )
 _PCI_RE = re.compile(r"^0x[0-9a-fA-F]{8}$")
+_SUBSYSTEM_RE = re.compile(r"^0x[0-9a-fA-F]{4}$")
 
 
 def normalize_gpu_name(name: str) -> str:
@@ -64,6 +65,7 @@ class Catalog:
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_keys", _name_index(self.gpus))
+        _check_shared_pci_ids(self.gpus)
 
     def get(self, name: str) -> Gpu:
         """Return the GPU called `name`; raise UnknownGpuError listing the known ones."""
@@ -80,9 +82,31 @@ class Catalog:
         """Return the GPU called `name`, or None."""
         return self._keys.get(normalize_gpu_name(name))
 
-    def by_pci_device_id(self, packed_id: int) -> Gpu | None:
-        """Return the GPU with this packed PCI ID (`(device << 16) | vendor`), or None."""
-        return next((g for g in self.gpus if packed_id in g.pci_device_ids), None)
+    def by_pci_device_id(
+        self, packed_id: int, subsystem_id: int | None = None, nvml_name: str | None = None
+    ) -> Gpu | None:
+        """Return the GPU with this packed PCI ID (`(device << 16) | vendor`), or None.
+
+        One device ID can cover two boards (0x2BB3: RTX PRO 5000 48GB and 72GB), so an entry
+        that lists `pci_subsystem_ids` matches only those subsystems (`subsystem_id` is NVML's
+        packed pciSubSystemId, subsystem device << 16 | vendor); where several entries remain,
+        the NVML name decides, and None is returned when it cannot.
+        """
+        candidates = [g for g in self.gpus if packed_id in g.pci_device_ids]
+        if subsystem_id:
+            candidates = [
+                g for g in candidates
+                if not g.pci_subsystem_ids or subsystem_id >> 16 in g.pci_subsystem_ids
+            ]
+        if len(candidates) > 1 and subsystem_id:
+            exact = [g for g in candidates if subsystem_id >> 16 in g.pci_subsystem_ids]
+            candidates = exact or candidates
+        if len(candidates) > 1 and nvml_name:
+            key = normalize_gpu_name(nvml_name)
+            candidates = [
+                g for g in candidates if key in {normalize_gpu_name(n) for n in g.nvml_names}
+            ]
+        return candidates[0] if len(candidates) == 1 else None
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.find(name) is not None
@@ -112,6 +136,27 @@ def _name_index(gpus: Iterable[Gpu]) -> dict[str, Gpu]:
                 )
             index[key] = gpu
     return index
+
+
+def _check_shared_pci_ids(gpus: Sequence[Gpu]) -> None:
+    """Two entries may share a PCI device ID only if subsystem IDs or NVML names tell them apart."""
+    for i, gpu in enumerate(gpus):
+        for other in gpus[i + 1:]:
+            shared = set(gpu.pci_device_ids) & set(other.pci_device_ids)
+            if not shared:
+                continue
+            by_subsystem = (
+                gpu.pci_subsystem_ids and other.pci_subsystem_ids
+                and not set(gpu.pci_subsystem_ids) & set(other.pci_subsystem_ids)
+            )
+            names = [{normalize_gpu_name(n) for n in g.nvml_names} for g in (gpu, other)]
+            by_name = all(names) and not names[0] & names[1]
+            if not (by_subsystem or by_name):
+                raise DataFileError(
+                    f"{other.source_file}: PCI device ID 0x{min(shared):08X} of {other.name} is "
+                    f"also {gpu.name}'s ({gpu.source_file}) and neither pci_subsystem_ids nor "
+                    "nvml_names tell the two apart; give both boards their pci_subsystem_ids"
+                )
 
 
 def load_catalog(
@@ -179,11 +224,14 @@ def _gpu_from_data(data: Mapping[str, Any], file: Path) -> Gpu:
     _check_keys(data, {"gpu": dict, "profiles": list}, ("gpu", "profiles"), file, "")
     table = data["gpu"]
     _check_keys(table, _GPU_KEYS, _GPU_REQUIRED, file, "gpu.")
-    fields = {k: v for k, v in table.items() if k not in ("inferred", "pci_device_ids")}
+    fields = {
+        k: v for k, v in table.items() if k not in ("inferred", "pci_device_ids", "pci_subsystem_ids")
+    }
     for key in ("memory_slices", "compute_slices"):
         _require(table[key] >= 1, file, f"gpu.{key}", f"must be at least 1, got {table[key]}")
     fields["inferred_fields"] = _strings(table.get("inferred", []), file, "gpu.inferred")
     fields["pci_device_ids"] = _pci_ids(table.get("pci_device_ids", []), file)
+    fields["pci_subsystem_ids"] = _subsystem_ids(table.get("pci_subsystem_ids", []), file)
     for key in ("nvml_names", "aliases", "vgpu_prefixes", "sources"):
         fields[key] = _strings(table.get(key, []), file, f"gpu.{key}")
     _require(
@@ -205,11 +253,22 @@ def _profile_from_data(entry: Any, gpu: Mapping[str, Any], file: Path, where: st
     _require(isinstance(entry, dict), file, where, "must be a [[profiles]] table")
     _check_keys(entry, _PROFILE_KEYS, _PROFILE_REQUIRED, file, f"{where}.")
     where = f"{where} ({entry['name']})"
-    name = PROFILE_NAME_RE.match(entry["name"])
-    _require(name is not None, file, f"{where}.name", "must look like 3g.40gb or 1g.10gb+me")
+    aliases = _strings(entry.get("aliases", []), file, f"{where}.aliases")
+    for field, name_text in ((f"{where}.name", entry["name"]), *((f"{where}.aliases", a) for a in aliases)):
+        name = PROFILE_NAME_RE.match(name_text)
+        _require(
+            name is not None and name_attributes(name_text) is not None, file, field,
+            f"{name_text!r} must look like 3g.40gb, 1g.10gb+me, 1g.24gb+me.all, 1g.24gb-me or "
+            "1g.24gb+gfx (one media kind at most)",
+        )
+        assert name is not None
+        _require(
+            int(name["compute"]) == entry["compute_slices"], file, f"{where}.compute_slices",
+            f"is {entry['compute_slices']} but the name {name_text!r} says {name['compute']}",
+        )
     _require(
-        int(name["compute"]) == entry["compute_slices"], file, f"{where}.compute_slices",
-        f"is {entry['compute_slices']} but the name says {name['compute']}",
+        all(name_attributes(a) == name_attributes(entry["name"]) for a in aliases), file,
+        f"{where}.aliases", "must carry the same attributes (+me, -me, ...) as the name",
     )
     _check_slices(entry, gpu, file, where)
     _check_placements(entry, gpu, file, where)
@@ -279,13 +338,18 @@ def _max_disjoint(starts: Sequence[int], size: int) -> int:
 
 
 def _check_unique(profiles: Sequence[Profile], file: Path) -> None:
-    for key in ("name", "profile_id"):
+    """Profile IDs, NVML constants and names (aliases included) are unique within one GPU."""
+    for key in ("names", "profile_id", "nvml_constant"):
         seen: set[object] = set()
         for i, profile in enumerate(profiles):
             value = getattr(profile, key)
-            value = value.lower() if isinstance(value, str) else value
-            _require(value not in seen, file, f"profiles[{i}].{key}", f"repeats {value!r}")
-            seen.add(value)
+            for item in value if isinstance(value, tuple) else (value,):
+                if item is None:
+                    continue
+                item = item.lower() if isinstance(item, str) else item
+                field = "name" if key == "names" else key
+                _require(item not in seen, file, f"profiles[{i}].{field}", f"repeats {item!r}")
+                seen.add(item)
 
 
 def _check_keys(
@@ -318,6 +382,16 @@ def _pci_ids(values: list[Any], file: Path) -> tuple[int, ...]:
         _require(
             isinstance(value, str) and bool(_PCI_RE.match(value)), file, "gpu.pci_device_ids",
             f"entry {value!r} is not a packed ID like \"0x20B210DE\" (device << 16 | vendor)",
+        )
+    return tuple(int(v, 16) for v in values)
+
+
+def _subsystem_ids(values: list[Any], file: Path) -> tuple[int, ...]:
+    for value in values:
+        _require(
+            isinstance(value, str) and bool(_SUBSYSTEM_RE.match(value)), file,
+            "gpu.pci_subsystem_ids",
+            f"entry {value!r} is not a PCI subsystem device ID like \"0x204D\" (4 hex digits)",
         )
     return tuple(int(v, 16) for v in values)
 

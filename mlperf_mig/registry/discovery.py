@@ -32,9 +32,9 @@ import pynvml
 
 from mlperf_mig.errors import NameParseError
 from mlperf_mig.registry.catalog import Catalog, default_catalog
-from mlperf_mig.registry.model import Gpu, Layout, Profile
-from mlperf_mig.registry.names import parse_vgpu_type
-from mlperf_mig.registry.nvml_state import read_nvml_state
+from mlperf_mig.registry.model import Gpu, Layout, Profile, name_attributes, ordered_attributes
+from mlperf_mig.registry.names import mig_backed_share, parse_vgpu_type
+from mlperf_mig.registry.nvml_state import GI_PROFILE_CAPS_GFX, read_nvml_state
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,23 @@ _VIRTUALIZATION_MODES = {
     pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA: "host-vsga",
 }
 _GUEST_NAME_PREFIX_RE = re.compile(r"^(?:GRID|NVIDIA)\s+", re.I)
-_TIME_SLICED_VGPU_RE = re.compile(r"^(?:grid_)?(?P<board>[a-z0-9]+)-(?P<framebuffer>\d+)c$", re.I)
+_TIME_SLICED_VGPU_RE = re.compile(r"^(?:grid_)?(?P<board>[a-z0-9]+)-(?P<framebuffer>\d+)[abcq]$", re.I)
+_MIG_BACKED_BOARD_RE = re.compile(r"^(?:grid_)?(?P<board>[a-z0-9]+)-\d+-", re.I)
+
+# NVML_GPU_INSTANCE_PROFILE_* constants (NVIDIA/go-nvml `pkg/nvml/nvml.h`): the name without its
+# prefix and the attributes each stands for, up to NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12. Kept
+# here, not read from pynvml, so that an older nvidia-ml-py still maps 0x0A-0x11. REV1 is the
+# `+me` profile; 3_SLICE_GFX (0x11, "gfx + media capable", CUDA 13.2.1 header) has no known name
+# suffix beyond +gfx. A constant not listed is recorded as `unknown 0x..`, never an error.
+GI_PROFILE_CONSTANTS: dict[int, tuple[str, tuple[str, ...]]] = {
+    0x00: ("1_SLICE", ()), 0x01: ("2_SLICE", ()), 0x02: ("3_SLICE", ()), 0x03: ("4_SLICE", ()),
+    0x04: ("7_SLICE", ()), 0x05: ("8_SLICE", ()), 0x06: ("6_SLICE", ()),
+    0x07: ("1_SLICE_REV1", ("me",)), 0x08: ("2_SLICE_REV1", ("me",)), 0x09: ("1_SLICE_REV2", ()),
+    0x0A: ("1_SLICE_GFX", ("gfx",)), 0x0B: ("2_SLICE_GFX", ("gfx",)), 0x0C: ("4_SLICE_GFX", ("gfx",)),
+    0x0D: ("1_SLICE_NO_ME", ("no-me",)), 0x0E: ("2_SLICE_NO_ME", ("no-me",)),
+    0x0F: ("1_SLICE_ALL_ME", ("me.all",)), 0x10: ("2_SLICE_ALL_ME", ("me.all",)),
+    0x11: ("3_SLICE_GFX", ("gfx",)),
+}
 
 
 # --- records --------------------------------------------------------------------------------
@@ -110,6 +126,9 @@ class VgpuDevice:
     time_sliced: bool
     parent_gpu: Gpu | None
     profile: Profile | None  # the MIG profile it stands for; None when time-sliced or unknown
+    # A MIG-backed time-sliced type (DC-1-2Q): the MIG profile whose one instance several VMs
+    # share; time_sliced is True and profile None, since the VM does not own the instance.
+    shared_instance: Profile | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data; GPU and profile by name."""
@@ -117,6 +136,7 @@ class VgpuDevice:
             "type_name": self.type_name, "uuid": self.uuid, "time_sliced": self.time_sliced,
             "parent_gpu": self.parent_gpu.name if self.parent_gpu else None,
             "profile": self.profile.name if self.profile else None,
+            "shared_instance": self.shared_instance.name if self.shared_instance else None,
         }
 
 
@@ -221,7 +241,8 @@ def _no_driver_message(error: str) -> str:
 
 def _gpu_state(index: int, gpu: Mapping[str, Any], catalog: Catalog) -> GpuState:
     pci = int(gpu["pci_device_id"], 16)
-    shipped = catalog.by_pci_device_id(pci) or catalog.find(gpu["name"])
+    subsystem = int(gpu.get("pci_subsystem_id", "0x0"), 16)
+    shipped = catalog.by_pci_device_id(pci, subsystem, gpu["name"]) or catalog.find(gpu["name"])
     mode = gpu.get("mig_mode")
     notes: list[str] = []
     effective = _effective_gpu(gpu, shipped, notes) if mode is not None else shipped
@@ -255,15 +276,22 @@ def _guest_vgpu(
     type_name = _GUEST_NAME_PREFIX_RE.sub("", gpu["name"]).strip()
     sliced = _TIME_SLICED_VGPU_RE.match(type_name)
     if sliced is not None:
-        board = sliced["board"].lower()
-        parent = next(
-            (g for g in catalog if board in (p.lower() for p in g.vgpu_prefixes)), shipped
-        )
         return VgpuDevice(
-            type_name=type_name, uuid=gpu["uuid"], time_sliced=True, parent_gpu=parent, profile=None
+            type_name=type_name, uuid=gpu["uuid"], time_sliced=True,
+            parent_gpu=_board_parent(sliced["board"], shipped, catalog) or shipped, profile=None,
+        )
+    board = _MIG_BACKED_BOARD_RE.match(type_name)
+    # A board prefix two GPUs share (Blackwell `DC`: RTX PRO 6000 SE and 4500 SE) is resolved
+    # by the PCI device ID: the guest's GPU passes the catalog GPU it matched.
+    by_pci = _board_parent(board["board"], shipped, catalog) if board else None
+    share = mig_backed_share(type_name, by_pci, catalog=catalog)
+    if share is not None:
+        return VgpuDevice(
+            type_name=type_name, uuid=gpu["uuid"], time_sliced=True, parent_gpu=share[0],
+            profile=None, shared_instance=share[1],
         )
     try:
-        parent, profile = parse_vgpu_type(type_name, catalog=catalog)
+        parent, profile = parse_vgpu_type(type_name, by_pci, catalog=catalog)
     except NameParseError as exc:
         notes.append(f"the vGPU {gpu['name']!r} is neither a known MIG-backed nor a time-sliced "
                      f"vGPU type ({exc})")
@@ -276,6 +304,16 @@ def _guest_vgpu(
     return VgpuDevice(
         type_name=type_name, uuid=gpu["uuid"], time_sliced=False, parent_gpu=parent, profile=profile
     )
+
+
+def _board_parent(board: str, shipped: Gpu | None, catalog: Catalog) -> Gpu | None:
+    """The GPU a vGPU board prefix names: the PCI-matched GPU where it carries the prefix, else
+    the only catalog GPU that does; None when none or several do."""
+    board = board.lower()
+    if shipped is not None and board in (p.lower() for p in shipped.vgpu_prefixes):
+        return shipped
+    boards = [g for g in catalog if board in (p.lower() for p in g.vgpu_prefixes)]
+    return boards[0] if len(boards) == 1 else None
 
 
 def _effective_gpu(gpu: Mapping[str, Any], shipped: Gpu | None, notes: list[str]) -> Gpu | None:
@@ -314,21 +352,26 @@ def _merge_profile(entry: Mapping[str, Any], shipped: Gpu, notes: list[str]) -> 
                      "table; added from live data")
         return _profile_from_live(entry, placements, notes)
     starts, size = placements or (table.placement_starts, table.placement_size)
+    name = _live_name(entry)
     max_instances = entry["instanceCount"]
     if not shipped.nvml_instance_counts_reliable and max_instances != table.max_instances:
         notes.append(f"{table.name}: NVML reports max {max_instances} instances, a known NVML bug "
                      f"on this GPU; kept the shipped {table.max_instances}")
         max_instances = table.max_instances
     live = Profile(
-        name=_live_name(entry), profile_id=entry["id"], memory_slices=size,
+        name=name, profile_id=entry["id"], memory_slices=size,
         compute_slices=entry["sliceCount"], max_instances=max_instances,
         placement_starts=starts, placement_size=size, provenance="live",
         sms=entry["multiprocessorCount"], memory_gib=round(entry["memorySizeMB"] / 1024, 2),
         copy_engines=entry["copyEngineCount"], decoders=entry["decoderCount"],
         encoders=entry["encoderCount"], jpeg_decoders=entry["jpegCount"], ofa=entry["ofaCount"],
-        nvml_constant=_constant_name(entry["constant"]),
+        nvml_constant=_constant_name(entry["constant"], name, notes),
         inferred_fields=() if placements else ("placement_starts", "placement_size"),
         note=table.note,
+        # the same ID may print under another name (GB200 early boards, GB300 on driver 61x):
+        # the table's names stay usable as aliases of the live one
+        aliases=tuple(n for n in table.names if n.lower() != name.lower()),
+        attributes=_live_attributes(entry, name, notes),
     )
     notes.extend(_differences(table, live))
     return live
@@ -347,6 +390,7 @@ def profile_differences(table: Profile, live: Profile) -> list[tuple[str, Any, A
         (field, getattr(table, field), getattr(live, field))
         for field in _COMPARED
         if getattr(table, field) is not None and getattr(table, field) != getattr(live, field)
+        and not (field == "name" and live.name.lower() in (n.lower() for n in table.names))
     ]
     both = table.memory_gib is not None and live.memory_gib is not None
     if both and abs(table.memory_gib - live.memory_gib) > _GIB_TOLERANCE:
@@ -370,25 +414,42 @@ def _profile_from_live(
         notes.append(f"live profile {_live_name(entry)} has no readable placements; left out")
         return None
     starts, size = placements
+    name = _live_name(entry)
     return Profile(
-        name=_live_name(entry), profile_id=entry["id"], memory_slices=size,
+        name=name, profile_id=entry["id"], memory_slices=size,
         compute_slices=entry["sliceCount"], max_instances=entry["instanceCount"],
         placement_starts=starts, placement_size=size, provenance="live",
         sms=entry["multiprocessorCount"], memory_gib=round(entry["memorySizeMB"] / 1024, 2),
         copy_engines=entry["copyEngineCount"], decoders=entry["decoderCount"],
         encoders=entry["encoderCount"], jpeg_decoders=entry["jpegCount"], ofa=entry["ofaCount"],
-        nvml_constant=_constant_name(entry["constant"]),
+        nvml_constant=_constant_name(entry["constant"], name, notes),
+        attributes=_live_attributes(entry, name, notes),
     )
 
 
-def _constant_name(constant: int) -> str | None:
-    """`1_SLICE_REV2` for constant 9: the NVML_GPU_INSTANCE_PROFILE_* name without its prefix."""
-    prefix = "NVML_GPU_INSTANCE_PROFILE_"
-    return next(
-        (name.removeprefix(prefix) for name in dir(pynvml)
-         if name.startswith(prefix) and name != f"{prefix}COUNT" and getattr(pynvml, name) == constant),
-        None,
-    )
+def _constant_name(constant: int, name: str, notes: list[str]) -> str:
+    """`1_SLICE_REV2` for constant 9 (NVML_GPU_INSTANCE_PROFILE_* without its prefix); a
+    constant this table does not know is kept as `unknown 0x12` and noted, not refused."""
+    known = GI_PROFILE_CONSTANTS.get(constant)
+    if known is None:
+        notes.append(f"live profile {name} has NVML profile constant 0x{constant:02X}, unknown to "
+                     "mlperf-mig (it knows 0x00-0x11); recorded, attributes taken from its name")
+        return f"unknown 0x{constant:02X}"
+    return known[0]
+
+
+def _live_attributes(entry: Mapping[str, Any], name: str, notes: list[str]) -> tuple[str, ...]:
+    """A live profile's attributes: from its name (`+me`, `-me`, `+me.all`, `+gfx`), or from its
+    NVML constant where the name does not parse; `gfx` also from the v3 capability bit CAPS_GFX."""
+    attributes = name_attributes(name)
+    if attributes is None:
+        known = GI_PROFILE_CONSTANTS.get(entry["constant"])
+        attributes = known[1] if known else ()
+        notes.append(f"live profile name {name!r} is not <N>g.<GB>gb[+me|-me|+me.all|+gfx]; kept "
+                     f"as printed, attributes {list(attributes) or 'none'} from its NVML constant")
+    if (entry.get("capabilities") or 0) & GI_PROFILE_CAPS_GFX:
+        attributes = (*attributes, "gfx")
+    return ordered_attributes(attributes)
 
 
 def _gpu_from_live(gpu: Mapping[str, Any], live: list[Mapping[str, Any]], notes: list[str]) -> Gpu | None:
@@ -441,7 +502,8 @@ def _device_profile(
         return None
     memory_gib = entry["memorySizeMB"] / 1024
     return min(candidates, key=lambda p: (
-        abs((p.memory_gib or 0) - memory_gib), (p.ofa or 0) != entry["sharedOfaCount"]
+        abs((p.memory_gib or 0) - memory_gib), (p.ofa or 0) != entry["sharedOfaCount"],
+        (p.decoders or 0) != entry["sharedDecoderCount"], not p.plain,
     ))
 
 

@@ -13,8 +13,39 @@ from attrs import validators as v
 from mlperf_mig.errors import LayoutError, UnknownProfileError
 
 PROVENANCES = ("documented", "nvidia-smi", "inferred", "live")
-PROFILE_NAME_RE = re.compile(r"^(?P<compute>\d+)g\.(?P<memory>\d+)gb(?P<me>\+me)?$")
+# A profile name: `<compute>g.<GB>gb` plus attribute suffixes. `+me` owns the media engines,
+# `+me.all` all of them, `-me` none, `+gfx` is graphics capable ("Universal MIG", Blackwell);
+# NVML's header names the same kinds _REV1, _ALL_ME, _NO_ME and _GFX (mig-blackwell.md section 3).
+PROFILE_NAME_RE = re.compile(
+    r"^(?P<compute>\d+)g\.(?P<memory>\d+)gb(?P<suffixes>(?:\+me\.all|\+me|-me|\+gfx)*)$"
+)
+PROFILE_ATTRIBUTES = {"+me": "me", "+me.all": "me.all", "-me": "no-me", "+gfx": "gfx"}
+_SUFFIX_RE = re.compile(r"\+me\.all|\+me|-me|\+gfx")
+_MEDIA_KINDS = ("me", "me.all", "no-me")  # at most one of these per profile
 _SHORTHAND_RE = re.compile(r"^(?P<compute>\d+)g$")
+
+
+def ordered_attributes(attributes: Iterable[str]) -> tuple[str, ...]:
+    """The attributes in one canonical order (me, me.all, no-me, gfx), each once."""
+    order = list(PROFILE_ATTRIBUTES.values())
+    return tuple(sorted(set(attributes), key=order.index))
+
+
+def name_attributes(name: str) -> tuple[str, ...] | None:
+    """The attributes a profile name carries (`1g.24gb+me.all` -> ("me.all",)), or None when the
+    name is not `<N>g.<GB>gb[suffixes]` or repeats or mixes media kinds (`+me-me`)."""
+    match = PROFILE_NAME_RE.match(name.strip().lower().removeprefix("mig ").strip())
+    if match is None:
+        return None
+    suffixes = _SUFFIX_RE.findall(match["suffixes"])
+    attributes = [PROFILE_ATTRIBUTES[s] for s in suffixes]
+    if len(set(attributes)) != len(attributes) or sum(a in _MEDIA_KINDS for a in attributes) > 1:
+        return None
+    return ordered_attributes(attributes)
+
+
+def _attributes_from_name(profile: Profile) -> tuple[str, ...]:
+    return name_attributes(profile.name) or ()
 
 _non_negative = v.and_(v.instance_of(int), v.ge(0))
 _positive = v.and_(v.instance_of(int), v.ge(1))
@@ -51,6 +82,12 @@ class Profile:
     nvml_constant: str | None = attrs.field(default=None)
     inferred_fields: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     note: str = ""
+    # Other names the same profile ID prints as (GB200 early boards: 1g.24gb for 1g.23gb).
+    aliases: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    # me / me.all / no-me / gfx: from the name unless given (discovery adds NVML's CAPS_GFX bit).
+    attributes: tuple[str, ...] = attrs.field(
+        default=attrs.Factory(_attributes_from_name, takes_self=True), converter=ordered_attributes
+    )
 
     @placement_starts.validator
     def _check_starts(self, _attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
@@ -60,17 +97,42 @@ class Profile:
     @property
     def media_extensions(self) -> bool:
         """True for the `+me` profiles that own the media engines."""
-        return self.name.endswith("+me")
+        return "me" in self.attributes
 
     @property
-    def shape(self) -> tuple[int, int, bool]:
-        """(compute slices, memory slices, +me): what the study's layouts are translated by."""
-        return (self.compute_slices, self.memory_slices, self.media_extensions)
+    def all_media_engines(self) -> bool:
+        """True for `+me.all`: NVML's _ALL_ME, which allows only `-me` instances beside it."""
+        return "me.all" in self.attributes
 
     @property
-    def size_key(self) -> tuple[int, int, bool, str]:
-        """Sort key that puts the largest profile first."""
-        return (-self.compute_slices, -self.memory_slices, self.media_extensions, self.name)
+    def no_media_engines(self) -> bool:
+        """True for `-me` (NVML's _NO_ME): an instance without media engines."""
+        return "no-me" in self.attributes
+
+    @property
+    def graphics(self) -> bool:
+        """True for `+gfx` (graphics-capable, NVML's CAPS_GFX)."""
+        return "gfx" in self.attributes
+
+    @property
+    def plain(self) -> bool:
+        """True for a profile without attributes (`1g.10gb`, not `1g.10gb+me` or `-me`)."""
+        return not self.attributes
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The name and the aliases it also prints as."""
+        return (self.name, *self.aliases)
+
+    @property
+    def shape(self) -> tuple[int, int, tuple[str, ...]]:
+        """(compute slices, memory slices, attributes): what the study's layouts are translated by."""
+        return (self.compute_slices, self.memory_slices, self.attributes)
+
+    @property
+    def size_key(self) -> tuple[int, int, tuple[str, ...], str]:
+        """Sort key that puts the largest profile first (plain before attributes)."""
+        return (-self.compute_slices, -self.memory_slices, self.attributes, self.name)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
@@ -90,6 +152,11 @@ class Gpu:
     system_id_name: str = ""
     vgpu_prefixes: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     pci_device_ids: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
+    # PCI subsystem device IDs (16 bits, e.g. 0x204D) that tell this board from another with the
+    # same device ID (RTX PRO 5000 48GB vs 72GB); empty: every subsystem of the device IDs.
+    pci_subsystem_ids: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
+    # What the board needs before MIG can be enabled (doctor says it): e.g. compute mode, a vBIOS.
+    prerequisites: str = ""
     memory_gib: float | None = None
     architecture: str = ""
     min_driver: str = ""
@@ -103,7 +170,7 @@ class Gpu:
     def _check_profiles(self, _attribute: attrs.Attribute, value: tuple[Profile, ...]) -> None:
         if not value:
             raise ValueError(f"GPU {self.name} has no MIG profiles")
-        names = [p.name.lower() for p in value]
+        names = [name.lower() for p in value for name in p.names]
         if len(set(names)) != len(names):
             raise ValueError(f"GPU {self.name} lists a profile name twice")
 
@@ -114,13 +181,13 @@ class Gpu:
         """Return the profile called `name` on this GPU (case-insensitive; `4g` if unambiguous)."""
         wanted = name.strip().lower().removeprefix("mig ").strip()
         for profile in self.profiles:
-            if profile.name.lower() == wanted:
+            if wanted in (n.lower() for n in profile.names):
                 return profile
         shorthand = _SHORTHAND_RE.match(wanted)
         if shorthand:
             matches = [
                 p for p in self.profiles
-                if p.compute_slices == int(shorthand["compute"]) and not p.media_extensions
+                if p.compute_slices == int(shorthand["compute"]) and p.plain
             ]
             if len(matches) == 1:
                 return matches[0]
@@ -136,14 +203,15 @@ class Gpu:
         data = attrs.asdict(self, recurse=False)
         data["profiles"] = [p.to_dict() for p in self.profiles]
         data["pci_device_ids"] = [f"0x{pci:08X}" for pci in self.pci_device_ids]
+        data["pci_subsystem_ids"] = [f"0x{pci:04X}" for pci in self.pci_subsystem_ids]
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def profile_by_id(self, profile_id: int) -> Profile | None:
         """Return the profile with NVML profile ID `profile_id`, or None."""
         return next((p for p in self.profiles if p.profile_id == profile_id), None)
 
-    def profile_by_shape(self, shape: tuple[int, int, bool]) -> Profile | None:
-        """Return the profile with this (compute slices, memory slices, +me) shape, or None."""
+    def profile_by_shape(self, shape: tuple[int, int, tuple[str, ...]]) -> Profile | None:
+        """Return the profile with this (compute slices, memory slices, attributes) shape, or None."""
         return next((p for p in self.profiles if p.shape == shape), None)
 
     def _unknown_profile_message(self, name: str) -> str:

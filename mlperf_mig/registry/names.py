@@ -11,17 +11,24 @@ from collections.abc import Sequence
 
 from mlperf_mig.errors import LayoutError, NameParseError, UnknownProfileError
 from mlperf_mig.registry.catalog import Catalog, default_catalog
-from mlperf_mig.registry.model import Gpu, Layout, Profile
+from mlperf_mig.registry.model import PROFILE_NAME_RE, Gpu, Layout, Profile, name_attributes
 
 LAYOUT_EXAMPLE = "3x2g.20gb+1g.10gb"
 SYSTEM_ID_EXAMPLE = "A100-SXM-80GB_MIG_1x4g.40gb+1x2g.20gb+1x1g.10gb"
 VGPU_EXAMPLE = "A100D-2-20C, grid_a100d-2-20c, or nvidia-2-20c together with a GPU"
 
 _COUNTED_RE = re.compile(r"^(?:(?P<count>\d+)\s*[x×*]\s*)?(?P<name>\S+)$", re.IGNORECASE)
+# MIG-backed vGPU types: <board>-<G>-<GB><series>[ME|NOME|MEALL|GFX], series A/B/C/Q, as NVIDIA's
+# vgpu-device-manager parses them (NVIDIA/vgpu-device-manager `pkg/types/vgpu_type.go`, ec902ea:
+# "A100-1-5CME", "DC-1-24CGFX"); the attribute is the MIG profile's +me, -me, +me.all or +gfx.
 _VGPU_RE = re.compile(
-    r"^(?:grid_)?(?P<board>[a-z0-9]+)-(?P<compute>\d+)-(?P<framebuffer>\d+)c(?P<me>me)?$",
+    r"^(?:grid_)?(?P<board>[a-z0-9]+)-(?P<compute>\d+)-(?P<framebuffer>\d+)(?P<series>[abcq])"
+    r"(?P<attribute>me|nome|meall|gfx)?$",
     re.IGNORECASE,
 )
+_VGPU_ATTRIBUTES = {"ME": "+me", "NOME": "-me", "MEALL": "+me.all", "GFX": "+gfx"}
+_ATTRIBUTE_SPELLING = {"me": "ME", "no-me": "NOME", "me.all": "MEALL", "gfx": "GFX"}
+_GLUED_SUFFIXES = ("me", "me.all", "gfx")  # `+` inside a profile name, not between profiles
 _SYSTEM_ID_RE = re.compile(r"^(?P<gpu>[^\s]+?)_MIG_(?P<layout>\S+)$", re.IGNORECASE)
 GENERIC_VGPU_BOARD = "nvidia"
 
@@ -57,12 +64,14 @@ def parse_layout(gpu: Gpu | str, spec: str | Sequence[str], catalog: Catalog | N
 
 
 def _split_layout(spec: str) -> list[str]:
-    """Split on `+` and `,`, gluing a `me` part back onto the profile before it (`1g.10gb+me`)."""
+    """Split on `+` and `,`, gluing `me`, `me.all` and `gfx` parts back onto the profile before
+    them (`1g.10gb+me`, `1g.24gb+me.all`, `1g.24gb+gfx`)."""
     entries: list[str] = []
     for position, part in enumerate(re.split(r"[+,]", spec)):
         part = part.strip()
-        if part.lower() == "me" and entries and not entries[-1].lower().endswith("+me"):
-            entries[-1] += "+me"
+        suffix = f"+{part.lower()}"
+        if part.lower() in _GLUED_SUFFIXES and entries and suffix not in entries[-1].lower():
+            entries[-1] += suffix
         elif not part:
             raise LayoutError(
                 f"layout {spec!r} has an empty entry at position {position + 1}; separate "
@@ -100,25 +109,75 @@ def parse_vgpu_type(
 ) -> tuple[Gpu, Profile]:
     """Map a MIG-backed vGPU type (A100D-2-20C, grid_a100d-2-20c, nvidia-2-20c) to its profile.
 
-    `<board>-<compute slices>-<framebuffer GB>C[ME]` names the profile `<slices>g.<GB>gb[+me]` of
-    the board's GPU. The generic board `nvidia` (the study's spelling) needs `gpu`.
+    `<board>-<compute slices>-<framebuffer GB><series>[ME|NOME|MEALL|GFX]` names the profile
+    `<slices>g.<GB>gb[+me|-me|+me.all|+gfx]` of the board's GPU. The generic board `nvidia` (the
+    study's spelling) needs `gpu`, and so does a board prefix two GPUs share (Blackwell `DC`).
+    A type whose framebuffer is smaller than its instance's (DC-1-2Q) is a time-sliced share of a
+    MIG instance, not the instance: `mig_backed_share` names its profile.
     """
-    match = _VGPU_RE.match(name.strip())
-    if match is None:
-        raise NameParseError(
-            f"{name!r} is not a MIG-backed vGPU type name; expected "
-            f"<board>-<compute slices>-<framebuffer GB>C[ME] such as {VGPU_EXAMPLE}"
-        )
-    board = _vgpu_board(name, match["board"], gpu, catalog)
-    profile_name = f"{match['compute']}g.{match['framebuffer']}gb" + ("+me" if match["me"] else "")
+    board, profile_name = _vgpu_profile_name(name, gpu, catalog)
     try:
         return board, board.profile(profile_name)
     except UnknownProfileError:
         known = ", ".join(vgpu_type_name(board, p) for p in board.profiles)
+        share = mig_backed_share(name, board, catalog=catalog)
+        what = (
+            f"; it is a time-sliced share of one {share[1].name} instance (several VMs on one "
+            "MIG instance), which runs only with --shared" if share else ""
+        )
         raise NameParseError(
             f"vGPU type {name!r} maps to MIG profile {profile_name}, which {board.name} does not "
-            f"have; its MIG-backed vGPU types are {known}"
+            f"have{what}; its MIG-backed vGPU types are {known}"
         ) from None
+
+
+def mig_backed_share(
+    name: str, gpu: Gpu | str | None = None, *, catalog: Catalog | None = None
+) -> tuple[Gpu, Profile] | None:
+    """The board and backing MIG profile of a MIG-backed time-sliced vGPU type, or None.
+
+    Blackwell RTX PRO boards time-slice one MIG instance between several VMs ("Time-Sliced
+    MIG-Backed", NVIDIA AI Enterprise vGPU docs): `DC-1-2Q` is 2 GB of a 1-slice instance of
+    24 GB. Such a type names fewer GB than any profile of its slices and attributes; the backing
+    profile is the smallest one with at least that much memory. None for a whole-instance type.
+    """
+    try:
+        board, profile_name = _vgpu_profile_name(name, gpu, catalog)
+    except NameParseError:
+        return None
+    wanted = PROFILE_NAME_RE.match(profile_name)
+    assert wanted is not None
+    compute, memory = int(wanted["compute"]), int(wanted["memory"])
+    same_kind = [
+        p for p in board.profiles
+        if p.compute_slices == compute and p.attributes == name_attributes(profile_name)
+    ]
+    if any(memory in (_profile_gb_of(n) for n in p.names) for p in same_kind):
+        return None  # a whole instance
+    larger = [p for p in same_kind if _profile_gb(p) > memory]
+    return (board, min(larger, key=_profile_gb)) if larger else None
+
+
+def _profile_gb_of(name: str) -> int:
+    match = PROFILE_NAME_RE.match(name.lower())
+    return int(match["memory"]) if match else 0
+
+
+def _profile_gb(profile: Profile) -> int:
+    return _profile_gb_of(profile.name)
+
+
+def _vgpu_profile_name(name: str, gpu: Gpu | str | None, catalog: Catalog | None) -> tuple[Gpu, str]:
+    match = _VGPU_RE.match(name.strip())
+    if match is None:
+        raise NameParseError(
+            f"{name!r} is not a MIG-backed vGPU type name; expected "
+            f"<board>-<compute slices>-<framebuffer GB><series>[ME|NOME|MEALL|GFX] such as "
+            f"{VGPU_EXAMPLE}"
+        )
+    board = _vgpu_board(name, match["board"], gpu, catalog)
+    suffix = _VGPU_ATTRIBUTES[match["attribute"].upper()] if match["attribute"] else ""
+    return board, f"{match['compute']}g.{match['framebuffer']}gb{suffix}"
 
 
 def _vgpu_board(name: str, board: str, gpu: Gpu | str | None, catalog: Catalog | None) -> Gpu:
@@ -144,17 +203,24 @@ def _vgpu_board(name: str, board: str, gpu: Gpu | str | None, catalog: Catalog |
     if not boards:
         raise NameParseError(
             f"vGPU board {board!r} in {name!r} is unknown; use a known board prefix "
-            "(A100, A100X, A100D, A100DX, A30, H100, H100XM, H100L, H200, H200X) or nvidia-... "
-            "together with a GPU"
+            "(A100, A100X, A100D, A100DX, A30, H100, H100XM, H100L, H200, H200X, DC, GB200, ...) "
+            "or nvidia-... together with a GPU"
+        )
+    if len(boards) > 1:
+        raise NameParseError(
+            f"vGPU board {board!r} in {name!r} is shared by {', '.join(g.name for g in boards)}; "
+            "pass the GPU too (for example --gpu \"RTX PRO 6000 Blackwell Server Edition\"); "
+            "inside a VM discovery tells them apart by PCI device ID"
         )
     return boards[0]
 
 
 def vgpu_type_name(gpu: Gpu, profile: Profile) -> str:
-    """The vGPU type of `profile` in NVIDIA's spelling (`A100D-2-20C`), or `nvidia-...`."""
+    """The vGPU type of `profile` in NVIDIA's spelling (`A100D-2-20C`, `DC-1-24CGFX`), or
+    `nvidia-...`."""
     board = gpu.vgpu_prefixes[0] if gpu.vgpu_prefixes else GENERIC_VGPU_BOARD
-    memory = profile.name.split(".")[1].removesuffix("+me").removesuffix("gb")
-    return f"{board}-{profile.compute_slices}-{memory}C" + ("ME" if profile.media_extensions else "")
+    attribute = "".join(_ATTRIBUTE_SPELLING[a] for a in profile.attributes)
+    return f"{board}-{profile.compute_slices}-{_profile_gb(profile)}C{attribute}"
 
 
 def system_id(layout: Layout) -> str:

@@ -25,6 +25,38 @@ ATTRIBUTE_FIELDS = (
     "memorySizeMB",
 )
 _NVML_GONE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission)
+# Every GPU-instance profile constant is asked, up to NVML_GPU_INSTANCE_PROFILE_COUNT (0x12 in
+# the CUDA 13.2 header, after 3_SLICE_GFX = 0x11), even where the installed pynvml knows fewer.
+GI_PROFILE_CONSTANT_COUNT = max(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, 0x12)
+GI_PROFILE_CAPS_P2P = 0x1  # NVML_GPU_INSTANCE_PROFILE_CAPS_P2P
+GI_PROFILE_CAPS_GFX = 0x2  # NVML_GPU_INSTANCE_PROFILE_CAPS_GFX (nvml.h since NVML 12.3)
+
+
+class c_nvmlGpuInstanceProfileInfo_v3_t(pynvml._PrintableStructure):
+    """nvmlGpuInstanceProfileInfo_v3_t of nvml.h: v2 without isP2pSupported, plus capabilities
+    (CAPS_P2P, CAPS_GFX). nvidia-ml-py 13.615 wraps only v2, so the v3 call is made here."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint), ("id", ctypes.c_uint), ("sliceCount", ctypes.c_uint),
+        ("instanceCount", ctypes.c_uint), ("multiprocessorCount", ctypes.c_uint),
+        ("copyEngineCount", ctypes.c_uint), ("decoderCount", ctypes.c_uint),
+        ("encoderCount", ctypes.c_uint), ("jpegCount", ctypes.c_uint), ("ofaCount", ctypes.c_uint),
+        ("memorySizeMB", ctypes.c_ulonglong),
+        ("name", ctypes.c_char * pynvml.NVML_DEVICE_NAME_V2_BUFFER_SIZE),
+        ("capabilities", ctypes.c_uint),
+    ]
+
+    def __init__(self) -> None:
+        # NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3) = sizeof(struct) | 3 << 24
+        super().__init__(version=ctypes.sizeof(c_nvmlGpuInstanceProfileInfo_v3_t) | 3 << 24)
+
+
+def gpu_instance_profile_info_v3(handle: Any, constant: int) -> c_nvmlGpuInstanceProfileInfo_v3_t:
+    """nvmlDeviceGetGpuInstanceProfileInfoV with the v3 struct (there is no "...InfoV3" symbol)."""
+    info = c_nvmlGpuInstanceProfileInfo_v3_t()
+    function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetGpuInstanceProfileInfoV")
+    pynvml._nvmlCheckReturn(function(handle, constant, ctypes.byref(info)))
+    return info
 
 
 def nvml_error_name(exc: pynvml.NVMLError) -> str:
@@ -74,13 +106,16 @@ def _text(value: str | bytes) -> str:
 
 def _read_gpu(nvml: Any, index: int) -> dict[str, Any]:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    pci = nvml.nvmlDeviceGetPciInfo(handle)
     gpu: dict[str, Any] = {
         "name": _text(nvml.nvmlDeviceGetName(handle)),
         "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
-        "pci_device_id": f"0x{nvml.nvmlDeviceGetPciInfo(handle).pciDeviceId:08X}",
+        "pci_device_id": f"0x{pci.pciDeviceId:08X}",
         "memory_total_bytes": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
         "virtualization_mode": _virtualization_mode(nvml, handle),
     }
+    if pci.pciSubSystemId:  # tells boards with one device ID apart (RTX PRO 5000 48GB / 72GB)
+        gpu["pci_subsystem_id"] = f"0x{pci.pciSubSystemId:08X}"
     try:
         gpu["mig_mode"] = [int(m) for m in nvml.nvmlDeviceGetMigMode(handle)]
     except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
@@ -111,12 +146,14 @@ def _read_profiles(
     error that every constant gave when none answered (MIG off on a driver that cannot say).
 
     Every constant is asked: a driver may reject one in the middle of the range (INVALID_ARGUMENT)
-    and still know later ones, so an invalid constant is recorded, not taken as the end.
+    and still know later ones, so an invalid constant is recorded, not taken as the end. Each is
+    asked with the v3 struct first (its `capabilities` say +gfx); a driver without it gets v2.
     """
     profiles, errors, invalid = [], set(), []
-    for constant in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+    v3 = [True]  # whether this driver takes the v3 struct; cleared on its first refusal
+    for constant in range(GI_PROFILE_CONSTANT_COUNT):
         try:
-            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant)
+            info, capabilities = _profile_info(nvml, handle, constant, v3)
         except pynvml.NVMLError_InvalidArgument:
             invalid.append(constant)  # unknown to this driver; later constants may still answer
             continue
@@ -125,10 +162,34 @@ def _read_profiles(
             continue
         entry = {"constant": constant, "name": _text(info.name)}
         entry.update({field: int(getattr(info, field)) for field in PROFILE_INFO_FIELDS})
+        if capabilities is not None:
+            entry["capabilities"] = capabilities
         entry.update(_read_placements(nvml, handle, info.id))
         profiles.append(entry)
     error = errors.pop() if not profiles and len(errors) == 1 else None
     return profiles, invalid, error
+
+
+def _profile_info(nvml: Any, handle: Any, constant: int, v3: list[bool]) -> tuple[Any, int | None]:
+    """(profile info, capabilities): the v3 struct where the driver takes it, else v2 and None.
+
+    A driver without v3 answers ARGUMENT_VERSION_MISMATCH (or FUNCTION_NOT_FOUND); one that
+    answers INVALID_ARGUMENT is asked again with v2 to tell an old struct from an unknown constant.
+    """
+    if v3[0]:
+        try:
+            info = (
+                gpu_instance_profile_info_v3(handle, constant) if nvml is pynvml
+                else nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant, version=3)
+            )
+            return info, int(info.capabilities)
+        except (pynvml.NVMLError_ArgumentVersionMismatch, pynvml.NVMLError_FunctionNotFound):
+            v3[0] = False
+        except pynvml.NVMLError_InvalidArgument:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant)  # raises if invalid
+            v3[0] = False
+            return info, None
+    return nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant), None
 
 
 def _read_placements(nvml: Any, handle: Any, profile_id: int) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from mlperf_mig.registry.nvml_state import (
     ATTRIBUTE_FIELDS,
     PROFILE_INFO_FIELDS,
     STATE_FORMAT,
+    c_nvmlGpuInstanceProfileInfo_v3_t,
     read_nvml_state,
 )
 
@@ -124,6 +125,7 @@ class RecordedNvml:
     def nvmlDeviceGetPciInfo(self, handle: _GpuHandle) -> pynvml.nvmlPciInfo_t:
         info = pynvml.nvmlPciInfo_t()
         info.pciDeviceId = int(self._gpu(handle)["pci_device_id"], 16)
+        info.pciSubSystemId = int(self._gpu(handle).get("pci_subsystem_id", "0x0"), 16)
         return info
 
     def nvmlDeviceGetMemoryInfo(self, handle: _GpuHandle) -> pynvml.c_nvmlMemory_t:
@@ -145,19 +147,28 @@ class RecordedNvml:
 
     def nvmlDeviceGetGpuInstanceProfileInfo(
         self, handle: _GpuHandle, profile: int, version: int = 2
-    ) -> pynvml.c_nvmlGpuInstanceProfileInfo_v2_t:
+    ) -> pynvml.c_nvmlGpuInstanceProfileInfo_v2_t | c_nvmlGpuInstanceProfileInfo_v3_t:
+        """The v2 struct, or with version=3 the v3 struct when the recording has `capabilities`
+        (a state recorded without them replays as a driver that refuses v3)."""
         gpu = self._gpu(handle)
         if profile in gpu.get("invalid_profile_constants", ()):
             raise nvml_error("INVALID_ARGUMENT")
         if gpu.get("gi_profile_error"):
             raise nvml_error(gpu["gi_profile_error"])
         entry = next((p for p in gpu.get("gi_profiles", []) if p["constant"] == profile), None)
+        if version == 3 and not any("capabilities" in p for p in gpu.get("gi_profiles", [])):
+            raise nvml_error("ARGUMENT_VERSION_MISMATCH")
         if entry is None:
             raise nvml_error("NOT_SUPPORTED")
-        info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+        info: Any = (
+            c_nvmlGpuInstanceProfileInfo_v3_t() if version == 3
+            else pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+        )
         for field in PROFILE_INFO_FIELDS:
             setattr(info, field, entry[field])
         info.name = entry["name"].encode()
+        if version == 3:
+            info.capabilities = entry["capabilities"]
         return info
 
     def nvmlDeviceGetGpuInstancePossiblePlacements(

@@ -11,6 +11,12 @@ taken as its largest profile's (an engine whose count the data lacks is not chec
 which has one JPEG decoder and one OFA, this allows one `+me` instance. The MIG guide does not
 state the rule as such; it is inferred from its engine counts, and no layout NVIDIA documents as
 valid (the study's eight, the mig-parted default configs) breaks it (tests/registry/test_solver.py).
+
+All media engines (inferred rule): a `+me.all` instance allows only `-me` instances beside it.
+Source: NVML's header (NVIDIA/go-nvml `pkg/nvml/nvml.h`), on NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME
+and _2_SLICE_ALL_ME: "_ALL_ME prevents allocation of all but _NO_ME profiles". The guide's tables
+(RTX PRO 6000: `+me.all` owns 4/4/4/1 of the board's 4/4/4/1 DEC/ENC/JPG/OFA) agree; no printout
+of a refused creation was seen, hence inferred. The media-engine sum rule covers the rest.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ def solve_placements(layout: Layout) -> tuple[Placement, ...]:
     """
     _check_counts(layout)
     _check_compute(layout)
+    _check_all_media_engines(layout)
     _check_media_engines(layout)
     result = _search(layout.profiles)
     if result.placements is None:
@@ -64,11 +71,41 @@ def _check_compute(layout: Layout) -> None:
         )
 
 
+ALL_ME_SOURCE = 'nvml.h: "_ALL_ME prevents allocation of all but _NO_ME profiles"'
+
+
+def all_media_engines_conflict(layout: Layout) -> tuple[Profile, Profile] | None:
+    """(the `+me.all` profile, a neighbour that is not `-me`) when the layout puts an instance
+    with media engines beside a `+me.all` one; None otherwise (inferred rule, module docstring)."""
+    owners = [p for p in layout.profiles if p.all_media_engines]
+    if not owners:
+        return None
+    others = list(layout.profiles)
+    others.remove(owners[0])
+    neighbour = next((p for p in others if not p.no_media_engines), None)
+    return (owners[0], neighbour) if neighbour is not None else None
+
+
+def _check_all_media_engines(layout: Layout) -> None:
+    conflict = all_media_engines_conflict(layout)
+    if conflict is not None:
+        owner, neighbour = conflict
+        fix = layout.gpu.profile_by_shape(
+            (neighbour.compute_slices, neighbour.memory_slices, ("no-me",))
+        )
+        instead = f"use {fix.name} instead of {neighbour.name}" if fix else f"drop {neighbour.name}"
+        raise LayoutError(
+            f"layout {layout} does not fit {layout.gpu.name}: {owner.name} takes all media "
+            f"engines and allows only -me instances beside it, but {neighbour.name} is not one "
+            f"(an inferred rule; {ALL_ME_SOURCE}); {instead}"
+        )
+
+
 MEDIA_ENGINES = (("jpeg_decoders", "JPEG decoders"), ("ofa", "OFAs"), ("decoders", "video decoders"))
 
 
 def _whole_gpu_profile(gpu: Gpu) -> Profile:
-    return max(gpu.profiles, key=lambda p: (p.compute_slices, p.memory_slices, p.media_extensions))
+    return max(gpu.profiles, key=lambda p: (p.compute_slices, p.memory_slices, p.plain))
 
 
 def media_engine_excess(layout: Layout) -> tuple[str, int, int] | None:
@@ -143,7 +180,8 @@ def valid_layouts(gpu: Gpu) -> tuple[Layout, ...]:
     """Every non-empty multiset of `gpu`'s profiles that can be placed, most compute first."""
     layouts = [
         layout for layout in _candidate_layouts(gpu)
-        if media_engine_excess(layout) is None and _search(layout.profiles).placements
+        if all_media_engines_conflict(layout) is None and media_engine_excess(layout) is None
+        and _search(layout.profiles).placements
     ]
     return tuple(sorted(layouts, key=_listing_key))
 

@@ -302,7 +302,7 @@ def test_time_sliced_vgpu_is_not_mig(load_state, catalog: Catalog) -> None:
 def test_unknown_vgpu_type_is_reported(load_state, catalog: Catalog) -> None:
     """A vGPU name that is no known type is kept without a profile and the reason is reported."""
     state = load_state("vgpu-a100d-2-20c")
-    state["gpus"][0]["name"] = "NVIDIA L40S-48Q"
+    state["gpus"][0]["name"] = "NVIDIA Virtual Display"
     gpu = _detect(state, catalog).gpus[0]
     assert gpu.vgpu.profile is None and not gpu.mig_vgpu
     assert any("neither a known MIG-backed" in note for note in gpu.disagreements)
@@ -329,6 +329,7 @@ def test_vgpu_is_in_the_plain_data(load_state, catalog: Catalog) -> None:
     assert data["gpus"][0]["vgpu"] == {
         "type_name": "A100D-2-20C", "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21",
         "time_sliced": False, "parent_gpu": "A100-PCIE-80GB", "profile": "2g.20gb",
+        "shared_instance": None,
     }
 
 
