@@ -31,7 +31,7 @@ _GPU_KEYS = {
     "name": str, "nvml_names": list, "aliases": list, "system_id_name": str, "vgpu_prefixes": list,
     "pci_device_ids": list, "pci_subsystem_ids": list, "prerequisites": str, "memory_slices": int, "compute_slices": int, "memory_gib": (int, float),
     "architecture": str, "min_driver": str, "nvml_instance_counts_reliable": bool,
-    "provenance": str, "inferred": list, "sources": list,
+    "provenance": str, "inferred": list, "sources": list, "field_sources": dict,
 }
 _GPU_REQUIRED = ("name", "memory_slices", "compute_slices")
 _PROFILE_KEYS = {
@@ -39,7 +39,7 @@ _PROFILE_KEYS = {
     "compute_slices": int, "sms": int, "memory_gib": (int, float), "copy_engines": int,
     "decoders": int, "encoders": int, "jpeg_decoders": int, "ofa": int, "max_instances": int,
     "placement_starts": list, "placement_size": int, "provenance": str, "inferred": list,
-    "note": str, "aliases": list,
+    "note": str, "aliases": list, "field_sources": dict,
 }
 _PROFILE_REQUIRED = (
     "name", "profile_id", "memory_slices", "compute_slices", "max_instances",
@@ -234,6 +234,7 @@ def _gpu_from_data(data: Mapping[str, Any], file: Path) -> Gpu:
     fields["pci_subsystem_ids"] = _subsystem_ids(table.get("pci_subsystem_ids", []), file)
     for key in ("nvml_names", "aliases", "vgpu_prefixes", "sources"):
         fields[key] = _strings(table.get(key, []), file, f"gpu.{key}")
+    fields["field_sources"] = _field_sources(table.get("field_sources", {}), _GPU_KEYS, file, "gpu")
     _require(
         table.get("provenance", "documented") in PROVENANCES, file, "gpu.provenance",
         f"must be one of {', '.join(PROVENANCES)}",
@@ -278,6 +279,8 @@ def _profile_from_data(entry: Any, gpu: Mapping[str, Any], file: Path, where: st
     )
     fields = {k: v for k, v in entry.items() if k != "inferred"}
     fields["inferred_fields"] = _strings(entry.get("inferred", []), file, f"{where}.inferred")
+    fields["aliases"] = aliases
+    fields["field_sources"] = _field_sources(entry.get("field_sources", {}), _PROFILE_KEYS, file, where)
     unknown = set(fields["inferred_fields"]) - set(_PROFILE_KEYS)
     _require(not unknown, file, f"{where}.inferred", f"names unknown fields {sorted(unknown)}")
     if "memory_gib" in fields:
@@ -384,6 +387,19 @@ def _pci_ids(values: list[Any], file: Path) -> tuple[int, ...]:
             f"entry {value!r} is not a packed ID like \"0x20B210DE\" (device << 16 | vendor)",
         )
     return tuple(int(v, 16) for v in values)
+
+
+def _field_sources(
+    table: Mapping[str, Any], keys: Mapping[str, Any], file: Path, where: str
+) -> dict[str, str]:
+    """`field_sources = {sms = "..."}`: each key a field of the entry, each value a source text."""
+    for key, value in table.items():
+        _require(key in keys, file, f"{where}.field_sources.{key}", "names no field of the entry")
+        _require(
+            isinstance(value, str) and bool(value.strip()), file, f"{where}.field_sources.{key}",
+            "must be a non-empty text naming the source",
+        )
+    return dict(table)
 
 
 def _subsystem_ids(values: list[Any], file: Path) -> tuple[int, ...]:

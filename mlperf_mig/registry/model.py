@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -12,7 +12,10 @@ from attrs import validators as v
 
 from mlperf_mig.errors import LayoutError, UnknownProfileError
 
-PROVENANCES = ("documented", "nvidia-smi", "inferred", "live")
+# documented: NVIDIA's MIG User Guide or another NVIDIA document; nvidia-smi: a real printout;
+# nvidia-code: NVIDIA's own code or configuration (mig-parted, gpu-operator, nvml.h); inferred:
+# derived, not read; live: NVML on this machine.
+PROVENANCES = ("documented", "nvidia-smi", "nvidia-code", "inferred", "live")
 # A profile name: `<compute>g.<GB>gb` plus attribute suffixes. `+me` owns the media engines,
 # `+me.all` all of them, `-me` none, `+gfx` is graphics capable ("Universal MIG", Blackwell);
 # NVML's header names the same kinds _REV1, _ALL_ME, _NO_ME and _GFX (mig-blackwell.md section 3).
@@ -60,6 +63,12 @@ def _int_tuple(values: Iterable[int]) -> tuple[int, ...]:
     return tuple(values)
 
 
+def _pairs(values: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """Field -> source as sorted pairs (a dict would make the frozen records unhashable)."""
+    items = values.items() if isinstance(values, Mapping) else values
+    return tuple(sorted((str(k), str(v)) for k, v in items))
+
+
 @attrs.frozen(kw_only=True)
 class Profile:
     """One GPU-instance profile of one GPU (a name means different shapes on different GPUs)."""
@@ -88,6 +97,8 @@ class Profile:
     attributes: tuple[str, ...] = attrs.field(
         default=attrs.Factory(_attributes_from_name, takes_self=True), converter=ordered_attributes
     )
+    # Where each field's value comes from, where it differs from the entry's provenance.
+    field_sources: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
     @placement_starts.validator
     def _check_starts(self, _attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
@@ -136,7 +147,9 @@ class Profile:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
-        return attrs.asdict(self)
+        data = attrs.asdict(self)
+        data["field_sources"] = dict(self.field_sources)
+        return data
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -164,6 +177,7 @@ class Gpu:
     provenance: str = attrs.field(default="documented", validator=v.in_(PROVENANCES))
     inferred_fields: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     sources: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    field_sources: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
     source_file: str = attrs.field(default="", eq=False)
 
     @profiles.validator
@@ -204,6 +218,7 @@ class Gpu:
         data["profiles"] = [p.to_dict() for p in self.profiles]
         data["pci_device_ids"] = [f"0x{pci:08X}" for pci in self.pci_device_ids]
         data["pci_subsystem_ids"] = [f"0x{pci:04X}" for pci in self.pci_subsystem_ids]
+        data["field_sources"] = dict(self.field_sources)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def profile_by_id(self, profile_id: int) -> Profile | None:

@@ -205,11 +205,23 @@ def test_gh200_120gb_is_found_by_its_nvml_name(catalog: Catalog) -> None:
     assert catalog.find("NVIDIA GH200 120GB") is catalog.by_pci_device_id(0x234210DE)
 
 
-def test_b200_second_pci_id_and_printed_encoders(catalog: Catalog) -> None:
-    """B200 is found by PCI ID 0x2909 too, and printed profiles have 0 encoders."""
-    b200 = catalog.by_pci_device_id(0x290910DE)
-    assert b200 is not None and b200.name == "B200-180GB"
+def test_b200_pci_id_0x2909_matches_no_180gb_b200(catalog: Catalog) -> None:
+    """0x2909 (in no NVIDIA list; a 168 GB SKU in a third-party table) does not match the B200-180GB."""
+    assert catalog.by_pci_device_id(0x290910DE) is None
+    assert catalog.by_pci_device_id(0x290110DE).name == "B200-180GB"
+
+
+def test_b200_printed_encoders_stay_and_unprinted_ones_stay_unknown(catalog: Catalog) -> None:
+    """Printed profiles have 0 encoders; the 7g's encoders, never printed, stay unknown."""
+    b200 = catalog.get("B200")
     assert b200.profile("2g.45gb").encoders == 0 and b200.profile("7g.180gb").encoders is None
+
+
+def test_b200_guide_copy_engines_are_added_without_its_unreliable_decoders(catalog: Catalog) -> None:
+    """3g/4g/7g carry the guide's CE 6/8/16 and OFA 0/0/1, not its NVDEC 1 (live 2g shows 2)."""
+    b200 = catalog.get("B200")
+    big = [b200.profile(n) for n in ("3g.90gb", "4g.90gb", "7g.180gb")]
+    assert [(p.copy_engines, p.ofa, p.decoders) for p in big] == [(6, 0, None), (8, 0, None), (16, 1, None)]
 
 
 @pytest.mark.parametrize("gpu", ["H100-NVL-94GB", "H200-NVL-141GB", "H200-SXM5-141GB", "B200-180GB", "A30"])
