@@ -94,13 +94,16 @@ def match_layout(layout: Layout, state: GpuState) -> tuple[LiveDevice, ...]:
     The live MIG devices (or the VM's MIG-backed vGPU) must form exactly `layout`, each GPU
     instance with one compute instance; otherwise LiveLayoutMismatchError says what the GPU
     carries, what was asked for and how to get there (this library never changes MIG state).
+    Profiles are matched by profile ID, not name: one ID prints under other names on other boards
+    and drivers (GB200 `1g.24gb` / `1g.23gb`).
     """
     wanted = [p.name for p in layout.profiles]
     if state.vgpu is not None:
         return _match_vgpu(layout, state, wanted)
     _refuse_split_instances(state)
     live = [d for d in usable_devices(state) if d.kind == "mig"]
-    if Counter(wanted) != Counter(d.profile.name for d in live if d.profile):
+    wanted_ids = Counter(p.profile_id for p in layout.profiles)
+    if wanted_ids != Counter(d.profile.profile_id for d in live if d.profile):
         carried = describe_profiles([d.profile.name for d in live if d.profile])
         raise LiveLayoutMismatchError(
             f"GPU {state.index} ({state.name}) carries the MIG layout {carried}, but the run asks "
@@ -111,7 +114,9 @@ def match_layout(layout: Layout, state: GpuState) -> tuple[LiveDevice, ...]:
     pool = list(live)
     chosen = []
     for profile in layout.profiles:
-        device = next(d for d in pool if d.profile is not None and d.profile.name == profile.name)
+        device = next(
+            d for d in pool if d.profile is not None and d.profile.profile_id == profile.profile_id
+        )
         pool.remove(device)
         chosen.append(device)
     return tuple(chosen)

@@ -36,7 +36,7 @@ class c_nvmlGpuInstanceProfileInfo_v3_t(pynvml._PrintableStructure):
     """nvmlGpuInstanceProfileInfo_v3_t of nvml.h: v2 without isP2pSupported, plus capabilities
     (CAPS_P2P, CAPS_GFX). nvidia-ml-py 13.615 wraps only v2, so the v3 call is made here."""
 
-    _fields_ = [
+    _fields_ = (
         ("version", ctypes.c_uint), ("id", ctypes.c_uint), ("sliceCount", ctypes.c_uint),
         ("instanceCount", ctypes.c_uint), ("multiprocessorCount", ctypes.c_uint),
         ("copyEngineCount", ctypes.c_uint), ("decoderCount", ctypes.c_uint),
@@ -44,7 +44,7 @@ class c_nvmlGpuInstanceProfileInfo_v3_t(pynvml._PrintableStructure):
         ("memorySizeMB", ctypes.c_ulonglong),
         ("name", ctypes.c_char * pynvml.NVML_DEVICE_NAME_V2_BUFFER_SIZE),
         ("capabilities", ctypes.c_uint),
-    ]
+    )
 
     def __init__(self) -> None:
         # NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3) = sizeof(struct) | 3 << 24

@@ -14,7 +14,7 @@ from mlperf_mig.errors import DataFileError, LayoutError, MlperfMigError, NamePa
 from mlperf_mig.registry.catalog import Catalog, default_catalog
 from mlperf_mig.registry.model import Gpu, Layout, Profile
 from mlperf_mig.registry.names import parse_layout, resolve_gpu
-from mlperf_mig.registry.solver import solve_placements
+from mlperf_mig.registry.solver import solve_placements, valid_layouts
 
 STUDY_FILE = "study.toml"
 
@@ -76,14 +76,58 @@ def study_layout(scenario: int, gpu: Gpu | str, catalog: Catalog | None = None) 
         raise LayoutError(
             f"study scenario {scenario} ({reference}) uses {reference.compute_slices} compute "
             f"slices but {to_gpu.name} has {to_gpu.compute_slices}, so it cannot carry this "
-            f"layout; scenarios small enough to try there: {', '.join(map(str, fitting))}"
+            f"layout; {_nearest_text(reference, to_gpu)}; scenarios small enough to try there: "
+            f"{', '.join(map(str, fitting)) or 'none'}"
         )
     try:
         layout = translate_layout(reference, to_gpu)
         solve_placements(layout)
     except LayoutError as exc:
-        raise LayoutError(f"study scenario {scenario} on {to_gpu.name}: {exc}") from None
+        raise LayoutError(
+            f"study scenario {scenario} on {to_gpu.name}: {exc}; {_nearest_text(reference, to_gpu)}"
+        ) from None
     return layout
+
+
+def nearest_layout(layout: Layout, gpu: Gpu) -> Layout | None:
+    """The valid layout of `gpu` closest to `layout` (on another GPU): as many instances as
+    possible, then the closest shares of the GPU.
+
+    Each instance is its (compute, memory) share of its GPU; the two layouts' instances, largest
+    first, are compared share by share (a missing instance counts as share 0) and a profile with
+    other attributes (+me, -me, +gfx) costs one more. So 7g.80gb on an A100 becomes 4g.96gb on a
+    4-slice RTX PRO 6000, and 3x2g.20gb+1g.10gb four 1-slice instances. None if `gpu` has none.
+    """
+    def shares(target: Layout) -> list[tuple[float, float, tuple[str, ...]]]:
+        board = target.gpu
+        return [
+            (p.compute_slices / board.compute_slices, p.memory_slices / board.memory_slices, p.attributes)
+            for p in target.profiles
+        ]
+
+    wanted = shares(layout)
+
+    def distance(candidate: Layout) -> tuple[float, int, str]:
+        have = shares(candidate)
+        size = max(len(wanted), len(have))
+        padded_wanted = wanted + [(0.0, 0.0, ())] * (size - len(wanted))
+        padded_have = have + [(0.0, 0.0, ())] * (size - len(have))
+        cost = sum(
+            abs(a[0] - b[0]) + abs(a[1] - b[1]) + (a[2] != b[2])
+            for a, b in zip(padded_wanted, padded_have)
+        )
+        return (abs(len(have) - len(wanted)), round(cost, 9), str(candidate))
+
+    candidates = valid_layouts(gpu)
+    return min(candidates, key=distance) if candidates else None
+
+
+def _nearest_text(layout: Layout, gpu: Gpu) -> str:
+    nearest = nearest_layout(layout, gpu)
+    if nearest is None:
+        return f"{gpu.name} has no valid layout"
+    return (f"the nearest valid translation on {gpu.name} is {nearest} (by shares of the GPU; "
+            f"`mlperf-mig layouts {gpu.name}` lists all)")
 
 
 def translate_layout(layout: Layout, gpu: Gpu) -> Layout:
