@@ -1,4 +1,5 @@
-"""Accuracy from mlperf_log_accuracy.json, computed in our code: ImageNet top-1, SQuAD F1 / EM."""
+"""Accuracy from mlperf_log_accuracy.json, computed in our code as MLCommons' reference scripts
+compute it: ImageNet top-1 (accuracy-imagenet.py), SQuAD F1 / EM (accuracy-squad.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from mlperf_mig.harness.samples import SampleSource
 
 logger = logging.getLogger(__name__)
 
-SYNTHETIC_WEIGHTS_NOTE = "synthetic weights: the model is not trained, so accuracy is not meaningful"
+SYNTHETIC_WEIGHTS_NOTE = (
+    "synthetic weights: the model is not trained, so accuracy is not meaningful"
+)
 
 
 def first_answers(entries: Sequence[tuple[int, bytes]]) -> dict[int, bytes]:
@@ -49,7 +52,9 @@ def score(
     With synthetic data there is no ground truth (value None); with synthetic weights the value
     is computed but not meaningful. Either way `passed` is None and `note` says why.
     """
-    return score_entries(benchmark, source, read_accuracy_log(log_dir), weights_synthetic=weights_synthetic)
+    return score_entries(
+        benchmark, source, read_accuracy_log(log_dir), weights_synthetic=weights_synthetic
+    )
 
 
 def score_entries(
@@ -74,7 +79,13 @@ def score_entries(
             for index, data in entries.items()
         }
         f1, em, questions = source.score(logits)
-        value, extra, count = f1, {"exact_match": em, "features": float(len(logits))}, questions
+        logged = len({source.features[index].example_index for index in logits})
+        extra = {
+            "exact_match": em,
+            "features": float(len(logits)),
+            "questions_logged": float(logged),
+        }
+        value, count = f1, questions
     else:
         indices = np.fromiter(entries, dtype=np.int64, count=len(entries))
         predicted = np.array([np.frombuffer(data, dtype=np.int32)[0] for data in entries.values()])

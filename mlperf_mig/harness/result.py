@@ -46,9 +46,15 @@ class AccuracyReport:
 
     @property
     def basis(self) -> str:
-        """What the value rests on: '64 samples', or '64 questions' for SQuAD F1."""
+        """What the value rests on: '64 samples', or '64 questions' for SQuAD F1 (which, as in
+        the reference, averages over all the dataset's questions: '64 questions, 20 logged' when
+        the log answers only some)."""
         unit = "question" if self.metric == "f1" else "sample"
-        return f"{self.sample_count} {unit}{'' if self.sample_count == 1 else 's'}"
+        text = f"{self.sample_count} {unit}{'' if self.sample_count == 1 else 's'}"
+        logged = self.extra.get("questions_logged")
+        if logged is not None and logged < self.sample_count:
+            text += f", {int(logged)} logged"
+        return text
 
     def summary(self) -> str:
         """One line for tables: metric, value, target, verdict, and how many samples it rests on."""

@@ -1,15 +1,23 @@
 """SQuAD v1.1 for BERT: WordPiece tokenizer, features, answer extraction and F1 / exact match.
 
 Features follow the reference (reference/mlperf.md section 2): max_seq_len 384, doc_stride 128,
-max_query_len 64, uncased WordPiece with the model's vocab.txt; `[CLS] query [SEP] context [SEP]`.
-Answers are the best-scoring span (n-best 20, at most 30 tokens, start in its maximum-context
-window) mapped back to the whitespace-split words of the context; F1 and exact match use the
-official SQuAD v1.1 answer normalisation.
+max_query_len 64, uncased WordPiece with the model's vocab.txt (CJK characters split off as their
+own words, as BERT's basic tokenizer does); `[CLS] query [SEP] context [SEP]`. The context is
+split into words on the reference's whitespace only (space, tab, CR, LF and U+202F).
+
+Scoring follows MLCommons' language/bert/accuracy-squad.py: a question's answer is its
+best-scoring span (start and end among the 20 highest logits of a window, at most 30 tokens,
+start in its maximum-context window, scores added in float64, ties to the first found), whose
+WordPiece text is aligned back onto the characters of the original words (so a span ending
+inside a word is cut there: "restor" of "restoration,"); a question with no valid span (or no
+logged window) answers "empty". F1 and exact match use the official SQuAD v1.1 answer
+normalisation and are averaged over ALL the questions of the dataset, answered or not.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
 import os
@@ -33,7 +41,16 @@ DOC_STRIDE = 128
 MAX_QUERY_LEN = 64
 N_BEST = 20
 MAX_ANSWER_LEN = 30
+# The answer of a question without any valid span: accuracy-squad.py's nonce prediction.
+NO_ANSWER = "empty"
 _PUNCTUATION = frozenset(string.punctuation)
+# Word separators of the reference's read_squad_examples: these five characters only (a
+# no-break space, for one, stays inside a word there and here).
+_WORD_SEPARATORS = re.compile("[ \t\r\n\u202f]+")
+# BERT's special tokens: written in a text they stay one token, as in the reference's tokenizers
+# (transformers' BertTokenizer wherever they occur, BasicTokenizer as whole words).
+SPECIAL_TOKENS = ("[UNK]", "[SEP]", "[PAD]", "[CLS]", "[MASK]")
+_SPECIAL_WORD = re.compile(r"(?<!\S)(\[(?:UNK|SEP|PAD|CLS|MASK)\])(?!\S)")
 
 
 def squad_paths(
@@ -75,32 +92,39 @@ def load_vocab(path: Path) -> dict[str, int]:
 
 def _basic_steps() -> tuple[Any, Any]:
     """(normalizer, pre-tokenizer) of BERT's uncased basic tokenisation: drop control
-    characters, lower-case, strip accents, split on whitespace and punctuation.
-
-    CJK characters stay inside their words, as this project's tokenizer always had it; Google's
-    BERT tokenizer (the MLPerf reference's) puts spaces around each of them
-    (`handle_chinese_chars=True` would do that)."""
+    characters, put spaces around each CJK character, lower-case, strip accents, split on
+    whitespace and punctuation (the reference's BertTokenizer and BasicTokenizer do the same)."""
     from tokenizers import normalizers, pre_tokenizers
 
     normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=False, strip_accents=True, lowercase=True
+        clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True
     )
     return normalizer, pre_tokenizers.BertPreTokenizer()
 
 
+@functools.cache
+def _shared_basic_steps() -> tuple[Any, Any]:
+    return _basic_steps()
+
+
 def basic_tokens(text: str) -> list[str]:
-    """Uncased BERT basic tokenisation: clean, lower-case, strip accents, split punctuation."""
-    normalizer, pre_tokenizer = _basic_steps()
-    return [
-        token for token, _span in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
-    ]
+    """Uncased BERT basic tokenisation: clean, split CJK, lower-case, strip accents, split
+    punctuation."""
+    normalizer, pre_tokenizer = _shared_basic_steps()
+    tokens = []
+    for n, part in enumerate(_SPECIAL_WORD.split(text)):
+        if n % 2:
+            tokens.append(part)
+            continue
+        tokens += [t for t, _span in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(part))]
+    return tokens
 
 
 class WordPieceTokenizer:
     """Greedy longest-match-first WordPiece over BERT's uncased basic tokens.
 
     The `tokenizers` library does the work (Rust, and the implementation Hugging Face's BERT
-    tokenizers use) with the model's vocab; no special tokens are matched inside the text.
+    tokenizers use) with the model's vocab; a special token written in the text is that token.
     """
 
     def __init__(self, vocab: Mapping[str, int], *, max_chars_per_word: int = 100) -> None:
@@ -113,6 +137,7 @@ class WordPieceTokenizer:
         )
         self._tokenizer = Tokenizer(model)
         self._tokenizer.normalizer, self._tokenizer.pre_tokenizer = _basic_steps()
+        self._tokenizer.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])
         self._word_pieces: dict[str, list[str]] = {}
 
     def tokenize(self, text: str) -> list[str]:
@@ -157,17 +182,32 @@ class Example:
 
 @attrs.frozen(kw_only=True)
 class Feature:
-    """Where one 384-token window came from (the arrays themselves live in SquadSource)."""
+    """Where one 384-token window came from (the arrays themselves live in SquadSource).
+
+    `pieces` are the WordPiece tokens of the whole context (one tuple shared by its windows);
+    the window's token at position p >= `first_position` is pieces[first_piece + p -
+    first_position].
+    """
 
     example_index: int
     token_count: int
     token_to_word: dict[int, int]
     max_context: dict[int, bool]
+    pieces: tuple[str, ...] = ()
+    first_piece: int = 0
+    first_position: int = 0
+
+    def piece_text(self, start: int, end: int) -> str:
+        """The window's tokens `start`..`end` joined back into text: "##" continuations glued
+        to the piece before, as the reference does before aligning the answer."""
+        first = self.first_piece + start - self.first_position
+        text = " ".join(self.pieces[first : first + end - start + 1])
+        return " ".join(text.replace(" ##", "").replace("##", "").split())
 
 
 def split_words(context: str) -> tuple[str, ...]:
-    """The context split on whitespace, as the reference does before tokenising."""
-    return tuple(context.replace("\u202f", " ").split())
+    """The context split into words on the reference's five whitespace characters."""
+    return tuple(word for word in _WORD_SEPARATORS.split(context) if word)
 
 
 def _text(record: dict, key: str) -> str:
@@ -240,13 +280,14 @@ def build_features(
     features: list[Feature] = []
     rows: dict[str, list[list[int]]] = {"input_ids": [], "input_mask": [], "segment_ids": []}
     cls_id, sep_id = tokenizer.vocab["[CLS]"], tokenizer.vocab["[SEP]"]
-    doc_cache: dict[tuple[str, ...], tuple[list[str], list[int]]] = {}
+    doc_cache: dict[tuple[str, ...], tuple[tuple[str, ...], list[int]]] = {}
     for example_index, example in enumerate(examples):
         if limit is not None and len(features) >= limit:
             break
         query = tokenizer.tokenize(example.question)[:MAX_QUERY_LEN]
         if example.doc_words not in doc_cache:
-            doc_cache[example.doc_words] = tokenizer.tokenize_words(example.doc_words)
+            pieces, words = tokenizer.tokenize_words(example.doc_words)
+            doc_cache[example.doc_words] = tuple(pieces), words
         doc_tokens, token_word = doc_cache[example.doc_words]
         spans = _doc_spans(len(doc_tokens), SEQ_LEN - len(query) - 3)
         for span_index, (start, length) in enumerate(spans):
@@ -274,6 +315,9 @@ def build_features(
                     token_count=len(ids),
                     token_to_word=token_to_word,
                     max_context=max_context,
+                    pieces=doc_tokens,
+                    first_piece=start,
+                    first_position=offset,
                 )
             )
     arrays = {
@@ -287,24 +331,50 @@ def build_features(
 def best_span(
     feature: Feature, start_logits: np.ndarray, end_logits: np.ndarray
 ) -> tuple[float, int, int] | None:
-    """(score, first word, last word) of the best valid answer span of one feature.
+    """(score, start position, end position) of the best valid answer span of one feature.
 
     As in the reference, the n-best positions are the highest logits with ties taken in
-    position order, and among spans of equal score the first found wins.
+    position order, a span's score is its two logits added in float64, and among spans of
+    equal score the first found wins.
     """
     starts = np.argsort(-start_logits, kind="stable")[:N_BEST]
     ends = np.argsort(-end_logits, kind="stable")[:N_BEST]
     best = None
-    for start in starts:
-        if start not in feature.token_to_word or not feature.max_context.get(int(start), False):
+    for start in map(int, starts):
+        if start not in feature.token_to_word or not feature.max_context.get(start, False):
             continue
-        for end in ends:
+        for end in map(int, ends):
             if end not in feature.token_to_word or end < start or end - start + 1 > MAX_ANSWER_LEN:
                 continue
-            score = float(start_logits[start] + end_logits[end])
+            score = float(start_logits[start]) + float(end_logits[end])
             if best is None or score > best[0]:
-                best = (score, feature.token_to_word[int(start)], feature.token_to_word[int(end)])
+                best = (score, start, end)
     return best
+
+
+def aligned_answer(predicted: str, original: str) -> str:
+    """The characters of `original` (the answer's whole words, space-joined) that the
+    normalised WordPiece text `predicted` covers.
+
+    BERT's basic tokenisation of `original`, space-joined, is matched against `predicted`; when
+    both have the same characters apart from spaces, they correspond one to one and the match
+    is cut out of `original` ("Ashford" of "Ashford-on-Lea," for "ashford"). Where `predicted`
+    is not found or the lengths differ (an accent written as two characters, an unknown
+    piece), the whole `original` is the answer: the reference's rule in every case.
+    """
+    tokenized = " ".join(basic_tokens(original))
+    first = tokenized.find(predicted)
+    if first == -1:
+        return original
+    last = first + len(predicted) - 1
+    original_chars = [i for i, char in enumerate(original) if char != " "]
+    tokenized_chars = [i for i, char in enumerate(tokenized) if char != " "]
+    if len(original_chars) != len(tokenized_chars):
+        return original
+    rank = {position: n for n, position in enumerate(tokenized_chars)}
+    if first not in rank or last not in rank:
+        return original
+    return original[original_chars[rank[first]] : original_chars[rank[last]] + 1]
 
 
 def normalize_answer(text: str) -> str:
@@ -362,6 +432,8 @@ class SquadSource:
         if limit is not None:
             features = features[:limit]
             arrays = {name: array[:limit] for name, array in arrays.items()}
+            # the questions the kept windows belong to: the accuracy's denominator
+            examples = examples[: features[-1].example_index + 1] if features else []
         logger.info("SQuAD: %d questions -> %d features", len(examples), len(features))
         return cls(path=path, examples=examples, features=features, arrays=arrays)
 
@@ -382,8 +454,8 @@ class SquadSource:
         for name, array in out.items():
             np.take(self.arrays[name], rows, axis=0, out=array[: len(rows)])
 
-    def score(self, logits: Mapping[int, np.ndarray]) -> tuple[float, float, int]:
-        """(F1, exact match, question count) in percent over the questions with logged features.
+    def predictions(self, logits: Mapping[int, np.ndarray]) -> list[str]:
+        """The answer text of every question, in dataset order (NO_ANSWER where none).
 
         `logits` maps a feature index to its `[384, 2]` float32 (start, end) payload. A
         question's answer is its best span over all its windows; windows are taken in feature
@@ -392,21 +464,32 @@ class SquadSource:
         best: dict[int, tuple[float, int, int]] = {}
         for index in sorted(logits):
             pair = logits[index]
-            feature = self.features[index]
-            span = best_span(feature, pair[:, 0], pair[:, 1])
-            current = best.get(feature.example_index)
+            span = best_span(self.features[index], pair[:, 0], pair[:, 1])
+            example_index = self.features[index].example_index
+            current = best.get(example_index)
             if span is not None and (current is None or span[0] > current[0]):
-                best[feature.example_index] = span
-        questions = {self.features[i].example_index for i in logits}
+                best[example_index] = (span[0], index, span[1], span[2])
+        answers = []
+        for example_index, example in enumerate(self.examples):
+            if example_index not in best:
+                answers.append(NO_ANSWER)
+                continue
+            _score, index, start, end = best[example_index]
+            feature = self.features[index]
+            first_word, last_word = feature.token_to_word[start], feature.token_to_word[end]
+            original = " ".join(example.doc_words[first_word : last_word + 1])
+            answers.append(aligned_answer(feature.piece_text(start, end), original))
+        return answers
+
+    def score(self, logits: Mapping[int, np.ndarray]) -> tuple[float, float, int]:
+        """(F1, exact match, question count) in percent, over all the dataset's questions: a
+        question without a logged window answers NO_ANSWER and counts, as in the reference."""
         f1_total = em_total = 0.0
-        for example_index in questions:
-            example = self.examples[example_index]
-            span = best.get(example_index)
-            prediction = " ".join(example.doc_words[span[1] : span[2] + 1]) if span else ""
+        for example, prediction in zip(self.examples, self.predictions(logits), strict=True):
             truths = example.answers or ("",)
             f1_total += max(f1_score(prediction, t) for t in truths)
             em_total += max(exact_match(prediction, t) for t in truths)
-        count = len(questions)
+        count = len(self.examples)
         if count == 0:
             return 0.0, 0.0, 0
         return 100.0 * f1_total / count, 100.0 * em_total / count, count

@@ -40,6 +40,46 @@ class AccuracyFigures:
         )
 
 
+# How mlperf-mig computed the figure, the official script's command for our log, and why its
+# flags are what they are. In accuracy.txt they are "#" lines, which no checker pattern matches.
+REFERENCE_SCRIPTS = {
+    "resnet": (
+        "accuracy-imagenet.py computes it: top-1 over the logged samples, each counted once by "
+        "its first record; the logged label is the class index with the background class "
+        "already removed (argmax - 1)",
+        "python3 vision/classification_and_detection/tools/accuracy-imagenet.py "
+        "--mlperf-accuracy-file mlperf_log_accuracy.json --imagenet-val-file val_map.txt "
+        "--dtype int32",
+        "our log holds int32 labels, which the script's default --dtype float32 would misread",
+    ),
+    "bert": (
+        "language/bert/accuracy-squad.py computes it: the best span (n-best 20, at most 30 "
+        "tokens, float64 scores) of each question's windows, its WordPiece text aligned back "
+        "onto the original characters, F1 and exact match averaged over all the dataset's "
+        "questions (a question without a logged window counts 0)",
+        "python3 language/bert/accuracy-squad.py --vocab_file vocab.txt --val_data dev-v1.1.json "
+        "--log_file mlperf_log_accuracy.json",
+        "our log holds float32 [384, 2] start/end logits, the script's defaults: no "
+        "--output_dtype or --output_transposed",
+    ),
+}
+
+
+def reference_script(model: str) -> tuple[str, str, str]:
+    """(how the accuracy of `model` — "resnet", "bert-99", ... — was computed, the MLCommons
+    script's command line for our log, why its flags are these)."""
+    return REFERENCE_SCRIPTS["resnet" if model == "resnet" else "bert"]
+
+
+def how_computed(model: str) -> list[str]:
+    """accuracy.txt's lines on how the figure was computed and how to check it."""
+    how, command, why = reference_script(model)
+    return [
+        f"# computed by mlperf-mig as {how}",
+        f"# check it on the full log (its sha256 is the hash line): {command}   ({why})",
+    ]
+
+
 def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -59,10 +99,11 @@ def is_truncated(data: bytes) -> bool:
 
 
 def accuracy_txt(figures: AccuracyFigures | None, full_log_hash: str, note: str = "") -> str:
-    """accuracy.txt: the reference accuracy line (when meaningful), notes, then the hash line."""
+    """accuracy.txt: the reference accuracy line (when meaningful) with how it was computed and
+    the official script's command, notes, then the hash line."""
     lines = []
     if figures is not None:
-        lines.append(figures.line())
+        lines += [figures.line(), *how_computed(figures.model)]
     if note:
         lines.append(note)
     lines.append(f"hash={full_log_hash}")

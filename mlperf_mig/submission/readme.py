@@ -15,6 +15,7 @@ from typing import Any
 from mlperf_mig import __version__
 from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.runner.results import InstanceRun, RunResult
+from mlperf_mig.submission import accuracy
 from mlperf_mig.submission.hostinfo import package_version
 
 SUM_NOT_A_RESULT = (
@@ -71,7 +72,9 @@ def system_notes(run: RunResult, instance: InstanceRun | None) -> list[str]:
 
 
 def synthetic_what(run: RunResult) -> str:
-    parts = [p for p, on in (("weights", run.synthetic_weights), ("data", run.synthetic_data)) if on]
+    parts = [
+        p for p, on in (("weights", run.synthetic_weights), ("data", run.synthetic_data)) if on
+    ]
     return " and ".join(parts)
 
 
@@ -113,9 +116,29 @@ def result_readme(
     invalid = invalid_paragraph(run, performance_log or {})
     if invalid:
         lines += [f"**{invalid}**", ""]
-    lines += ["", "## How it ran", "", *_facts(run, instance), "", "## Reproduce", ""]
+    lines += ["", "## How it ran", "", *_facts(run, instance), "", "## Accuracy", ""]
+    lines += accuracy_paragraph(run.benchmark)
+    lines += ["", "## Reproduce", ""]
     lines += ["```", reproduce_command(run, settings), "```", ""]
     return "\n".join(lines)
+
+
+def accuracy_paragraph(benchmark: str) -> list[str]:
+    """How accuracy/accuracy.txt's figure was computed, and the MLCommons script's command for
+    our log (ImageNet needs `--dtype int32`)."""
+    how, command, why = accuracy.reference_script(
+        "resnet" if benchmark == "resnet50" else "bert-99"
+    )
+    return [
+        f"mlperf-mig computed the accuracy in accuracy/accuracy.txt as {how}.",
+        "",
+        "To check it with MLCommons' script, run it on the full accuracy log (the folder keeps a "
+        f"truncated copy; accuracy.txt holds the full log's SHA-256); {why}:",
+        "",
+        "```",
+        command,
+        "```",
+    ]
 
 
 def reproduce_command(run: RunResult, settings: Mapping[str, Any]) -> str:
@@ -145,7 +168,9 @@ def invalid_paragraph(run: RunResult, log: Mapping[str, Any]) -> str:
     short = log.get("result_min_duration_met") is False or "min duration" in reason.lower()
     if short and isinstance(min_ms, int | float):
         took = log.get("result_max_latency_ns") if run.loadgen_scenario == "Offline" else None
-        ran = f"about {took / 1e9:.0f} s" if isinstance(took, int | float) and took > 0 else "seconds"
+        ran = (
+            f"about {took / 1e9:.0f} s" if isinstance(took, int | float) and took > 0 else "seconds"
+        )
         why = (
             f"the {run.preset} preset ran it for {ran} rather than the {min_ms / 1000:g} s minimum "
             "duration that mlperf.conf sets (the log keeps that official setting)"
@@ -181,7 +206,9 @@ def _facts(run: RunResult, instance: InstanceRun | None) -> list[str]:
     facts = {
         "GPU": f"{run.gpu} ({run.partitioning})",
         "MIG layout": run.layout,
-        "instance": f"{instance.name} ({instance.profile}, {instance.device})" if instance else "all (unified)",
+        "instance": f"{instance.name} ({instance.profile}, {instance.device})"
+        if instance
+        else "all (unified)",
         "mode": run.mode,
         "LoadGen scenario": run.loadgen_scenario,
         "backend": f"{run.backend} on {run.device}",

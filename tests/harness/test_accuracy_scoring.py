@@ -1,9 +1,10 @@
 """Accuracy scoring on hand-made accuracy logs whose right answer is worked out in each test.
 
 ImageNet top-1 is read by sample index, with each sample counted once (its first record), as
-accuracy-imagenet.py does. SQuAD F1 / exact match are averaged over questions, a question's
-answer being its best span over all its 384-token windows, chosen as the reference
-(accuracy-squad.py with BERT's write_predictions) chooses it.
+accuracy-imagenet.py does. SQuAD F1 / exact match are averaged over ALL the dataset's questions
+(one without a logged window answers "empty"), a question's answer being its best span over all
+its 384-token windows, chosen as the reference (accuracy-squad.py with BERT's write_predictions)
+chooses it.
 """
 
 from __future__ import annotations
@@ -141,7 +142,8 @@ def test_questions_have_the_windows_of_the_doc_stride(squad: SquadSource) -> Non
 def test_f1_is_averaged_over_questions_with_the_answer_in_the_second_window(
     squad: SquadSource, tmp_path: Path
 ) -> None:
-    """long-a is answered in its second window (100), long-b partly (4/7): F1 = 92.857 over 2."""
+    """long-a is answered in its second window (1), long-b partly (6/7), "short" has no logged
+    window (0): F1 = 100 x (1 + 6/7) / 3 = 61.905, EM 33.333 over all 3 questions."""
     # long-a, window 1: a higher-scoring span at words 300-301 is skipped, because word 300
     # has more context in window 2 (172 and 199 tokens on its sides against 300 and 76).
     window_1_a = _payload({_position(300, 0): 8}, {_position(301, 0): 8})
@@ -154,9 +156,10 @@ def test_f1_is_averaged_over_questions_with_the_answer_in_the_second_window(
     window_1_b = _payload({_position(11, 0): 3}, {_position(13, 0): 3})
     window_2_b = _payload({}, {})  # nothing valid: its first 20 positions have more context in window 1 than 2
     report = _f1_of(squad, tmp_path, [(3, window_2_b), (1, window_2_a), (2, window_1_b), (0, window_1_a)])
-    assert report.sample_count == 2 and report.extra["features"] == 4
-    assert report.value == pytest.approx(100 * (1 + 6 / 7) / 2)
-    assert report.extra["exact_match"] == pytest.approx(50.0)
+    assert report.sample_count == 3 and report.extra["features"] == 4
+    assert report.extra["questions_logged"] == 2
+    assert report.value == pytest.approx(100 * (1 + 6 / 7) / 3)
+    assert report.extra["exact_match"] == pytest.approx(100 / 3)
 
 
 def test_equal_scores_in_two_windows_go_to_the_earlier_window(
@@ -167,16 +170,17 @@ def test_equal_scores_in_two_windows_go_to_the_earlier_window(
     window_1 = _payload({_position(200, 0): 5}, {_position(201, 0): 5})
     window_2 = _payload({_position(450, 1): 5}, {_position(451, 1): 5})
     report = _f1_of(squad, tmp_path, [(1, window_2), (0, window_1)])
-    assert report.sample_count == 1 and report.value == 0.0
+    assert report.extra["questions_logged"] == 1 and report.value == 0.0
 
 
 def test_equal_logits_give_the_first_positions_as_the_reference_does(
     squad: SquadSource, tmp_path: Path
 ) -> None:
     """All logits equal: the n-best are the first 20 positions, the first valid span is word 0
-    to word 0, so "short" (answer "w0") is exact: F1 100."""
+    to word 0, so "short" (answer "w0") is exact: 1 of 3 questions, F1 and EM 33.333."""
     report = _f1_of(squad, tmp_path, [(4, _payload({}, {}, base=0.0))])
-    assert report.value == 100.0 and report.extra["exact_match"] == 100.0
+    assert report.value == pytest.approx(100 / 3)
+    assert report.extra["exact_match"] == pytest.approx(100 / 3)
 
 
 def test_a_feature_logged_twice_counts_its_question_once(
@@ -185,7 +189,8 @@ def test_a_feature_logged_twice_counts_its_question_once(
     """The same window logged twice is one feature of one question."""
     exact = _payload({_position(0, 0): 1}, {_position(0, 0): 1}, base=0.0)
     report = _f1_of(squad, tmp_path, [(4, exact), (4, exact)])
-    assert report.sample_count == 1 and report.extra["features"] == 1 and report.value == 100.0
+    assert report.extra["questions_logged"] == 1 and report.extra["features"] == 1
+    assert report.value == pytest.approx(100 / 3)
 
 
 # --- what a table says ------------------------------------------------------------------------
@@ -196,6 +201,6 @@ def test_summary_says_how_many_samples_the_verdict_rests_on(tmp_path: Path) -> N
 
 
 def test_squad_summary_counts_questions(squad: SquadSource, tmp_path: Path) -> None:
-    """For SQuAD the count is of questions (not windows)."""
+    """For SQuAD the count is of all questions (not windows), with how many were logged."""
     report = _f1_of(squad, tmp_path, [(4, _payload({}, {}, base=0.0))])
-    assert report.summary() == "f1 100.000 on 1 question (target 89.965): PASS"
+    assert report.summary() == "f1 33.333 on 3 questions, 1 logged (target 89.965): FAIL"
