@@ -24,7 +24,6 @@ from mlperf_mig.runner.placement import (
     InstanceSlot,
     ScenarioSpec,
     describe_profiles,
-    emulated_cpu_sets,
     instance_slot,
     resolve_gpu,
     resolve_layout,
@@ -54,28 +53,49 @@ def _slot(index: int, profile: Any, inv: NodeInventory, **fields: Any) -> Instan
 def emulated_cluster_deployment(
     layout: Any, scenario: int | None, nodes: Sequence[NodeInventory], cluster: str
 ) -> Deployment:
-    """One emulated GPU spread over GPU-less nodes: instances go round the nodes largest first,
-    and each node's CPUs are split among its instances by compute slices."""
+    """One emulated GPU spread over GPU-less nodes: instances go round the nodes largest first.
+    Each gets CPU time in proportion to its compute slices, as on one host: the whole GPU stands
+    for the CPUs of the smallest host (nodes on one host, as with local:N, pool its CPUs), and
+    each worker keeps to its share by a duty cycle (runner/cpu_budget.py)."""
+    from mlperf_mig.runner.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
+
     profiles = list(layout.profiles)
-    on_node: dict[int, list[int]] = {}
-    for i in range(len(profiles)):
-        on_node.setdefault(i % len(nodes), []).append(i)
+    node_of = {i: nodes[i % len(nodes)] for i in range(len(profiles))}
+    hosts: dict[str, list[int]] = {}
+    for i, inv in node_of.items():
+        hosts.setdefault(inv.host, []).append(i)
+    host_cpus = {
+        host: sorted({c for inv in nodes if inv.host == host for c in inv.cpus}) for host in hosts
+    }
+    whole = min(len(cpus) for cpus in host_cpus.values())
     starts = solved_starts(layout)
     slots: dict[int, InstanceSlot] = {}
-    for k, members in on_node.items():
-        inv = nodes[k]
-        slices = [profiles[i].compute_slices for i in members]
-        for i, cpu_set in zip(members, emulated_cpu_sets(slices, sum(slices), inv.cpus)):
+    notes: list[str] = []
+    for host, members in hosts.items():
+        budgets = emulated_cpu_budgets(
+            [profiles[i].compute_slices for i in members], layout.gpu.compute_slices, host_cpus[host],
+            whole_gpu_cpus=whole, enforcement=DUTY_CYCLE,
+        )
+        notes.extend(n for n in budgets.notes if n not in notes)
+        for i, budget in zip(members, budgets.budgets):
             slots[i] = _slot(
-                i, profiles[i], inv,
+                i, profiles[i], node_of[i],
                 placement_start=starts[i],
-                device="cpu:" + ",".join(map(str, cpu_set)),
+                device="cpu:" + ",".join(map(str, budget.cpus)),
                 env={"CUDA_VISIBLE_DEVICES": ""},
-                cpus=cpu_set,
+                budget=budget,
             )
+    unused = {h: len(c) - whole for h, c in host_cpus.items() if len(c) > whole}
+    if unused:
+        notes.append(
+            f"the whole emulated GPU stands for {whole} CPUs, the smallest host's, so that every "
+            "instance keeps its proportion; CPUs left unused: "
+            + ", ".join(f"{h}: {n}" for h, n in unused.items())
+        )
     return Deployment(
         partitioning="emulated", layout=layout, scenario=scenario, gpu_index=None,
         slots=tuple(slots[i] for i in range(len(profiles))), cluster=cluster, grouping="emulated",
+        notes=tuple(notes),
     )
 
 

@@ -35,14 +35,17 @@ WINDOW_FRACTION = 1 / 15  # Server batching window against the latency bound: 1 
 
 
 def open_task_backend(task: InstanceTask, benchmark: Benchmark) -> Backend:
-    """Open the task's backend in this process (the null backend when there is no engine)."""
+    """Open the task's backend in this process (the null backend when there is no engine), under
+    the duty cycle of an emulated instance's CPU budget when it has one."""
+    from mlperf_mig.runner.cpu_budget import budgeted
+
     if task.engine is None:
         from mlperf_mig.engines.backends.null import NullBackend
 
-        return NullBackend(benchmark)
+        return budgeted(NullBackend(benchmark))
     from mlperf_mig.engines import open_backend
 
-    return open_backend(task.engine, cache_dir=task.cache_dir, threads=task.threads)
+    return budgeted(open_backend(task.engine, cache_dir=task.cache_dir, threads=task.threads))
 
 
 def weights_are_synthetic(task: InstanceTask) -> bool:

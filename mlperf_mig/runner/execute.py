@@ -82,6 +82,9 @@ def _instance_runs(
                 performance=None if unified else instance_result(perf),
                 accuracy=None if unified else instance_result(acc),
                 dispatched_samples=served.get(slot.name, 0) if unified else None,
+                cpu_share=slot.cpu_share,
+                cpu_budget=slot.cpu_budget,
+                cpu_used=None if perf is None or perf.cpu_per_s is None else round(perf.cpu_per_s, 4),
             )
         )
     return runs
@@ -271,4 +274,5 @@ def _assemble(
         interrupted=interrupted,
         hosts=tuple(dict.fromkeys(slot.host for slot in plan.slots if slot.host)) or (socket.gethostname(),),
         cluster=rounds.cluster_facts(performance),
+        emulation_notes=plan.deployment.notes,
     )

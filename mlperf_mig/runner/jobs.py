@@ -144,8 +144,12 @@ def _resolved_values(plan: RunPlan, conf: Path) -> tuple[tuple[str, float], ...]
 
 
 def instance_env(slot: Any) -> dict[str, str]:
-    """The slot's device variables, its name (for logs and tests) and its thread count."""
+    """The slot's device variables, its name (for logs and tests), its thread count and its
+    emulated CPU budget (runner/cpu_budget.py)."""
+    from mlperf_mig.runner.cpu_budget import budget_env
+
     env = {**slot.env, "MLPERF_MIG_INSTANCE": slot.name}
+    env.update(budget_env(getattr(slot, "cpu_share", None), getattr(slot, "cpu_budget", None)))
     if slot.threads is not None:
         env["OMP_NUM_THREADS"] = str(slot.threads)
     return env

@@ -50,6 +50,9 @@ class InstanceSlot:
     threads: int | None = None
     node: str | None = None  # the Ray node it runs on (cluster runs); None: this host
     host: str | None = None  # that node's host name
+    # emulated: CPU-seconds per second it may use, and how that is enforced (runner/cpu_budget.py)
+    cpu_share: float | None = None
+    cpu_budget: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -66,6 +69,8 @@ class Deployment:
     slots: tuple[InstanceSlot, ...]
     cluster: str | None = None  # the --cluster value of a run across Ray nodes
     grouping: str | None = None  # cluster runs: "observed" or "declared" (--gpu-group) one GPU
+    # emulated: what every result must say about the CPU budgets (cpu_budget.CpuBudgets.notes)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def gpu(self) -> Any:
@@ -91,8 +96,12 @@ def instance_slot(
     cpus: tuple[int, ...] | None = None,
     node: str | None = None,
     host: str | None = None,
+    budget: Any = None,
 ) -> InstanceSlot:
-    """The slot of instance `index` of registry Profile `profile`; threads follow `cpus`."""
+    """The slot of instance `index` of registry Profile `profile`; threads follow `cpus`, or the
+    emulated CPU `budget` (a cpu_budget.CpuBudget: its CPUs, share, threads and enforcement)."""
+    if budget is not None:
+        cpus = budget.cpus
     return InstanceSlot(
         index=index,
         name=instance_name(index, profile.name),
@@ -103,9 +112,11 @@ def instance_slot(
         device=device,
         env=env,
         cpus=cpus,
-        threads=None if cpus is None else len(set(cpus)),
+        threads=budget.threads if budget is not None else None if cpus is None else len(set(cpus)),
         node=node,
         host=host,
+        cpu_share=None if budget is None else budget.share,
+        cpu_budget=None if budget is None else budget.enforced_by,
     )
 
 
@@ -169,10 +180,10 @@ def solved_starts(layout: Any) -> list[int]:
 def emulated_cpu_sets(
     compute_slices: Sequence[int], gpu_compute_slices: int, cpus: Sequence[int]
 ) -> list[tuple[int, ...]]:
-    """CPU sets for emulated instances, in proportion to their compute slices.
+    """CPU sets in proportion to `compute_slices` (used to split the CPUs among emulated GPUs).
 
-    The GPU's compute slices are laid over the machine's CPUs in order; an instance gets the CPUs
-    under its slices, and at least one. With fewer CPUs than slices, small instances share a CPU.
+    The slices are laid over the machine's CPUs in order; each gets the CPUs under it, and at
+    least one. An emulated instance's CPU time is its budget (runner/cpu_budget.py), not this set.
     """
     ordered = sorted(cpus)
     n = len(ordered)
@@ -187,25 +198,33 @@ def emulated_cpu_sets(
 
 
 def emulated_deployment(
-    layout: Any, scenario: int | None, cpus: Sequence[int] | None = None
+    layout: Any, scenario: int | None, cpus: Sequence[int] | None = None, *, whole_gpu_cpus: float | None = None
 ) -> Deployment:
-    """Emulated partitions on this machine's CPUs (or `cpus`, for tests)."""
+    """Emulated partitions on this machine's CPUs (or `cpus`, for tests): each instance gets CPU
+    time in proportion to its compute slices of the GPU (runner/cpu_budget.py)."""
+    from mlperf_mig.runner.cpu_budget import emulated_cpu_budgets
+
     available = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
     profiles = list(layout.profiles)
-    sets = emulated_cpu_sets([p.compute_slices for p in profiles], layout.gpu.compute_slices, available)
+    budgets = emulated_cpu_budgets(
+        [p.compute_slices for p in profiles], layout.gpu.compute_slices, available, whole_gpu_cpus=whole_gpu_cpus
+    )
     starts = solved_starts(layout)
     slots = tuple(
         instance_slot(
             i,
             p,
             placement_start=start,
-            device="cpu:" + ",".join(str(c) for c in cpu_set),
+            device="cpu:" + ",".join(str(c) for c in budget.cpus),
             env={"CUDA_VISIBLE_DEVICES": ""},
-            cpus=cpu_set,
+            budget=budget,
         )
-        for i, (p, cpu_set, start) in enumerate(zip(profiles, sets, starts))
+        for i, (p, budget, start) in enumerate(zip(profiles, budgets.budgets, starts))
     )
-    return Deployment(partitioning="emulated", layout=layout, scenario=scenario, gpu_index=None, slots=slots)
+    return Deployment(
+        partitioning="emulated", layout=layout, scenario=scenario, gpu_index=None, slots=slots,
+        notes=budgets.notes,
+    )
 
 
 def live_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deployment:

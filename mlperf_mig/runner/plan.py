@@ -143,6 +143,7 @@ class RunPlan:
                 "profile": slot.profile,
                 "compute slices": slot.compute_slices,
                 "device": slot.device,
+                "CPU share": None if slot.cpu_share is None else f"{slot.cpu_share:.3g} CPU ({slot.cpu_budget})",
                 "threads": slot.threads,
                 "engine": self.engine_of[slot.name],
                 "folder": str(Path(self.outdir) / slot.name),
@@ -154,6 +155,8 @@ class RunPlan:
     def _columns(self) -> tuple[str, ...]:
         """The plan table's columns: with the host and node of each instance on a cluster."""
         local = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
+        if self.deployment.emulated:
+            local = (*local[:4], "CPU share", *local[4:])
         return local if self.deployment.cluster is None else (local[0], "host", "node", *local[1:])
 
     def header(self) -> list[str]:
@@ -173,6 +176,7 @@ class RunPlan:
             lines.append(f"note: Server target {target:.4g} QPS per instance from {self.target_from}")
         if self.deployment.emulated:
             lines.append(f"note: {EMULATED_LABEL}")
+            lines.extend(f"note: {note}" for note in self.deployment.notes)
         if self.deployment.partitioning == "shared":
             lines.append(f"note: {SHARED_LABEL}")
         if self.deployment.cluster is not None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, safe_name
+from mlperf_mig._io import atomic_write_json, finite_number, safe_name
 from mlperf_mig._table import cell_text, markdown_table, text_table
 from mlperf_mig.errors import OutputDirError, UntrustedPathError
 
@@ -36,6 +36,7 @@ UNIFIED_LABEL = "one LoadGen for the whole layout (MLPerf-format log)"
 EMULATED_LABEL = "emulated: CPU partitions standing in for MIG slices, not a GPU measurement"
 SHARED_LABEL = "shared: instances time-share one GPU without MIG isolation"
 VGPU_LABEL = "vGPU: a MIG-backed vGPU inside a VM (one MIG instance of its parent GPU)"
+SHORTFALL = 0.8  # an emulated instance that used less than this part of its CPU budget is named
 BY_DESIGN_WORD = "no (quick preset)"
 BY_DESIGN_LABEL = (
     f"valid '{BY_DESIGN_WORD}': by design, not a failure: the quick preset keeps mlperf.conf's "
@@ -137,6 +138,11 @@ class InstanceRun:
     accuracy: InstanceResult | None = None  # of the accuracy run
     dispatched_samples: int | None = None
     compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
+    # emulated: the CPU time it was given (CPU-seconds per second) and how that was enforced
+    # ("whole CPUs", "cgroup quota", "duty cycle"; runner/cpu_budget.py)
+    cpu_share: float | None = None
+    cpu_budget: str | None = None
+    cpu_used: float | None = None  # CPU-seconds per second its performance run used
 
     @property
     def ok(self) -> bool:
@@ -165,6 +171,12 @@ class InstanceRun:
         fields["performance"] = _result_from(fields.get("performance"))
         fields["accuracy"] = _result_from(fields.get("accuracy"))
         fields["compliance"] = _verdicts_from(fields.get("compliance"))
+        for key in ("cpu_share", "cpu_used"):
+            share = fields.get(key)
+            if share is not None and not (finite_number(share) and 0 <= share < 1e6):
+                raise UntrustedPathError(
+                    f"instance {fields.get('name')!r}: {key} {share!r} is not a number of CPUs; write the run again"
+                )
         return cls(**fields)
 
     def row(self) -> dict[str, Any]:
@@ -172,7 +184,7 @@ class InstanceRun:
         return {
             "instance": self.name,
             "profile": self.profile,
-            "device": self.device,
+            "device": self.device if self.cpu_share is None else f"{self.device} ({self.cpu_share:.3g} CPU)",
             "host": self.host,
             "status": self.status if self.status != "ok" else _status_word(self),
             "valid": validity_word(self.performance),
@@ -257,6 +269,8 @@ class RunResult:
     cluster: dict[str, Any] | None = None
     # unified mode: the layout's compliance audits (independent mode: each InstanceRun's)
     layout_compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
+    # emulated: how the CPU budgets were enforced and where a proportion could not be kept
+    emulation_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     # --- aggregate -----------------------------------------------------------------------------
     @property
@@ -338,6 +352,8 @@ class RunResult:
         labels = [self.metric_label]
         if self.emulated:
             labels.append(EMULATED_LABEL)
+            labels.extend(self.emulation_notes)
+            labels.extend(self._budget_shortfalls())
         if self.partitioning == "shared":
             labels.append(SHARED_LABEL)
         if self.partitioning == "vgpu":
@@ -356,6 +372,21 @@ class RunResult:
         if self.interrupted:
             labels.append("INTERRUPTED: incomplete")
         return labels
+
+    def _budget_shortfalls(self) -> list[str]:
+        """Emulated instances that used clearly less CPU than their budget: the machine was busy,
+        so their throughput is low by about as much and the slice proportions are not kept."""
+        short = [
+            i for i in self.instances
+            if i.cpu_share and i.cpu_used is not None and i.cpu_used < SHORTFALL * i.cpu_share
+        ]
+        if not short:
+            return []
+        return [
+            "proportion not kept: "
+            + ", ".join(f"{i.name} used {i.cpu_used:.2f} of its {i.cpu_share:.3g} CPU" for i in short)
+            + " (other processes held the CPUs); run on a quieter machine or give fewer CPUs (cpus=)"
+        ]
 
     def title(self) -> str:
         what = f"study scenario {self.scenario}: " if self.scenario is not None else ""
@@ -486,6 +517,9 @@ class RunResult:
         fields["layout_result"] = _result_from(fields.get("layout_result"))
         fields["layout_accuracy"] = _result_from(fields.get("layout_accuracy"))
         fields["layout_compliance"] = _verdicts_from(fields.get("layout_compliance"))
+        notes = fields.get("emulation_notes", ())
+        if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
+            raise UntrustedPathError(f"{source!r}: emulation_notes is not a list of texts; write the run again")
         return cls(**fields)
 
     def to_json(self) -> str:

@@ -42,6 +42,7 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig.runner.cpu_budget import remove_worker_cgroup
 from mlperf_mig.runner.worker import RunnerState, WorkerJob, worker_main
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,7 @@ class WorkerOutcome:
     traceback: str | None = None
     log_tail: str | None = None
     started_ns: int | None = None  # cluster runs: when the node released its LoadGen test (its clock)
+    cpu_per_s: float | None = None  # CPU-seconds per second the worker used once released
 
     @property
     def ok(self) -> bool:
@@ -253,6 +255,7 @@ class _Worker:
         self.ready = False
         self.outcome: WorkerOutcome | None = None
         self.reported: tuple[Any, ...] | None = None
+        self.cpu_per_s: float | None = None
         self.ended_at: float | None = None
 
     def finish(self, status: str, **fields: Any) -> bool:
@@ -406,6 +409,8 @@ class Supervisor:
             self._event(worker.job.name, "ready")
         elif kind == "progress" and self._on_progress is not None:
             self._on_progress(worker.job.name, message[1])
+        elif kind == "usage":
+            worker.cpu_per_s = float(message[1])
         elif kind in ("done", "error"):
             worker.reported = message
 
@@ -424,7 +429,7 @@ class Supervisor:
                     worker.job.name,
                     describe_exit(worker.process.exitcode),
                 )
-            self._finish(worker, "ok", value=message[1])
+            self._finish(worker, "ok", value=message[1], cpu_per_s=worker.cpu_per_s)
         elif message is not None and message[0] == "error":
             _, kind, text, trace = message
             self._finish(worker, "raised", error=f"{kind}: {text}", traceback=trace)
@@ -469,6 +474,7 @@ class Supervisor:
             if worker.outcome is None or worker.outcome.status != "interrupted":
                 kill_group(worker.process)
             worker.process.join(_TERMINATE_GRACE_S)
+            remove_worker_cgroup(worker.process.pid)  # its CPU quota, if it made one
             if worker.conn is not None:
                 worker.conn.close()
                 worker.conn = None

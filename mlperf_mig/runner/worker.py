@@ -10,6 +10,7 @@ job's; own process group; death with the runner; log file), resolves the job's e
 Messages to the parent are plain tuples on a one-way pipe:
     ("ready",)                      the model and samples are loaded; waiting at the start barrier
     ("progress", completed)         samples completed so far
+    ("usage", cpu_per_s)            CPU-seconds per second it used from the barrier's release to the end
     ("done", value)                 the entry's return value as plain data (to_dict() if it has one)
     ("error", kind, message, tb)    the entry raised: exception type, message and traceback text
 A crash (signal, exit code) sends nothing: the parent reads it from the process sentinel.
@@ -34,6 +35,7 @@ from typing import Any
 import attrs
 
 from mlperf_mig.errors import WorkerError
+from mlperf_mig.runner.cpu_budget import enter_budget
 
 _PR_SET_PDEATHSIG = 1
 _PROGRESS_INTERVAL_S = 0.5
@@ -127,6 +129,7 @@ class _Channel:
         self._start = start
         self._ready_timeout_s = ready_timeout_s
         self._last_progress = 0.0
+        self._released: tuple[float, float] | None = None
 
     def before_start(self) -> None:
         self._conn.send(("ready",))
@@ -134,6 +137,7 @@ class _Channel:
             raise WorkerError(
                 f"the runner did not release the start barrier within {self._ready_timeout_s:.0f} s"
             )
+        self._released = (time.process_time(), time.monotonic())
 
     def progress(self, completed: int) -> None:
         now = time.monotonic()
@@ -142,6 +146,12 @@ class _Channel:
             self._conn.send(("progress", int(completed)))
 
     def done(self, value: Any) -> None:
+        if self._released is not None:
+            # CPU-seconds per second this process (every thread) used from the barrier's release:
+            # an emulated instance's budget is checked against it
+            cpu, wall = time.process_time() - self._released[0], time.monotonic() - self._released[1]
+            if wall > 0:
+                self._conn.send(("usage", cpu / wall))
         self._conn.send(("done", _plain(value)))
 
     def error(self, exc: BaseException) -> None:
@@ -178,6 +188,7 @@ def worker_main(
     )
     channel = _Channel(conn, start, ready_timeout_s)
     try:
+        enter_budget()  # an emulated instance's CPU quota, before any thread of the entry starts
         entry = resolve_entry(job.entry)
         value = entry(job.payload, before_start=channel.before_start, progress=channel.progress)
     except BaseException as exc:

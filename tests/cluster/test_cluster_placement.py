@@ -115,15 +115,21 @@ def test_local_nodes_split_the_cpus() -> None:
 
 
 def test_emulated_layout_spreads_over_the_nodes(catalog: registry.Catalog) -> None:
-    """Layout 7 on three GPU-less nodes: instances go round the nodes, each node's CPUs split by slices."""
+    """Layout 7 on three GPU-less hosts: instances go round the nodes, each with CPU time by slices of the smallest host."""
     nodes = [_node(0, cpus=(0, 1, 2)), _node(1, cpus=(3,)), _node(2, cpus=(4,))]
     deployment = cluster_deployment(7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog)
     assert deployment.partitioning == "emulated"
     assert [s.node for s in deployment.slots] == [nodes[0].node_id, nodes[1].node_id, nodes[2].node_id, nodes[0].node_id]
-    first, last = deployment.slots[0], deployment.slots[3]
-    assert set(first.cpus) | set(last.cpus) == {0, 1, 2}  # node 0 shares its CPUs between i0 and i3
-    assert len(first.cpus) == 2 and len(last.cpus) == 1  # 2g against 1g
-    assert all(s.host for s in deployment.slots)
+    assert [s.cpu_share for s in deployment.slots] == pytest.approx([2 / 7, 2 / 7, 2 / 7, 1 / 7], abs=1e-6)
+    assert all(s.host and s.cpu_budget == "duty cycle" for s in deployment.slots)
+    assert any("vm0: 2" in note for note in deployment.notes)  # the CPUs the proportions leave idle
+
+
+def test_local_nodes_of_one_host_keep_identical_instances_equal(catalog: registry.Catalog) -> None:
+    """local:3 on 2 CPUs (nodes sharing a CPU): the three 2g get equal budgets and the 1g half of one."""
+    nodes = [_node(k, cpus=c, host="box") for k, c in enumerate(local_node_cpus(3, [0, 1]))]
+    deployment = cluster_deployment(7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog)
+    assert [s.cpu_share for s in deployment.slots] == pytest.approx([4 / 7, 4 / 7, 4 / 7, 2 / 7], abs=1e-6)
 
 
 def test_vgpus_of_one_declared_group_form_the_layout(catalog: registry.Catalog) -> None:

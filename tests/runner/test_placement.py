@@ -47,6 +47,14 @@ def test_plan_without_gpu_is_emulated_and_labelled() -> None:
     assert "emulated" in plan.table()
 
 
+def test_emulated_plan_gives_each_instance_its_cpu_budget() -> None:
+    """Layout 7 on 2 CPUs: each slot carries its share of CPU time (2/7 of the machine per 2g) and the plan notes how it is kept."""
+    plan = mlperf_mig.plan(7, backend="null", emulate=True, cpus=[0, 1])
+    assert [s.cpu_share for s in plan.slots] == pytest.approx([4 / 7, 4 / 7, 4 / 7, 2 / 7], abs=1e-6)
+    assert all(s.cpu_budget in ("cgroup quota", "duty cycle") for s in plan.slots)
+    assert any("proportion to compute slices" in note for note in plan.deployment.notes)
+
+
 def test_plan_emulates_another_gpu_by_name() -> None:
     """gpu='H200' translates scenario 7 to the H200's profiles."""
     plan = mlperf_mig.plan(7, backend="null", gpu="H200", emulate=True)
