@@ -205,7 +205,8 @@ def worker_context() -> Any:
         saved = {key: os.environ.get(key) for key in server_env}
         os.environ.update(server_env)
         try:
-            forkserver.ensure_running()
+            with main_module_hidden_if_unimportable():
+                forkserver.ensure_running()
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -213,6 +214,36 @@ def worker_context() -> Any:
                 else:
                     os.environ[key] = value
     return context
+
+
+_main_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def main_module_hidden_if_unimportable() -> Iterator[None]:
+    """While workers start: hide the caller's main module from multiprocessing when it has no
+    file to re-run (a script on standard input, '<stdin>'; an embedded interpreter's).
+
+    multiprocessing tells each new process to re-run the main module from its `__file__` (as
+    'spawn' does); without that file every worker died with FileNotFoundError before its entry
+    ran. Workers never need the main module (their entry is an import path, worker.py), so
+    such a `__file__` is taken away for the moment a worker starts and put back after.
+    """
+    from multiprocessing import process
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    by_name = getattr(getattr(main, "__spec__", None), "name", None)  # `python -m`: re-imported by name
+    full = path if path is None or os.path.isabs(path) else os.path.join(process.ORIGINAL_DIR or "", path)
+    if main is None or path is None or by_name is not None or os.path.isfile(full):
+        yield
+        return
+    with _main_lock:
+        del main.__file__
+        try:
+            yield
+        finally:
+            main.__file__ = path
 
 
 def runner_state() -> RunnerState:
@@ -341,7 +372,8 @@ class Supervisor:
             name=f"mlperf-mig:{job.name}",
             daemon=True,
         )
-        process.start()
+        with main_module_hidden_if_unimportable():
+            process.start()
         sender.close()
         log.info("started worker %s (pid %d)", job.name, process.pid)
         self._event(job.name, "started")
