@@ -39,6 +39,9 @@ class GpuCheck:
     live_profiles: int  # profiles NVML reported (0: MIG off on a driver that cannot say, or a VM)
     differences: tuple[FieldDifference, ...] = attrs.field(converter=tuple)
     notes: tuple[str, ...] = attrs.field(converter=tuple)
+    # What the board needs before MIG can be on (catalog `prerequisites`: the RTX PRO Workstation
+    # and Max-Q need compute mode and a minimum vBIOS); said while MIG is not on.
+    prerequisites: str = ""
 
     @property
     def verdict(self) -> str:
@@ -82,6 +85,8 @@ def check_gpu(state: GpuState) -> GpuCheck:
         if state.catalog_gpu and state.vgpu is None else 0,
         differences=reconcile(state),
         notes=state.disagreements,
+        prerequisites=state.shipped_gpu.prerequisites
+        if state.shipped_gpu is not None and not state.mig_current and state.vgpu is None else "",
     )
 
 

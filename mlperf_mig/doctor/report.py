@@ -95,11 +95,16 @@ def _gpu_lines(gpu: GpuCheck) -> list[str]:
             f"{mig[gpu.mig_current]} now, {mig[gpu.mig_pending]} pending")
     if gpu.vgpu is not None:
         vgpu = gpu.vgpu
-        what = ("time-sliced (not MIG)" if vgpu["time_sliced"] else
+        what = (f"time-sliced share of one {vgpu['shared_instance']} MIG instance (not isolated)"
+                if vgpu["time_sliced"] and vgpu.get("shared_instance") else
+                "time-sliced (not MIG)" if vgpu["time_sliced"] else
                 f"MIG-backed, one {vgpu['profile']} instance of {vgpu['parent_gpu']}"
                 if vgpu["profile"] else "of no known type")
         head += f"; inside a VM: vGPU {vgpu['type_name']}, {what}"
-    return [head, f"GPU {gpu.index}: {gpu.verdict}"]
+    lines = [head, f"GPU {gpu.index}: {gpu.verdict}"]
+    if gpu.prerequisites:
+        lines.append(f"GPU {gpu.index}: before MIG can be enabled on {gpu.catalog_gpu}: {gpu.prerequisites}")
+    return lines
 
 
 def diagnose(

@@ -92,11 +92,15 @@ def _gpus(args: argparse.Namespace) -> int:
             "aliases": ", ".join(gpu.aliases),
             "slices (compute/memory)": f"{gpu.compute_slices}/{gpu.memory_slices}",
             "profiles": " ".join(p.name for p in gpu.profiles),
+            "provenance": gpu.provenance,
             "inferred profiles": sum(1 for p in gpu.profiles if p.inferred_fields) or None,
         }
         for gpu in catalog
     ]
     print(text_table(rows, list(rows[0])))
+    print("provenance: documented (NVIDIA documents), nvidia-smi (a real printout), nvidia-code "
+          "(NVIDIA's code), inferred; each field's source: `mlperf-mig gpus --json` (sources, "
+          "field_sources, inferred_fields)")
     return EXIT_OK
 
 
@@ -275,6 +279,10 @@ def _gpu_row(gpu: Any) -> dict[str, Any]:
 
 def _vgpu_line(vgpu: Any) -> str:
     parent = vgpu.parent_gpu.name if vgpu.parent_gpu else "an unknown GPU"
+    if vgpu.time_sliced and vgpu.shared_instance is not None:
+        return (f"MIG-backed time-sliced vGPU {vgpu.type_name}: a share of one "
+                f"{vgpu.shared_instance.name} instance of {parent} that several VMs time-slice "
+                "(not an isolated instance: runs only with --shared)")
     if vgpu.time_sliced:
         return f"time-sliced vGPU {vgpu.type_name} on {parent} (not MIG: runs only with --shared)"
     if vgpu.profile is None:

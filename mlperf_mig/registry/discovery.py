@@ -242,7 +242,9 @@ def _no_driver_message(error: str) -> str:
 def _gpu_state(index: int, gpu: Mapping[str, Any], catalog: Catalog) -> GpuState:
     pci = int(gpu["pci_device_id"], 16)
     subsystem = int(gpu.get("pci_subsystem_id", "0x0"), 16)
-    shipped = catalog.by_pci_device_id(pci, subsystem, gpu["name"]) or catalog.find(gpu["name"])
+    shipped = catalog.by_pci_device_id(pci, subsystem, gpu["name"])
+    if shipped is None and not any(pci in g.pci_device_ids for g in catalog):
+        shipped = catalog.find(gpu["name"])  # a device ID the catalog lacks: the name decides
     mode = gpu.get("mig_mode")
     notes: list[str] = []
     effective = _effective_gpu(gpu, shipped, notes) if mode is not None else shipped
