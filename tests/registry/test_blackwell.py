@@ -478,3 +478,55 @@ def test_gpus_json_carries_field_sources(capsys: pytest.CaptureFixture[str]) -> 
     rtx = gpus["RTX-PRO-6000-Blackwell-Server-96GB"]
     assert rtx["provenance"] == "documented" and rtx["field_sources"]["pci_device_ids"] == "ogkm"
     assert rtx["profiles"][0]["field_sources"]["placement_starts"].startswith("inferred:")
+
+
+# --- CLI and advisor ------------------------------------------------------------------------
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    from mlperf_mig.cli import main
+
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_check_refuses_me_all_beside_a_plain_1g(capsys: pytest.CaptureFixture[str]) -> None:
+    """`check` with +me.all beside 1g.24gb exits 2 with one line naming the rule and the fix."""
+    code, out, err = _cli(capsys, "check", RTX_SE, "1g.24gb+me.all+1g.24gb")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "allows only -me instances" in err and "use 1g.24gb-me" in err
+
+
+def test_cli_check_accepts_me_all_beside_no_me(capsys: pytest.CaptureFixture[str]) -> None:
+    """`check` with +me.all beside three 1g.24gb-me prints the placements and exits 0."""
+    code, out, _ = _cli(capsys, "check", RTX_SE, "1g.24gb+me.all+3x1g.24gb-me")
+    assert code == 0 and out.startswith("valid: 1g.24gb+me.all+3x1g.24gb-me")
+
+
+@pytest.mark.parametrize("gpu", [RTX_SE, "GB200", "B300"])
+def test_cli_layouts_lists_every_valid_layout(capsys: pytest.CaptureFixture[str], catalog: Catalog, gpu: str) -> None:
+    """`layouts` for the RTX PRO 6000 SE, GB200 and B300 lists the registry's valid layouts."""
+    code, out, _ = _cli(capsys, "layouts", gpu, "--json")
+    assert code == 0
+    assert [entry["layout"] for entry in json.loads(out)] == [str(x) for x in valid_layouts(catalog.get(gpu))]
+
+
+def test_cli_gpus_lists_the_new_gpus_with_provenance(capsys: pytest.CaptureFixture[str]) -> None:
+    """`gpus` shows the new GPUs with a provenance column."""
+    code, out, _ = _cli(capsys, "gpus")
+    rows = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
+    assert code == 0 and "nvidia-code" in rows["B300-288GB"] and "documented" in rows["RTX-PRO-6000-Blackwell-Server-96GB"]
+
+
+def test_the_advisor_ranks_every_rtx_pro_6000_layout() -> None:
+    """The advisor considers all valid RTX PRO 6000 layouts, +gfx, +me.all and -me ones included."""
+    from mlperf_mig.study.advisor import Measurements, ProfileMeasure, advise_from
+
+    alone = {"4g.96gb": 400.0, "2g.48gb": 220.0, "1g.24gb": 120.0}
+    measurements = Measurements(
+        gpu="RTX-PRO-6000-Blackwell-Server-96GB", benchmark="resnet50", loadgen_scenario="Offline",
+        unit="samples/s", emulated=False,
+        profiles={n: ProfileMeasure(profile=n, alone=(r * 0.99, r, r * 1.01), p99_alone=(10.0,)) for n, r in alone.items()},
+    )
+    advice = advise_from(measurements)
+    assert advice.considered == advice.predicted == len(valid_layouts(load_catalog().get(RTX_SE)))
+    assert any("+me.all" in p.layout for p in advice.ranking) and any("+gfx" in p.layout for p in advice.ranking)
