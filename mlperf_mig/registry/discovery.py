@@ -10,14 +10,23 @@ what GetGpuInstanceProfileInfo takes, profile *IDs* (19, 14, ...) what placement
 instances use, GPU-instance IDs are a third space; placement arrays are caller-allocated after a
 count query; nvmlDeviceIsMigDeviceHandle returns a ctypes value (use bool()); drivers before R470
 name MIG devices `MIG-GPU-<uuid>/<gi>/<ci>`; a driver may answer INVALID_ARGUMENT for one profile
-constant in the middle of the range and still know later ones, so every constant is asked.
+constant in the middle of the range and still know later ones, so every constant is asked, up to
+0x11 (3_SLICE_GFX), each with the v3 struct first (its CAPS_GFX bit marks +gfx profiles).
+
+Profile IDs are per GPU (the RTX PRO 6000's differ from the 7-slice parts'), and one ID may print
+under other names by board and driver (GB200 `1g.24gb` / `1g.23gb`): a live profile is matched to
+the table by ID, keeps its printed name and takes the table's names as aliases. A GPU is matched by
+PCI device ID, with the PCI subsystem ID or NVML name where one device ID covers two boards. A
+profile constant or name this module does not know is recorded with a note, never an error.
 
 Inside a virtual machine NVML reports virtualization mode VGPU (NVML_GPU_VIRTUALIZATION_MODE_VGPU,
 "device is associated with vGPU inside virtual machine" in the NVML header) and a device named by
 its vGPU type ("GRID A100D-2-20C" on older guest drivers, "NVIDIA A100D-2-20C" on newer ones;
 the two prefixes are inferred from printouts, not documented). A MIG-backed type
 (`<board>-<slices>-<GB>C[ME]`) is one instance of its MIG profile on the board's GPU; a
-time-sliced type (`<board>-<GB>C`) is a share of a whole GPU, not MIG.
+time-sliced type (`<board>-<GB>C`) is a share of a whole GPU, not MIG; a MIG-backed time-sliced
+type (Blackwell `DC-1-2Q`: 2 GB of a 1g.24gb instance several VMs share) is time-sliced too. The
+`DC` board prefix belongs to two boards (RTX PRO 6000 SE, RTX PRO 4500 SE): the PCI ID decides.
 """
 
 from __future__ import annotations
@@ -332,7 +341,23 @@ def _effective_gpu(gpu: Mapping[str, Any], shipped: Gpu | None, notes: list[str]
         if profile.profile_id not in live_ids:
             notes.append(f"shipped profile {profile.name} (ID {profile.profile_id}) is not offered "
                          "by this driver; dropped")
-    return attrs.evolve(shipped, profiles=tuple(p for p in merged if p is not None))
+    return attrs.evolve(shipped, profiles=_without_clashing_aliases([p for p in merged if p is not None]))
+
+
+def _without_clashing_aliases(profiles: list[Profile]) -> tuple[Profile, ...]:
+    """Drop a table name kept as an alias where another live profile prints that name (a driver
+    that renamed profiles across IDs): the printed names win, every name stays unique."""
+    printed = {p.name.lower() for p in profiles}
+    seen: set[str] = set()
+    kept = []
+    for profile in profiles:
+        aliases = []
+        for alias in profile.aliases:
+            if alias.lower() not in printed and alias.lower() not in seen:
+                aliases.append(alias)
+                seen.add(alias.lower())
+        kept.append(attrs.evolve(profile, aliases=tuple(aliases)))
+    return tuple(kept)
 
 
 def _live_name(entry: Mapping[str, Any]) -> str:

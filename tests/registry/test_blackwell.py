@@ -530,3 +530,13 @@ def test_the_advisor_ranks_every_rtx_pro_6000_layout() -> None:
     advice = advise_from(measurements)
     assert advice.considered == advice.predicted == len(valid_layouts(load_catalog().get(RTX_SE)))
     assert any("+me.all" in p.layout for p in advice.ranking) and any("+gfx" in p.layout for p in advice.ranking)
+
+
+def test_a_table_name_another_live_profile_prints_is_not_kept_as_alias(load_state, catalog: Catalog) -> None:
+    """If a driver prints ID 15 as `1g.23gb` (ID 19's table name), names stay unique: the printed one wins."""
+    state = load_state("gb200-early-names")
+    entry = next(p for p in state["gpus"][0]["gi_profiles"] if p["id"] == 15)
+    entry["name"] = "MIG 1g.23gb"
+    gpu = detect(RecordedNvml(state), catalog=catalog).gpus[0]
+    assert gpu.catalog_gpu.profile("1g.23gb").profile_id == 15
+    assert gpu.catalog_gpu.profile_by_id(19).aliases == ()
