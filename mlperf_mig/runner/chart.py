@@ -2,7 +2,9 @@
 
 Drawn with matplotlib's object API on an Agg canvas (no pyplot, so a notebook's backend is left
 alone). A repeated layout's bar stacks its instances' means and carries the 95% interval of its
-mean total as an error bar. Runs and repeated runs are read by their attributes (a repeated run
+mean total as an error bar (from 3 repeats; with 2, the min-max range of the totals, see
+runner/stats.py). The value axis follows the bars: it ends a little above the tallest bar, and
+an error bar reaching far beyond is cut at the axis and says so with its end's value. Runs and repeated runs are read by their attributes (a repeated run
 has `alone`), so that this module imports neither the sweep nor the repeats module.
 
 Every text of a figure (profiles, layouts, GPU and benchmark names read back from results.json)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,12 @@ if TYPE_CHECKING:
 
 CHART_NAME = "throughput"
 ERROR_BAR_NOTE = "error bars: 95% confidence interval of the mean total (Student's t)"
+RANGE_BAR_NOTE = "error bars of layouts with 2 repeats: min-max of the totals (too few for an interval)"
+# The value axis ends this far above the tallest bar; an error bar may stretch it up to
+# AXIS_MAX_OVER_BARS times the tallest bar, and is cut there (its end written as a number).
+AXIS_HEADROOM = 1.1
+AXIS_MAX_OVER_BARS = 1.6
+LABEL_LINE = 0.06  # room above the axis's end per line of the labels over the bars
 
 
 @attrs.frozen
@@ -37,8 +46,14 @@ class Bar:
     label: str
     stack: list[tuple[str, float]]
     total: float
-    half: float | None  # half-width of the 95% interval of the total (repeats), None: one run
+    error: tuple[float, float] | None  # (below, above) the total: interval or range; None: one run
     change: str | None
+    interval: bool = False  # the error bar is a 95% interval (not a min-max range)
+
+    @property
+    def top(self) -> float:
+        """The highest value the bar and its error bar reach."""
+        return self.total + (self.error[1] if self.error is not None else 0.0)
 
 
 def _stack_values(run: RunResult) -> list[tuple[str, float]]:
@@ -73,12 +88,36 @@ def chart_bar(layout: RunResult | RepeatedRun) -> Bar | None:
             stack = [(p, total.mean * v / whole) for p, v in shares]
         change = layout.change
         text = None if change is None else change.text().replace(" [", "\n[").replace("] ", "]\n")
-        return Bar(_bar_label(layout), stack, total.mean, total.half, text)
+        if text is not None:
+            text = text.replace(" (range", "\n(range")
+        return Bar(
+            _bar_label(layout), stack, total.mean, total.error_bar(), text, total.shows_interval
+        )
     if layout.total_throughput is None:
         return None
     change = layout.change_vs_baseline
-    text = None if change is None or layout.scenario == 1 else f"{change:+.1%}"
+    text = None if change is None or layout.scenario == 1 else f"x{1 + change:.3f}"
     return Bar(_bar_label(layout), _stack_values(layout), layout.total_throughput, None, text)
+
+
+def axis_top(bars: Sequence[Bar]) -> float:
+    """Where the value axis ends: above the tallest bar and its error bar, but not beyond
+    AXIS_MAX_OVER_BARS times the tallest bar (a wider error bar is cut there)."""
+    tallest = max((bar.total for bar in bars), default=0.0)
+    if tallest <= 0:
+        return 1.0
+    reach = max(bar.top for bar in bars)
+    return min(reach * AXIS_HEADROOM, tallest * AXIS_MAX_OVER_BARS)
+
+
+def chart_note(bars: Sequence[Bar], first: RunResult) -> str:
+    """The line under the chart: what the totals are and what its error bars show."""
+    note = SUM_LABEL if first.mode == "independent" else UNIFIED_LABEL
+    if any(bar.error is not None and bar.interval for bar in bars):
+        note += f"; {ERROR_BAR_NOTE}"
+    if any(bar.error is not None and not bar.interval for bar in bars):
+        note += f"; {RANGE_BAR_NOTE}"
+    return note
 
 
 @contextlib.contextmanager
@@ -116,10 +155,9 @@ def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Pat
         figure = Figure(figsize=(max(6.0, 1.3 * len(bars) + 2.0), 5.0), layout="constrained")
         FigureCanvasAgg(figure)
         draw_bars(figure.add_subplot(), bars, first)
-        note = SUM_LABEL if first.mode == "independent" else UNIFIED_LABEL
-        if any(bar.half is not None for bar in bars):
-            note += f"; {ERROR_BAR_NOTE}"
-        figure.text(0.01, 0.005, note, fontsize=6, color="#555555")
+        # under the axes, wrapped to the figure's width (about 15 characters an inch at 8 pt)
+        width = int(figure.get_figwidth() * 15)
+        figure.supxlabel(textwrap.fill(chart_note(bars, first), width), fontsize=8, color="#555555")
         png, svg = io.BytesIO(), io.BytesIO()
         figure.savefig(png, format="png", dpi=120)
         figure.savefig(svg, format="svg")
@@ -135,6 +173,8 @@ def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
     profiles = sorted({p for bar in bars for p, _ in bar.stack})
     colour = {p: palette[k % len(palette)] for k, p in enumerate(profiles)}
     labelled: set[str] = set()
+    limit = axis_top(bars)
+    lines = 1
     for x, bar in enumerate(bars):
         bottom = 0.0
         for profile, value in bar.stack:
@@ -143,19 +183,30 @@ def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
             axes.bar(x, value, bottom=bottom, color=colour[profile], edgecolor="white", label=label)
             bottom += value
         top = bar.total
-        if bar.half is not None:
-            axes.errorbar(x, bar.total, yerr=bar.half, color="black", capsize=4, linewidth=1)
-            top += bar.half
-        text = f"{bar.total:,.0f}" + (f"\n{bar.change}" if bar.change else "")
-        axes.annotate(text, (x, top), ha="center", va="bottom", fontsize=6)
-    axes.set_xticks(range(len(bars)), [bar.label for bar in bars], fontsize=7)
-    axes.margins(y=0.25)
-    axes.set_ylim(bottom=0)  # an error bar reaching below zero is cut at zero
-    axes.set_ylabel(first.throughput_unit)
+        text = f"{bar.total:,.0f}"
+        if bar.error is not None:
+            below, above = bar.error
+            cut = bar.total + above > limit
+            above_drawn = limit - bar.total if cut else above
+            axes.errorbar(
+                x, bar.total, yerr=[[min(below, bar.total)], [above_drawn]],
+                color="black", capsize=0 if cut else 4, linewidth=1,
+            )  # fmt: skip
+            top += above_drawn
+            if cut:  # the bar's end is off the axis: say where it is
+                text = f"error bar to {bar.total + above:,.0f}\n{text}"
+        text += f"\n{bar.change}" if bar.change else ""
+        lines = max(lines, text.count("\n") + 1)
+        axes.annotate(text, (x, min(top, limit)), ha="center", va="bottom", fontsize=8)
+    axes.set_xticks(range(len(bars)), [bar.label for bar in bars], fontsize=9)
+    # the axis follows the bars (room above for the labels); below zero nothing can be
+    axes.set_ylim(0, limit * (1 + LABEL_LINE * lines))
+    axes.set_ylabel(first.throughput_unit, fontsize=9)
     emulated = " [emulated on CPU]" if first.emulated else ""
     axes.set_title(
         f"{first.benchmark} {first.loadgen_scenario}: total throughput per MIG layout, "
         f"stacked by instance\n({first.gpu}{emulated})",
-        fontsize=9,
+        fontsize=10,
     )
-    axes.legend(title="MIG profile", fontsize=7, title_fontsize=8)
+    axes.tick_params(axis="y", labelsize=9)
+    axes.legend(title="MIG profile", fontsize=8, title_fontsize=9)

@@ -43,8 +43,10 @@ from mlperf_mig.runner.overall import OverallProgress
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import RESULTS_FILE, RunResult, html_table, result_p99_ms
 from mlperf_mig.runner.stats import (
-    CLAMPED_NOTE,
+    CHANGE_NOTE,
     CONFIDENCE,
+    FEW_REPEATS_NOTE,
+    MIN_REPEATS,
     Change,
     Summary,
     relative_change,
@@ -471,6 +473,11 @@ class RepeatedRun:
         return labels
 
     def interval_note(self) -> str:
+        if self.repeats < MIN_REPEATS:
+            return (
+                f"mean (range: min-max) over {self.repeats} repeat(s); no {CONFIDENCE:.0%} "
+                f"interval below {MIN_REPEATS} repeats"
+            )
         return (
             f"mean ± half-width of the {CONFIDENCE:.0%} confidence interval of the mean "
             f"(Student's t) over {self.repeats} repeat(s); min-max is the range of the repeats"
@@ -540,26 +547,35 @@ class RepeatedRun:
         if change is not None:
             lines.append(
                 f"change against MIG scenario 1 ({self.baseline_source}): {change.text()} "
-                f"({CONFIDENCE:.0%} interval of the difference of means, Welch)"
+                "(ratio of the mean totals)"
             )
         failed = [r.outdir for r in self.runs if not r.ok] + [
             r.outdir for runs in self.alone.values() for r in runs if not r.ok
         ]
         if failed:
             lines.append(f"FAILED runs (their numbers are left out): {', '.join(failed)}")
-        if self.any_clamped():
-            lines.append(f"note: {CLAMPED_NOTE}")
+        changes = self.changes()
+        if changes:
+            lines.append(f"note: {CHANGE_NOTE}")
+        if self.few_repeats():
+            lines.append(f"note: {FEW_REPEATS_NOTE}")
         return lines + [f"note: {label}" for label in self.labels()]
 
-    def any_clamped(self) -> bool:
-        """Whether an interval of the tables was cut at -100% (see runner/stats.py)."""
+    def changes(self) -> list[Change]:
+        """Every change the tables show: against scenario 1 and, with isolation, against alone."""
         changes = [self.change]
         if self.isolation:
             changes += [
                 self.interference(i, what)
                 for i in range(len(self.first.instances)) for what in ("throughput", "p99")
             ]
-        return any(c is not None and c.clamped for c in changes)
+        return [c for c in changes if c is not None]
+
+    def few_repeats(self) -> bool:
+        """Whether a value or change of the tables is shown as a range for too few repeats."""
+        if 2 <= self.repeats < MIN_REPEATS:
+            return True
+        return any(max(c.sizes) >= 2 and not c.shows_interval for c in self.changes())
 
     def table(self) -> str:
         return "\n".join([self.title(), text_table(self.instance_rows(), self.columns()), *self.footer()])

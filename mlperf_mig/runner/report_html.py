@@ -4,9 +4,10 @@ A single file: the figures are inline SVG (drawn with matplotlib; no scripts, no
 network access needed to view it), then the table of layouts, each layout's per-instance table
 (with interference when isolation was run), the advisor's ranking and its validation when the
 runs hold single-profile layouts, and every label (emulated, synthetic, summed, quick preset)
-next to the numbers it qualifies. Figure 1 is the study's: total throughput per layout stacked
-by instance, with error bars for repeated layouts; figure 2 is the change of each layout's total
-against layout 1, with its 95% interval.
+next to the numbers it qualifies; a note that several layouts share is shown once, above their
+tables, naming the layouts it applies to. Figure 1 is the study's: total throughput per layout
+stacked by instance, with error bars for repeated layouts; figure 2 is each layout's total over
+layout 1's as a ratio on a log axis, with its 95% interval (its min-max range below 3 repeats).
 
 The file is written only where nothing is lost: never onto a file the report reads (a run's
 results.json, repeats.json, sweep.json, or any other file of the folders reported, compared by
@@ -61,34 +62,58 @@ def _labels(lines: Sequence[str]) -> str:
     return "".join(f'<div class="label">{html.escape(line)}</div>' for line in lines)
 
 
-def _change_figure(layouts: Sequence[Any]) -> str | None:
-    """Figure 2: each layout's change against layout 1 with its interval (None without one)."""
+def _layout_name(layout: Any) -> str:
+    return f"S{layout.scenario}" if layout.scenario else layout.layout
+
+
+def change_points(layouts: Sequence[Any]) -> list[tuple[str, float, tuple[float, float] | None, bool]]:
+    """(layout, ratio to layout 1, (low, high) ratios of its error bar or None, whether that
+    bar is the 95% interval rather than the min-max range) of every layout with a change."""
     points = []
     for layout in layouts:
         if hasattr(layout, "alone"):
             change = layout.change
-            if change is not None:
-                points.append((f"S{layout.scenario}" if layout.scenario else layout.layout, change.value,
-                               change.low, change.high))
-        elif layout.change_vs_baseline is not None and layout.scenario != 1:
-            points.append((f"S{layout.scenario}" if layout.scenario else layout.layout,
-                           layout.change_vs_baseline, None, None))
+            if change is None or change.ratio <= 0:
+                continue
+            bar = None
+            if change.shows_interval:
+                bar = (1 + change.low, 1 + change.high)
+            elif change.range_low is not None and change.range_high is not None and max(change.sizes) >= 2:
+                bar = (1 + change.range_low, 1 + change.range_high)
+            points.append((_layout_name(layout), change.ratio, bar, change.shows_interval))
+        elif layout.scenario != 1 and layout.change_vs_baseline is not None:
+            ratio = 1 + layout.change_vs_baseline
+            if ratio > 0:  # a log axis holds no zero
+                points.append((_layout_name(layout), ratio, None, False))
+    return points
+
+
+def _change_figure(layouts: Sequence[Any]) -> str | None:
+    """Figure 2: each layout's total over layout 1's, a ratio on a log axis, with its interval
+    (or range) as an error bar (None without any layout to compare)."""
+    points = change_points(layouts)
     if not points:
         return None
 
     def draw(figure: Any) -> None:
         axes = figure.add_subplot()
         xs = range(len(points))
-        values = [100 * p[1] for p in points]
-        axes.bar(xs, values, color=["#55A868" if v >= 0 else "#C44E52" for v in values])
-        for x, (_, value, low, high) in zip(xs, points):
-            if low is not None and high is not None:
-                axes.errorbar(x, 100 * value, yerr=[[100 * (value - low)], [100 * (high - value)]],
-                              color="black", capsize=4, linewidth=1)
-        axes.axhline(0, color="#555555", linewidth=0.8)
-        axes.set_xticks(list(xs), [p[0] for p in points], fontsize=8)
-        axes.set_ylabel("change of total vs MIG scenario 1 (%)")
-        axes.set_title("change against layout 1; error bars: 95% interval (Welch)", fontsize=9)
+        ratios = [p[1] for p in points]
+        axes.bar(xs, [r - 1 for r in ratios], bottom=1, color=["#55A868" if r >= 1 else "#C44E52" for r in ratios])
+        ends = [*ratios]
+        for x, (_, ratio, bar, _interval) in zip(xs, points):
+            if bar is not None and bar[0] > 0:
+                axes.errorbar(x, ratio, yerr=[[ratio - bar[0]], [bar[1] - ratio]], color="black", capsize=4, linewidth=1)
+                ends += list(bar)
+        axes.set_yscale("log")
+        low, high = min([*ends, 1.0]), max([*ends, 1.0])
+        axes.set_ylim(low / 1.15, high * 1.15)  # the axis follows the bars and their error bars
+        axes.axhline(1, color="#555555", linewidth=0.8)
+        axes.set_xticks(list(xs), [p[0] for p in points], fontsize=9)
+        axes.tick_params(axis="y", labelsize=9)
+        axes.set_ylabel("total / MIG scenario 1's total (log scale)", fontsize=9)
+        kinds = {"95% interval (log scale, Welch)" if p[3] else "min-max range (under 3 repeats)" for p in points if p[2]}
+        axes.set_title("ratio to layout 1" + (f"; error bars: {', '.join(sorted(kinds))}" if kinds else ""), fontsize=10)
 
     return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
 
@@ -109,14 +134,44 @@ def _figures(layouts: Sequence[Any]) -> str:
     return "".join(parts)
 
 
-def _layout_section(layout: Any) -> str:
+def _layout_parts(layout: Any) -> tuple[str, str, list[str]]:
+    """(title, per-instance table, notes) of one layout's section; a note reads as the sweep's
+    notes do (no "note: " in front), so that one said there is not said again."""
     if hasattr(layout, "alone"):
         title, table, notes = layout.title(), html_table(layout.instance_rows(), layout.columns()), layout.footer()
     else:
-        title = layout.title()
-        table = html_table(layout.instance_rows(), layout._columns())
-        notes = layout._footer()
-    return f"<h3>{html.escape(title)}</h3>{table}{_labels(notes)}"
+        title, table, notes = layout.title(), html_table(layout.instance_rows(), layout._columns()), layout._footer()
+    return title, table, [line.removeprefix("note: ") for line in notes]
+
+
+def shared_notes(
+    names: Sequence[str], notes: Sequence[Sequence[str]], shown: Iterable[str] = ()
+) -> tuple[list[str], list[list[str]]]:
+    """Notes said once: those of two or more layouts (named, unless all share it) and the rest
+    of each layout's own. `shown` are notes the page already showed (dropped everywhere)."""
+    already = set(shown)
+    holders: dict[str, list[str]] = {}
+    for name, lines in zip(names, notes, strict=True):
+        for line in dict.fromkeys(lines):
+            holders.setdefault(line, []).append(name)
+    shared = []
+    for line, who in holders.items():
+        if line in already or len(who) < 2:
+            continue
+        shared.append(line if len(who) == len(names) else f"{line} (layouts {', '.join(who)})")
+    own = [
+        [line for line in lines if line not in already and len(holders[line]) < 2] for lines in notes
+    ]
+    return shared, own
+
+
+def _layout_sections(layouts: Sequence[Any], shown: Iterable[str] = ()) -> str:
+    parts = [_layout_parts(layout) for layout in layouts]
+    shared, own = shared_notes([_layout_name(layout) for layout in layouts], [p[2] for p in parts], shown)
+    head = f"<p>Notes for the layouts below:</p>{_labels(shared)}" if shared else ""
+    return head + "".join(
+        f"<h3>{html.escape(title)}</h3>{table}{_labels(notes)}" for (title, table, _), notes in zip(parts, own)
+    )
 
 
 def _advisor_section(layouts: Sequence[Any], advice: Any) -> str:
@@ -152,11 +207,13 @@ def report_html(report: Any, *, advice: Any = None) -> str:
         f"<p>mlperf-mig report, written {stamp}, from {html.escape(str(report.outdir))}</p>",
         _figures(layouts),
     ]
+    shown: list[str] = []
     if hasattr(report, "layouts"):
+        shown = report._notes()
         parts.append(f"<h2>Layouts</h2>{html_table(report.rows(), report.columns())}")
-        parts.append(_labels(report._notes()))
+        parts.append(_labels(shown))
     parts.append("<h2>Per-instance results and isolation</h2>")
-    parts += [_layout_section(layout) for layout in layouts]
+    parts.append(_layout_sections(layouts, shown))
     parts.append(_advisor_section(layouts, advice))
     parts.append("</body></html>\n")
     return "".join(parts)

@@ -407,7 +407,7 @@ class RunResult:
             "total": self.total_throughput,
             "unit": self.throughput_unit,
             "all valid": self._all_valid_word(),
-            "vs MIG scenario 1": None if change is None else f"{change:+.2%}",
+            "vs MIG scenario 1": None if change is None else f"x{1 + change:.3f}",
         }
 
     def instance_rows(self) -> list[dict[str, Any]]:
@@ -446,7 +446,10 @@ class RunResult:
         lines = [f"throughput in {self.throughput_unit}"]
         change = self.change_vs_baseline
         if change is not None:
-            lines.append(f"change against MIG scenario 1 ({self.baseline_source}): {change:+.2%}")
+            lines.append(
+                f"change against MIG scenario 1 ({self.baseline_source}): x{1 + change:.3f} "
+                "(ratio of the totals)"
+            )
         return lines + [f"note: {label}" for label in self.labels()] + self._cluster_notes()
 
     def _cluster_notes(self) -> list[str]:

@@ -54,7 +54,7 @@ from mlperf_mig.runner.results import (
     html_table,
     require_pandas,
 )
-from mlperf_mig.runner.stats import CLAMPED_NOTE
+from mlperf_mig.runner.stats import CHANGE_NOTE, FEW_REPEATS_NOTE
 
 log = logging.getLogger(__name__)
 _COLUMNS = (
@@ -127,14 +127,11 @@ class SweepResult:
             notes.append(BY_DESIGN_LABEL)
         if self.studies:
             notes.append(self.studies[0].interval_note())
-            notes.append(
-                "vs MIG scenario 1: the change of the mean total with its 95% interval (Welch); "
-                "'not significant' when the interval contains zero"
-            )
+            notes.append(f"vs MIG scenario 1: the mean total over scenario 1's; {CHANGE_NOTE}")
             if any(study.isolation for study in self.studies):
                 notes.append("isolation: see each layout's report (mlperf-mig report LAYOUT_DIR)")
-            if any(study.change is not None and study.change.clamped for study in self.studies):
-                notes.append(CLAMPED_NOTE)
+            if any(study.few_repeats() for study in self.studies):
+                notes.append(FEW_REPEATS_NOTE)
         if self.capacities:
             known = ", ".join(f"{p} {q:,.1f}" for p, q in sorted(self.capacities.items()))
             notes.append(

@@ -40,12 +40,15 @@ def test_isolation_runs_each_profile_alone_on_its_device(studied: Any, study_dir
     assert alone.layout == "1g.10gb" and len(alone.instances) == 1
 
 
-def test_tables_show_mean_and_interval(studied: Any) -> None:
-    """The sweep table shows totals as mean ± half-width and the interval note."""
+def test_tables_show_the_range_of_two_repeats_and_say_why(studied: Any) -> None:
+    """With 2 repeats the sweep table shows totals as mean (range min-max), no ± interval, and
+    the note says why."""
+    from mlperf_mig.runner.stats import FEW_REPEATS_NOTE
+
     table = studied.table()
-    assert " ± " in table and "Student's t" in table
+    assert " ± " not in table and FEW_REPEATS_NOTE in table
     row = studied.rows()[1]
-    assert row["repeats"] == 2 and "±" in row["total"]
+    assert row["repeats"] == 2 and "(range " in row["total"]
 
 
 def test_isolation_columns_and_emulated_label(studied: Any) -> None:
@@ -57,9 +60,11 @@ def test_isolation_columns_and_emulated_label(studied: Any) -> None:
 
 
 def test_repeated_layout_bar_has_an_error_bar(studied: Any) -> None:
-    """A repeated layout's bar carries the half-width of its total's interval."""
+    """A layout of 2 repeats carries the min-max range of its totals as its error bar."""
+    total = studied.studies[1].total
     bar = chart_bar(studied.studies[1])
-    assert bar is not None and bar.half is not None and bar.total == studied.studies[1].total.mean
+    assert bar is not None and bar.total == total.mean and not bar.interval
+    assert bar.error == (pytest.approx(total.mean - total.min), pytest.approx(total.max - total.mean))
 
 
 def test_study_loads_back_from_disk(studied: Any, study_dir: Path) -> None:

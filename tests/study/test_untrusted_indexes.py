@@ -322,16 +322,19 @@ def test_folder_holding_a_run_and_a_study_is_not_reported_as_either(
 
 
 # --- labels -----------------------------------------------------------------------------------
-def test_clamped_interval_is_explained_in_the_study_table(pristine_study: Path) -> None:
-    """A change whose interval was cut at -100% shows '(clamped)' and the table says why."""
+def test_a_wide_change_reads_as_a_ratio_above_zero_and_the_table_says_why(pristine_study: Path) -> None:
+    """A baseline spread from 1% to 199% of the mean: the change is a ratio whose interval stays
+    above x0 (never below -100%); with 2 repeats the table shows its range and says why."""
     import attrs
 
-    from mlperf_mig.runner.stats import CLAMPED_NOTE
+    from mlperf_mig.runner.stats import CHANGE_NOTE, FEW_REPEATS_NOTE
 
     study = RepeatedRun.load(pristine_study)
     mean = study.total.mean
     spread = attrs.evolve(study, baseline_totals=[mean * 0.01, mean * 1.99], baseline_source="wide")
-    assert spread.change is not None and spread.change.clamped
+    change = spread.change
+    assert change is not None and change.low > -1.0 and not change.shows_interval
     table = spread.table()
-    assert "-100.00% (clamped)" in table and CLAMPED_NOTE in table
-    assert CLAMPED_NOTE not in study.table()
+    assert change.text() in table and "(range x" in change.text()
+    assert FEW_REPEATS_NOTE in table and CHANGE_NOTE in table
+    assert CHANGE_NOTE not in study.table()
