@@ -67,7 +67,14 @@ _OPTIONS_DOC = """
     isolation:        also run each distinct profile of the layout alone (the rest of the GPU
                       idle, same device) and report each instance's interference against it.
     gpu_group:        cluster runs on vGPUs: the nodes (addresses, host names or node IDs) whose
-                      vGPUs are slices of one GPU; the run says the grouping was declared."""
+                      vGPUs are slices of one GPU; the run says the grouping was declared.
+    gpus:             run the layout on each of these GPUs at once: "all" or indices such as
+                      [0, 3] (None: one GPU); with a cluster, "all" is every GPU of every node.
+                      results.json then has one `gpus` entry per GPU with its subtotal.
+    layouts:          a layout per GPU, {0: "7x1g.10gb", 1: "3g.40gb+4g.40gb"}; a GPU without
+                      one carries `scenario` (study numbers translate per GPU model).
+    gpu_count:        without a GPU (or with emulate): emulate this many GPUs of `gpu`, each on
+                      its share of the CPUs; on a cluster, per GPU-less node (with gpus="all")."""
 
 
 def _options(values: Mapping[str, Any]) -> RunOptions:
@@ -105,6 +112,9 @@ def plan(
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,
+    gpus: Sequence[int] | str | None = None,
+    layouts: Mapping[int, ScenarioSpec] | None = None,
+    gpu_count: int | None = None,
     repeats: int = 1,
     isolation: bool = False,
 ) -> RunPlan:
@@ -148,6 +158,9 @@ def run(
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,
+    gpus: Sequence[int] | str | None = None,
+    layouts: Mapping[int, ScenarioSpec] | None = None,
+    gpu_count: int | None = None,
     repeats: int = 1,
     isolation: bool = False,
     progress: bool | TextIO = True,
@@ -256,6 +269,9 @@ def sweep(
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,
+    gpus: Sequence[int] | str | None = None,
+    layouts: Mapping[int, ScenarioSpec] | None = None,
+    gpu_count: int | None = None,
     repeats: int = 1,
     isolation: bool = False,
     resume: bool = True,

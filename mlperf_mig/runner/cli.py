@@ -87,8 +87,59 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-group", default=None, metavar="NODES",
                         help="with --cluster on vGPUs: comma-separated nodes (address, host or node ID) "
                         "whose vGPUs are slices of one GPU (the run says the grouping was declared)")
+    parser.add_argument("--gpus", default=None, type=_gpu_selection, metavar="all|0,3",
+                        help="put the layout on each of these GPUs at once (all, or indices); with "
+                        "--cluster, all means every GPU of every node")
+    parser.add_argument("--layout", action="append", default=[], type=_gpu_layout, metavar="GPU=LAYOUT",
+                        help="a GPU's own layout, e.g. 1=3g.40gb+4g.40gb (repeatable; the others "
+                        "carry --scenario)")
+    parser.add_argument("--gpu-count", type=_count_of_gpus, default=None, metavar="N",
+                        help="without a GPU: emulate N GPUs of --gpu, each on its share of the CPUs "
+                        "(on a cluster: per node, with --gpus all)")
     parser.add_argument("--nvml-state", default=None, metavar="FILE",
                         help="use a recorded NVML state (from `mlperf-mig detect --record FILE`) instead of this machine's GPUs")
+
+
+def _gpu_selection(text: str) -> str | list[int]:
+    """--gpus: 'all' or comma-separated GPU indices in ASCII digits."""
+    parts = [p.strip() for p in text.split(",")]
+    if text.strip() == "all":
+        return "all"
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 'all' or GPU indices such as 0,3 (digits 0-9, comma-separated)"
+        )
+    return [int(p) for p in parts]
+
+
+def _gpu_layout(text: str) -> tuple[int, int | str]:
+    """--layout GPU=LAYOUT: a GPU index and that GPU's layout (a study number or a layout)."""
+    index, sep, layout = text.partition("=")
+    if not (sep and index.strip().isascii() and index.strip().isdigit() and layout.strip()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not GPU=LAYOUT; pass a GPU index and its layout, e.g. 1=3g.40gb+4g.40gb or 0=8"
+        )
+    return int(index), _scenario(layout)
+
+
+def _count_of_gpus(text: str) -> int:
+    """--gpu-count: a whole number in ASCII digits (RunOptions checks its range, in one line)."""
+    try:
+        return whole_number(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number in digits 0-9; pass how many GPUs to emulate, e.g. 8"
+        ) from None
+
+
+def _layouts(pairs: list[tuple[int, int | str]]) -> dict[int, int | str] | None:
+    """The --layout options as a mapping; a GPU named twice is refused."""
+    layouts: dict[int, int | str] = {}
+    for index, layout in pairs:
+        if index in layouts:
+            raise NameParseError(f"--layout names GPU {index} twice; give each GPU one layout")
+        layouts[index] = layout
+    return layouts or None
 
 
 def _positive(text: str) -> int:
@@ -135,6 +186,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "worker_entry": args.worker_entry,
         "cluster": args.cluster,
         "gpu_group": args.gpu_group,
+        "gpus": args.gpus,
+        "layouts": _layouts(args.layout),
+        "gpu_count": args.gpu_count,
     }
 
 

@@ -82,6 +82,7 @@ def _instance_runs(
                 performance=None if unified else instance_result(perf),
                 accuracy=None if unified else instance_result(acc),
                 dispatched_samples=served.get(slot.name, 0) if unified else None,
+                gpu_index=slot.gpu_index,
                 cpu_share=slot.cpu_share,
                 cpu_budget=slot.cpu_budget,
                 cpu_used=None if perf is None or perf.cpu_per_s is None else round(perf.cpu_per_s, 4),
@@ -242,14 +243,14 @@ def _assemble(
     started_at: str,
     duration_s: float,
 ) -> RunResult:
-    from mlperf_mig import registry
+    from mlperf_mig.runner.system import parts_to_dicts, system_id
 
     layout = rounds.layout(performance, accuracy)
     runs = _instance_runs(plan, performance, accuracy, layout.served)
     return RunResult(
         gpu=plan.gpu,
         layout=plan.layout,
-        system_id=registry.system_id(plan.deployment.layout),
+        system_id=system_id(plan.deployment.parts),
         scenario=plan.deployment.scenario,
         partitioning=plan.deployment.partitioning,
         mode=plan.mode,
@@ -274,5 +275,6 @@ def _assemble(
         interrupted=interrupted,
         hosts=tuple(dict.fromkeys(slot.host for slot in plan.slots if slot.host)) or (socket.gethostname(),),
         cluster=rounds.cluster_facts(performance),
+        gpus=parts_to_dicts(plan.deployment.parts, plan.slots),
         emulation_notes=plan.deployment.notes,
     )

@@ -83,6 +83,58 @@ def _gpu_group(value: object) -> tuple[str, ...] | None:
     return tuple(n.strip() for n in names)
 
 
+MAX_GPUS = 1024  # emulated GPUs of one run; the host check in make_plan bounds the instances
+
+
+def _gpu_indices(value: object) -> str | tuple[int, ...] | None:
+    """GPUs to run on: "all", a list of GPU indices (or "0,3"), or None (one GPU, as before)."""
+    if value is None or value == "all":
+        return value  # type: ignore[return-value]
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")]
+        if all(p.isascii() and p.isdigit() for p in parts):
+            value = [int(p) for p in parts]
+    ok = isinstance(value, Sequence) and not isinstance(value, str) and value
+    if not ok or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+        raise SettingsError(
+            f"gpus must be 'all' or a non-empty list of GPU indices such as [0, 3] (--gpus all or "
+            f"--gpus 0,3), got {_kind(value)}"
+        )
+    twice = sorted({i for i in value if list(value).count(i) > 1})
+    if twice:
+        raise SettingsError(f"gpus names GPU {', '.join(map(str, twice))} twice; name each GPU once")
+    return tuple(value)
+
+
+def _gpu_layouts(value: object) -> tuple[tuple[int, int | str | tuple[str, ...]], ...]:
+    """A layout per GPU: {0: "7x1g.10gb", 1: "3g.40gb+4g.40gb"} (or --layout GPU=LAYOUT)."""
+    if value is None:
+        return ()
+    if isinstance(value, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in value):
+        value = dict(value)  # already converted (attrs.evolve, defaults)
+    if not isinstance(value, Mapping):
+        raise SettingsError(
+            "layouts must map GPU indices to layouts, e.g. {0: '7x1g.10gb', 1: '3g.40gb+4g.40gb'}, "
+            f"got {_kind(value)}"
+        )
+    pairs = []
+    for key, layout in value.items():
+        if isinstance(key, bool) or not isinstance(key, int) or key < 0:
+            raise SettingsError(f"layouts keys must be GPU indices (0, 1, ...), got {_kind(key)}")
+        pairs.append((key, check_scenario(f"layouts[{key}]", layout)))
+    return tuple(sorted(pairs))
+
+
+def _gpu_count(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
+        raise SettingsError(
+            f"gpu_count must be a whole number from 1 to {MAX_GPUS} (how many GPUs to emulate), "
+            f"got {_kind(value)}"
+        )
+
+
 def _flag(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if not isinstance(value, bool):
         raise SettingsError(f"{attribute.name} must be True or False, got {_kind(value)}")
@@ -232,12 +284,21 @@ class RunOptions:
     cpus: tuple[int, ...] | None = attrs.field(default=None, converter=_cpus)
     cluster: str | None = attrs.field(default=None, validator=_cluster)
     gpu_group: tuple[str, ...] | None = attrs.field(default=None, converter=_gpu_group)
+    # a whole system (runner/system.py): which GPUs, a layout per GPU, how many to emulate
+    gpus: str | tuple[int, ...] | None = attrs.field(default=None, converter=_gpu_indices)
+    layouts: tuple[tuple[int, ScenarioSpec], ...] = attrs.field(default=(), converter=_gpu_layouts)
+    gpu_count: int | None = attrs.field(default=None, validator=_gpu_count)
     # studies (runner/repeats.py): each repeat and each alone run is a plan made from the others
     repeats: int = attrs.field(default=1, validator=_repeats)
     isolation: bool = attrs.field(default=False, validator=_flag)
 
     def __attrs_post_init__(self) -> None:
         """Options that cannot go together are refused before a cluster or worker starts."""
+        if self.cluster is not None and self.gpus not in (None, "all"):
+            raise ClusterError(
+                f"gpus={list(self.gpus)} picks GPUs of one host, but a cluster's nodes number their "  # type: ignore[arg-type]
+                "GPUs each from 0; pass gpus='all' / --gpus all (every GPU of every node)"
+            )
         if self.cluster is None:
             if self.gpu_group is not None:
                 raise SettingsError(

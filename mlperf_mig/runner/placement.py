@@ -50,12 +50,35 @@ class InstanceSlot:
     threads: int | None = None
     node: str | None = None  # the Ray node it runs on (cluster runs); None: this host
     host: str | None = None  # that node's host name
+    gpu_index: int | None = None  # the GPU it is a slice of (NVML index on its node; emulated 0..N-1)
     # emulated: CPU-seconds per second it may use, and how that is enforced (runner/cpu_budget.py)
     cpu_share: float | None = None
     cpu_budget: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+@attrs.frozen(kw_only=True)
+class GpuPart:
+    """One GPU of a deployment: its index on its node, the layout it carries and how."""
+
+    index: int
+    layout: Any  # registry Layout on this GPU
+    partitioning: str = attrs.field(validator=attrs.validators.in_(PARTITIONINGS))
+    scenario: int | None = None
+    node: str | None = None
+    host: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The GPU's catalog name."""
+        return self.layout.gpu.name
+
+    def holds(self, slot: InstanceSlot) -> bool:
+        """Whether `slot` is one of this GPU's instances."""
+        # one GPU of a cluster sits on one node; an emulated GPU spread over nodes has none
+        return slot.gpu_index == self.index and (self.node is None or slot.node == self.node)
 
 
 @attrs.frozen(kw_only=True)
@@ -69,13 +92,33 @@ class Deployment:
     slots: tuple[InstanceSlot, ...]
     cluster: str | None = None  # the --cluster value of a run across Ray nodes
     grouping: str | None = None  # cluster runs: "observed" or "declared" (--gpu-group) one GPU
+    # a run over several GPUs (runner/system.py): one part per GPU, `layout` is the first's;
+    # () for a layout on one GPU
+    gpus: tuple[GpuPart, ...] = attrs.field(default=(), converter=tuple)
     # emulated: what every result must say about the CPU budgets (cpu_budget.CpuBudgets.notes)
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def gpu(self) -> Any:
-        """The registry Gpu the layout is resolved on."""
+        """The registry Gpu the layout is resolved on (the first GPU's, over several)."""
         return self.layout.gpu
+
+    @property
+    def parts(self) -> tuple[GpuPart, ...]:
+        """The GPUs of the deployment, one part for a layout on one GPU too."""
+        if self.gpus:
+            return self.gpus
+        return (
+            GpuPart(
+                index=self.gpu_index or 0, layout=self.layout, partitioning=self.partitioning,
+                scenario=self.scenario,
+            ),
+        )
+
+    @property
+    def multi_gpu(self) -> bool:
+        """Whether the instances are slices of several GPUs."""
+        return len(self.gpus) > 1
 
     @property
     def emulated(self) -> bool:
@@ -304,7 +347,12 @@ def choose_deployment(
             log.info("no GPU to run on (%s): emulating MIG partitions on the CPU", detection.message)
         layout, number = resolve_layout(scenario, resolve_gpu(gpu, catalog), catalog)
         return emulated_deployment(layout, number, cpus)
-    state = _live_gpu(detection, gpu, catalog)
+    return gpu_deployment(scenario, _live_gpu(detection, gpu, catalog), catalog=catalog, shared=shared)
+
+
+def gpu_deployment(scenario: ScenarioSpec, state: Any, *, catalog: Any, shared: bool) -> Deployment:
+    """The layout on the live GPU `state` (a registry GpuState): its MIG devices or vGPU, the
+    whole GPU time-shared when `shared`, else a one-line refusal saying how to get there."""
     if state.catalog_gpu is None:
         raise UnknownGpuError(
             f"GPU {state.index} ({state.name}) is not in the catalog; add a data file for it to "

@@ -27,9 +27,10 @@ from mlperf_mig.errors import (
     SettingsError,
 )
 from mlperf_mig.runner.options import RunOptions, check_setting
-from mlperf_mig.runner.placement import Deployment, InstanceSlot, choose_deployment
+from mlperf_mig.runner.placement import Deployment, InstanceSlot
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
+from mlperf_mig.runner.system import as_one_gpu, check_host_capacity, choose_system
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,17 @@ class RunPlan:
 
     @property
     def layout(self) -> str:
-        return str(self.deployment.layout)
+        """The layout; over several GPUs the system's (`8x[7x1g.10gb]`, see runner/system.py)."""
+        from mlperf_mig.runner.system import system_layout
+
+        return system_layout(self.deployment.parts)
 
     @property
     def gpu(self) -> str:
-        return self.deployment.gpu.name
+        """The GPU model (models joined by '+' over GPUs of several models)."""
+        from mlperf_mig.runner.system import system_gpu
+
+        return system_gpu(self.deployment.parts)
 
     def settings_profile(self, slot: InstanceSlot) -> str | None:
         """The profile whose LoadGen targets the slot uses: its own on GPUs, the CPU row (None)
@@ -138,6 +145,7 @@ class RunPlan:
         return [
             {
                 "instance": slot.name,
+                "gpu": slot.gpu_index,
                 "host": slot.host,
                 "node": slot.node[:8] if slot.node else None,
                 "profile": slot.profile,
@@ -157,13 +165,18 @@ class RunPlan:
         local = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
         if self.deployment.emulated:
             local = (*local[:4], "CPU share", *local[4:])
+        if self.deployment.multi_gpu:
+            local = ("instance", "gpu", *local[1:])
         return local if self.deployment.cluster is None else (local[0], "host", "node", *local[1:])
 
     def header(self) -> list[str]:
         scenario = f"study scenario {self.deployment.scenario}: " if self.deployment.scenario else ""
+        parts = self.deployment.parts
+        where = f"{len(parts)} GPUs ({self.gpu})" if len(parts) > 1 else self.gpu
         lines = [
             f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {scenario}MIG layout "
-            f"{self.layout} on {self.gpu} ({self.deployment.partitioning}), {self.mode} mode",
+            f"{self.layout} on {where} ({self.deployment.partitioning}), {self.mode} mode, "
+            f"{len(self.slots)} instance{'s' if len(self.slots) != 1 else ''}",
             f"backend {self.backend}, variant {self.variant}, precision "
             f"{self.precision or 'backend default'}, preset {self.preset}, accuracy run "
             f"{'yes' if self.accuracy else 'no'}{', compliance audits' if self.compliance else ''}, "
@@ -203,9 +216,12 @@ class RunPlan:
         return self.table()
 
     def to_dict(self) -> dict[str, Any]:
+        from mlperf_mig.runner.system import parts_to_dicts
+
         return {
             "gpu": self.gpu,
             "layout": self.layout,
+            "gpus": parts_to_dicts(self.deployment.parts, self.slots),
             "scenario": self.deployment.scenario,
             "partitioning": self.deployment.partitioning,
             "mode": self.mode,
@@ -259,13 +275,18 @@ def _engine_requests(
         return (), {slot.name: "null" for slot in deployment.slots}
     requests: dict[str, EngineRequest] = {}
     engine_of = {}
+    part_of = {slot.name: next((p for p in deployment.parts if p.holds(slot)), deployment.parts[0]) for slot in deployment.slots}
+    models = len({p.name for p in deployment.parts}) > 1  # engines are per GPU model and profile
     for slot in deployment.slots:
-        if deployment.partitioning in ("mig", "vgpu"):
-            key, gpu, profile = slot.profile, deployment.gpu.name, slot.profile
-        elif deployment.partitioning == "shared":
-            key, gpu, profile = "gpu", deployment.gpu.name, None
+        part = part_of[slot.name]
+        if part.partitioning in ("mig", "vgpu"):
+            key, gpu, profile = slot.profile, part.name, slot.profile
+        elif part.partitioning == "shared":
+            key, gpu, profile = "gpu", part.name, None
         else:
             key, gpu, profile = "cpu", None, None
+        if models and gpu is not None:
+            key = f"{gpu}-{key}"
         engine_of[slot.name] = key
         if key not in requests:
             requests[key] = EngineRequest(
@@ -310,19 +331,15 @@ def make_plan(options: RunOptions) -> RunPlan:
     _check_cpus(options.cpus)
     catalog = registry.default_catalog()
     if options.cluster is not None:
-        deployment = _cluster_deployment(options, catalog)
+        deployment = as_one_gpu(_cluster_deployment(options, catalog))
     else:
         detection = None if options.emulate else registry.detect(source=options.nvml_source)
-        deployment = choose_deployment(
-            options.scenario,
-            gpu=options.gpu,
-            catalog=catalog,
-            detection=detection,
-            shared=options.shared,
-            emulate=options.emulate,
-            cpus=options.cpus,
-        )
+        deployment = choose_system(options, catalog=catalog, detection=detection)
     backend_name = _backend_for(deployment, options.backend, resolve_backend)
+    if options.cluster is None:
+        from mlperf_mig.engines import backend_class
+
+        check_host_capacity(deployment, runs_model=backend_class(backend_name).runs_model, mode=options.mode)
     engines, engine_of = _engine_requests(
         deployment,
         benchmark=bench,

@@ -143,6 +143,7 @@ class InstanceRun:
     cpu_share: float | None = None
     cpu_budget: str | None = None
     cpu_used: float | None = None  # CPU-seconds per second its performance run used
+    gpu_index: int | None = None  # the GPU it was a slice of (on its node); results.json `gpus`
 
     @property
     def ok(self) -> bool:
@@ -183,6 +184,7 @@ class InstanceRun:
         """The instance's row of the per-instance table."""
         return {
             "instance": self.name,
+            "gpu": self.gpu_index,
             "profile": self.profile,
             "device": self.device if self.cpu_share is None else f"{self.device} ({self.cpu_share:.3g} CPU)",
             "host": self.host,
@@ -221,6 +223,39 @@ def _check_names(fields: Mapping[str, Any], source: str) -> None:
         raise UntrustedPathError(f"{source!r}: instances is not a list of instances; write the run again")
     for instance in instances:
         safe_name(instance.get("name"), "instance name", source)
+
+
+_MEASURED_GPU_FIELDS = ("subtotal", "served_samples")  # recomputed from the instances when read
+
+
+def _gpus_from(data: object, source: str) -> tuple[dict[str, Any], ...]:
+    """The `gpus` of a results.json, checked: what each entry says of its GPU and instances."""
+    if not isinstance(data, (list, tuple)):
+        raise UntrustedPathError(f"{source!r}: gpus is not a list of GPUs; write the run again")
+    gpus = []
+    for entry in data:
+        ok = (
+            isinstance(entry, Mapping)
+            and isinstance(entry.get("index"), int) and not isinstance(entry.get("index"), bool)
+            and isinstance(entry.get("name"), str) and isinstance(entry.get("layout"), str)
+            and isinstance(entry.get("instances"), list)
+            and all(isinstance(n, str) for n in entry["instances"])
+        )
+        if not ok:
+            raise UntrustedPathError(
+                f"{source!r}: gpus entry {entry!r} needs an index, a name, a layout and a list of "
+                "instance names; write the run again"
+            )
+        gpus.append({k: v for k, v in entry.items() if k not in _MEASURED_GPU_FIELDS})
+    return tuple(gpus)
+
+
+def _telemetry_from(data: object, source: str) -> RunTelemetry | None:
+    if data is None:
+        return None
+    from mlperf_mig.telemetry import RunTelemetry
+
+    return RunTelemetry.from_dict(data, source)
 
 
 def _status_word(instance: InstanceRun) -> str:
@@ -271,6 +306,9 @@ class RunResult:
     layout_compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
     # emulated: how the CPU budgets were enforced and where a proportion could not be kept
     emulation_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    # the GPUs of the run, one dict each: index, name, layout, partitioning, node, host,
+    # instances (names); results.json adds each one's subtotal (see gpu_rows)
+    gpus: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=tuple)
 
     # --- aggregate -----------------------------------------------------------------------------
     @property
@@ -347,6 +385,31 @@ class RunResult:
             return None
         return total / self.baseline_throughput - 1.0
 
+    @property
+    def multi_gpu(self) -> bool:
+        """Whether the run's instances were slices of several GPUs."""
+        return len(self.gpus) > 1
+
+    def gpu_rows(self) -> list[dict[str, Any]]:
+        """Each GPU with its subtotal: independent, the sum of its instances' throughput;
+        unified, the layout's result in proportion to the samples its instances served."""
+        rows = []
+        total = self.total_throughput
+        served_all = sum(i.dispatched_samples or 0 for i in self.instances)
+        for gpu in self.gpus:
+            members = [i for i in self.instances if i.name in gpu["instances"]]
+            row = {k: v for k, v in gpu.items() if k not in _MEASURED_GPU_FIELDS}
+            if self.mode == "unified":
+                served = sum(i.dispatched_samples or 0 for i in members)
+                row["served_samples"] = served
+                row["subtotal"] = None if total is None or not served_all else total * served / served_all
+            else:
+                values = [i.throughput for i in members if i.throughput is not None]
+                row["served_samples"] = None
+                row["subtotal"] = sum(values) if values else None
+            rows.append(row)
+        return rows
+
     def labels(self) -> list[str]:
         """The labels every report of this run carries."""
         labels = [self.metric_label]
@@ -369,6 +432,11 @@ class RunResult:
             )
         if any(i.performance and i.performance.target_source == "capacity cache" for i in self.instances):
             labels.append("Server target from the capacity cache (mlperf-mig capacity); --set target_qps overrides it")
+        if self.multi_gpu and self.mode == "unified":
+            labels.append(
+                "per-GPU subtotals of a unified run: the system's one result shared out by the "
+                "samples each GPU's instances served"
+            )
         if self.interrupted:
             labels.append("INTERRUPTED: incomplete")
         return labels
@@ -390,7 +458,8 @@ class RunResult:
 
     def title(self) -> str:
         what = f"study scenario {self.scenario}: " if self.scenario is not None else ""
-        where = f"{self.gpu} [emulated]" if self.emulated else self.gpu
+        where = f"{len(self.gpus)} GPUs ({self.gpu})" if self.multi_gpu else self.gpu
+        where = f"{where} [emulated]" if self.emulated else where
         return (
             f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {what}MIG layout "
             f"{self.layout} on {where}, {self.mode} mode, backend {self.backend} ({self.device})"
@@ -412,6 +481,20 @@ class RunResult:
 
     def instance_rows(self) -> list[dict[str, Any]]:
         rows = [i.row() for i in self.instances]
+        if self.multi_gpu:  # each GPU's instances, then its subtotal
+            rows = []
+            for gpu in self.gpu_rows():
+                rows += [i.row() for i in self.instances if i.name in gpu["instances"]]
+                rows.append(
+                    {
+                        "instance": f"GPU {gpu['index']} subtotal",
+                        "gpu": gpu["index"],
+                        "host": gpu.get("host") or "",
+                        "profile": gpu["layout"],
+                        "throughput": gpu["subtotal"],
+                        "share": gpu["served_samples"],
+                    }
+                )
         total_name = "layout (unified)" if self.mode == "unified" else "total (sum)"
         rows.append(
             {
@@ -429,10 +512,12 @@ class RunResult:
 
     def _columns(self) -> list[str]:
         columns = ["instance", "profile", "device", "status", "valid", "throughput", "p99 ms"]
+        if self.multi_gpu:
+            columns.insert(1, "gpu")
         if self.cluster is not None:
             columns.insert(1, "host")
         if self.mode == "unified":
-            columns.insert(6, "share")
+            columns.insert(columns.index("p99 ms"), "share")
         rows = self.instance_rows()
         if any(r.get("accuracy") for r in rows):
             columns.append("accuracy")
@@ -497,6 +582,7 @@ class RunResult:
         data["layout_result"] = _result_to(self.layout_result)
         data["layout_accuracy"] = _result_to(self.layout_accuracy)
         data["layout_compliance"] = [v.to_dict() for v in self.layout_compliance]
+        data["gpus"] = self.gpu_rows()
         return {
             "schema": SCHEMA,
             **data,
@@ -520,6 +606,7 @@ class RunResult:
         fields["layout_result"] = _result_from(fields.get("layout_result"))
         fields["layout_accuracy"] = _result_from(fields.get("layout_accuracy"))
         fields["layout_compliance"] = _verdicts_from(fields.get("layout_compliance"))
+        fields["gpus"] = _gpus_from(fields.get("gpus", ()), source)
         notes = fields.get("emulation_notes", ())
         if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
             raise UntrustedPathError(f"{source!r}: emulation_notes is not a list of texts; write the run again")
