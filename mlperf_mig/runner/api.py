@@ -48,6 +48,9 @@ _OPTIONS_DOC = """
     accuracy:         run the accuracy test after the performance test.
     compliance:       then run the compliance audits (ResNet50 TEST01 and TEST04, BERT TEST01),
                       each a fresh LoadGen test verified against the performance and accuracy runs.
+    telemetry:        sample GPU power and energy, each instance's activity and memory and each
+                      worker's CPU use at 10 Hz in the runner process around the performance round
+                      (results.json "telemetry", telemetry.csv); False turns the sampler off.
     settings:         LoadGen settings in user.conf keys and units, {"min_duration": 5000}.
     user_conf:        a user.conf file with LoadGen settings.
     dataset, vocab:   ImageNet val folder or SQuAD dev json (and BERT's vocab.txt); default synthetic.
@@ -98,6 +101,7 @@ def plan(
     emulate: bool = False,
     accuracy: bool = True,
     compliance: bool = False,
+    telemetry: bool = True,
     settings: Mapping[str, float] | None = None,
     user_conf: PathArg | None = None,
     dataset: PathArg | None = None,
@@ -144,6 +148,7 @@ def run(
     emulate: bool = False,
     accuracy: bool = True,
     compliance: bool = False,
+    telemetry: bool = True,
     settings: Mapping[str, float] | None = None,
     user_conf: PathArg | None = None,
     dataset: PathArg | None = None,
@@ -255,6 +260,7 @@ def sweep(
     emulate: bool = False,
     accuracy: bool = True,
     compliance: bool = False,
+    telemetry: bool = True,
     settings: Mapping[str, float] | None = None,
     user_conf: PathArg | None = None,
     dataset: PathArg | None = None,

@@ -73,6 +73,9 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-accuracy", action="store_true", help="skip the accuracy run")
     parser.add_argument("--compliance", action="store_true",
                         help="then run the compliance audits (TEST01, TEST04 for resnet50); a failed audit exits 1")
+    parser.add_argument("--no-telemetry", action="store_true",
+                        help="do not sample GPU power, energy and each instance's activity during the run "
+                        "(default: sampled at 10 Hz into results.json and telemetry.csv)")
     add_settings_option(parser)
     parser.add_argument("--user-conf", default=None, help="a user.conf file with LoadGen settings")
     parser.add_argument("--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)")
@@ -176,6 +179,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "emulate": args.emulate,
         "accuracy": not args.no_accuracy,
         "compliance": args.compliance,
+        "telemetry": not args.no_telemetry,
         "settings": parse_overrides(args.set),
         "user_conf": args.user_conf,
         "dataset": args.dataset,
@@ -195,9 +199,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 def _nvml_source(path: str | None) -> Any:
     if path is None:
         return None
-    from mlperf_mig.registry import RecordedNvml
+    from mlperf_mig.telemetry.replay import RecordedTelemetry
 
-    return RecordedNvml.from_file(path)
+    return RecordedTelemetry.from_file(path)  # replays telemetry too where the state recorded it
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

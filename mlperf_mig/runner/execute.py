@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
@@ -35,6 +35,10 @@ from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import RESULTS_FILE, InstanceRun, RunResult
 from mlperf_mig.runner.rounds import IndependentRounds, Rounds, UnifiedRounds, instance_result
 from mlperf_mig.runner.supervisor import WorkerOutcome
+
+if TYPE_CHECKING:
+    from mlperf_mig.telemetry import RunTelemetry
+    from mlperf_mig.telemetry.recorder import RunRecorder
 
 log = logging.getLogger(__name__)
 
@@ -175,12 +179,17 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
 
         return write
 
+    recorder = _open_telemetry(plan)
     try:
-        rounds.build_engines()
-    except KeyboardInterrupt:
-        save(True)  # nothing measured yet, but the folder says what happened
-        raise
-    performance, interrupted = rounds.run("performance", [s.name for s in plan.slots], checkpoint("performance"))
+        try:
+            rounds.build_engines()
+        except KeyboardInterrupt:
+            save(True)  # nothing measured yet, but the folder says what happened
+            raise
+        performance, interrupted, telemetry = _performance_round(plan, rounds, recorder, checkpoint("performance"))
+    finally:
+        if recorder is not None:
+            recorder.close()
     accuracy: dict[str, WorkerOutcome] = {}
     passed = rounds.passed(performance)
     if plan.accuracy and not interrupted and passed:
@@ -202,11 +211,39 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
         base, source = result.total_throughput, "this run"
     else:
         base, source = find_baseline(plan, outdir)
-    result = attrs.evolve(result, baseline_throughput=base, baseline_source=source)
+    result = attrs.evolve(result, baseline_throughput=base, baseline_source=source, telemetry=telemetry)
     result.save(outdir)
     if interrupted:
         raise KeyboardInterrupt
     return result
+
+
+def _open_telemetry(plan: RunPlan) -> RunRecorder | None:
+    """The run's telemetry sampler, with idle readings taken now, before anything of the run
+    is loaded; None with telemetry=False."""
+    if not plan.telemetry:
+        return None
+    from mlperf_mig.telemetry.recorder import RunRecorder
+
+    recorder = RunRecorder.open(plan)
+    recorder.measure_idle()
+    return recorder
+
+
+def _performance_round(
+    plan: RunPlan, rounds: Rounds, recorder: RunRecorder | None, on_finish: Callable[[WorkerOutcome], None]
+) -> tuple[dict[str, WorkerOutcome], bool, RunTelemetry | None]:
+    """The performance round, sampled by the recorder (from the moment its workers start to
+    the moment the last ends); the telemetry is summarised over the timed window the LoadGen
+    logs of the round's folders have in common, and the series written to telemetry.csv."""
+    names = [s.name for s in plan.slots]
+    if recorder is None:
+        return *rounds.run("performance", names, on_finish), None
+    with recorder.sampling():
+        performance, interrupted = rounds.run("performance", names, on_finish)
+    outdir = Path(plan.outdir)
+    logs = [outdir / folder / "performance" for folder in rounds.folders(names)]
+    return performance, interrupted, recorder.finish(outdir, logs)
 
 
 def _compliance(

@@ -270,6 +270,8 @@ class RunOptions:
     emulate: bool = attrs.field(default=False, validator=_flag)
     accuracy: bool = attrs.field(default=True, validator=_flag)
     compliance: bool = attrs.field(default=False, validator=_flag)
+    # the telemetry sampler (mlperf_mig/telemetry) around the performance round
+    telemetry: bool = attrs.field(default=True, validator=_flag)
     settings: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_settings)
     user_conf: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
     dataset: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)

@@ -87,6 +87,10 @@ class RunPlan:
     timeouts: Timeouts
     expected_s: float
     compliance: bool = False  # the compliance audits run after the accuracy round
+    telemetry: bool = True  # sample GPUs, instances and workers around the performance round
+    # the NVML source the plan was made with (a replayed state in tests); the telemetry sampler
+    # reads the same one. Not part of plan.json.
+    nvml_source: Any = attrs.field(default=None, eq=False, repr=False)
     # where the target among `overrides` came from when the user did not set it (the capacity
     # cache's file and entry); None: the overrides are the user's
     target_from: str | None = None
@@ -235,6 +239,7 @@ class RunPlan:
             "target_from": self.target_from,
             "accuracy": self.accuracy,
             "compliance": self.compliance,
+            "telemetry": self.telemetry,
             "outdir": self.outdir,
             "settings_key": self.settings_key,
             "instances": [
@@ -392,6 +397,8 @@ def make_plan(options: RunOptions) -> RunPlan:
         timeouts=Timeouts(ready_s=timeout_s or READY_TIMEOUT_S, run_s=run_s),
         expected_s=expected,
         compliance=options.compliance,
+        telemetry=options.telemetry,
+        nvml_source=options.nvml_source,
     )
 
 

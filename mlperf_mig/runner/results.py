@@ -25,6 +25,7 @@ from mlperf_mig.errors import OutputDirError, UntrustedPathError
 if TYPE_CHECKING:
     from mlperf_mig.harness.compliance import AuditVerdict
     from mlperf_mig.harness.result import InstanceResult
+    from mlperf_mig.telemetry import RunTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -304,11 +305,13 @@ class RunResult:
     cluster: dict[str, Any] | None = None
     # unified mode: the layout's compliance audits (independent mode: each InstanceRun's)
     layout_compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
-    # emulated: how the CPU budgets were enforced and where a proportion could not be kept
-    emulation_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     # the GPUs of the run, one dict each: index, name, layout, partitioning, node, host,
     # instances (names); results.json adds each one's subtotal (see gpu_rows)
     gpus: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    # emulated: how the CPU budgets were enforced and where a proportion could not be kept
+    emulation_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    # what the sampler recorded (mlperf_mig/telemetry); None: telemetry=False or an older run
+    telemetry: RunTelemetry | None = None
 
     # --- aggregate -----------------------------------------------------------------------------
     @property
@@ -384,6 +387,18 @@ class RunResult:
         if total is None or not self.baseline_throughput:
             return None
         return total / self.baseline_throughput - 1.0
+
+    @property
+    def samples_per_joule(self) -> float | None:
+        """Total throughput over the layout's mean power in the common timed window (GPU board
+        energy, not wall power; the CPU package's for emulated runs where readable); None where
+        no energy was measured."""
+        return None if self.telemetry is None else self.telemetry.samples_per_joule(self.total_throughput)
+
+    def utilisation(self, name: str) -> float | None:
+        """Mean activity of instance `name` over the timed window, in % (see telemetry notes)."""
+        found = None if self.telemetry is None else self.telemetry.instance(name)
+        return None if found is None else found.util_mean_pct
 
     @property
     def multi_gpu(self) -> bool:
@@ -477,6 +492,7 @@ class RunResult:
             "unit": self.throughput_unit,
             "all valid": self._all_valid_word(),
             "vs MIG scenario 1": None if change is None else f"x{1 + change:.3f}",
+            "samples/J": self.samples_per_joule,
         }
 
     def instance_rows(self) -> list[dict[str, Any]]:
@@ -506,8 +522,24 @@ class RunResult:
                 "accuracy": accuracy_cell(self.layout_accuracy),
                 "compliance": compliance_cell(self.layout_compliance),
                 "error": self.layout_error or result_error(self.layout_result, self.layout_accuracy),
+                "samples/J": self.samples_per_joule,
             }
         )
+        return self._with_telemetry(rows)
+
+    def _with_telemetry(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each instance's mean activity (`util %`) and each GPU subtotal's samples/J."""
+        if self.telemetry is None:
+            return rows
+        names = {i.name for i in self.instances}
+        for row in rows:
+            if row.get("instance") in names:
+                row["util %"] = self.utilisation(row["instance"])
+            elif "gpu" in row and row.get("throughput") is not None:
+                gpu = next((g for g in self.telemetry.gpus if g.index == row["gpu"]), None)
+                window = self.telemetry.window
+                if gpu is not None and gpu.energy_j and window is not None and window.duration_s > 0:
+                    row["samples/J"] = row["throughput"] * window.duration_s / gpu.energy_j
         return rows
 
     def _columns(self) -> list[str]:
@@ -519,6 +551,10 @@ class RunResult:
         if self.mode == "unified":
             columns.insert(columns.index("p99 ms"), "share")
         rows = self.instance_rows()
+        if self.telemetry is not None:
+            columns.insert(columns.index("p99 ms"), "util %")
+        if any(r.get("samples/J") is not None for r in rows):
+            columns.insert(columns.index("p99 ms"), "samples/J")
         if any(r.get("accuracy") for r in rows):
             columns.append("accuracy")
         if any(r.get("compliance") for r in rows):
@@ -535,7 +571,28 @@ class RunResult:
                 f"change against MIG scenario 1 ({self.baseline_source}): x{1 + change:.3f} "
                 "(ratio of the totals)"
             )
-        return lines + [f"note: {label}" for label in self.labels()] + self._cluster_notes()
+        return lines + [f"note: {label}" for label in self.labels()] + self._cluster_notes() + self._telemetry_notes()
+
+    def _instance_telemetry(self, name: str) -> dict[str, Any]:
+        """An instance's telemetry columns for to_pandas (empty without telemetry)."""
+        found = None if self.telemetry is None else self.telemetry.instance(name)
+        if found is None:
+            return {}
+        return {
+            "util %": found.util_mean_pct,
+            "util p95 %": found.util_p95_pct,
+            "memory peak MiB": found.memory_peak_mib,
+            "energy share J (estimate)": found.energy_share_j,
+        }
+
+    def _telemetry_notes(self) -> list[str]:
+        """What util % and samples/J are, each GPU's energy and throttling, what was not measured."""
+        t = self.telemetry
+        if t is None:
+            return []
+        from mlperf_mig.telemetry.report import telemetry_lines
+
+        return [f"telemetry: {line}" for line in telemetry_lines(t, self.samples_per_joule)]
 
     def _cluster_notes(self) -> list[str]:
         """Where a cluster run's instances ran and how far apart their LoadGen tests started."""
@@ -583,6 +640,7 @@ class RunResult:
         data["layout_accuracy"] = _result_to(self.layout_accuracy)
         data["layout_compliance"] = [v.to_dict() for v in self.layout_compliance]
         data["gpus"] = self.gpu_rows()
+        data["telemetry"] = None if self.telemetry is None else self.telemetry.to_dict()
         return {
             "schema": SCHEMA,
             **data,
@@ -592,6 +650,8 @@ class RunResult:
                 "all_valid": self.all_valid,
                 "change_vs_baseline": self.change_vs_baseline,
                 "compliance_passed": self.compliance_passed,
+                "samples_per_joule": self.samples_per_joule,
+                "energy_label": None if self.telemetry is None else self.telemetry.energy_label,
                 "labels": self.labels(),
             },
         }
@@ -607,6 +667,7 @@ class RunResult:
         fields["layout_accuracy"] = _result_from(fields.get("layout_accuracy"))
         fields["layout_compliance"] = _verdicts_from(fields.get("layout_compliance"))
         fields["gpus"] = _gpus_from(fields.get("gpus", ()), source)
+        fields["telemetry"] = _telemetry_from(fields.get("telemetry"), source)
         notes = fields.get("emulation_notes", ())
         if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
             raise UntrustedPathError(f"{source!r}: emulation_notes is not a list of texts; write the run again")
@@ -657,8 +718,9 @@ class RunResult:
             "backend": self.backend,
             "total_throughput": self.total_throughput,
             "all_valid": self.all_valid,
+            "samples_per_joule": self.samples_per_joule,
         }
-        rows = [{**run_columns, **i.row()} for i in self.instances]
+        rows = [{**run_columns, **i.row(), **self._instance_telemetry(i.name)} for i in self.instances]
         return pandas.DataFrame(rows)
 
 

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -132,6 +132,28 @@ def stop_signals() -> Iterator[None]:
         _active = None
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+class WorkerObserver(Protocol):
+    """Told of every worker a Supervisor of this process starts and ends (the telemetry sampler
+    follows each worker's CPU use and memory by its pid)."""
+
+    def worker_started(self, name: str, pid: int) -> None: ...
+
+    def worker_ended(self, name: str) -> None: ...
+
+
+_observers: list[WorkerObserver] = []
+
+
+@contextlib.contextmanager
+def observe_workers(observer: WorkerObserver) -> Iterator[None]:
+    """Tell `observer` of the workers started and ended while the block runs."""
+    _observers.append(observer)
+    try:
+        yield
+    finally:
+        _observers.remove(observer)
 
 
 def _hurry() -> bool:
@@ -375,6 +397,8 @@ class Supervisor:
         with main_module_hidden_if_unimportable():
             process.start()
         sender.close()
+        for observer in list(_observers):
+            observer.worker_started(job.name, process.pid)
         log.info("started worker %s (pid %d)", job.name, process.pid)
         self._event(job.name, "started")
         return _Worker(job, process, receiver)
@@ -473,6 +497,8 @@ class Supervisor:
         runner writes it to disk at once)."""
         if not worker.finish(status, **fields):
             return
+        for observer in list(_observers):
+            observer.worker_ended(worker.job.name)
         self._event(worker.job.name, status)
         if self._on_finish is not None and worker.outcome is not None:
             self._on_finish(worker.outcome)

@@ -1,0 +1,83 @@
+"""Telemetry in whole runs: a replayed MIG GPU with GPM, an A100 without, emulated, and off."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import mlperf_mig
+from mlperf_mig.runner.results import RunResult
+from mlperf_mig.telemetry import BOARD_ENERGY_LABEL
+from mlperf_mig.telemetry.replay import RecordedTelemetry
+
+from .conftest import load_state
+
+QUICK = {"backend": "null", "accuracy": False, "progress": False, "settings": {"min_duration": 1500}}
+
+
+@pytest.fixture(name="h200_run", scope="module")
+def fixture_h200_run(tmp_path_factory):
+    """Scenario 8 (7x 1g) on a replayed H200 with GPM and a throttle episode."""
+    outdir = tmp_path_factory.mktemp("h200") / "run"
+    source = RecordedTelemetry(load_state("h200-7x1g-telemetry"))
+    return mlperf_mig.run(8, nvml_source=source, outdir=outdir, **QUICK)
+
+
+def test_a_mig_run_records_energy_and_samples_per_joule(h200_run):
+    """The GPU's board energy over the timed window gives the layout's samples per joule."""
+    gpu = h200_run.telemetry.gpus[0]
+    assert gpu.energy_j > 0 and gpu.energy_source == "NVML total energy counter"
+    assert h200_run.samples_per_joule == pytest.approx(h200_run.total_throughput / h200_run.telemetry.power_mean_w)
+    assert h200_run.telemetry.energy_label == BOARD_ENERGY_LABEL
+
+
+def test_each_instance_has_its_gpm_activity_and_memory(h200_run):
+    """Every MIG instance has a mean SM activity and a peak memory."""
+    for instance in h200_run.telemetry.instances:
+        assert 0 < instance.util_mean_pct <= 100 and instance.memory_peak_mib > 0
+
+
+def test_the_table_shows_util_and_samples_per_joule(h200_run):
+    """The run's table has util % and samples/J columns and says what energy it is."""
+    table = h200_run.table()
+    assert "util %" in table and "samples/J" in table and BOARD_ENERGY_LABEL in table
+
+
+def test_telemetry_csv_and_results_json_agree(h200_run):
+    """telemetry.csv beside results.json holds the series; results.json reads back equal."""
+    folder = h200_run.outdir
+    from mlperf_mig.telemetry.series import read_series
+
+    columns, rows = read_series(folder)
+    assert "gpu0:power_w" in columns and len(rows) == h200_run.telemetry.samples
+    assert RunResult.load(folder).telemetry == h200_run.telemetry
+
+
+def test_an_a100_run_says_activity_was_not_measured(tmp_path):
+    """Without GPM the instances' util % is empty and the reason is in the notes."""
+    source = RecordedTelemetry(load_state("a100-80gb-scenario7-telemetry"))
+    result = mlperf_mig.run(7, nvml_source=source, outdir=tmp_path / "run", **QUICK)
+    assert all(i.util_mean_pct is None for i in result.telemetry.instances)
+    assert "GPM not supported" in result.telemetry.instances[0].util_metric
+    assert result.telemetry.gpus[0].energy_j is not None
+
+
+def test_telemetry_false_writes_no_series(tmp_path):
+    """telemetry=False: no sampler, no telemetry.csv, telemetry null in results.json."""
+    result = mlperf_mig.run(7, emulate=True, telemetry=False, outdir=tmp_path / "run", **QUICK)
+    assert result.telemetry is None and not (tmp_path / "run" / "telemetry.csv").exists()
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["telemetry"] is None
+
+
+def test_the_cli_prints_util_per_instance_and_no_telemetry_turns_it_off(tmp_path):
+    """`run` prints a util % per instance; `--no-telemetry` leaves it out."""
+    base = [sys.executable, "-m", "mlperf_mig", "run", "--scenario", "7", "--emulate", "--backend", "null",
+            "--no-accuracy", "--set", "min_duration=1000"]
+    on = subprocess.run([*base, "--outdir", str(tmp_path / "on")], capture_output=True, text=True, timeout=600)
+    off = subprocess.run([*base, "--no-telemetry", "--outdir", str(tmp_path / "off")], capture_output=True, text=True, timeout=600)
+    assert on.returncode == 0, on.stderr
+    assert "util %" in on.stdout and (tmp_path / "on" / "telemetry.csv").is_file()
+    assert off.returncode == 0 and "util %" not in off.stdout

@@ -1,0 +1,144 @@
+"""The summary over the common timed window: energy from counters, shares, throttling, read-back."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mlperf_mig.errors import UntrustedPathError
+from mlperf_mig.telemetry.summary import (
+    BOARD_ENERGY_LABEL,
+    InstanceColumns,
+    RunTelemetry,
+    Window,
+    counter_energy,
+    flag_seconds,
+    power_energy,
+    summarize,
+)
+
+
+def _rows(seconds: int = 10, power: float = 200.0, reset_at: int | None = None) -> list[dict]:
+    """Samples at 1 Hz of a GPU at constant power, its energy counter and two instances."""
+    rows, counter = [], 5_000.0
+    for k in range(seconds + 1):
+        if k == reset_at:
+            counter = 3.0  # a driver reload restarts the counter
+        rows.append({
+            "t": 100.0 + k, "gpu0:power_w": power, "gpu0:energy_j": counter,
+            "gpu0:clock_events": 4.0 if 3 <= k < 5 else 0.0,
+            "a:sm_active_pct": 80.0, "b:sm_active_pct": 40.0, "a:memory_mib": 100.0 + k, "b:memory_mib": 50.0,
+        })
+        counter += power
+    return rows
+
+
+def _instances() -> list[InstanceColumns]:
+    return [
+        InstanceColumns(name=n, gpu_index=0, weight=w, util=f"{n}:sm_active_pct", util_metric="GPM",
+                        memory=f"{n}:memory_mib", memory_metric="MIG memory")
+        for n, w in (("a", 2.0), ("b", 1.0))
+    ]
+
+
+def _summary(rows: list[dict], window: Window | None) -> RunTelemetry:
+    return summarize(
+        rows, window=window, idle=[{"t": 0.0, "gpu0:power_w": 60.0}], instances=_instances(),
+        gpus=[{"index": 0, "name": "NVIDIA H200", "gpm": "supported", "measured": ["power_w"], "not_measured": {}}],
+        package={"column": None, "source": "not measured: test"}, interval_s=1.0,
+    )
+
+
+WINDOW = Window(start_unix_s=102.5, end_unix_s=107.5, source="test")
+
+
+def test_counter_energy_is_the_counter_difference_over_the_window():
+    """A counter growing 200 J/s gives 1000 J over a 5 s window, between samples too."""
+    rows = _rows()
+    t, e = np.array([r["t"] for r in rows]), np.array([r["gpu0:energy_j"] for r in rows])
+    assert counter_energy(t, e, t, np.full(len(t), 200.0), 102.5, 107.5) == pytest.approx(1000.0)
+
+
+def test_a_counter_reset_is_bridged_by_power_not_taken_as_negative_energy():
+    """A counter that restarts inside the window still gives power x time for that step."""
+    rows = _rows(reset_at=5)
+    t, e = np.array([r["t"] for r in rows]), np.array([r["gpu0:energy_j"] for r in rows])
+    assert counter_energy(t, e, t, np.full(len(t), 200.0), 102.5, 107.5) == pytest.approx(1000.0)
+
+
+def test_energy_is_none_when_the_samples_do_not_cover_the_window():
+    """A window beyond the samples has no energy rather than a partial one."""
+    t = np.array([100.0, 101.0])
+    assert counter_energy(t, np.array([0.0, 1.0]), t, np.array([1.0, 1.0]), 100.0, 105.0) is None
+
+
+def test_power_is_integrated_where_there_is_no_counter():
+    """Without an energy counter, constant 150 W over 4 s is 600 J."""
+    t = np.arange(0.0, 11.0)
+    assert power_energy(t, np.full(11, 150.0), 2.0, 6.0) == pytest.approx(600.0)
+
+
+def test_throttle_reasons_are_timed_within_the_window():
+    """sw_power_cap set at samples 3 and 4 (1 s each) counts 2 s; outside the window it does not."""
+    assert flag_seconds(_rows(), "gpu0:clock_events", Window(start_unix_s=100, end_unix_s=110, source="t")) == {"sw_power_cap": 2.0}
+    assert flag_seconds(_rows(), "gpu0:clock_events", Window(start_unix_s=106, end_unix_s=110, source="t")) == {}
+
+
+def test_summary_gives_gpu_energy_mean_power_and_idle_power():
+    """Energy and mean power over the window, idle power from the readings before the run."""
+    summary = _summary(_rows(), WINDOW)
+    gpu = summary.gpus[0]
+    assert (gpu.energy_j, gpu.power_mean_w, gpu.idle_power_w) == (1000.0, 200.0, 60.0)
+    assert gpu.energy_source == "NVML total energy counter"
+    assert summary.energy_label == BOARD_ENERGY_LABEL
+
+
+def test_instance_energy_shares_split_the_gpu_energy_by_activity_and_size():
+    """a (80% x 2 slices) and b (40% x 1 slice) share 1000 J as 800 and 200 J."""
+    summary = _summary(_rows(), WINDOW)
+    assert [i.energy_share_j for i in summary.instances] == [800.0, 200.0]
+
+
+def test_samples_per_joule_is_throughput_over_mean_power():
+    """1000 samples/s at a mean 200 W is 5 samples per joule."""
+    assert _summary(_rows(), WINDOW).samples_per_joule(1000.0) == pytest.approx(5.0)
+
+
+def test_without_a_window_there_is_no_energy_and_it_is_said():
+    """No common timed window: no energy, no samples/J, and a note says so."""
+    summary = _summary(_rows(), None)
+    assert summary.energy_j is None and summary.samples_per_joule(1000.0) is None
+    assert any("samples/J not available" in n for n in summary.notes)
+
+
+def test_utilisation_counts_only_samples_inside_the_window():
+    """Mean and p95 activity come from the window; peak memory from every sample."""
+    rows = _rows()
+    rows[0]["a:sm_active_pct"] = 0.0  # before the window
+    summary = _summary(rows, WINDOW)
+    a = summary.instance("a")
+    assert (a.util_mean_pct, a.util_p95_pct, a.memory_peak_mib) == (80.0, 80.0, 110.0)
+
+
+def test_telemetry_round_trips_through_its_dict():
+    """to_dict and from_dict give the same record back."""
+    summary = _summary(_rows(), WINDOW)
+    assert RunTelemetry.from_dict(summary.to_dict()) == summary
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [(("layout", "energy_j"), math.nan), (("instances", 0, "name"), "../x"), (("csv",), "../../etc/passwd"),
+     (("gpus", 0, "power_peak_w"), 1e308), (("samples",), -1), (("window", "end_unix_s"), 0.0)],
+)
+def test_a_hostile_value_read_back_is_refused_in_one_line(path, value):
+    """NaN, 1e308, a climbing name, another csv path or a backwards window is refused, named."""
+    data = _summary(_rows(), WINDOW).to_dict()
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(UntrustedPathError, match="telemetry|not a plain name"):
+        RunTelemetry.from_dict(data, "x/results.json")
