@@ -138,6 +138,7 @@ class Accelerator:
     on_cuda: bool = False  # the backend itself runs on CUDA (its CUDA version goes with it)
     nodes: int = 1  # machines (VMs) the result's SUT spans
     network: bool = False  # one LoadGen dispatching over the network to instances on other nodes
+    gpus_per_node: int = 1  # GPUs the result's SUT spans on each node (a whole system: 8 on a DGX)
 
     @property
     def emulated(self) -> bool:
@@ -266,10 +267,11 @@ def _accelerator_fields(accelerator: Accelerator, gpu: GpuFacts | None) -> dict[
         }
     memory = f"{accelerator.memory_gib:g} GiB" if accelerator.memory_gib else ""
     fields: dict[str, Any] = {
-        "accelerators_per_node": 1,
+        "accelerators_per_node": accelerator.gpus_per_node,
         "accelerator_model_name": f"NVIDIA {accelerator.gpu} ({accelerator.partition()})",
         "accelerator_memory_capacity": memory,
-        "accelerator_interconnect": "N/A (one GPU; its MIG instances share it)",
+        # several GPUs: NVLink, NVSwitch or PCIe is the host's to say (a host description)
+        "accelerator_interconnect": "N/A (one GPU; its MIG instances share it)" if accelerator.gpus_per_node == 1 else "",
         "accelerator_memory_configuration": gpu_memory_type(accelerator.gpu),
     }
     if gpu is not None:

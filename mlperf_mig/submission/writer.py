@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -295,14 +296,46 @@ def _sources(run_dir: Path, run: RunResult, bert_folder: str) -> list[ResultSour
 
 
 def system_folder_name(run: RunResult, instance: InstanceRun | None) -> str:
-    """'A100-SXM4-80GB-MIG_3x2g.20gb_1x1g.10gb_TRT', per instance '..._MIG_2g.20gb_i0-of-...'."""
-    layout = _token(run.layout)
+    """'A100-SXM4-80GB-MIG_3x2g.20gb_1x1g.10gb_TRT', per instance '..._MIG_2g.20gb_i0-of-...';
+    a whole system 'A100-SXM4-80GB-MIG_56x1g.10gb_TRT' (system_layout_token)."""
+    layout = system_layout_token(run)
     kind = "shared" if run.partitioning == "shared" else "MIG"
     partition = layout if instance is None else f"{_token(instance.profile)}_i{instance.index}-of-{layout}"
     backend_cls = find_backend(run.backend)
     backend = (backend_cls and backend_cls.system_token) or _token(run.backend)
     suffix = "_emulated" if run.emulated else ""
     return f"{_token(run.gpu)}-{kind}_{partition}_{backend}{suffix}"
+
+
+def system_layout_token(run: RunResult) -> str:
+    """The layout part of a system's name. One GPU: its layout. GPUs of one model and layout:
+    the instances counted over all of them, as NVIDIA named its DGX-A100 result
+    (`56x1g.10gb`). Mixed layouts spelled out per group of GPUs
+    (`6xGPU-7x1g.10gb_and_2xGPU-4g.40gb_3g.40gb`, with the model when the models differ)."""
+    if len(run.gpus) <= 1:
+        return _token(run.layout)
+    groups = Counter((g["name"], g["layout"]) for g in run.gpus)
+    if len(groups) == 1:
+        (name, layout), count = next(iter(groups.items()))
+        profiles = _profile_counts(name, layout)
+        if profiles is not None:
+            return "_".join(f"{count * n}x{_token(profile)}" for profile, n in profiles.items())
+    models = len({name for name, _ in groups}) > 1
+    return "_and_".join(
+        f"{count}xGPU-{_token(name) + '-' if models else ''}{_token(layout)}"
+        for (name, layout), count in groups.items()
+    )
+
+
+def _profile_counts(gpu: str, layout: str) -> Counter[str] | None:
+    """How many instances of each profile `layout` has on `gpu` (largest first); None when
+    results.json names a GPU or layout this catalog does not know (the layout is then spelled)."""
+    from mlperf_mig.registry import parse_layout
+
+    try:
+        return Counter(p.name for p in parse_layout(default_catalog().get(gpu), layout).profiles)
+    except MlperfMigError:
+        return None
 
 
 def _token(text: str) -> str:
@@ -561,7 +594,14 @@ def _accelerator(source: ResultSource) -> Accelerator:
         # independent mode: each instance is its own system on its own node
         nodes=len(run.cluster["nodes"]) if run.cluster and instance is None else 1,
         network=bool(run.cluster) and instance is None and len(run.cluster["nodes"]) > 1,
+        gpus_per_node=1 if instance is not None else _gpus_per_node(run),
     )
+
+
+def _gpus_per_node(run: RunResult) -> int:
+    """The most GPUs the run used on one node (1 for a layout on one GPU)."""
+    per_node = Counter(g.get("node") for g in run.gpus)
+    return max(per_node.values(), default=1)
 
 
 def _memory_gib(gpu_name: str, profile: str | None) -> float | None:
