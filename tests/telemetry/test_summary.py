@@ -140,5 +140,5 @@ def test_a_hostile_value_read_back_is_refused_in_one_line(path, value):
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
-    with pytest.raises(UntrustedPathError, match="telemetry|not a plain name"):
+    with pytest.raises(UntrustedPathError, match=r"telemetry|not a plain name"):
         RunTelemetry.from_dict(data, "x/results.json")
