@@ -30,6 +30,7 @@ from mlperf_mig.harness.logs import ACCURACY_LOG
 from mlperf_mig.harness.samples import SyntheticSource, input_layouts
 
 LAYOUT = "2g.20gb+1g.10gb"
+HANG_BOUND_S = 60  # each of these LoadGen tests takes a few seconds
 BATCH = 7
 # scenario -> (benchmark, samples, target): BERT where many samples are cheap, ResNet50 (588 KiB
 # samples, gathered row by row) where fewer do
@@ -56,6 +57,9 @@ def _run(outdir: Path, scenario: str, mode: str, **options: Any) -> Any:
         sample_count=samples,
         # a short performance run; the accuracy run issues every sample, not the quick 64
         settings={"min_duration": 100, "accuracy_sample_count_override": 0, **target},
+        # a SUT that drops or never completes a sample hangs LoadGen: its worker counts as
+        # hung after this long and the run fails at once, instead of at an outer timeout
+        timeout_s=HANG_BOUND_S,
         **options,
     )
 
