@@ -14,8 +14,10 @@ the inventory side by side.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from mlperf_mig.cluster.inventory import NodeInventory, inventory_rows
 from mlperf_mig.errors import ClusterError, MlperfMigError
@@ -208,3 +210,128 @@ def cluster_deployment(
         except MlperfMigError:  # the layout does not even resolve on that GPU: show what was asked
             layout_text = str(wanted)
     raise _refusal("the cluster cannot hold the layout", layout_text, inventories, fix)
+
+
+def cluster_system_deployment(
+    scenario: ScenarioSpec,
+    *,
+    layouts: Mapping[int, ScenarioSpec],
+    inventories: Sequence[NodeInventory],
+    cluster: str,
+    gpu: str | None,
+    gpu_count: int | None,
+    catalog: Any,
+) -> Deployment:
+    """Every GPU of every node (`gpus="all"`): each node's MIG GPUs with the layout asked of
+    that GPU index (`layouts`, else `scenario`, translated per GPU model), matched on the node's
+    own devices; GPU-less nodes each emulate `gpu_count` GPUs of `gpu` on their CPUs (each GPU
+    its share, kept by a duty cycle). A node GPU that cannot carry its layout is refused, naming
+    the node and the GPU."""
+    from mlperf_mig.runner.system import join_gpus
+
+    with_devices = [inv for inv in inventories if not inv.emulated]
+    parts: list[tuple[int, Deployment]] = []
+    for inv in with_devices or inventories:
+        if inv.emulated:
+            parts += _emulated_node_gpus(scenario, layouts, inv, gpu, gpu_count or 1, catalog)
+            continue
+        if gpu_count is not None:
+            raise ClusterError(
+                f"gpu_count / --gpu-count emulates GPUs on GPU-less nodes, but node {inv.host} "
+                f"({inv.short_id}) has GPUs; drop --gpu-count, or add --emulate to emulate on every node"
+            )
+        by_gpu: dict[int, list[dict[str, Any]]] = {}
+        for device in inv.devices:
+            by_gpu.setdefault(device["index"], []).append(device)
+        for index, devices in sorted(by_gpu.items()):
+            parts.append((index, _node_gpu(scenario, layouts, inv, index, devices, gpu, cluster, catalog)))
+    missing = sorted(set(layouts) - {index for index, _ in parts})
+    if missing:
+        raise ClusterError(
+            f"layouts / --layout names GPU {', '.join(map(str, missing))}, which no node of the "
+            f"cluster has; the nodes have GPUs {', '.join(sorted({str(i) for i, _ in parts}))}"
+        )
+    joined = join_gpus(parts)
+    grouping = "emulated" if joined.emulated else "observed"
+    return attrs.evolve(joined, cluster=cluster, grouping=grouping)
+
+
+def _node_gpu(
+    scenario: ScenarioSpec, layouts: Mapping[int, ScenarioSpec], inv: NodeInventory, index: int,
+    devices: list[dict[str, Any]], gpu: str | None, cluster: str, catalog: Any,
+) -> Deployment:
+    """GPU `index` of node `inv` carrying its layout on its MIG devices."""
+    where = f"node {inv.host} ({inv.short_id}) GPU {index}"
+    model = devices[0]["gpu"]
+    if any(d["kind"] != "mig" for d in devices):
+        kind = devices[0]["kind"]
+        what = "a vGPU in a VM, whose parent GPU it cannot see" if kind == "vgpu" else "without MIG"
+        raise ClusterError(
+            f"{where} ({model}) is {what}, so it cannot be one whole GPU of the system; run "
+            "without --gpus all (with --gpu-group for the VMs of one GPU), or enable MIG there"
+        )
+    if gpu is not None and catalog.get(gpu).name != catalog.get(model).name:
+        raise ClusterError(f"gpu={gpu!r} asked for, but {where} is a {model}; omit --gpu")
+    wanted = layouts.get(index, scenario)
+    try:
+        layout, number = resolve_layout(wanted, catalog.get(model), catalog)
+        solved_starts(layout)
+    except MlperfMigError as exc:
+        raise type(exc)(f"{where} ({model}): {exc}") from None
+    pool = list(devices)
+    chosen = []
+    for profile in layout.profiles:
+        found = next((d for d in pool if d["profile"] == profile.name), None)
+        if found is None:
+            carried = describe_profiles([d["profile"] for d in devices])
+            raise ClusterError(
+                f"{where} ({model}) carries {carried}, but the run asks for "
+                f"{describe_profiles([p.name for p in layout.profiles])}; create it there (see "
+                f"`mlperf-mig mig-setup --gpu {model}`) or pass --layout {index}=LAYOUT with the "
+                "layout it carries"
+            )
+        pool.remove(found)
+        chosen.append(found)
+    slots = tuple(
+        _slot(
+            i, profile, inv, placement_start=device["placement_start"], device=device["uuid"],
+            env={"CUDA_VISIBLE_DEVICES": device["uuid"]},
+        )
+        for i, (profile, device) in enumerate(zip(layout.profiles, chosen))
+    )
+    return Deployment(
+        partitioning="mig", layout=layout, scenario=number, gpu_index=index, slots=slots,
+        cluster=cluster, grouping="observed",
+    )
+
+
+def _emulated_node_gpus(
+    scenario: ScenarioSpec, layouts: Mapping[int, ScenarioSpec], inv: NodeInventory,
+    gpu: str | None, count: int, catalog: Any,
+) -> list[tuple[int, Deployment]]:
+    """`count` emulated GPUs on a GPU-less node, each on its share of the node's CPUs."""
+    from mlperf_mig.runner.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
+    from mlperf_mig.runner.system import emulated_gpu_cpus
+
+    model = resolve_gpu(gpu, catalog)
+    whole = len(set(inv.cpus)) / count
+    gpus = []
+    for index, share in enumerate(emulated_gpu_cpus(count, inv.cpus)):
+        layout, number = resolve_layout(layouts.get(index, scenario), model, catalog)
+        budgets = emulated_cpu_budgets(
+            [p.compute_slices for p in layout.profiles], layout.gpu.compute_slices, share,
+            whole_gpu_cpus=min(whole, len(share)), enforcement=DUTY_CYCLE,
+        )
+        slots = tuple(
+            _slot(
+                i, profile, inv, placement_start=start,
+                device="cpu:" + ",".join(map(str, budget.cpus)), env={"CUDA_VISIBLE_DEVICES": ""},
+                budget=budget,
+            )
+            for i, (profile, budget, start) in enumerate(zip(layout.profiles, budgets.budgets, solved_starts(layout)))
+        )
+        gpus.append((index, Deployment(
+            partitioning="emulated", layout=layout, scenario=number, gpu_index=index, slots=slots,
+            grouping="emulated", notes=budgets.notes,
+        )))
+    return gpus

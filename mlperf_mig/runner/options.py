@@ -301,6 +301,11 @@ class RunOptions:
                 f"gpus={list(self.gpus)} picks GPUs of one host, but a cluster's nodes number their "  # type: ignore[arg-type]
                 "GPUs each from 0; pass gpus='all' / --gpus all (every GPU of every node)"
             )
+        if self.cluster is not None and self.gpus is None and (self.gpu_count is not None or self.layouts):
+            raise ClusterError(
+                "gpu_count and layouts on a cluster are per GPU of every node: add gpus='all' / "
+                "--gpus all, or drop --gpu-count / --layout"
+            )
         if self.cluster is None:
             if self.gpu_group is not None:
                 raise SettingsError(

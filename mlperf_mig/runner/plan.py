@@ -423,13 +423,18 @@ def _cluster_deployment(options: RunOptions, catalog: Any) -> Deployment:
     """Where the instances run across the cluster's nodes (the cluster's own inventory)."""
     from mlperf_mig.cluster.connect import cluster_scope
     from mlperf_mig.cluster.inventory import take_inventory
-    from mlperf_mig.cluster.placement import cluster_deployment
+    from mlperf_mig.cluster.placement import cluster_deployment, cluster_system_deployment
 
     with cluster_scope(options.cluster) as session:
         assert session is not None
         inventories = take_inventory(session)
         if options.emulate:
             inventories = [attrs.evolve(inv, devices=()) for inv in inventories]
+        if options.gpus == "all":
+            return cluster_system_deployment(
+                options.scenario, layouts=dict(options.layouts), inventories=inventories,
+                cluster=str(session.spec), gpu=options.gpu, gpu_count=options.gpu_count, catalog=catalog,
+            )
         return cluster_deployment(
             options.scenario, inventories=inventories, cluster=str(session.spec), gpu=options.gpu,
             gpu_group=options.gpu_group, catalog=catalog,

@@ -102,23 +102,21 @@ def as_one_gpu(deployment: Deployment) -> Deployment:
     return attrs.evolve(deployment, slots=slots, gpus=(part,))
 
 
-def join_gpus(
-    deployments: Sequence[tuple[int, Deployment]], *, node: str | None = None, host: str | None = None
-) -> Deployment:
+def join_gpus(deployments: Sequence[tuple[int, Deployment]]) -> Deployment:
     """One deployment of several one-GPU deployments (GPU index, deployment), in order: run-wide
-    instance indices, names `g<gpu>-i<k>-<profile>` when there is more than one GPU."""
+    instance indices, names `g<gpu>-i<k>-<profile>` when there is more than one GPU, and
+    `n<node>-g<gpu>-i<k>-<profile>` when they are on several nodes (numbered in order)."""
     several = len(deployments) > 1
+    nodes = list(dict.fromkeys(d.slots[0].node for _, d in deployments if d.slots))
     slots: list[InstanceSlot] = []
     parts = []
     for gpu_index, deployment in deployments:
+        node = deployment.slots[0].node if deployment.slots else None
+        host = deployment.slots[0].host if deployment.slots else None
+        prefix = f"n{nodes.index(node)}-" if len(nodes) > 1 else ""
         for k, slot in enumerate(deployment.slots):
-            name = f"g{gpu_index}-i{k}-{slot.profile}" if several else slot.name
-            slots.append(
-                attrs.evolve(
-                    slot, index=len(slots), name=name, gpu_index=gpu_index,
-                    node=slot.node or node, host=slot.host or host,
-                )
-            )
+            name = f"{prefix}g{gpu_index}-i{k}-{slot.profile}" if several else slot.name
+            slots.append(attrs.evolve(slot, index=len(slots), name=name, gpu_index=gpu_index))
         parts.append(
             GpuPart(
                 index=gpu_index, layout=deployment.layout, partitioning=deployment.partitioning,
@@ -135,9 +133,8 @@ def join_gpus(
         "gpu_index": first.gpu_index if not several else None,
         "slots": tuple(slots),
         "gpus": tuple(parts),
+        "notes": tuple(dict.fromkeys(n for _, d in deployments for n in d.notes)),
     }
-    if "notes" in attrs.fields_dict(Deployment):  # emulation notes of each GPU, once each
-        fields["notes"] = tuple(dict.fromkeys(n for _, d in deployments for n in d.notes))
     return attrs.evolve(first, **fields)
 
 
