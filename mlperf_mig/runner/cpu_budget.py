@@ -223,6 +223,19 @@ def _worker_cgroup_name(pid: int) -> str:
     return f"{CGROUP_PREFIX}{pid}"
 
 
+def _pid_alive(text: str) -> bool:
+    """Whether the process `text` names still exists (its cgroup may be being set up)."""
+    if not text.isdigit():
+        return True
+    try:
+        os.kill(int(text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def join_quota_cgroup(share: float) -> Path:
     """Move this process into a cgroup of its own, under its current one, with a quota of `share`
     CPUs. Empty ones that earlier workers left (killed before their runner removed them) go."""
@@ -231,8 +244,9 @@ def join_quota_cgroup(share: float) -> Path:
         raise OSError("no CPU cgroup visible to this process")
     folder, version = own
     for stale in folder.glob(f"{CGROUP_PREFIX}[0-9]*"):
-        with contextlib.suppress(OSError):
-            stale.rmdir()  # only an empty cgroup can be removed: a running worker's stays
+        if not _pid_alive(stale.name[len(CGROUP_PREFIX):]):
+            with contextlib.suppress(OSError):
+                stale.rmdir()  # only an empty cgroup can be removed
     mine = folder / _worker_cgroup_name(os.getpid())
     mine.mkdir(exist_ok=True)
     _write_quota(mine, version, share)

@@ -15,6 +15,7 @@ Ctrl-C the results gathered so far are written and KeyboardInterrupt is raised a
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import logging
 import os
@@ -255,11 +256,20 @@ def _compliance(
 ) -> tuple[dict[str, Any], bool]:
     """The audit rounds after the accuracy round (runner/audits.py): of each instance whose
     performance and accuracy runs finished, or of the layout; the others' audits are not run."""
-    from mlperf_mig.runner.audits import not_run, run_audits
+    from mlperf_mig.runner.audits import REFERENCE_FOLDER, not_run, run_audits
 
     folders = rounds.folders([s.name for s in plan.slots])
     ready = [f for f in folders if f in performance and performance[f].ok and f in accuracy and accuracy[f].ok]
-    verdicts, interrupted = run_audits(plan, outdir, rounds.run, rounds.instances_of(ready), ready)
+    def reference_round(names: list[str]) -> tuple[dict[str, WorkerOutcome], bool]:
+        """The performance test again, into its own folder, bracketing the short audits."""
+        again = copy.copy(rounds)
+        again.outdir = outdir / REFERENCE_FOLDER
+        return again.run("performance", names)
+
+    verdicts, interrupted = run_audits(
+        plan, outdir, rounds.run, rounds.instances_of(ready), ready,
+        reference_round=reference_round, performance=performance,
+    )
     for folder in folders:
         if folder not in ready and not interrupted:
             verdicts[folder] = not_run(plan, outdir, folder, "its performance or accuracy run did not finish")

@@ -367,9 +367,12 @@ class RunResult:
 
     @property
     def compliance_passed(self) -> bool | None:
-        """Whether every compliance audit passed; None when none ran."""
+        """Whether every compliance audit passed: False when one failed, None when none ran or
+        a short one was inconclusive (its noise exceeded its band) and none failed."""
         audits = self.audits
-        return all(v.passed for v in audits) if audits else None
+        if any(not v.passed and not v.inconclusive for v in audits):
+            return False
+        return None if not audits or any(v.inconclusive for v in audits) else True
 
     def _all_valid_word(self) -> str:
         if self.all_valid:

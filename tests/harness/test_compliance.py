@@ -284,3 +284,36 @@ def test_recorded_pass_refuses_a_linked_verify_file(tmp_path: Path) -> None:
     (tmp_path / "TEST04" / "verify_performance.txt").symlink_to(elsewhere)
     with pytest.raises(SettingsError, match="is a symbolic link, not the verify file"):
         recorded_pass(tmp_path / "TEST04", "TEST04")
+
+
+# --- noise: inconclusive short audits ---------------------------------------------------------------
+def test_short_audit_with_a_spread_above_the_band_is_inconclusive(tmp_path: Path) -> None:
+    """A short TEST04 40% faster on a machine whose measured spread is 25% is inconclusive, not FAIL, and says the spread."""
+    folder = _instance(tmp_path, "TEST04", test_rate=140.0)
+    verdict = verify_audit("TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.25)
+    assert verdict.inconclusive and not verdict.passed
+    assert verdict.summary().startswith("TEST04 inconclusive (short):") and "25.0%" in verdict.summary()
+    text = (folder / "TEST04" / "verify_performance.txt").read_text()
+    assert "TEST INCONCLUSIVE:" in text and "TEST PASS" not in text
+
+
+def test_short_audit_with_a_small_spread_keeps_its_verdict(tmp_path: Path) -> None:
+    """A spread within the band leaves the 40%-faster TEST04 a FAIL."""
+    folder = _instance(tmp_path, "TEST04", test_rate=140.0)
+    verdict = verify_audit("TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.03)
+    assert not verdict.passed and not verdict.inconclusive
+
+
+def test_full_length_audit_keeps_the_mlcommons_rule_whatever_the_spread(tmp_path: Path) -> None:
+    """A full-length TEST04 40% faster fails even with a large measured spread."""
+    _write_detail(tmp_path / "performance", _offline(100.0, "VALID"))
+    _write_detail(tmp_path / "TEST04", {**_offline(140.0, "VALID"), **TEST04_SETTINGS}, audit=True)
+    verdict = verify_audit("TEST04", tmp_path, benchmark="resnet50", loadgen_scenario="Offline", short=False, spread=0.5)
+    assert not verdict.passed and not verdict.inconclusive
+
+
+def test_noise_does_not_hide_a_test01_payload_failure(tmp_path: Path) -> None:
+    """A TEST01 whose payloads differ on synthetic data fails even when the spread makes its score inconclusive."""
+    folder = _instance(tmp_path, "TEST01", test_rate=150.0, audit_entries=[(1, 2), (3, 3), (5, 5)])
+    verdict = verify_audit("TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.3)
+    assert not verdict.passed and not verdict.inconclusive and "payloads differ" in verdict.reason
