@@ -7,7 +7,10 @@ within `tolerance`. A probe passes when its p99 latency is within the benchmark'
 and LoadGen logged no error; a short probe cannot satisfy LoadGen's early-stopping and duration
 rules, so its own verdict is not used. The answer is then confirmed by one run of the chosen
 length (`confirm_ms`, default the preset's) judged by LoadGen's full verdict; if that run is
-INVALID the target steps down by the tolerance and is confirmed again (twice at most). A search
+INVALID the target steps down by the tolerance and is confirmed again (twice at most). A probe
+that fails is run again at the same target: a short probe's p99 moves with the machine's load, and
+when the repeat passes the probe is inconclusive (with the spread of the two p99s), counted as a
+failure so that the answer stays on the safe side, and labelled. A search
 that cannot close the bracket or confirm its answer returns a labelled partial answer. A complete
 result is cached (runner/capacity_cache.py) so that later Server runs use it as their target; a
 partial one never replaces a cached entry, and a cache write that fails leaves the answer in the
@@ -29,6 +32,7 @@ from mlperf_mig._io import check_output_path
 from mlperf_mig._table import text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.harness.result import MIN_DURATION_REASON
+from mlperf_mig.runner.audits import relative_spread
 from mlperf_mig.runner.capacity_cache import cache_file, plan_key, store_capacity
 from mlperf_mig.runner.results import EMULATED_LABEL
 
@@ -55,14 +59,21 @@ class Probe:
     reasons: tuple[str, ...]
     folder: str
     confirm: bool = False
+    # a failing probe whose repeat passed: the machine's noise decides it, not the target;
+    # counted as a failure (the capacity stays on the safe side), `spread` of the two p99s
+    inconclusive: bool = False
+    spread: float | None = None
 
     def row(self) -> dict[str, Any]:
+        verdict = "pass" if self.passed else "fail"
+        if self.inconclusive:
+            verdict = "inconclusive" + ("" if self.spread is None else f" (p99 spread {self.spread:.0%})")
         return {
             "run": "confirm" if self.confirm else "probe",
             "target QPS": self.target_qps,
             "p99 ms": self.p99_ms,
             "bound ms": self.bound_ms,
-            "verdict": "pass" if self.passed else "fail",
+            "verdict": verdict,
             "why": "; ".join(self.reasons) or None,
         }
 
@@ -108,6 +119,15 @@ class CapacityResult:
             labels.append("PARTIAL: the confirming run was INVALID at every step down; not confirmed")
         if self.confirmed and self.preset != "submission":
             labels.append(QUICK_CONFIRM_LABEL)
+        noisy = [p for p in self.probes if p.inconclusive]
+        if noisy:
+            spreads = [p.spread for p in noisy if p.spread is not None]
+            spread = f", p99 spread up to {max(spreads):.0%}" if spreads else ""
+            labels.append(
+                f"{len(noisy)} probe(s) inconclusive: failed, then passed when repeated at the same "
+                f"target{spread}: the machine's noise, not the target, decided them; counted as "
+                "failures, so the capacity is on the safe side (a quieter machine gives a tighter one)"
+            )
         if self.emulated:
             labels.append(EMULATED_LABEL)
         return labels
@@ -245,10 +265,22 @@ def capacity(
     extra = dict(settings or {})
     probes: list[Probe] = []
 
-    def server(target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
+    def once(target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
         overrides = {**extra, "target_qps": target, **({"min_duration": duration} if duration else {})}
         result = run([profile], loadgen_scenario="Server", outdir=root / folder, settings=overrides, **common)
-        probe = _probe(result, target, confirm=confirm, quick=preset != "submission")
+        return _probe(result, target, confirm=confirm, quick=preset != "submission")
+
+    def server(target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
+        probe = once(target, folder, duration, confirm=confirm)
+        if not confirm and not probe.passed and probe.p99_ms is not None:
+            # a short probe's p99 moves with the machine's load: a failure is measured again
+            # before the search relies on it, and two that disagree are inconclusive
+            again = once(target, f"{folder}-again", duration, confirm=False)
+            if again.passed:
+                probe = attrs.evolve(
+                    probe, inconclusive=True, spread=relative_spread([probe.p99_ms, again.p99_ms]),
+                    reasons=(*probe.reasons, f"passed when repeated (p99 {again.p99_ms:.2f} ms, {again.folder})"),
+                )
         probes.append(probe)
         log.info("capacity %s: %s %.4g QPS -> %s", profile, folder, target, "pass" if probe.passed else "fail")
         return probe

@@ -128,3 +128,37 @@ def test_empty_outdir_is_refused_and_nothing_runs(
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "outdir (--outdir) is empty" in err
     assert service.targets == [] and list(tmp_path.iterdir()) == []
+
+
+class NoisyService(KnownService):
+    """A KnownService whose first run at `noisy_target` comes out three times slower (a load spike)."""
+
+    def __init__(self, qps: float, noisy_target: float) -> None:
+        super().__init__(qps)
+        self.noisy_target = noisy_target
+
+    def __call__(self, scenario: Any, **kwargs: Any) -> Any:
+        result = super().__call__(scenario, **kwargs)
+        if self.targets.count(self.noisy_target) == 1 and self.targets[-1] == self.noisy_target:
+            performance = result.instances[0].performance
+            performance.latency_ns = {"99.00": 3 * performance.latency_ns["99.00"]}
+            result.all_valid = False
+        return result
+
+
+def test_a_failing_probe_is_measured_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A probe that fails once at 40 QPS and passes when repeated is inconclusive, counted as a failure, with its spread, and labelled."""
+    service = NoisyService(100.0, noisy_target=40.0)
+    result = _search(monkeypatch, tmp_path, service, low_qps=10.0)
+    noisy = [p for p in result.probes if p.inconclusive]
+    assert len(noisy) == 1 and noisy[0].target_qps == 40.0 and not noisy[0].passed
+    assert noisy[0].spread == pytest.approx(2.0, rel=1e-3)
+    assert service.targets.count(40.0) == 2
+    assert any("inconclusive" in label for label in result.labels())
+
+
+def test_a_probe_failing_twice_stays_failed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Above the true capacity a probe fails again when repeated: a plain failure, not inconclusive."""
+    result = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0)
+    failed = [p for p in result.probes if not p.passed and not p.confirm]
+    assert failed and not any(p.inconclusive for p in failed)
