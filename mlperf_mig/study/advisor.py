@@ -33,7 +33,14 @@ OBJECTIVES = {
     "instances": "most instances (then throughput)",
     "capacity": "highest predicted Server capacity (sum of the instances' capacities)",
     "p99": "lowest predicted worst p99 latency of any instance (then throughput)",
+    "samples_per_joule": "most predicted samples per joule (GPU board energy, not wall power; "
+    "per-instance power is an estimate)",
 }
+ENERGY_NOTE = (
+    "samples/J predicted = predicted total / (the GPU's idle power + each instance's estimated "
+    "power above idle, from its share of the board energy in the measured runs); GPU board energy, "
+    "not wall power (CPU package energy for emulated runs)"
+)
 EMULATED_ADVICE = "emulated advice: predicted from CPU partitions standing in for MIG slices, not from a GPU"
 
 
@@ -49,6 +56,9 @@ class ProfileMeasure:
     p99_alone: tuple[float, ...] = ()
     p99_in_layout: tuple[float, ...] = ()
     capacity: float | None = None
+    # watts above the GPU's idle power, an estimate from the instance's share of the board energy
+    power_alone: tuple[float, ...] = ()
+    power_in_layout: tuple[float, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +74,7 @@ class Measurements:
     labels: tuple[str, ...] = ()
     measured: Mapping[str, tuple[float, ...]] = attrs.field(factory=dict)  # layout -> totals
     scenarios: Mapping[str, int] = attrs.field(factory=dict)  # layout -> study scenario
+    idle_power_w: tuple[float, ...] = ()  # the GPU's idle power before each run with telemetry
 
 
 # The largest rate or latency the advisor takes: no accelerator serves 1e12 samples/s and no p99
@@ -114,6 +125,27 @@ def _checked_run(run: Any) -> list[tuple[str, float | None, float | None]]:
     ]
 
 
+def _instance_powers(run: Any) -> tuple[float | None, list[float | None]]:
+    """The GPU's idle power before `run` and each instance's estimated power above it (W): the
+    board energy over the timed window less idle power, split as the run's telemetry split it
+    (by activity x slices), or by compute slices where no activity was measured."""
+    telemetry = getattr(run, "telemetry", None)
+    window = None if telemetry is None else telemetry.window
+    if window is None or telemetry.energy_j is None or telemetry.idle_power_w is None or window.duration_s <= 0:
+        return None, [None] * len(run.instances)
+    source = str(Path(run.outdir) / RESULTS_FILE)
+    energy = _measure(telemetry.energy_j, source, "telemetry.layout.energy_j")
+    idle = _measure(telemetry.idle_power_w, source, "telemetry.layout.idle_power_w")
+    above = max(0.0, energy / window.duration_s - idle)  # type: ignore[operator]
+    shares = [None if (t := telemetry.instance(i.name)) is None else t.energy_share_j for i in run.instances]
+    if all(s is not None for s in shares) and sum(shares) > 0:  # type: ignore[arg-type]
+        weights = [float(s) for s in shares]  # type: ignore[arg-type]
+    else:
+        weights = [float(i.compute_slices) for i in run.instances]
+    total = sum(weights)
+    return idle, [above * w / total if total > 0 else None for w in weights]
+
+
 def measurements_from(
     layouts: Sequence[Any], compute_slices: int, capacities: Mapping[str, float] | None = None
 ) -> Measurements:
@@ -129,6 +161,7 @@ def measurements_from(
 
     measured: dict[str, tuple[float, ...]] = {}
     scenarios: dict[str, int] = {}
+    idle_powers: list[float] = []
     labels: list[str] = []
     for layout in layouts:
         runs = [r for r in _runs_of(layout) if r.ok]
@@ -142,13 +175,18 @@ def measurements_from(
         full = sum(i.compute_slices for i in runs[0].instances) == compute_slices
         for run in runs:
             one = len(run.instances) == 1
-            for profile, throughput, p99 in values[id(run)]:
+            idle, powers = _instance_powers(run)
+            if idle is not None:
+                idle_powers.append(idle)
+            for (profile, throughput, p99), power in zip(values[id(run)], powers):
                 if one:
                     add(profile, "alone", throughput)
                     add(profile, "p99_alone", p99)
+                    add(profile, "power_alone", power)
                 elif full:
                     add(profile, "in_layout", throughput)
                     add(profile, "p99_in_layout", p99)
+                    add(profile, "power_in_layout", power)
         for profile, alone_runs in (getattr(layout, "alone", None) or {}).items():
             for run in alone_runs:
                 if run.ok and run.instances:
@@ -169,7 +207,7 @@ def measurements_from(
     return Measurements(
         gpu=first.gpu, benchmark=first.benchmark, loadgen_scenario=first.loadgen_scenario,
         unit=first.throughput_unit, emulated=first.emulated, profiles=profiles, labels=tuple(labels),
-        measured=measured, scenarios=scenarios,
+        measured=measured, scenarios=scenarios, idle_power_w=tuple(idle_powers),
     )
 
 
@@ -192,6 +230,7 @@ class Prediction:
     capacity: float | None
     sources: tuple[str, ...]
     layout_obj: Any = attrs.field(eq=False, repr=False)
+    samples_per_joule: float | None = None  # an estimate (ENERGY_NOTE); None without energy data
 
     def row(self, rank: int) -> dict[str, Any]:
         return {
@@ -201,6 +240,7 @@ class Prediction:
             "predicted total": f"{self.total:,.2f}" + ("" if self.half is None else f" ± {self.half:,.2f}"),
             "worst p99 ms": self.worst_p99_ms,
             "capacity": self.capacity,
+            "samples/J": self.samples_per_joule,
             "from": "; ".join(self.sources),
         }
 
@@ -240,6 +280,23 @@ class Estimator:
             self._cache[name] = rate
         return self._cache[name]
 
+    def power(self, name: str) -> float | None:
+        """A profile's estimated power above idle (W): in full layouts where measured, else alone."""
+        measure = self._m.profiles.get(name)
+        if measure is None:
+            return None
+        values = measure.power_in_layout or measure.power_alone
+        return sum(values) / len(values) if values else None
+
+    def samples_per_joule(self, layout: Any, total: float) -> float | None:
+        """Predicted total over the GPU's idle power plus each instance's power above idle."""
+        idle = self._m.idle_power_w
+        powers = [self.power(p.name) for p in layout.profiles]
+        if not idle or any(p is None for p in powers):
+            return None
+        watts = sum(idle) / len(idle) + sum(powers)  # type: ignore[arg-type]
+        return total / watts if watts > 0 else None
+
     def predict(self, layout: Any) -> Prediction | str:
         """The prediction of `layout`, or why there is none."""
         rates = []
@@ -252,10 +309,12 @@ class Estimator:
         p99s = [r.p99.mean for _, r in rates if r.p99 is not None]
         capacities = [self._m.profiles[n].capacity if n in self._m.profiles else None for n, _ in rates]
         sources = tuple(dict.fromkeys(f"{n}: {r.source}" for n, r in rates))
+        total = sum(r.summary.mean for _, r in rates)
         return Prediction(
             layout=str(layout),
             instances=len(rates),
-            total=sum(r.summary.mean for _, r in rates),
+            total=total,
+            samples_per_joule=self.samples_per_joule(layout, total),
             half=None if any(h is None for h in halves) else sum(halves),  # type: ignore[misc]
             worst_p99_ms=max(p99s) if len(p99s) == len(rates) else None,
             capacity=None if any(c is None for c in capacities) else sum(capacities),  # type: ignore[misc]
@@ -334,6 +393,8 @@ def _rank_key(objective: str) -> Any:
         return lambda p: (-p.instances, -p.total, inferred(p), p.layout)
     if objective == "capacity":
         return lambda p: (-(p.capacity or 0.0), inferred(p), p.layout)
+    if objective == "samples_per_joule":
+        return lambda p: (-(p.samples_per_joule or 0.0), -p.total, inferred(p), p.layout)
     return lambda p: (p.worst_p99_ms, -p.total, inferred(p), p.layout)
 
 
@@ -368,6 +429,8 @@ class Advice:
         columns = ["rank", "layout", "instances", "predicted total", "worst p99 ms"]
         if self.objective == "capacity":
             columns.append("capacity")
+        if self.objective == "samples_per_joule":
+            columns.append("samples/J")
         return [*columns, "from"]
 
     def title(self) -> str:
@@ -387,6 +450,8 @@ class Advice:
         ]
         if self.skipped:
             notes.append(f"{len(self.skipped)} layout(s) not predicted: {next(iter(self.skipped.values()))}")
+        if self.objective == "samples_per_joule":
+            notes.append(ENERGY_NOTE)
         return notes + [f"note: {label}" for label in self.labels]
 
     def validation_rows(self) -> list[dict[str, Any]]:
@@ -491,6 +556,15 @@ def advise_from(
             "objective 'capacity' needs Server capacity measurements; run `mlperf-mig capacity` "
             "per profile first, or pick objective throughput"
         )
+    if objective == "samples_per_joule" and not (
+        measurements.idle_power_w and any(m.power_alone or m.power_in_layout for m in measurements.profiles.values())
+    ):
+        raise SettingsError(
+            "objective 'samples_per_joule' needs runs whose telemetry measured energy (GPU board "
+            "energy over the timed window and idle power: a GPU with an energy counter, or RAPL "
+            "for emulated runs); these runs have none: run with telemetry on such a machine, or "
+            "pick objective throughput"
+        )
     estimator = Estimator(measurements, gpu)
     layouts = registry.valid_layouts(gpu)
     predictions, skipped = [], {}
@@ -505,6 +579,8 @@ def advise_from(
         allowed = [p for p in allowed if p.capacity is not None]
     if objective == "p99":
         allowed = [p for p in allowed if p.worst_p99_ms is not None]
+    if objective == "samples_per_joule":
+        allowed = [p for p in allowed if p.samples_per_joule is not None]
     if not allowed:
         raise SettingsError(
             f"no valid layout of {gpu.name} meets the constraints ({constraints.text()}): "

@@ -35,7 +35,9 @@ def advise(
     from_dir:         a sweep, repeated-run or run folder to read the per-profile measurements
                       from; without it the study's layouts 1-8 are measured first (a sweep into
                       `outdir` with `variant`, `backend`, `preset`, `repeats`, no accuracy run).
-    objective:        "throughput" (total), "instances", "capacity" (Server) or "p99" (worst).
+    objective:        "throughput" (total), "instances", "capacity" (Server), "p99" (worst) or
+                      "samples_per_joule" (from the runs' telemetry: GPU board energy, not wall
+                      power; per-instance power is an estimate).
     min_instances, max_instances, profiles_allowed, max_p99_ms: constraints on the layouts.
     top:              how many layouts the table shows.
     The validation (each measured multi-instance layout predicted from the single-profile ones,

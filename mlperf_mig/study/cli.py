@@ -24,7 +24,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--benchmark", default=None, help="resnet50 or bert (default: the folder's)")
     parser.add_argument("--gpu", default=None, help="the GPU (default: the folder's)")
     parser.add_argument("--objective", default="throughput",
-                        choices=("throughput", "instances", "capacity", "p99"))
+                        choices=("throughput", "instances", "capacity", "p99", "samples_per_joule"),
+                        help="what to rank by (samples_per_joule: GPU board energy from the runs' telemetry, not wall power)")
     parser.add_argument("--min-instances", type=whole_number, default=None, metavar="N")
     parser.add_argument("--max-instances", type=whole_number, default=None, metavar="N")
     parser.add_argument("--profiles-allowed", default=None, metavar="P,P",

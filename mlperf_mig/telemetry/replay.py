@@ -13,6 +13,7 @@ The state's "telemetry" section holds sequences, one value per `interval_s` step
 `nvmlInit` (the replay's `clock`), repeated when the run is longer:
     {"interval_s": 0.1,
      "gpus": {"0": {"power_mw": [...], "energy_mj_at_init": 123456789, "energy_reset_at_step": 40,
+                    "idle_power_mw": 90000, "load_from_step": 10,
                     "sm_clock_mhz": [...], "mem_clock_mhz": [...], "temperature_c": [...],
                     "clock_events": [...], "utilization_pct": [...], "gpm": true}},
      "mig_devices": {"MIG-<uuid>": {"memory_used_mib": [...], "sm_active_pct": [...],
@@ -97,8 +98,15 @@ class RecordedTelemetry(RecordedNvml):
         return handle.index
 
     # --- per GPU ------------------------------------------------------------------------
+    def _power_mw(self, record: Mapping[str, Any] | None, step: int) -> float:
+        """Board power at `step`: `idle_power_mw` before `load_from_step` (the idle readings
+        before a run), then the `power_mw` sequence."""
+        if record is not None and step < record.get("load_from_step", 0):
+            return float(record["idle_power_mw"])
+        return float(self._value(record, "power_mw", step))
+
     def nvmlDeviceGetPowerUsage(self, handle: _GpuHandle) -> int:
-        return int(self._value(self._gpu_record(handle), "power_mw"))
+        return int(self._power_mw(self._gpu_record(handle), self._step()))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: _GpuHandle) -> int:
         """mJ since the driver loaded: the counter at init plus the power over the steps since,
@@ -113,7 +121,7 @@ class RecordedTelemetry(RecordedNvml):
         step = self._step()
         reset = record.get("energy_reset_at_step")
         first, base = (reset, 0) if reset is not None and step >= reset else (0, record["energy_mj_at_init"])
-        used = sum(power[k % len(power)] for k in range(first, step)) * interval  # mW x s = mJ
+        used = sum(self._power_mw(record, k) for k in range(first, step)) * interval  # mW x s = mJ
         return int(base + used)
 
     def nvmlDeviceGetClockInfo(self, handle: _GpuHandle, clock: int) -> int:

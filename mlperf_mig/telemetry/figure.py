@@ -1,0 +1,73 @@
+"""The time-series figure of one run: each instance's activity and the GPUs' power over time.
+
+Drawn from telemetry.csv (read back as untrusted input) onto a matplotlib Figure the caller
+makes (the HTML report embeds it as SVG); the common timed window is shaded, time is counted
+from its start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlperf_mig.telemetry.series import read_series
+from mlperf_mig.telemetry.summary import RunTelemetry
+
+
+def _util_column(name: str, gpu_index: int | None, columns: list[str]) -> str | None:
+    """Where an instance's activity is among the columns (GPM, worker CPU, whole GPU)."""
+    for column in (f"{name}:sm_active_pct", f"{name}:cpu_pct", f"gpu{gpu_index}:util_pct"):
+        if column in columns:
+            return column
+    return None
+
+
+def series_for_figure(folder: str | Path, telemetry: RunTelemetry) -> dict[str, Any]:
+    """The figure's data: time from the window start, activity per instance, power per GPU
+    (the CPU package's, from its energy, where there is no GPU)."""
+    columns, rows = read_series(folder)
+    table = np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float).reshape(len(rows), len(columns) + 1)
+    t = table[:, 0]
+    origin = telemetry.window.start_unix_s if telemetry.window is not None else (t[0] if len(t) else 0.0)
+
+    def column(name: str) -> np.ndarray:
+        return table[:, 1 + columns.index(name)]
+
+    util = {}
+    for instance in telemetry.instances:
+        found = _util_column(instance.name, instance.gpu_index, columns)
+        if found is not None:
+            util[instance.name] = column(found)
+    power = {c.split(":")[0]: column(c) for c in columns if c.endswith(":power_w")}
+    if not power and "cpu_package:energy_j" in columns and len(t) > 1:
+        energy = column("cpu_package:energy_j")
+        power["CPU package"] = np.concatenate([[np.nan], np.diff(energy) / np.diff(t)])
+    window = None if telemetry.window is None else (0.0, telemetry.window.duration_s)
+    return {"t": t - origin, "util": util, "power": power, "window": window}
+
+
+def draw_timeseries(figure: Any, data: dict[str, Any]) -> None:
+    """Two panels sharing time: activity per instance (%), power (W)."""
+    top, bottom = figure.subplots(2, 1, sharex=True)
+    for name, values in data["util"].items():
+        top.plot(data["t"], values, label=name, linewidth=1)
+    top.set_ylabel("util % per instance", fontsize=9)
+    top.set_ylim(0, 105)
+    if data["util"]:
+        top.legend(fontsize=7, ncol=4, loc="lower right")
+    else:
+        top.text(0.5, 0.5, "instance activity not measured", ha="center", transform=top.transAxes)
+    for name, values in data["power"].items():
+        bottom.plot(data["t"], values, label=f"{name} power", linewidth=1)
+    bottom.set_ylabel("power (W)", fontsize=9)
+    if data["power"]:
+        bottom.legend(fontsize=7, loc="lower right")
+    else:
+        bottom.text(0.5, 0.5, "power not measured", ha="center", transform=bottom.transAxes)
+    bottom.set_xlabel("seconds from the start of the common timed window", fontsize=9)
+    if data["window"] is not None:
+        for axes in (top, bottom):
+            axes.axvspan(*data["window"], color="#dddddd", alpha=0.5, linewidth=0)
+    top.set_title("what each slice did (shaded: the common timed window)", fontsize=10)
