@@ -1,6 +1,6 @@
 """One overall progress bar over the runs of a study (layouts x repeats x alone runs x rounds).
 
-The bar is tqdm's (`tqdm.auto`: a text bar in a terminal, a widget in a Jupyter notebook), with
+The bar is tqdm's (a text bar in a terminal, a widget in a Jupyter notebook with ipywidgets), with
 elapsed time and ETA; each run's per-instance lines are the runner's own (progress.py), printed
 under it. Nothing is shown with `progress=False`, and no bar when the stream is not a terminal
 outside a notebook (logs and CI get the per-run lines only).
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from mlperf_mig.runner.plan import RunPlan
-from mlperf_mig.runner.progress import live_stream
+from mlperf_mig.runner.progress import live_stream, tqdm_class
 from mlperf_mig.runner.results import RunResult
 
 
@@ -26,12 +26,11 @@ class OverallProgress:
     """The bar of `total` LoadGen rounds; `run(label, plan, execute)` runs one plan under it."""
 
     def __init__(self, total: int, *, progress: bool | TextIO, description: str) -> None:
-        from tqdm.auto import tqdm
-
         stream = sys.stderr if progress is True else progress or None
         if stream is None:
             self._bar: Any = None
             return
+        tqdm = tqdm_class(stream)
         self._bar = tqdm(
             total=total, desc=description, unit="round", file=stream, disable=not live_stream(stream),
             dynamic_ncols=True, leave=True,

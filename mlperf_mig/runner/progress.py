@@ -1,12 +1,19 @@
 """Live per-instance progress on stderr: completed samples, elapsed and expected time, status.
 
-On a terminal, and in a Jupyter notebook, each instance has a line of its own drawn by tqdm
-(`tqdm.auto`; below a study's overall bar, runner/overall.py, when there is one); elsewhere
-(logs, CI) a line is printed per state change and a progress line now and then.
+Where it is shown decides how:
+    terminal          one tqdm line per instance while the round runs; when it ends the lines
+                      are cleared and the round's outcome is printed as plain lines, which stay
+                      (the cursor back at column 0, so that what is printed next starts there)
+    notebook          with ipywidgets (the `notebook` extra): tqdm's widgets; without it one
+                      output area that is updated in place (no tqdm text bars, which a notebook
+                      shows as a new stderr output per redraw)
+    anything else     (logs, CI) a line per state change and a progress line now and then
 """
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import sys
 import time
 from collections.abc import Sequence
@@ -14,14 +21,52 @@ from typing import Any, TextIO
 
 _PLAIN_INTERVAL_S = 10.0
 _TTY_INTERVAL_S = 0.5
+_NOTEBOOK_INTERVAL_S = 1.0
+TERMINAL, WIDGETS, NOTEBOOK_LINE, PLAIN = "terminal", "widgets", "notebook line", "plain"
+
+
+def _in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's ZMQ shell)."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def display_kind(stream: TextIO) -> str:
+    """How progress on `stream` is drawn: TERMINAL, WIDGETS, NOTEBOOK_LINE or PLAIN."""
+    if stream in (sys.stderr, sys.stdout) and _in_notebook():
+        return WIDGETS if importlib.util.find_spec("ipywidgets") is not None else NOTEBOOK_LINE
+    isatty = getattr(stream, "isatty", None)
+    return TERMINAL if callable(isatty) and isatty() else PLAIN
 
 
 def live_stream(stream: TextIO) -> bool:
-    """Whether progress on `stream` is drawn live (a terminal, or a notebook's widgets)."""
-    from tqdm.auto import tqdm
+    """Whether tqdm bars are drawn on `stream` (a terminal, or a notebook with its widgets)."""
+    return display_kind(stream) in (TERMINAL, WIDGETS)
 
-    in_notebook = any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__)
-    return in_notebook or stream.isatty()
+
+def tqdm_class(stream: TextIO) -> Any:
+    """tqdm's widget class in a notebook with ipywidgets, its text class elsewhere (never the
+    text bars in a notebook, where each redraw would be an output of its own)."""
+    if display_kind(stream) == WIDGETS:
+        from tqdm.notebook import tqdm
+    else:
+        from tqdm.std import tqdm
+    return tqdm
+
+
+class _NotebookLines:
+    """One output area of the notebook, replaced at each redraw (IPython's display_id)."""
+
+    def __init__(self) -> None:
+        from IPython.display import HTML, display
+
+        self._html = HTML
+        self._handle = display(HTML(""), display_id=True)
+
+    def show(self, lines: Sequence[str]) -> None:
+        text = html.escape("\n".join(lines))
+        self._handle.update(self._html(f"<pre style='margin:0'>{text}</pre>"))
 
 
 class ProgressDisplay:
@@ -36,7 +81,8 @@ class ProgressDisplay:
         stream: TextIO | None = None,
     ) -> None:
         self._stream = stream or sys.stderr
-        self._tty = live_stream(self._stream)
+        self._kind = display_kind(self._stream)
+        self._tty = self._kind in (TERMINAL, WIDGETS)
         self._phase = phase
         self._expected_s = expected_s
         self._names = list(names)
@@ -46,20 +92,26 @@ class ProgressDisplay:
         self._started = time.monotonic()
         self._last_draw = self._started
         self._bars: list[Any] = []
+        self._notebook: _NotebookLines | None = None
         if self._tty:
-            from tqdm.auto import tqdm
-
+            tqdm = tqdm_class(self._stream)
             self._bars = [
                 tqdm(total=None, file=self._stream, bar_format="{desc}", leave=False, dynamic_ncols=True)
                 for _ in self._names
             ]
+        elif self._kind == NOTEBOOK_LINE:
+            self._notebook = _NotebookLines()
+
+    @property
+    def kind(self) -> str:
+        return self._kind
 
     def event(self, name: str, what: str) -> None:
         """A worker changed state: started, ready, ok, raised, crashed, hung, interrupted."""
         self._state[name] = what
         if what == "ready" and all(s != "starting" and s != "started" for s in self._state.values()):
             self._released = time.monotonic()
-        if not self._tty and what != "started":
+        if self._kind == PLAIN and what != "started":
             self._print(f"[{self._phase}] {name}: {what}")
         self._draw(force=True)
 
@@ -75,10 +127,20 @@ class ProgressDisplay:
 
     def close(self) -> None:
         self._draw(force=True)
+        done = f"[{self._phase}] done in {time.monotonic() - self._started:.1f} s"
+        if self._kind == PLAIN:
+            self._print(done)
+            return
+        if self._notebook is not None:
+            self._notebook.show([*self._lines(), done])
+            return
         for bar in self._bars:
             bar.close()
-        if not self._tty:
-            self._print(f"[{self._phase}] done in {time.monotonic() - self._started:.1f} s")
+        # the bars are cleared: what stays is the outcome, from column 0 (a cleared bar leaves
+        # the cursor where its text ended)
+        self._stream.write("\r")
+        for line in [*self._lines(), done]:
+            self._print(line)
 
     def _lines(self) -> list[str]:
         now = time.monotonic()
@@ -93,14 +155,16 @@ class ProgressDisplay:
 
     def _draw(self, force: bool = False) -> None:
         now = time.monotonic()
-        interval = _TTY_INTERVAL_S if self._tty else _PLAIN_INTERVAL_S
+        interval = {PLAIN: _PLAIN_INTERVAL_S, NOTEBOOK_LINE: _NOTEBOOK_INTERVAL_S}.get(self._kind, _TTY_INTERVAL_S)
         if not force and now - self._last_draw < interval:
             return
-        if not self._tty and force:
+        if self._kind == PLAIN and force:
             return
         self._last_draw = now
         lines = self._lines()
-        if self._tty:
+        if self._notebook is not None:
+            self._notebook.show(lines)
+        elif self._tty:
             for bar, line in zip(self._bars, lines):
                 bar.set_description_str(line, refresh=True)
         else:
