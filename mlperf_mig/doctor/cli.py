@@ -41,7 +41,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _doctor(args: argparse.Namespace) -> int:
     from mlperf_mig.doctor.report import diagnose, write_bundle
     from mlperf_mig.errors import OutputDirError
-    from mlperf_mig.registry.replay import RecordedNvml
+    from mlperf_mig.telemetry.replay import RecordedTelemetry
 
     if args.record is not None and not args.record.strip():
         raise OutputDirError("--record needs a folder name, got ''; pass one such as doctor-bundle")
@@ -51,7 +51,7 @@ def _doctor(args: argparse.Namespace) -> int:
         )
     if args.replay is not None and not args.replay.strip():
         raise OutputDirError("--replay needs a file name, got ''; pass a recorded state such as state.json")
-    source = RecordedNvml.from_file(args.replay) if args.replay else None
+    source = RecordedTelemetry.from_file(args.replay) if args.replay else None  # telemetry too, where recorded
     report = diagnose(source, smoke=not args.no_smoke)
     if args.record is not None:
         folder = write_bundle(report, args.record, include_ids=args.include_ids)

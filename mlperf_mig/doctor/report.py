@@ -51,6 +51,8 @@ class DoctorReport:
     smoke_note: str  # why (part of) the smoke test did not run; "" when it all ran
     versions: Mapping[str, str]
     state: Mapping[str, Any]  # the NVML state in the replay format
+    # what telemetry can measure here (mlperf_mig/telemetry/record.py `capabilities`)
+    telemetry: Mapping[str, Any] = attrs.field(factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -65,7 +67,7 @@ class DoctorReport:
             "backends": [b.to_dict() for b in self.backends],
             "wheel_problems": [w.to_dict() for w in self.wheel_problems],
             "smoke": [s.to_dict() for s in self.smoke], "smoke_note": self.smoke_note,
-            "versions": dict(self.versions), "ok": self.ok,
+            "versions": dict(self.versions), "telemetry": dict(self.telemetry), "ok": self.ok,
         }
 
     def text(self) -> str:
@@ -86,6 +88,10 @@ class DoctorReport:
         lines.extend(f"smoke: {result.line()}" for result in self.smoke)
         if self.smoke_note:
             lines.append(f"smoke: {self.smoke_note}")
+        if self.telemetry:
+            from mlperf_mig.telemetry.record import capability_lines
+
+            lines.extend(f"telemetry: {line}" for line in capability_lines(dict(self.telemetry)))
         return "\n".join(lines)
 
 
@@ -126,6 +132,7 @@ def diagnose(
     has_gpu = bool(detection.gpus)
     backends = check_backends(has_gpu=has_gpu and source is None, cuda_major=cuda[0] if cuda else None)
     results, note = _smoke(detection, backends, replayed=source is not None, enabled=smoke)
+    telemetry, state = _telemetry(source, state, record=has_gpu and source is None)
     return DoctorReport(
         message=detection.message,
         driver_version=detection.driver_version,
@@ -138,7 +145,23 @@ def diagnose(
         smoke_note=note,
         versions={"python": platform.python_version(), **installed, **_own_version()},
         state=state,
+        telemetry=telemetry,
     )
+
+
+def _telemetry(source: Any, state: Mapping[str, Any], *, record: bool) -> tuple[dict[str, Any], Mapping[str, Any]]:
+    """What telemetry can measure, and the state with a short live telemetry recording added
+    (on a live GPU: the bundle's nvml-state.json then replays it as RecordedTelemetry)."""
+    import pynvml
+
+    from mlperf_mig.telemetry.record import capabilities, record_telemetry
+
+    found = capabilities(pynvml if source is None else source)
+    if record:
+        sample = record_telemetry(pynvml, seconds=2.0)
+        if sample is not None:
+            state = {**state, "telemetry": sample}
+    return found, state
 
 
 def _own_version() -> dict[str, str]:
