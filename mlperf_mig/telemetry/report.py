@@ -53,3 +53,24 @@ def telemetry_lines(t: RunTelemetry, samples_per_joule: float | None) -> list[st
     lines += list(t.notes)
     lines.append("series: telemetry.csv beside results.json" if t.csv else "series: not written")
     return lines
+
+
+def system_notes(t: RunTelemetry, samples_per_joule: float | None, instance: str | None = None) -> list[str]:
+    """One line for a submission's system description (hw_notes): what the telemetry saw,
+    labelled as not an MLPerf Power measurement."""
+    parts = []
+    if t.power_mean_w is not None:
+        parts.append(f"mean power {t.power_mean_w:.1f} W ({t.energy_label}), idle before the run {_number(t.idle_power_w, 'W')}")
+    if samples_per_joule is not None:
+        parts.append(f"{samples_per_joule:.4g} samples/J for the layout")
+    throttled = sorted({reason for g in t.gpus for reason, _ in g.throttle if reason != "gpu_idle"})
+    if t.gpus:
+        parts.append(f"clock events seen: {', '.join(throttled) or 'none'}")
+    found = None if instance is None else t.instance(instance)
+    if found is not None and found.util_mean_pct is not None:
+        parts.append(f"instance {instance} mean util {found.util_mean_pct:.1f}% ({found.util_metric})")
+    if found is not None and found.energy_share_j is not None:
+        parts.append(f"its energy {found.energy_share_j:.1f} J ({SHARE_LABEL})")
+    if not parts:
+        return []
+    return ["Telemetry over the timed window, not an MLPerf Power measurement: " + "; ".join(parts)]
