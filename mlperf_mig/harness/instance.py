@@ -9,15 +9,23 @@ unified workers reuse `open_task_backend` and `measured_target`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 from mlperf_mig.benchmark import Benchmark
 from mlperf_mig.engines.backend import Backend
-from mlperf_mig.harness.calibration import calibrated_target, timed_target
+from mlperf_mig.harness.calibration import (
+    CALIBRATION_CONSTANTS,
+    calibrated_target,
+    timed_target,
+    warm_up,
+)
 from mlperf_mig.harness.loadgen_test import LoadGenTest, calibration_applies, running
 from mlperf_mig.harness.result import InstanceResult
+from mlperf_mig.harness.reuse import WorkCache, machine_identity
 from mlperf_mig.harness.samples import SampleLibrary, SampleSource, input_layouts
 from mlperf_mig.harness.settings import MergedSettings, merge_settings, preset_calibrates
 from mlperf_mig.harness.sut import (
@@ -100,9 +108,9 @@ def run_instance(
                 OFFLINE_COMPLETION_SAMPLES if task.loadgen_scenario == "Offline" else 0
             ),
         )
-        target = measured_target(
-            task, test.benchmark, backend, source, batch_size=batch_size, settings=test.settings
-        )
+        work = WorkCache.for_cache_dir(task.cache_dir)
+        inputs = calibration_inputs(task, batch_size, test.samples_per_query, path="library")
+        target, cached = _library_target(task, test, backend, batch_size, work, inputs)
         if task.audit is not None and preset_calibrates(test.settings.data, task.settings.preset):
             # The performance run the audit is compared with timed the backend before its test
             # (the first calls of a backend are slow); the audit, which keeps that run's target,
@@ -115,18 +123,92 @@ def run_instance(
         test.run(
             issue=sut.issue,
             flush=sut.flush,
-            load=lambda indices: library.load(indices, source),
+            load=lambda indices: work.load_samples(library, indices, source),
             unload=library.unload,
             abort=runner.abort,
             calibrated_target=target,
             before_start=before_start,
             serving=running(sut.start, sut.stop),
+            target_cached=cached,
         )
         if progress is not None:
             progress(runner.completed)
-        return test.result(
+        result = test.result(
             runner, device=backend.device, weights_synthetic=weights_are_synthetic(task)
         )
+        if cached and inputs is not None and _target_was_wrong(result):
+            # a cached Server or stream target that LoadGen found too high: measure it again
+            work.forget_target(inputs, f"the test was INVALID: {'; '.join(result.invalid_reasons)}")
+        return result
+
+
+def calibration_inputs(
+    task: InstanceTask, batch_size: int, samples_per_query: int, *, path: str
+) -> dict[str, Any] | None:
+    """What a measured target depends on (harness/reuse.py), or None when it is not kept: the
+    null backend (no engine: its calibration costs microseconds)."""
+    if task.engine is None:
+        return None
+    model_stamp = None
+    if task.engine.model_path is not None:
+        with contextlib.suppress(OSError):
+            status = os.stat(task.engine.model_path)
+            model_stamp = [status.st_size, status.st_mtime_ns]
+    return {
+        "kind": "calibrated target",
+        "engine": task.engine.to_dict(),
+        "model_stamp": model_stamp,
+        "benchmark": task.benchmark,
+        "loadgen_scenario": task.loadgen_scenario,
+        "preset": task.settings.preset,
+        "batch_size": batch_size,
+        "samples_per_query": samples_per_query,
+        "samples": {"dataset": task.dataset, "sample_count": task.sample_count, "seed": task.seed},
+        "path": path,
+        "calibration": CALIBRATION_CONSTANTS,
+        "machine": machine_identity(task.threads),
+    }
+
+
+def _library_target(
+    task: InstanceTask,
+    test: LoadGenTest,
+    backend: Backend,
+    batch_size: int,
+    work: WorkCache,
+    inputs: dict[str, Any] | None,
+) -> tuple[float | None, bool]:
+    """The test's measured target and whether an earlier run measured it (then one untimed
+    batch warms the backend, as calibration's first call would have)."""
+    if not test.calibrates:
+        return None, False
+    cached = work.target(inputs) if inputs is not None else None
+    if cached is not None:
+        warm_up(
+            backend, test.source, task.loadgen_scenario, batch_size=batch_size,
+            samples_per_query=test.samples_per_query,
+        )  # fmt: skip
+        logger.info("calibrated %s target: %.4g (cached: measured by an earlier run)",
+                    task.loadgen_scenario, cached)  # fmt: skip
+        return cached, True
+    target = measured_target(
+        task, test.benchmark, backend, test.source, batch_size=batch_size, settings=test.settings
+    )
+    if target is not None and inputs is not None:
+        work.store_target(inputs, target)
+    return target, False
+
+
+def _target_was_wrong(result: InstanceResult) -> bool:
+    """A test LoadGen found INVALID whose target decides its validity (Server and the stream
+    scenarios; the quick preset's Offline is INVALID by design)."""
+    return (
+        result.mode == "performance"
+        and result.error is None
+        and not result.valid
+        and not result.invalid_by_design
+        and result.loadgen_scenario != "Offline"
+    )
 
 
 def measured_target(

@@ -45,6 +45,7 @@ from mlperf_mig.harness.result import (
 )
 from mlperf_mig.harness.samples import SampleSource
 from mlperf_mig.harness.settings import (
+    CALIBRATED,
     MergedSettings,
     ResolvedSettings,
     load_test_settings,
@@ -143,12 +144,14 @@ class LoadGenTest:
         before_start: Callable[[], None] | None = None,
         serving: AbstractContextManager[Any] | None = None,
         performance_count: int | None = None,
+        target_cached: bool = False,
     ) -> None:
         """Run the test: LoadGen calls `issue(ids, indices)` and `flush()` (the SUT), and
         `load(indices)` / `unload(indices)` (the QSL); `serving` is entered around StartTest
         (the caller's threads that complete samples). `performance_count`: LoadGen's
         performance sample count when the caller sized its sample memory for it (default: the
-        settings' and the source's, `self.performance_count`).
+        settings' and the source's, `self.performance_count`). `target_cached`:
+        `calibrated_target` was measured by an earlier run (harness/reuse.py); the result says so.
 
         `before_start()` is the start barrier: it is called once, after the first samples are
         loaded, which LoadGen does inside StartTest just before its timed phase. An exception
@@ -158,7 +161,7 @@ class LoadGenTest:
         """
         import mlperf_loadgen as lg
 
-        test_settings = self._prepare(lg, calibrated_target)
+        test_settings = self._prepare(lg, calibrated_target, target_cached)
         waiting = [before_start] if before_start is not None else []
         barrier_errors: list[Exception] = []
 
@@ -202,10 +205,10 @@ class LoadGenTest:
         if barrier_errors:
             raise barrier_errors[0]
 
-    def _prepare(self, lg: Any, calibrated_target: float | None) -> Any:
+    def _prepare(self, lg: Any, calibrated_target: float | None, cached: bool) -> Any:
         """Resolve the settings, write `<outdir>/user.conf` and load LoadGen's TestSettings from
         it in the task's mode."""
-        self._resolved = self.settings.resolve(calibrated_target)
+        self._resolved = self.settings.resolve(calibrated_target, cached=cached)
         # an audit keeps its user.conf with its logs: <outdir>/user.conf is the performance run's
         folder = self.task.log_dir if self.task.audit else Path(self.task.outdir)
         self._conf_path = atomic_write_text(folder / "user.conf", self._resolved.conf_text())
@@ -363,7 +366,7 @@ def _explained_reasons(
     by_design = (
         task.loadgen_scenario == "Offline"
         and task.settings.preset == "quick"
-        and resolved.target_source == "calibration"
+        and resolved.target_source in CALIBRATED
         and MIN_DURATION_REASON in reasons
     )
     if not by_design:

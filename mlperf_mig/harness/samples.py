@@ -55,13 +55,21 @@ class SampleSource(Protocol):
 
 
 class SampleLibrary:
-    """Loaded samples: one contiguous `[capacity, *sample_shape]` array per input."""
+    """Loaded samples: one contiguous `[capacity, *sample_shape]` array per input.
 
-    def __init__(self, buffers: Mapping[str, np.ndarray], *, total_count: int) -> None:
+    `adopts`: the library may serve arrays handed to `adopt` instead of its buffers (a library
+    on buffers shared with other processes copies them in instead).
+    """
+
+    def __init__(
+        self, buffers: Mapping[str, np.ndarray], *, total_count: int, adopts: bool = False
+    ) -> None:
         capacities = {len(buf) for buf in buffers.values()}
         if len(capacities) != 1:
             raise ValueError(f"sample buffers disagree on capacity: {sorted(capacities)}")
         self.buffers = dict(buffers)
+        self._own = dict(buffers)  # writable: where samples are generated
+        self._adopts = adopts
         self.capacity = capacities.pop()
         self.total_count = total_count
         self._slots = np.full(total_count, -1, dtype=np.int64)
@@ -75,7 +83,7 @@ class SampleLibrary:
             layout.name: np.zeros((capacity, *layout.shape), dtype=layout.dtype)
             for layout in layouts
         }
-        return cls(buffers, total_count=total_count)
+        return cls(buffers, total_count=total_count, adopts=True)
 
     @property
     def loaded_count(self) -> int:
@@ -84,6 +92,12 @@ class SampleLibrary:
     def load(self, indices: Sequence[int], source: SampleSource) -> None:
         """Load `indices` (replacing what was loaded) into rows 0..n-1, each index once
         (MultiStream repeats indices to fill its last query)."""
+        unique = self.place(indices)
+        source.fill(unique, self.rows(len(unique)))
+
+    def place(self, indices: Sequence[int]) -> list[int]:
+        """Give `indices` (each once, in order) rows 0..n-1 and return them; the caller fills
+        `rows(n)` or hands in arrays holding them (`adopt`)."""
         unique = list(dict.fromkeys(int(i) for i in indices))
         count = len(unique)
         if count > self.capacity:
@@ -91,9 +105,24 @@ class SampleLibrary:
                 f"LoadGen asked to load {count} samples but the library holds {self.capacity}; "
                 "raise the performance sample count"
             )
+        self.buffers = dict(self._own)
         self._slots.fill(-1)
         self._slots[np.asarray(unique, dtype=np.int64)] = np.arange(count)
-        source.fill(unique, {name: buf[:count] for name, buf in self.buffers.items()})
+        return unique
+
+    def rows(self, count: int) -> dict[str, np.ndarray]:
+        """The first `count` rows of every input: where `place`'s samples are written."""
+        return {name: buf[:count] for name, buf in self._own.items()}
+
+    def adopt(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Serve the placed samples from `arrays` (the rows `place` gave, per input; e.g. a
+        cached file mapped read-only) until the next load: a library on its own buffers uses
+        them as they are, one on buffers handed in (shared with other processes) copies them."""
+        if not self._adopts:
+            for name, array in arrays.items():
+                self._own[name][: len(array)] = array
+            return
+        self.buffers = dict(arrays)
 
     def unload(self, indices: Sequence[int]) -> None:
         self._slots[np.asarray(indices, dtype=np.int64)] = -1

@@ -151,6 +151,9 @@ class SettingsSpec:
         return dict(self.overrides)
 
 
+CALIBRATED = ("calibration", "cached calibration")  # target sources of a measured target
+
+
 @attrs.frozen(kw_only=True)
 class ResolvedSettings:
     """The user.conf values of one run (model and LoadGen scenario fixed) and their origin."""
@@ -159,7 +162,8 @@ class ResolvedSettings:
     conf_model: str
     loadgen_scenario: str
     values: dict[str, float]
-    # "override", "capacity cache", "user.conf", "profile <key>" or "calibration"
+    # "override", "capacity cache", "user.conf", "profile <key>", "calibration" or
+    # "cached calibration" (harness/reuse.py: measured by an earlier run with the same inputs)
     target_source: str
 
     def conf_text(self) -> str:
@@ -353,6 +357,12 @@ class MergedSettings:
                 "the target measured by calibration (the quick preset's warm-up)",
                 f"pass --set {target_key}=...",
             )
+        elif target_source == "cached calibration":
+            origins[target_key] = Origin(
+                "the target an earlier run measured by calibration, from the cache folder's "
+                "calibration/",
+                f"pass --set {target_key}=..., or delete that folder to measure again",
+            )
         elif target_source.startswith("profile "):
             origins[target_key] = Origin(
                 f"the {self.loadgen_scenario} target of {target_source} in {data_file}",
@@ -375,9 +385,12 @@ class MergedSettings:
             and target_key not in self.from_file
         )
 
-    def resolve(self, calibrated_target: float | None = None) -> ResolvedSettings:
+    def resolve(
+        self, calibrated_target: float | None = None, *, cached: bool = False
+    ) -> ResolvedSettings:
         """The user.conf values: preset, target, user.conf and overrides, in that order of
-        precedence; `calibrated_target` stands for the profile's target where nothing sets one."""
+        precedence; `calibrated_target` stands for the profile's target where nothing sets one
+        (`cached`: an earlier run measured it, harness/reuse.py)."""
         values = dict(self.preset_values)
         loadgen_scenario = self.loadgen_scenario
         target_key = TARGET_KEYS[loadgen_scenario]
@@ -386,13 +399,13 @@ class MergedSettings:
         elif target_key in self.from_file:
             source = "user.conf"
         elif calibrated_target is not None:
-            source = "calibration"
+            source = "cached calibration" if cached else "calibration"
         else:
             values[target_key] = profile_target(self.data, loadgen_scenario, self.spec.profile)
             source = f"profile {profile_key(self.spec.profile)}"
         values.update(self.from_file)
         values.update(self.overrides)
-        if source == "calibration":
+        if source in CALIBRATED:
             assert calibrated_target is not None
             if loadgen_scenario == "Offline":
                 calibrated_target *= offline_query_fraction(self.data, self.spec.preset, values)

@@ -100,6 +100,34 @@ def chart_bar(layout: RunResult | RepeatedRun) -> Bar | None:
     return Bar(_bar_label(layout), _stack_values(layout), layout.total_throughput, None, text)
 
 
+def gpu_bars(layout: RunResult | RepeatedRun) -> list[Bar]:
+    """A whole system's bars: one per GPU, its instances stacked, its subtotal on top (a
+    study's: the instances' means and the subtotal's interval); [] for a layout on one GPU."""
+    first = layout.first if hasattr(layout, "alone") else layout
+    if not first.multi_gpu:
+        return []
+    if hasattr(layout, "alone"):
+        whole = chart_bar(layout)
+        values = dict(zip((i.name for i in first.instances), (v for _, v in whole.stack))) if whole else {}
+    else:
+        values = {i.name: v for i, (_, v) in zip(first.instances, _stack_values(first))}
+    profile = {i.name: i.profile for i in first.instances}
+    nodes = list(dict.fromkeys(g.get("node") for g in first.gpus))
+    bars = []
+    for position, gpu in enumerate(first.gpu_rows()):
+        stack = [(profile[n], values.get(n, 0.0)) for n in gpu["instances"] if n in profile]
+        where = f"n{nodes.index(gpu.get('node'))} " if len(nodes) > 1 else ""
+        label = f"{where}GPU {gpu['index']}\n" + gpu["layout"].replace("+", "+\n")
+        if hasattr(layout, "alone"):
+            subtotal = layout.gpu_subtotals(position)
+            if subtotal is None:
+                continue
+            bars.append(Bar(label, stack, subtotal.mean, subtotal.error_bar(), None, subtotal.shows_interval))
+        elif gpu["subtotal"] is not None:
+            bars.append(Bar(label, stack, gpu["subtotal"], None, None))
+    return bars
+
+
 def axis_top(bars: Sequence[Bar]) -> float:
     """Where the value axis ends: above the tallest bar and its error bar, but not beyond
     AXIS_MAX_OVER_BARS times the tallest bar (a wider error bar is cut there)."""

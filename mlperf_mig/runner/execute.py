@@ -323,5 +323,6 @@ def _assemble(
         hosts=tuple(dict.fromkeys(slot.host for slot in plan.slots if slot.host)) or (socket.gethostname(),),
         cluster=rounds.cluster_facts(performance),
         gpus=parts_to_dicts(plan.deployment.parts, plan.slots),
+        host_notes=plan.host_notes,
         emulation_notes=plan.deployment.notes,
     )

@@ -30,7 +30,7 @@ from mlperf_mig.runner.options import RunOptions, check_setting
 from mlperf_mig.runner.placement import Deployment, InstanceSlot
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
-from mlperf_mig.runner.system import as_one_gpu, check_host_capacity, choose_system
+from mlperf_mig.runner.system import as_one_gpu, choose_system, fit_host
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,8 @@ class RunPlan:
     # where the target among `overrides` came from when the user did not set it (the capacity
     # cache's file and entry); None: the overrides are the user's
     target_from: str | None = None
+    # what fitting the instances into this host's memory changed (runner/system.py fit_host)
+    host_notes: tuple[str, ...] = ()
 
     @property
     def slots(self) -> tuple[InstanceSlot, ...]:
@@ -191,6 +193,7 @@ class RunPlan:
         if self.target_from is not None:
             target = dict(self.overrides).get("target_qps")
             lines.append(f"note: Server target {target:.4g} QPS per instance from {self.target_from}")
+        lines.extend(f"note: {note}" for note in self.host_notes)
         if self.deployment.emulated:
             lines.append(f"note: {EMULATED_LABEL}")
             lines.extend(f"note: {note}" for note in self.deployment.notes)
@@ -341,10 +344,9 @@ def make_plan(options: RunOptions) -> RunPlan:
         detection = None if options.emulate else registry.detect(source=options.nvml_source)
         deployment = choose_system(options, catalog=catalog, detection=detection)
     backend_name = _backend_for(deployment, options.backend, resolve_backend)
-    if options.cluster is None:
-        from mlperf_mig.engines import backend_class
-
-        check_host_capacity(deployment, runs_model=backend_class(backend_name).runs_model, mode=options.mode)
+    overrides, host_notes = options.settings, ()
+    if options.cluster is None:  # on a cluster each node holds only its own instances
+        overrides, host_notes = _fit_host(deployment, options, backend_name, bench, lg_scenario)
     engines, engine_of = _engine_requests(
         deployment,
         benchmark=bench,
@@ -367,7 +369,6 @@ def make_plan(options: RunOptions) -> RunPlan:
             "compliance=True needs the accuracy run (TEST01 compares its responses with the "
             "accuracy run's); drop accuracy=False / --no-accuracy"
         )
-    overrides = options.settings
     expected = expected_seconds(bench, lg_scenario, options.preset, dict(overrides))
     timeout_s = options.timeout_s
     run_s = timeout_s if timeout_s is not None else max(600.0, 5 * expected)
@@ -399,7 +400,32 @@ def make_plan(options: RunOptions) -> RunPlan:
         compliance=options.compliance,
         telemetry=options.telemetry,
         nvml_source=options.nvml_source,
+        host_notes=host_notes,
     )
+
+
+def _fit_host(
+    deployment: Deployment, options: RunOptions, backend: str, benchmark: str, loadgen_scenario: str
+) -> tuple[tuple[tuple[str, float], ...], tuple[str, ...]]:
+    """The overrides and notes of a run that fits this host (runner/system.py fit_host)."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.engines import backend_class
+    from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
+
+    bench = get_benchmark(benchmark)
+    spec = SettingsSpec(preset=options.preset, overrides=dict(options.settings), user_conf=options.user_conf, profile=None)
+    given = int(resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0).values.get(
+        "performance_sample_count_override", 0
+    ))
+    fewer, note = fit_host(
+        deployment, runs_model=backend_class(backend).runs_model, mode=options.mode, benchmark=bench,
+        samples=given or bench.performance_sample_count, samples_given=given > 0, preset=options.preset,
+    )
+    if fewer is None:
+        return options.settings, ()
+    overrides = dict(options.settings)
+    overrides["performance_sample_count_override"] = fewer
+    return tuple(sorted(overrides.items())), (note,)
 
 
 def _check_cpus(cpus: tuple[int, ...] | None) -> None:

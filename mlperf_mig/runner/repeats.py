@@ -41,7 +41,14 @@ from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import DataFileError, MlperfMigError, OutputDirError, UntrustedPathError
 from mlperf_mig.runner.overall import OverallProgress
 from mlperf_mig.runner.plan import RunPlan
-from mlperf_mig.runner.results import RESULTS_FILE, RunResult, html_table, result_p99_ms
+from mlperf_mig.runner.results import (
+    PER_GPU_COLUMN,
+    RESULTS_FILE,
+    RunResult,
+    gpu_subtotals_text,
+    html_table,
+    result_p99_ms,
+)
 from mlperf_mig.runner.stats import (
     CHANGE_NOTE,
     CONFIDENCE,
@@ -500,7 +507,29 @@ class RepeatedRun:
             "unit": self.first.throughput_unit,
             "all valid": self.valid_word(),
             "vs MIG scenario 1": None if change is None else change.text(),
+            PER_GPU_COLUMN: self._per_gpu_means() if self.first.multi_gpu else None,
+            "samples/J": self._summary_text([r.samples_per_joule for r in self.runs if r.ok]),
         }
+
+    @staticmethod
+    def _summary_text(values: list[float | None]) -> str | None:
+        """Mean and 95% interval (min-max below 3) of the values measured; None: none were."""
+        found = summarize([v for v in values if v is not None])
+        return None if found is None else found.text()
+
+    def gpu_subtotals(self, position: int) -> Summary | None:
+        """The subtotal of the run's `position`-th GPU over the repeats that measured it."""
+        values = []
+        for run in self.runs:
+            rows = run.gpu_rows()
+            if run.ok and position < len(rows) and rows[position]["subtotal"] is not None:
+                values.append(rows[position]["subtotal"])
+        return summarize(values)
+
+    def _per_gpu_means(self) -> str:
+        rows = self.first.gpu_rows()
+        means = [self.gpu_subtotals(k) for k in range(len(rows))]
+        return gpu_subtotals_text([{**r, "subtotal": None if m is None else m.mean} for r, m in zip(rows, means)])
 
     def instance_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -524,6 +553,8 @@ class RepeatedRun:
                         else change.text()
                     )
             rows.append(row)
+        if self.first.multi_gpu:  # each GPU's instances, then its subtotal over the repeats
+            rows = self._with_gpu_subtotals(rows)
         total = self.total
         rows.append(
             {
@@ -534,6 +565,23 @@ class RepeatedRun:
             }
         )
         return rows
+
+    def _with_gpu_subtotals(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The instance rows grouped by GPU, each GPU followed by its subtotal row."""
+        by_name = {row["instance"]: row for row in rows}
+        grouped = []
+        for position, gpu in enumerate(self.first.gpu_rows()):
+            grouped += [by_name[name] for name in gpu["instances"] if name in by_name]
+            subtotal = self.gpu_subtotals(position)
+            grouped.append(
+                {
+                    "instance": f"GPU {gpu['index']} subtotal",
+                    "profile": gpu["layout"],
+                    "throughput": None if subtotal is None else subtotal.text(),
+                    "min-max": None if subtotal is None else f"{subtotal.min:,.2f}-{subtotal.max:,.2f}",
+                }
+            )
+        return grouped
 
     def columns(self) -> list[str]:
         columns = ["instance", "profile", "device", "valid", "throughput", "min-max", "p99 ms"]

@@ -34,7 +34,7 @@ import attrs
 
 from mlperf_mig._io import atomic_write_text
 from mlperf_mig.errors import MlperfMigError, OutputDirError
-from mlperf_mig.runner.chart import chart_bar, draw_bars, figure_svg
+from mlperf_mig.runner.chart import chart_bar, draw_bars, figure_svg, gpu_bars
 from mlperf_mig.runner.results import html_table
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,18 @@ def _change_figure(layouts: Sequence[Any]) -> str | None:
     return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
 
 
+def _gpu_figures(layouts: Sequence[Any]) -> list[str]:
+    """Each whole system's throughput per GPU, stacked by instance (one figure per layout)."""
+    figures = []
+    for layout in layouts:
+        bars = gpu_bars(layout)
+        if bars:
+            first = _first_run(layout)
+            svg = figure_svg(lambda f, b=bars, r=first: draw_bars(f.add_subplot(), b, r), max(6.0, 1.1 * len(bars) + 2.0))
+            figures.append(f"<h2>Per GPU: {html.escape(_layout_name(layout))}, stacked by instance</h2>{svg}")
+    return figures
+
+
 def _figures(layouts: Sequence[Any]) -> str:
     bars = [bar for bar in (chart_bar(layout) for layout in layouts) if bar is not None]
     if not bars:
@@ -129,6 +141,7 @@ def _figures(layouts: Sequence[Any]) -> str:
     except ImportError:
         return "<p>Figures not drawn: matplotlib is not installed (pip install matplotlib).</p>"
     parts = [f"<h2>Figure 1: total throughput per layout, stacked by instance</h2>{one}"]
+    parts += _gpu_figures(layouts)
     if two is not None:
         parts.append(f"<h2>Figure 2: change against MIG scenario 1</h2>{two}")
     return "".join(parts)

@@ -308,6 +308,8 @@ class RunResult:
     # the GPUs of the run, one dict each: index, name, layout, partitioning, node, host,
     # instances (names); results.json adds each one's subtotal (see gpu_rows)
     gpus: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    # what fitting the instances into the host's memory changed (fewer samples per LoadGen)
+    host_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     # emulated: how the CPU budgets were enforced and where a proportion could not be kept
     emulation_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     # what the sampler recorded (mlperf_mig/telemetry); None: telemetry=False or an older run
@@ -450,6 +452,7 @@ class RunResult:
             )
         if any(i.performance and i.performance.target_source == "capacity cache" for i in self.instances):
             labels.append("Server target from the capacity cache (mlperf-mig capacity); --set target_qps overrides it")
+        labels.extend(self.host_notes)
         if self.multi_gpu and self.mode == "unified":
             labels.append(
                 "per-GPU subtotals of a unified run: the system's one result shared out by the "
@@ -496,6 +499,7 @@ class RunResult:
             "all valid": self._all_valid_word(),
             "vs MIG scenario 1": None if change is None else f"x{1 + change:.3f}",
             "samples/J": self.samples_per_joule,
+            "per GPU": gpu_subtotals_text(self.gpu_rows()) if self.multi_gpu else None,
         }
 
     def instance_rows(self) -> list[dict[str, Any]]:
@@ -670,6 +674,9 @@ class RunResult:
         fields["layout_accuracy"] = _result_from(fields.get("layout_accuracy"))
         fields["layout_compliance"] = _verdicts_from(fields.get("layout_compliance"))
         fields["gpus"] = _gpus_from(fields.get("gpus", ()), source)
+        notes = fields.get("host_notes", ())
+        if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
+            raise UntrustedPathError(f"{source!r}: host_notes is not a list of texts; write the run again")
         fields["telemetry"] = _telemetry_from(fields.get("telemetry"), source)
         notes = fields.get("emulation_notes", ())
         if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
@@ -725,6 +732,20 @@ class RunResult:
         }
         rows = [{**run_columns, **i.row(), **self._instance_telemetry(i.name)} for i in self.instances]
         return pandas.DataFrame(rows)
+
+
+PER_GPU_COLUMN = "per GPU"
+
+
+def gpu_subtotals_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each GPU's subtotal in one cell: 'GPU 0 37,937; GPU 1 36,778' (node prefix on a cluster)."""
+    nodes = list(dict.fromkeys(r.get("node") for r in rows))
+
+    def name(row: Mapping[str, Any]) -> str:
+        where = f"n{nodes.index(row.get('node'))}-" if len(nodes) > 1 else ""
+        return f"{where}GPU {row['index']}"
+
+    return "; ".join(f"{name(r)} {cell_text(r.get('subtotal'))}" for r in rows)
 
 
 def require_pandas() -> Any:

@@ -47,6 +47,7 @@ from mlperf_mig.runner.repeats import (
 from mlperf_mig.runner.results import (
     BY_DESIGN_LABEL,
     EMULATED_LABEL,
+    PER_GPU_COLUMN,
     RESULTS_FILE,
     SUM_LABEL,
     UNIFIED_LABEL,
@@ -113,6 +114,10 @@ class SweepResult:
 
     def columns(self) -> tuple[str, ...]:
         columns = _STUDY_COLUMNS if self.studies else _COLUMNS
+        if any(run.multi_gpu for run in [*self.runs, *(study.first for study in self.studies)]):  # each GPU's subtotal
+            columns = (*columns, PER_GPU_COLUMN)
+        if any(run.samples_per_joule is not None for run in self.runs):  # telemetry measured energy
+            columns = (*columns, "samples/J")
         return (*columns, "capacity QPS (sum)") if self.capacities else columns
 
     def _notes(self) -> list[str]:

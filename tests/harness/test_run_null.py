@@ -153,13 +153,14 @@ def _run_with_barrier(task: InstanceTask) -> tuple[int, int]:
 
     seen: list[int] = []
     loaded: list[int] = []
-    original = samples.SampleLibrary.load
+    original = samples.SampleLibrary.place
 
-    def load(self, indices, source):
-        original(self, indices, source)
+    def place(self, indices):
+        unique = original(self, indices)
         loaded.append(self.loaded_count)
+        return unique
 
-    samples.SampleLibrary.load = load
+    samples.SampleLibrary.place = place
     run_instance(task, before_start=lambda: seen.append(loaded[-1] if loaded else 0))
     return len(seen), seen[0]
 

@@ -222,3 +222,37 @@ def test_system_layout_of_one_gpu_is_its_layout() -> None:
     """One GPU's system layout is just its layout."""
     plan = _plan(DGX, scenario=8, gpus=[0])
     assert system_layout(plan.deployment.parts) == "7x1g.10gb"
+
+
+@pytest.fixture(name="eight_gib")
+def fixture_eight_gib(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host of 8 GiB: half of it holds 56 null workers and 64 ResNet50 samples each, not 1024."""
+    monkeypatch.setattr("mlperf_mig.harness.settings.machine_memory_bytes", lambda: 8 * 2**30)
+
+
+SYSTEM_56 = {"scenario": 8, "gpu_count": 8, "emulate": True}
+
+
+def test_quick_run_of_many_instances_loads_fewer_samples(eight_gib: None) -> None:
+    """A quick run whose 56 sample sets do not fit loads fewer samples each, and says so."""
+    plan = _plan(None, **SYSTEM_56)
+    assert dict(plan.overrides)["performance_sample_count_override"] == 64
+    assert any("loads 64 of resnet50's 1024 performance samples" in line for line in plan.header())
+
+
+def test_unified_run_shares_one_sample_set(eight_gib: None) -> None:
+    """In unified mode the 56 instances share one sample set, so all 1024 samples fit."""
+    plan = _plan(None, mode="unified", **SYSTEM_56)
+    assert "performance_sample_count_override" not in dict(plan.overrides)
+
+
+def test_submission_run_that_does_not_fit_says_how_many_can(eight_gib: None) -> None:
+    """The submission preset keeps every sample: 56 do not fit, and the refusal says how many do."""
+    with pytest.raises(SettingsError, match=r"can start at most 6 in half"):
+        _plan(None, preset="submission", **SYSTEM_56)
+
+
+def test_given_sample_count_is_kept_and_checked(eight_gib: None) -> None:
+    """A sample count the user set is not lowered: a run that cannot hold it is refused."""
+    with pytest.raises(SettingsError, match="can start at most"):
+        _plan(None, settings={"performance_sample_count_override": 1024}, **SYSTEM_56)

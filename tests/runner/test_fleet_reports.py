@@ -1,0 +1,75 @@
+"""Reports of whole systems show the per-GPU level: sweep and repeats tables, the HTML figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlperf_mig.runner.chart import gpu_bars
+
+from .conftest import QUICK_NULL
+
+SYSTEM = {"gpu_count": 2, "emulate": True, "accuracy": False, "telemetry": False}
+
+
+@pytest.fixture(scope="module", name="sweep")
+def fixture_sweep(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Two layouts, each on two emulated GPUs."""
+    import mlperf_mig
+
+    return mlperf_mig.sweep(
+        ["1g.10gb+1g.10gb", "2g.20gb"], outdir=tmp_path_factory.mktemp("fleet") / "sweep", chart=False,
+        **SYSTEM, **QUICK_NULL,
+    )
+
+
+@pytest.fixture(scope="module", name="repeated")
+def fixture_repeated(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One layout on two emulated GPUs, run twice."""
+    import mlperf_mig
+
+    return mlperf_mig.run(
+        "1g.10gb+1g.10gb", repeats=2, outdir=tmp_path_factory.mktemp("fleet") / "study", **SYSTEM, **QUICK_NULL
+    )
+
+
+def test_sweep_table_has_each_gpus_subtotal(sweep: Any) -> None:
+    """The sweep's table has a per-GPU column naming both GPUs of each layout."""
+    assert "per GPU" in sweep.columns()
+    for row in sweep.rows():
+        assert "GPU 0 " in row["per GPU"] and "GPU 1 " in row["per GPU"]
+
+
+def test_repeats_table_has_gpu_subtotal_rows(repeated: Any) -> None:
+    """A repeated system's table has one subtotal row per GPU, with its repeats' range."""
+    rows = {r["instance"]: r for r in repeated.instance_rows()}
+    assert rows["GPU 0 subtotal"]["min-max"] is not None
+    assert "GPU 1 subtotal" in repeated.table()
+
+
+def test_repeated_gpu_subtotals_are_the_runs_subtotals(repeated: Any) -> None:
+    """Each GPU's summary is over the subtotals each repeat measured."""
+    values = [run.gpu_rows()[1]["subtotal"] for run in repeated.runs]
+    summary = repeated.gpu_subtotals(1)
+    assert summary.min == pytest.approx(min(values)) and summary.max == pytest.approx(max(values))
+
+
+def test_gpu_bars_stack_each_gpus_instances(sweep: Any) -> None:
+    """One bar per GPU, stacked by its instances, topped by its subtotal."""
+    run = sweep.runs[0]
+    bars = gpu_bars(run)
+    assert [b.label.split("\n")[0] for b in bars] == ["GPU 0", "GPU 1"]
+    for bar, row in zip(bars, run.gpu_rows()):
+        assert len(bar.stack) == 2 and bar.total == pytest.approx(row["subtotal"])
+        assert sum(v for _, v in bar.stack) == pytest.approx(row["subtotal"])
+
+
+def test_html_report_draws_a_chart_per_gpu(sweep: Any, tmp_path: Path) -> None:
+    """The HTML report has a per-GPU figure for each system."""
+    pytest.importorskip("matplotlib")
+    from mlperf_mig.runner.report_html import report_html
+
+    page = report_html(sweep)
+    assert page.count("<h2>Per GPU:") == 2
