@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pynvml
 
 from mlperf_mig.telemetry.host import PackageEnergy, WorkerWatch
@@ -128,7 +129,8 @@ class RunRecorder:
             interval_s=self.sampler.interval_s,
             notes=notes,
         )
-        return telemetry
+        span = rows[-1]["t"] - rows[0]["t"] if rows else None
+        return attrs.evolve(telemetry, sampled_s=_round(span), sampler_cpu_s=_round(self.sampler.busy_s))
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -165,6 +167,10 @@ class RunRecorder:
             return f"gpu{gpu}:util_pct", "whole-GPU utilisation (NVML; the GPU is not partitioned)"
         gpm = next((g["gpm"] for g in self._gpus if g["index"] == gpu), "not supported")
         return None, NO_GPM.format(why=f"GPM {gpm}", dcgm=dcgm_bindings())
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _gpu_facts(nvml: NvmlReadings) -> list[dict[str, Any]]:

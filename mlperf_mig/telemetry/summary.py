@@ -192,6 +192,8 @@ class RunTelemetry:
     cpu_package: Mapping[str, Any] = attrs.field(factory=dict)
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     csv: str | None = CSV_FILE
+    sampled_s: float | None = None  # from the first row to the last
+    sampler_cpu_s: float | None = None  # CPU time the sampler's thread spent reading, over that span
 
     def instance(self, name: str) -> InstanceTelemetry | None:
         return next((i for i in self.instances if i.name == name), None)
@@ -219,6 +221,8 @@ class RunTelemetry:
             },
             "cpu_package": dict(self.cpu_package),
             "notes": list(self.notes),
+            "sampled_s": self.sampled_s,
+            "sampler_cpu_s": self.sampler_cpu_s,
         }
 
     @classmethod
@@ -257,6 +261,8 @@ class RunTelemetry:
             },
             notes=[_check_text(n, "note", source, 1000) for n in _check_list(data.get("notes", []), "notes", source)],
             csv=csv,
+            sampled_s=_check_number(data.get("sampled_s"), "sampled_s", source),
+            sampler_cpu_s=_check_number(data.get("sampler_cpu_s"), "sampler_cpu_s", source),
         )
 
 

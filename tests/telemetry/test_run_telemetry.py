@@ -81,3 +81,22 @@ def test_the_cli_prints_util_per_instance_and_no_telemetry_turns_it_off(tmp_path
     assert on.returncode == 0, on.stderr
     assert "util %" in on.stdout and (tmp_path / "on" / "telemetry.csv").is_file()
     assert off.returncode == 0 and "util %" not in off.stdout
+
+
+def test_the_system_description_notes_carry_the_telemetry(h200_run):
+    """A submission's hw_notes say the mean power, samples/J and that it is not MLPerf Power."""
+    from mlperf_mig.submission.readme import system_notes
+
+    notes = system_notes(h200_run, h200_run.instances[0])
+    line = next(n for n in notes if n.startswith("Telemetry over the timed window"))
+    assert "not an MLPerf Power measurement" in line and "samples/J" in line and BOARD_ENERGY_LABEL in line
+    assert h200_run.instances[0].name in line
+
+
+def test_the_html_report_has_the_time_series_figure(h200_run, tmp_path):
+    """report --html draws each run's activity and power over time, and samples/J per layout."""
+    from mlperf_mig.runner.report_html import report_html
+
+    text = report_html(h200_run)
+    assert "Time series of" in text and "samples per joule per layout" in text
+    assert text.count("<svg") >= 3
