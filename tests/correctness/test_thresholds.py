@@ -249,9 +249,15 @@ def test_max_p99_ms(p99: float | None, allowed: bool) -> None:
 
 @pytest.mark.parametrize(
     ("profiles", "allowed"),
-    [(("1g.10gb",), True), (("2g.20gb", "1g.10gb"), True), (("3g.40gb", "1g.10gb"), False)],
+    [
+        (("1g.10gb",), True),
+        (("2g.20gb", "1g.10gb"), True),
+        (("3g.40gb", "1g.10gb"), False),
+        (("2g.20gb", "1g.10gb", "1g.10gb", "3g.40gb"), False),
+    ],
 )
 def test_profiles_allowed(profiles: tuple[str, ...], allowed: bool) -> None:
-    """profiles_allowed=2g,1g: a layout of only those (or fewer kinds) passes, one more kind not."""
+    """profiles_allowed=2g,1g: a layout of only those (or fewer kinds) passes; one other kind,
+    wherever it stands in the layout, does not."""
     constraint = Constraints(profiles_allowed=("2g.20gb", "1g.10gb"))
     assert constraint.allows(_prediction(len(profiles), profiles=profiles)) is allowed

@@ -17,8 +17,6 @@ import pytest
 
 from mlperf_mig.benchmark import SEQ_LEN
 from mlperf_mig.harness.squad import (
-    MAX_ANSWER_LEN,
-    N_BEST,
     NO_ANSWER,
     SquadSource,
     WordPieceTokenizer,
@@ -42,6 +40,8 @@ TOKENS = (
     "by", "zurich", "'", "s", "cr", "##eme", "brulee", "makers", ".",
 )  # fmt: skip
 BASE = -10.0
+REFERENCE_N_BEST = 20  # accuracy-squad.py's n_best_size
+REFERENCE_MAX_ANSWER = 30  # and max_answer_length
 
 
 def _squad(folder: Path, questions: list[tuple[str, str]], context: str = CONTEXT) -> SquadSource:
@@ -165,10 +165,10 @@ def test_an_answer_may_be_30_tokens_not_31(tmp_path: Path) -> None:
     start = OFFSET
     pair = np.full((SEQ_LEN, 2), BASE, dtype=np.float32)
     pair[start, 0] = 5.0
-    pair[start + MAX_ANSWER_LEN, 1] = 9.0  # 31 tokens: skipped
-    pair[start + MAX_ANSWER_LEN - 1, 1] = 8.0  # 30 tokens: the answer
-    assert feature.token_to_word[start + MAX_ANSWER_LEN] == MAX_ANSWER_LEN
-    assert source.predictions({0: pair}) == [" ".join(["in"] * MAX_ANSWER_LEN)]
+    pair[start + REFERENCE_MAX_ANSWER, 1] = 9.0  # 31 tokens: skipped
+    pair[start + REFERENCE_MAX_ANSWER - 1, 1] = 8.0  # 30 tokens: the answer
+    assert feature.token_to_word[start + REFERENCE_MAX_ANSWER] == REFERENCE_MAX_ANSWER
+    assert source.predictions({0: pair}) == [" ".join(["in"] * REFERENCE_MAX_ANSWER)]
 
 
 def test_only_the_20_highest_starts_are_tried(tmp_path: Path) -> None:
@@ -178,7 +178,7 @@ def test_only_the_20_highest_starts_are_tried(tmp_path: Path) -> None:
     pair = np.full((SEQ_LEN, 2), BASE, dtype=np.float32)
     pair[OFFSET + 2, 1] = 5.0  # the end: "on"
     pair[OFFSET + 2, 0] = 1.0  # the start, behind the padding positions below
-    pair[100 : 100 + N_BEST, 0] = 2.0  # 20 starts in the padding: invalid
+    pair[100 : 100 + REFERENCE_N_BEST, 0] = 2.0  # 20 starts in the padding: invalid
     assert source.predictions({0: pair}) == [NO_ANSWER]
     pair[100, 0] = BASE  # now 19 are ahead of it
     assert source.predictions({0: pair}) == ["on"]
