@@ -452,6 +452,12 @@ class RunResult:
             )
         if any(i.performance and i.performance.target_source == "capacity cache" for i in self.instances):
             labels.append("Server target from the capacity cache (mlperf-mig capacity); --set target_qps overrides it")
+        measured = [self.layout_result, *(i.performance for i in self.instances)]
+        if any(r is not None and r.target_source == "cached calibration" for r in measured):
+            labels.append(
+                "target from a cached calibration: measured by an earlier run with the same engine, "
+                "settings and CPUs (the cache folder's calibration/; delete it to measure again)"
+            )
         labels.extend(self.host_notes)
         if self.multi_gpu and self.mode == "unified":
             labels.append(

@@ -261,3 +261,15 @@ def test_instance_name_with_a_slash_is_refused_on_load(good_run: Any, tmp_path: 
     (folder / "results.json").write_text(json.dumps(data))
     with pytest.raises(UntrustedPathError, match=re.escape("instance name '../../victim' is not a plain name")):
         RunResult.load(folder)
+
+
+def test_cached_calibration_is_labelled(good_run: Any) -> None:
+    """A run whose target came from a cached calibration says so; a measured one does not."""
+    assert not any("cached calibration" in label for label in good_run.labels())
+    first = good_run.instances[0]
+    cached = attrs.evolve(
+        first, performance=attrs.evolve(first.performance, target_source="cached calibration")
+    )
+    run = attrs.evolve(good_run, instances=[cached, *good_run.instances[1:]])
+    assert any("cached calibration" in label for label in run.labels())
+    assert "cached calibration" in run.table()
