@@ -544,6 +544,7 @@ class RepeatedRun:
                 "throughput": None if throughput is None else throughput.text(),
                 "min-max": None if throughput is None else f"{throughput.min:,.2f}-{throughput.max:,.2f}",
                 "p99 ms": None if p99 is None else p99.text(),
+                "util %": self._summary_text([r.utilisation(instance.name) for r in self.runs if r.ok]),
             }
             if self.isolation:
                 for what, column in (("throughput", "vs alone: throughput"), ("p99", "vs alone: p99")):
@@ -562,6 +563,7 @@ class RepeatedRun:
                 "valid": self.valid_word(),
                 "throughput": None if total is None else total.text(),
                 "min-max": None if total is None else f"{total.min:,.2f}-{total.max:,.2f}",
+                "samples/J": self._summary_text([r.samples_per_joule for r in self.runs if r.ok]),
             }
         )
         return rows
@@ -585,6 +587,10 @@ class RepeatedRun:
 
     def columns(self) -> list[str]:
         columns = ["instance", "profile", "device", "valid", "throughput", "min-max", "p99 ms"]
+        if any(r.telemetry is not None for r in self.runs):
+            columns.append("util %")
+        if any(r.samples_per_joule is not None for r in self.runs):
+            columns.append("samples/J")
         if self.isolation:
             columns += ["vs alone: throughput", "vs alone: p99"]
         return columns
@@ -602,6 +608,13 @@ class RepeatedRun:
         ]
         if failed:
             lines.append(f"FAILED runs (their numbers are left out): {', '.join(failed)}")
+        measured = [r for r in self.runs if r.telemetry is not None]
+        if measured:
+            lines.append(
+                "note: util % and samples/J over the repeats as throughput is; what they measure: "
+                + "; ".join(dict.fromkeys(i.util_metric for r in measured for i in r.telemetry.instances))
+                + f"; samples/J from {measured[0].telemetry.energy_label}"
+            )
         changes = self.changes()
         if changes:
             lines.append(f"note: {CHANGE_NOTE}")
@@ -641,6 +654,13 @@ class RepeatedRun:
 
     def __str__(self) -> str:
         return self.table()
+
+    def to_pandas(self) -> Any:
+        """One row per instance (and the total) as the table shows it, with the layout (needs pandas)."""
+        from mlperf_mig.runner.results import require_pandas
+
+        rows = [{"layout": self.first.layout, "repeats": self.repeats, **row} for row in self.instance_rows()]
+        return require_pandas().DataFrame(rows)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """One self-contained HTML report of this layout (written to `path` when given)."""

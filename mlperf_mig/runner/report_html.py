@@ -118,18 +118,6 @@ def _change_figure(layouts: Sequence[Any]) -> str | None:
     return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
 
 
-def _gpu_figures(layouts: Sequence[Any]) -> list[str]:
-    """Each whole system's throughput per GPU, stacked by instance (one figure per layout)."""
-    figures = []
-    for layout in layouts:
-        bars = gpu_bars(layout)
-        if bars:
-            first = _first_run(layout)
-            svg = figure_svg(lambda f, b=bars, r=first: draw_bars(f.add_subplot(), b, r), max(6.0, 1.1 * len(bars) + 2.0))
-            figures.append(f"<h2>Per GPU: {html.escape(_layout_name(layout))}, stacked by instance</h2>{svg}")
-    return figures
-
-
 def _figures(layouts: Sequence[Any]) -> str:
     bars = [bar for bar in (chart_bar(layout) for layout in layouts) if bar is not None]
     if not bars:
@@ -144,6 +132,67 @@ def _figures(layouts: Sequence[Any]) -> str:
     parts += _gpu_figures(layouts)
     if two is not None:
         parts.append(f"<h2>Figure 2: change against MIG scenario 1</h2>{two}")
+    energy = _energy_figure(layouts)
+    if energy is not None:
+        parts.append(f"<h2>Figure 3: samples per joule per layout</h2>{energy}")
+    return "".join(parts) + _timeseries_figures(layouts)
+
+
+def _gpu_figures(layouts: Sequence[Any]) -> list[str]:
+    """Each whole system's throughput per GPU, stacked by instance (one figure per layout)."""
+    figures = []
+    for layout in layouts:
+        bars = gpu_bars(layout)
+        if bars:
+            first = _first_run(layout)
+            svg = figure_svg(lambda f, b=bars, r=first: draw_bars(f.add_subplot(), b, r), max(6.0, 1.1 * len(bars) + 2.0))
+            figures.append(f"<h2>Per GPU: {html.escape(_layout_name(layout))}, stacked by instance</h2>{svg}")
+    return figures
+
+
+def _samples_per_joule(layout: Any) -> tuple[float, str] | None:
+    """A layout's samples per joule (the mean over its repeats) and the energy it rests on."""
+    runs = layout.runs if hasattr(layout, "alone") else [layout]
+    values = [r.samples_per_joule for r in runs if r.samples_per_joule is not None]
+    if not values:
+        return None
+    return sum(values) / len(values), runs[0].telemetry.energy_label
+
+
+def _energy_figure(layouts: Sequence[Any]) -> str | None:
+    """Samples per joule of every layout that measured energy (None when none did)."""
+    points = [(_layout_name(layout), found) for layout in layouts if (found := _samples_per_joule(layout)) is not None]
+    if not points:
+        return None
+
+    def draw(figure: Any) -> None:
+        axes = figure.add_subplot()
+        axes.bar(range(len(points)), [p[1][0] for p in points], color="#4C72B0")
+        axes.set_xticks(range(len(points)), [p[0] for p in points], fontsize=9)
+        axes.set_ylabel("samples per joule", fontsize=9)
+        labels = sorted({p[1][1] for p in points})
+        axes.set_title(f"samples/J: throughput / mean power over the timed window ({'; '.join(labels)})", fontsize=9)
+
+    return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
+
+
+def _timeseries_figures(layouts: Sequence[Any]) -> str:
+    """Per run (a repeated layout's first repeat): activity per instance and power over time,
+    from its telemetry.csv, read back as untrusted input."""
+    from mlperf_mig.telemetry.figure import draw_timeseries, series_for_figure
+
+    parts = []
+    for layout in layouts:
+        run = _first_run(layout)
+        if run.telemetry is None or run.telemetry.csv is None:
+            continue
+        title = f"<h2>Time series of {html.escape(_layout_name(layout))}: {html.escape(run.layout)}</h2>"
+        try:
+            data = series_for_figure(run.outdir, run.telemetry)
+        except MlperfMigError as exc:
+            parts.append(f"{title}<p>Not drawn: {html.escape(str(exc))}</p>")
+            continue
+        parts.append(title + figure_svg(lambda f, d=data: draw_timeseries(f, d), 9.0))
     return "".join(parts)
 
 

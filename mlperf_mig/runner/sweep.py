@@ -130,6 +130,9 @@ class SweepResult:
             notes.append(EMULATED_LABEL)
         if any(run.invalid_by_design for run in self.runs):
             notes.append(BY_DESIGN_LABEL)
+        labels = sorted({run.telemetry.energy_label for run in self.runs if run.samples_per_joule is not None})
+        if labels:
+            notes.append(f"samples/J: total throughput / mean power over the common timed window ({'; '.join(labels)})")
         if self.studies:
             notes.append(self.studies[0].interval_note())
             notes.append(f"vs MIG scenario 1: the mean total over scenario 1's; {CHANGE_NOTE}")
