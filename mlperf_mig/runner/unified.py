@@ -505,6 +505,7 @@ def _coordinate(
 
     from mlperf_mig.engines.backend import DeviceReport
     from mlperf_mig.harness.loadgen_test import running
+    from mlperf_mig.harness.reuse import WorkCache
     from mlperf_mig.harness.samples import SampleLibrary
     from mlperf_mig.harness.sut import ResponsePool, contiguous_order, payload_layout
 
@@ -577,7 +578,9 @@ def _coordinate(
     test.run(
         issue=issue,
         flush=lambda: None,
-        load=lambda indices: library.load(indices, source),
+        # generated samples come from the cache folder when an earlier run kept them (a copy
+        # into the shared arrays; harness/reuse.py)
+        load=lambda indices: WorkCache.for_cache_dir(test.task.cache_dir).load_samples(library, indices, source),
         unload=library.unload,
         abort=lambda exc: dispatcher.abort(f"{type(exc).__name__}: {exc}"),
         calibrated_target=calibrated,
