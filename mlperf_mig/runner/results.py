@@ -720,6 +720,12 @@ class RunResult:
                 f"{str(file)!r} is not a results file of mlperf-mig ({reason})"
             ) from None
 
+    def to_html(self, path: str | Path | None = None) -> str:
+        """One self-contained HTML report of this run (written to `path` when given)."""
+        from mlperf_mig.runner.report_html import write_report
+
+        return write_report(self, path)
+
     def to_pandas(self) -> Any:
         """One row per instance with the run's settings as columns (needs pandas)."""
         pandas = require_pandas()

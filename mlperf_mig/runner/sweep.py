@@ -58,6 +58,7 @@ from mlperf_mig.runner.results import (
 from mlperf_mig.runner.stats import CHANGE_NOTE, FEW_REPEATS_NOTE
 
 log = logging.getLogger(__name__)
+CHART_SVG_LIMIT = 4_000_000  # bytes of the chart shown inline in a notebook
 _COLUMNS = (
     "MIG scenario", "layout", "partitioning", "instances", "total", "unit", "all valid", "vs MIG scenario 1"
 )
@@ -177,7 +178,27 @@ class SweepResult:
         import html
 
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self._notes())
-        return f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), self.columns())}<ul>{notes}</ul>"
+        return (
+            f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), self.columns())}"
+            f"{self._chart_img()}<ul>{notes}</ul>"
+        )
+
+    def _chart_img(self) -> str:
+        """The chart inline (the SVG as an image: a file read back runs no script), or ''."""
+        import base64
+
+        from mlperf_mig._io import read_small_text
+        from mlperf_mig.errors import SettingsError
+
+        if not self.chart_svg:
+            return ""
+        try:
+            svg = read_small_text(Path(self.chart_svg), limit=CHART_SVG_LIMIT)
+        except SettingsError as exc:
+            log.warning("the sweep's chart %s is not shown: %s", self.chart_svg, exc)
+            return ""
+        data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+        return f"<img alt='throughput per layout' src='data:image/svg+xml;base64,{data}'>"
 
     def __str__(self) -> str:
         return self.table()
