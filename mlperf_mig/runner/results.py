@@ -20,7 +20,7 @@ import attrs
 
 from mlperf_mig._io import atomic_write_json, finite_number, safe_name
 from mlperf_mig._table import cell_text, markdown_table, text_table
-from mlperf_mig.errors import OutputDirError, UntrustedPathError
+from mlperf_mig.errors import OutputDirError, SettingsError, UntrustedPathError
 
 if TYPE_CHECKING:
     from mlperf_mig.harness.compliance import AuditVerdict
@@ -429,6 +429,25 @@ class RunResult:
                 row["subtotal"] = sum(values) if values else None
             rows.append(row)
         return rows
+
+    def gpu_runs(self) -> list[RunResult]:
+        """An independent run of a whole system as one run per GPU (its instances, its layout),
+        for what reads layouts of one GPU (the advisor); [self] for a layout on one GPU."""
+        if not self.multi_gpu:
+            return [self]
+        if self.mode == "unified":
+            raise SettingsError(
+                f"{self.outdir!r} is a unified run of {len(self.gpus)} GPUs: one LoadGen result for "
+                "all of them, none per GPU; run the system in independent mode to measure each GPU"
+            )
+        return [
+            attrs.evolve(
+                self, gpu=gpu["name"], layout=gpu["layout"], partitioning=gpu.get("partitioning") or self.partitioning,
+                instances=[i for i in self.instances if i.name in gpu["instances"]], gpus=(gpu,),
+                outdir=f"{self.outdir} (GPU {gpu['index']})", cluster=None,
+            )
+            for gpu in self.gpus
+        ]
 
     def labels(self) -> list[str]:
         """The labels every report of this run carries."""

@@ -73,3 +73,34 @@ def test_html_report_draws_a_chart_per_gpu(sweep: Any, tmp_path: Path) -> None:
 
     page = report_html(sweep)
     assert page.count("<h2>Per GPU:") == 2
+
+
+@pytest.fixture(scope="module", name="single_profiles")
+def fixture_single_profiles(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Five emulated GPUs carrying study layouts 1-5 (one profile each), measured at once."""
+    import mlperf_mig
+
+    return mlperf_mig.run(
+        1, gpus="all", layouts={1: 2, 2: 3, 3: 4, 4: 5}, outdir=tmp_path_factory.mktemp("fleet") / "run",
+        **{**SYSTEM, "gpu_count": 5}, **QUICK_NULL,
+    )
+
+
+def test_advise_reads_each_gpu_of_a_system(single_profiles: Any) -> None:
+    """advise on a system run ranks layouts of one GPU from each GPU's instances, and says so."""
+    from mlperf_mig import advise
+
+    advice = advise(from_dir=single_profiles.outdir, progress=False)
+    assert advice.ranking
+    assert any("the advice is per GPU" in label and "GPU 4" in label for label in advice.labels)
+
+
+def test_advise_refuses_a_unified_system(sweep: Any, tmp_path: Path) -> None:
+    """A unified system run has no per-GPU measurement: advise says so in one line."""
+    import attrs
+
+    from mlperf_mig.errors import SettingsError
+
+    unified = attrs.evolve(sweep.runs[0], mode="unified")
+    with pytest.raises(SettingsError, match="independent mode to measure each GPU"):
+        unified.gpu_runs()
