@@ -100,3 +100,30 @@ def test_the_html_report_has_the_time_series_figure(h200_run, tmp_path):
     text = report_html(h200_run)
     assert "Time series of" in text and "samples per joule per layout" in text
     assert text.count("<svg") >= 3
+
+
+def _two_gpu_state() -> dict:
+    """The A100 + H200 host of the fleet fixtures, each GPU with its own telemetry."""
+    import json
+    from pathlib import Path
+
+    state = json.loads((Path(__file__).parent.parent / "registry" / "fixtures" / "two-models-a100-h200.json").read_text())
+    a100, h200 = load_state("a100-80gb-scenario7-telemetry")["telemetry"], load_state("h200-7x1g-telemetry")["telemetry"]
+    devices = [m["uuid"] for g in state["gpus"] for m in g["mig_devices"]]
+    series = list(a100["mig_devices"].values()) + list(h200["mig_devices"].values())
+    state["telemetry"] = {
+        "interval_s": 0.1,
+        "gpus": {"0": a100["gpus"]["0"], "1": h200["gpus"]["0"]},
+        "mig_devices": dict(zip(devices, series)),
+    }
+    return state
+
+
+def test_a_run_over_two_gpus_has_telemetry_per_gpu_by_index(tmp_path):
+    """Per-GPU telemetry is keyed by NVML index; the layout's energy is their sum."""
+    result = mlperf_mig.run(7, layouts={1: 8}, gpus="all", nvml_source=RecordedTelemetry(_two_gpu_state()),
+                            outdir=tmp_path / "run", **QUICK)
+    gpus = {g.index: g for g in result.telemetry.gpus}
+    assert set(gpus) == {0, 1} and gpus[1].gpm == "supported" and gpus[0].gpm.startswith("not supported")
+    assert result.telemetry.energy_j == pytest.approx(gpus[0].energy_j + gpus[1].energy_j, abs=0.01)
+    assert {i.gpu_index for i in result.telemetry.instances} == {0, 1}
