@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 MAX_LOCAL_NODES = 16
 CONNECT_TIMEOUT_S = 10.0
-INSTALL_HINT = "pip install 'mlperf-mig[cluster]'"
+INSTALL_HINT = "pip install -e '.[cluster]'"  # as the README says it
 # Environment of every Ray process that `local:N` starts: loopback only, no usage statistics.
 # Ray resolves "127.0.0.1" to the machine's first address unless it believes clusters are off
 # (ray._private.services.get_node_ip_address), so that switch keeps the driver on loopback too.

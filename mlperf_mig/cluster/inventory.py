@@ -175,10 +175,26 @@ def inventory_rows(inventories: Sequence[NodeInventory]) -> list[dict[str, Any]]
     return rows
 
 
+def _where(session: ClusterSession) -> str:
+    """'local:3 at 127.0.0.1:6379', '10.0.0.1:6379', or the address Ray's auto-discovery found
+    ('auto' is how it was asked for, not where the cluster is)."""
+    address = session.address
+    if address == "auto":
+        try:
+            import ray
+
+            address = ray.get_runtime_context().gcs_address
+        except (ImportError, AttributeError, RuntimeError):  # an older Ray, or not connected
+            return "found by Ray's auto-discovery (--cluster auto)"
+        return f"at {address}, found by Ray's auto-discovery (--cluster auto)"
+    spec = str(session.spec)
+    return f"{spec} at {address}" if spec != address else f"at {address}"
+
+
 def inventory_table(session: ClusterSession, inventories: Sequence[NodeInventory]) -> str:
     """The inventory as a text table with a header line naming the cluster."""
     emulated = " (local:N: nodes are processes of this machine, partitions emulated on its CPUs)"
-    head = f"Ray cluster {session.spec} at {session.address}: {len(inventories)} node(s)"
+    head = f"Ray cluster {_where(session)}: {len(inventories)} node(s)"
     if session.emulated_nodes:
         head += emulated
     return "\n".join([head, text_table(inventory_rows(inventories), INVENTORY_COLUMNS)])

@@ -50,7 +50,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--preset", default="quick", help="quick or submission (default quick)")
     parser.add_argument("--outdir", required=True, help="folder for the logs and the user.conf")
-    parser.add_argument("--mode", default="performance", choices=("performance", "accuracy"))
+    parser.add_argument("--mode", default="performance", choices=("performance", "accuracy"),
+                        help="LoadGen's PerformanceOnly or AccuracyOnly test (default performance)")
     parser.add_argument(
         "--audit",
         default=None,

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from mlperf_mig.runner.repeats import RepeatedRun
 
 CHART_NAME = "throughput"
+PLOT_INSTALL = "pip install -e '.[plot]'"  # matplotlib, as the README says to install it
 ERROR_BAR_NOTE = "error bars: 95% confidence interval of the mean total (Student's t)"
 RANGE_BAR_NOTE = "error bars of layouts with 2 repeats: min-max of the totals (too few for an interval)"
 # The value axis ends this far above the tallest bar; an error bar may stretch it up to

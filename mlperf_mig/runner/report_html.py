@@ -127,7 +127,9 @@ def _figures(layouts: Sequence[Any]) -> str:
         one = figure_svg(lambda f: draw_bars(f.add_subplot(), bars, first), max(6.0, 1.3 * len(bars) + 2.0))
         two = _change_figure(layouts)
     except ImportError:
-        return "<p>Figures not drawn: matplotlib is not installed (pip install matplotlib).</p>"
+        from mlperf_mig.runner.chart import PLOT_INSTALL
+
+        return f"<p>Figures not drawn: matplotlib is not installed ({html.escape(PLOT_INSTALL)}).</p>"
     parts = [f"<h2>Figure 1: total throughput per layout, stacked by instance</h2>{one}"]
     parts += _gpu_figures(layouts)
     if two is not None:

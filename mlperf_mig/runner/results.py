@@ -192,7 +192,8 @@ class InstanceRun:
             "status": self.status if self.status != "ok" else _status_word(self),
             "valid": validity_word(self.performance),
             "throughput": self.throughput,
-            "share": self.dispatched_samples,
+            "node": self.node[:8] if self.node else None,
+            "samples served": self.dispatched_samples,
             "p99 ms": result_p99_ms(self.performance),
             "accuracy": accuracy_cell(self.accuracy),
             "compliance": compliance_cell(self.compliance),
@@ -462,6 +463,7 @@ class RunResult:
             labels.append(VGPU_LABEL)
         if self.invalid_by_design:
             labels.append(BY_DESIGN_LABEL)
+        labels.extend(self._invalid_notes())
         if self.synthetic_weights or self.synthetic_data:
             labels.append("synthetic weights/data: accuracy is not meaningful")
         if any(v.short for v in self.audits):
@@ -486,6 +488,16 @@ class RunResult:
         if self.interrupted:
             labels.append("INTERRUPTED: incomplete")
         return labels
+
+    def _invalid_notes(self) -> list[str]:
+        """Why each INVALID LoadGen result is invalid, in LoadGen's words (a quick preset's short
+        Offline run is explained once, by BY_DESIGN_LABEL)."""
+        results = [("layout", self.layout_result)] + [(i.name, i.performance) for i in self.instances]
+        return [
+            f"{name} valid NO: " + ("; ".join(r.invalid_reasons) or "LoadGen gave no reason (see its detail log)")
+            for name, r in results
+            if r is not None and not r.valid and not r.invalid_by_design
+        ]
 
     def _budget_shortfalls(self) -> list[str]:
         """Emulated instances that used clearly less CPU than their budget: the machine was busy,
@@ -540,7 +552,7 @@ class RunResult:
                         "host": gpu.get("host") or "",
                         "profile": gpu["layout"],
                         "throughput": gpu["subtotal"],
-                        "share": gpu["served_samples"],
+                        "samples served": gpu["served_samples"],
                     }
                 )
         total_name = "layout (unified)" if self.mode == "unified" else "total (sum)"
@@ -579,9 +591,9 @@ class RunResult:
         if self.multi_gpu:
             columns.insert(1, "gpu")
         if self.cluster is not None:
-            columns.insert(1, "host")
+            columns[1:1] = ["host", "node"]
         if self.mode == "unified":
-            columns.insert(columns.index("p99 ms"), "share")
+            columns.insert(columns.index("p99 ms"), "samples served")
         rows = self.instance_rows()
         if self.telemetry is not None:
             columns.insert(columns.index("p99 ms"), "util %")
@@ -739,11 +751,14 @@ class RunResult:
                 f"{str(file)!r} is not a results file of mlperf-mig ({reason})"
             ) from None
 
-    def to_html(self, path: str | Path | None = None) -> str:
-        """One self-contained HTML report of this run (written to `path` when given)."""
-        from mlperf_mig.runner.report_html import write_report
-
-        return write_report(self, path)
+    def to_html(self) -> str:
+        """The run's table and notes as one self-contained HTML page (the report with figures:
+        `mlperf-mig report DIR --html FILE`, which also reads repeats and sweeps)."""
+        title = html.escape(self.title())
+        return (
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+            f"<body>{self._repr_html_()}</body></html>\n"
+        )
 
     def to_pandas(self) -> Any:
         """One row per instance with the run's settings as columns (needs pandas)."""

@@ -326,7 +326,9 @@ def _chart(result: SweepResult, folder: Path) -> tuple[str | None, str | None, s
     try:
         png, svg = save_chart(bars, result.runs[0], folder)
     except ImportError:
-        note = "chart not drawn: matplotlib is not installed (pip install matplotlib)"
+        from mlperf_mig.runner.chart import PLOT_INSTALL
+
+        note = f"chart not drawn: matplotlib is not installed ({PLOT_INSTALL})"
         log.warning(note)
         return None, None, note
     return str(png), str(svg), None

@@ -26,15 +26,20 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--objective", default="throughput",
                         choices=("throughput", "instances", "capacity", "p99", "samples_per_joule"),
                         help="what to rank by (samples_per_joule: GPU board energy from the runs' telemetry, not wall power)")
-    parser.add_argument("--min-instances", type=whole_number, default=None, metavar="N")
-    parser.add_argument("--max-instances", type=whole_number, default=None, metavar="N")
+    parser.add_argument("--min-instances", type=whole_number, default=None, metavar="N",
+                        help="only layouts of at least N instances")
+    parser.add_argument("--max-instances", type=whole_number, default=None, metavar="N",
+                        help="only layouts of at most N instances")
     parser.add_argument("--profiles-allowed", default=None, metavar="P,P",
                         help="only layouts made of these MIG profiles, e.g. 2g.20gb,1g.10gb")
-    parser.add_argument("--max-p99-ms", type=decimal_number, default=None, metavar="MS")
+    parser.add_argument("--max-p99-ms", type=decimal_number, default=None, metavar="MS",
+                        help="only layouts whose predicted p99 latency is at most MS milliseconds")
     parser.add_argument("--top", type=whole_number, default=5, help="layouts shown (default 5)")
     parser.add_argument("--outdir", default=None, help="sweep folder when measuring first")
-    parser.add_argument("--variant", default="full", choices=("full", "tiny"))
-    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--variant", default="full", choices=("full", "tiny"),
+                        help="model size when measuring first: full (official shapes) or tiny (seconds on a CPU)")
+    parser.add_argument("--backend", default="auto",
+                        help="backend when measuring first: auto, tensorrt, onnxruntime or null (default auto)")
     parser.add_argument("--json", action="store_true", help="print the advice as JSON")
     parser.set_defaults(handler=_advise)
 
@@ -61,10 +66,14 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)")
     parser.add_argument("--profile", default="1g.10gb", help="the MIG profile (default 1g.10gb)")
     parser.add_argument("--gpu", default=None, help="GPU to emulate without a GPU (default A100-SXM4-80GB)")
-    parser.add_argument("--backend", default="auto")
-    parser.add_argument("--precision", default=None)
-    parser.add_argument("--preset", default="quick")
-    parser.add_argument("--variant", default="full", choices=("full", "tiny"))
+    parser.add_argument("--backend", default="auto",
+                        help="auto, tensorrt, onnxruntime or null (default auto: TensorRT on a GPU, else ONNX Runtime)")
+    parser.add_argument("--precision", default=None,
+                        help="engine precision, e.g. fp16 or int8 (default: the backend's)")
+    parser.add_argument("--preset", default="quick",
+                        help="quick (short runs) or submission (LoadGen's official rules) (default quick)")
+    parser.add_argument("--variant", default="full", choices=("full", "tiny"),
+                        help="full (official shapes) or tiny (seconds on a CPU) (default full)")
     parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
     parser.add_argument("--low-qps", type=decimal_number, default=None, metavar="QPS",
                         help="first target; a failure there is an error (default: a quarter of an Offline run)")
@@ -74,7 +83,7 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-steps", type=whole_number, default=12, help="most probes (default 12)")
     add_settings_option(parser)
     parser.add_argument("--outdir", default=None, help="folder of the search's runs")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=_capacity)
 
 

@@ -83,7 +83,7 @@ def test_an_address_nobody_answers_on_is_refused_at_once() -> None:
 
 
 def test_missing_ray_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without Ray, --cluster says to install mlperf-mig[cluster]."""
+    """Without Ray, --cluster says to install the cluster extra, as the README does."""
     real_import = builtins.__import__
 
     def no_ray(name: str, *args: object, **kwargs: object) -> object:
@@ -93,7 +93,7 @@ def test_missing_ray_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    with pytest.raises(ClusterError, match=r"mlperf-mig\[cluster\]"):
+    with pytest.raises(ClusterError, match=r"pip install -e '\.\[cluster\]'"):
         import_ray()
 
 
@@ -240,3 +240,17 @@ def test_a_node_that_cannot_report_is_one_line_naming_it() -> None:
 
     with pytest.raises(ClusterError, match=r"node abcdef12 could not report its devices .*mlperf_mig.*install the same"):
         _node_answer(FailedRay, "abcdef1234", object())
+
+
+def test_cluster_info_names_where_auto_found_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cluster-info --cluster auto` prints the address Ray found, never 'at auto'."""
+    from types import SimpleNamespace
+
+    from mlperf_mig.cluster.connect import parse_cluster
+    from mlperf_mig.cluster.inventory import inventory_table
+
+    fake_ray = SimpleNamespace(get_runtime_context=lambda: SimpleNamespace(gcs_address="10.1.2.3:6379"))
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    session = SimpleNamespace(spec=parse_cluster("auto"), address="auto", emulated_nodes=False)
+    head = inventory_table(session, [_node(0)]).splitlines()[0]
+    assert "at auto" not in head and "10.1.2.3:6379" in head and "auto-discovery" in head
