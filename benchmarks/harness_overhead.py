@@ -1,10 +1,10 @@
 """How much the harness costs on top of LoadGen, measured with the null backend (no model).
 
 1. Offline: samples/s of our Offline SUT (run_instance, null backend) against a bare FastSUT
-   that completes each query at once with one QuerySamplesComplete call, making one LoadGen
-   QuerySampleResponse per sample. Target: ours >= 95%. Our SUT reuses its response objects
-   (setting an id costs a third of making a response), so it is also compared with a bare
-   FastSUT that reuses them the same way: the LoadGen ceiling on this machine.
+   that reuses POOL_SIZE LoadGen QuerySampleResponse objects, setting only their ids, and
+   completes POOL_SIZE samples a call: LoadGen's own ceiling on this machine. Target: ours >= 90%
+   of it, in the same run (alternating). Also shown: the bare FastSUT that makes one response
+   per sample (our SUT used to be measured against it, target 95%).
 2. Server: the highest target QPS whose run stays VALID with a 15 ms p99 latency bound, through
    our Server SUT (issue only enqueues, a batcher thread completes), next to the bare deque SUT's.
    Target: at or above the bare deque SUT's highest VALID target.
@@ -33,9 +33,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-OFFLINE_TARGET_FRACTION = 0.95
+OFFLINE_TARGET_FRACTION = 0.90  # of the bare pooled SUT (LoadGen's ceiling)
 POOL_SIZE = 1024
 SERVER_LATENCY_MS = 15
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def in_child(function: Any, *args: Any) -> Any:
@@ -201,22 +205,23 @@ def offline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         )
         print(
             f"  offline {attempt}: bare {bare[False]:>11,.0f}  bare pooled {bare[True]:>11,.0f}  "
-            f"ours {ours:>11,.0f} samples/s",
+            f"ours {ours:>11,.0f} samples/s ({_load()})",
             flush=True,
         )
     best = {key: max(r[key] for r in rows) for key in ("bare_fastsut", "bare_pooled", "ours")}
-    ratio = best["ours"] / best["bare_fastsut"]
+    ratio = best["ours"] / best["bare_pooled"]
     return {
         "attempts": rows,
         "best_bare_samples_per_s": best["bare_fastsut"],
         "best_bare_pooled_samples_per_s": best["bare_pooled"],
         "best_ours_samples_per_s": best["ours"],
-        "ratio_of_best": ratio,
+        "ratio_of_best": best["ours"] / best["bare_fastsut"],
         "median_pair_ratio": statistics.median(r["ratio"] for r in rows),
         "ratio_of_best_pooled": best["ours"] / best["bare_pooled"],
         "median_pair_ratio_pooled": statistics.median(r["ratio_pooled"] for r in rows),
         "target": OFFLINE_TARGET_FRACTION,
         "met": ratio >= OFFLINE_TARGET_FRACTION,
+        "load_average": os.getloadavg(),
     }
 
 
@@ -256,7 +261,7 @@ def server(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         )
         print(
             f"  server {qps:>7}: ours {result['validity']:<7} p99 {p99_ms:8.3f} ms | bare deque "
-            f"SUT {bare['validity']:<7} p99 {bare_p99_ms:8.3f} ms",
+            f"SUT {bare['validity']:<7} p99 {bare_p99_ms:8.3f} ms ({_load()})",
             flush=True,
         )
         if result["validity"] == "VALID":
@@ -314,13 +319,14 @@ def main() -> int:
         if args.only in (None, "offline"):
             report["offline"] = off = offline(args, root)
             print(
-                f"Offline: bare FastSUT {off['best_bare_samples_per_s']:,.0f} samples/s, ours "
-                f"{off['best_ours_samples_per_s']:,.0f} samples/s = {off['ratio_of_best']:.1%} "
-                f"(median of the alternating pairs {off['median_pair_ratio']:.1%}) "
-                f"(target >= {OFFLINE_TARGET_FRACTION:.0%}: {'met' if off['met'] else 'NOT met'})"
-                f"; against the bare FastSUT with reused responses "
-                f"({off['best_bare_pooled_samples_per_s']:,.0f} samples/s): "
-                f"{off['ratio_of_best_pooled']:.1%} (median {off['median_pair_ratio_pooled']:.1%})",
+                f"Offline: ours {off['best_ours_samples_per_s']:,.0f} samples/s against the bare "
+                f"FastSUT with reused responses {off['best_bare_pooled_samples_per_s']:,.0f} "
+                f"samples/s (LoadGen's ceiling): {off['ratio_of_best_pooled']:.1%} (median of the "
+                f"alternating triples {off['median_pair_ratio_pooled']:.1%}) (target >= "
+                f"{OFFLINE_TARGET_FRACTION:.0%}: {'met' if off['met'] else 'NOT met'}); against "
+                f"the bare FastSUT making a response per sample "
+                f"({off['best_bare_samples_per_s']:,.0f} samples/s): {off['ratio_of_best']:.1%} "
+                f"(median {off['median_pair_ratio']:.1%}); {_load()}",
                 flush=True,
             )
         if args.only in (None, "server"):
@@ -329,9 +335,9 @@ def main() -> int:
                 f"Server: highest VALID target at {SERVER_LATENCY_MS} ms: "
                 f"{srv['highest_valid_qps']:,} QPS, the bare deque SUT's on this machine now: "
                 f"{srv['bare_highest_valid_qps']:,} QPS (target: at or above it: "
-                f"{'met' if srv['met'] else 'NOT met'})"
+                f"{'met' if srv['met'] else 'NOT met'}); {_load()}"
             )
-    print(f"took {time.monotonic() - started:.0f} s")
+    print(f"took {time.monotonic() - started:.0f} s; {_load()}")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

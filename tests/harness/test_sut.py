@@ -282,3 +282,72 @@ def test_server_answers_reach_their_samples(benchmark: Benchmark) -> None:
         sut.issue(ids[start : start + 3], indices[start : start + 3])
     sut.stop()
     _assert_known_answers(lg, benchmark, ids, indices)
+
+
+def _equal_issue(loaded: list[int], rounds: int, extra: int, seed: int) -> tuple[list[int], list[int]]:
+    """A query as LoadGen's Offline issues it: `rounds` permutations of the loaded samples, then
+    `extra` samples of one more; ids unrelated to the indices."""
+    rng = np.random.default_rng(seed)
+    order = [rng.permutation(len(loaded)) for _ in range(rounds + 1)]
+    picks = np.concatenate(order)[: rounds * len(loaded) + extra]
+    return [50_000 + 3 * k for k in range(len(picks))], [loaded[p] for p in picks.tolist()]
+
+
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
+def test_equal_issue_rounds_complete_in_query_order_with_their_answers(
+    benchmark: Benchmark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rounds that permute the loaded set run in row order and are completed in LoadGen's
+    order, each sample with its own answer; the partial last round is run too."""
+    monkeypatch.setattr(sut_module, "OFFLINE_COMPLETION_INTERVAL_S", 3600.0)
+    lg = RecordingLoadGen()
+    runner, loaded = _known_answer_runner(benchmark, lg, batch_size=7, completion_samples=16)
+    ids, indices = _equal_issue(loaded, rounds=3, extra=11, seed=5)
+    InlineSUT(runner, offline=True).issue(ids, indices)
+    _assert_known_answers(lg, benchmark, ids, indices)
+    rounds_completed = [qid for call in lg.calls for qid, _ in call][: 3 * CAPACITY]
+    assert rounds_completed == ids[: 3 * CAPACITY]  # the query's own order, not the rows'
+    assert runner.completed == len(ids) and runner.error is None
+
+
+def test_slow_backend_completes_each_round_batch_as_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a backend slower than the completion interval, every batch of a round is completed
+    when it has run (its samples' own answers), not at the end of the round."""
+    monkeypatch.setattr(sut_module, "OFFLINE_COMPLETION_INTERVAL_S", 0.0)
+    lg = RecordingLoadGen()
+    runner, loaded = _known_answer_runner(RESNET50, lg, batch_size=8, completion_samples=16)
+    ids, indices = _equal_issue(loaded, rounds=2, extra=0, seed=6)
+    InlineSUT(runner, offline=True).issue(ids, indices)
+    _assert_known_answers(lg, RESNET50, ids, indices)
+    assert [len(call) for call in lg.calls] == [8] * (2 * CAPACITY // 8)
+
+
+def test_failed_round_batch_completes_its_samples_without_data() -> None:
+    """A batch of a round that fails completes its samples empty; the rest keep their answers."""
+    lg = RecordingLoadGen()
+    runner, loaded = _known_answer_runner(
+        RESNET50, lg, batch_size=8, completion_samples=16, backend=FailsOnceBackend(RESNET50)
+    )
+    ids, indices = _equal_issue(loaded, rounds=2, extra=0, seed=7)
+    InlineSUT(runner, offline=True).issue(ids, indices)
+    completed = [response for call in lg.calls for response in call]
+    assert sorted(qid for qid, _ in completed) == sorted(ids)
+    failed = {qid for qid, data in completed if data == b""}
+    assert len(failed) == 8 and runner.failed_samples == 8
+    expected, answers = _expected_answers(RESNET50, indices), dict(completed)
+    assert all(answers[q] == expected[i] for q, i in zip(ids, indices) if q not in failed)
+
+
+@pytest.mark.parametrize(
+    ("rows", "loaded", "rounds"),
+    [
+        ([2, 0, 1, 1, 2, 0, 0], 3, 2),
+        ([2, 0, 1, 1, 1, 0, 0, 1, 2], 3, 1),  # the second run repeats a row
+        ([0, 3, 2, 1, 0, 2], 3, 0),  # a row beyond the loaded ones
+        ([0, 1], 3, 0),  # shorter than one round
+        ([], 0, 0),
+    ],
+)
+def test_permutation_rounds_counts_leading_permutations(rows: list[int], loaded: int, rounds: int) -> None:
+    """Only leading runs that are each a permutation of the loaded rows count as rounds."""
+    assert sut_module.permutation_rounds(np.asarray(rows, dtype=np.int64), loaded) == rounds
