@@ -7,7 +7,13 @@ included). A layout's predicted total is the sum over its instances of their pro
 the rate inside full layouts where one was measured, alone otherwise, and, for a profile never
 measured, the rate of a measured profile with the same compute slices (labelled "inferred").
 The uncertainty of a total is the half-widths of its instances' 95% intervals added up (the
-instances of one profile share one estimate, so their errors do not cancel). Layouts come from
+instances of one profile share one estimate, so their errors do not cancel), plus, for each
+instance whose rate comes from lone runs (alone, or inferred from a profile measured alone), the
+largest error the advisor's own validation found for predictions from lone runs (each measured
+multi-instance layout predicted from the single-profile ones): a number known to be that far off
+is not ranked as if it were measured. Layouts are ranked by the low end of that range for the
+throughput objective, and the notes name the inputs that were missing and the run that would
+measure them. Layouts come from
 the registry's enumeration (`valid_layouts`), so every valid layout is considered.
 
 Inputs are read by their attributes (runs, repeated runs), so this module imports neither the
@@ -231,6 +237,13 @@ class Prediction:
     sources: tuple[str, ...]
     layout_obj: Any = attrs.field(eq=False, repr=False)
     samples_per_joule: float | None = None  # an estimate (ENERGY_NOTE); None without energy data
+    lone_inputs: tuple[str, ...] = ()  # profiles whose rate comes from lone runs only
+    lone_half: float = 0.0  # the part of `half` from the validation's error for lone runs
+
+    @property
+    def low(self) -> float:
+        """The low end of the predicted total (its rank under the throughput objective)."""
+        return self.total - (self.half or 0.0)
 
     def row(self, rank: int) -> dict[str, Any]:
         return {
@@ -249,10 +262,13 @@ class Estimator:
     """Each profile's rate for predictions: inside full layouts where measured (unless
     `alone_only`), alone otherwise, or inferred from a profile with the same compute slices."""
 
-    def __init__(self, measurements: Measurements, gpu: Any, *, alone_only: bool = False) -> None:
+    def __init__(
+        self, measurements: Measurements, gpu: Any, *, alone_only: bool = False, lone_error: float | None = None
+    ) -> None:
         self._m = measurements
         self._gpu = gpu
         self._alone_only = alone_only
+        self._lone_error = lone_error  # the validation's largest relative error for lone runs
         self._cache: dict[str, Rate | None] = {}
 
     def _own(self, name: str) -> Rate | None:
@@ -306,6 +322,13 @@ class Estimator:
                 return f"no measurement of {profile.name} or of a profile with its compute slices"
             rates.append((profile.name, rate))
         halves = [r.summary.half for _, r in rates]
+        # a lone run of a profile that fills the GPU (7g) is a measured full layout
+        whole = {p.name for p in layout.profiles if p.compute_slices >= self._gpu.compute_slices}
+        lone = [
+            (n, r) for n, r in rates
+            if n not in whole and r.source != "in layout" and not r.source.endswith("(in layout)")
+        ]
+        lone_half = sum(r.summary.mean for _, r in lone) * (self._lone_error or 0.0)
         p99s = [r.p99.mean for _, r in rates if r.p99 is not None]
         capacities = [self._m.profiles[n].capacity if n in self._m.profiles else None for n, _ in rates]
         sources = tuple(dict.fromkeys(f"{n}: {r.source}" for n, r in rates))
@@ -315,7 +338,9 @@ class Estimator:
             instances=len(rates),
             total=total,
             samples_per_joule=self.samples_per_joule(layout, total),
-            half=None if any(h is None for h in halves) else sum(halves),  # type: ignore[misc]
+            half=None if any(h is None for h in halves) else sum(halves) + lone_half,  # type: ignore[misc]
+            lone_inputs=tuple(dict.fromkeys(n for n, _ in lone)),
+            lone_half=lone_half,
             worst_p99_ms=max(p99s) if len(p99s) == len(rates) else None,
             capacity=None if any(c is None for c in capacities) else sum(capacities),  # type: ignore[misc]
             sources=sources,
@@ -388,7 +413,7 @@ def _rank_key(objective: str) -> Any:
         return sum(" as " in s for s in p.sources)
 
     if objective == "throughput":
-        return lambda p: (-p.total, inferred(p), p.layout)
+        return lambda p: (-p.low, -p.total, inferred(p), p.layout)
     if objective == "instances":
         return lambda p: (-p.instances, -p.total, inferred(p), p.layout)
     if objective == "capacity":
@@ -417,6 +442,8 @@ class Advice:
     labels: tuple[str, ...]
     validation: tuple[dict[str, Any], ...] = ()
     top: int = 5
+    settle: tuple[str, ...] = ()  # the runs that would measure the winner's missing inputs
+    lone_error: float | None = None  # the validation's largest relative error for lone runs
 
     @property
     def winner(self) -> Prediction:
@@ -448,6 +475,21 @@ class Advice:
             "measured, inferred from profile P with the same compute slices",
             f"winner's placements: {', '.join(self.placements)}",
         ]
+        if self.lone_error is not None:
+            errors = [row["relative_error"] for row in self.validation]
+            notes.append(
+                f"predictions from lone runs were {min(errors):+.0%} to {max(errors):+.0%} off in the "
+                f"validation below: an instance whose rate comes from lone runs adds {self.lone_error:.0%} "
+                "of its rate to the ± range, and layouts rank by the low end of that range"
+            )
+        if self.winner.lone_inputs:
+            known = "" if self.lone_error is not None else (
+                " (no validation measured how far off that is: measure a multi-instance layout)"
+            )
+            notes.append(
+                f"the winner rests on lone runs for {', '.join(self.winner.lone_inputs)}{known}; "
+                + ("; ".join(self.settle) if self.settle else "no valid full layout holds them")
+            )
         if self.skipped:
             notes.append(f"{len(self.skipped)} layout(s) not predicted: {next(iter(self.skipped.values()))}")
         if self.objective == "samples_per_joule":
@@ -503,6 +545,25 @@ class Advice:
         }
 
 
+def _settling_runs(gpu: Any, winner: Prediction) -> list[str]:
+    """For each profile the winner takes from lone runs, a run that measures it inside a full
+    layout: the winner itself when it fills the GPU, else a full layout that holds the profile."""
+    from mlperf_mig import registry
+
+    if not winner.lone_inputs:
+        return []
+    full = list(registry.maximal_layouts(gpu))
+    runs = []
+    if winner.layout_obj in full or sum(p.compute_slices for p in winner.layout_obj.profiles) == gpu.compute_slices:
+        runs.append(f"`mlperf-mig run --scenario {winner.layout}` measures them in the winner itself")
+        return runs
+    for name in winner.lone_inputs:
+        holding = next((layout for layout in full if any(p.name == name for p in layout.profiles)), None)
+        if holding is not None:
+            runs.append(f"`mlperf-mig run --scenario {holding}` measures {name} in a full layout")
+    return runs
+
+
 def validate(measurements: Measurements, gpu: Any) -> tuple[dict[str, Any], ...]:
     """Each measured multi-instance layout predicted from single-profile layouts alone, against
     its measured mean total; the error in percent."""
@@ -525,6 +586,7 @@ def validate(measurements: Measurements, gpu: Any) -> tuple[dict[str, Any], ...]
                 "predicted": prediction.total,
                 "measured": measured,
                 "error": f"{prediction.total / measured - 1:+.1%}",
+                "relative_error": prediction.total / measured - 1,
             }
         )
     return tuple(rows)
@@ -565,7 +627,9 @@ def advise_from(
             "for emulated runs); these runs have none: run with telemetry on such a machine, or "
             "pick objective throughput"
         )
-    estimator = Estimator(measurements, gpu)
+    validation = validate(measurements, gpu)
+    lone_error = max((abs(row["relative_error"]) for row in validation), default=None)
+    estimator = Estimator(measurements, gpu, lone_error=lone_error)
     layouts = registry.valid_layouts(gpu)
     predictions, skipped = [], {}
     for layout in layouts:
@@ -597,6 +661,7 @@ def advise_from(
         gpu=gpu.name, benchmark=measurements.benchmark, loadgen_scenario=measurements.loadgen_scenario,
         unit=measurements.unit, objective=objective, constraints=constraints, considered=len(layouts),
         predicted=len(predictions), ranking=ranking, skipped=skipped, placements=placements,
-        mig_parted=plan.mig_parted_config(), labels=tuple(labels), validation=validate(measurements, gpu),
+        mig_parted=plan.mig_parted_config(), labels=tuple(labels), validation=validation,
+        settle=tuple(_settling_runs(gpu, ranking[0])), lone_error=lone_error,
         top=top,
     )

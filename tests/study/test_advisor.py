@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from mlperf_mig import registry
@@ -95,3 +96,36 @@ def test_measurements_without_single_profile_layouts_are_refused() -> None:
     )
     with pytest.raises(SettingsError, match="no single-profile layout"):
         advise_from(measurements)
+
+
+def _validated() -> Measurements:
+    """Layout 7 measured at 180/s in total where its lone runs predict 550/s (+206%): 2g gives 50/s
+    and 1g 30/s inside it; 3g and 4g were only ever measured alone."""
+    measurements = _measurements(ALONE, in_layout={"2g.20gb": 50.0, "1g.10gb": 30.0})
+    return attrs.evolve(measurements, measured={"3x2g.20gb+1g.10gb": (180.0, 180.0, 180.0)},
+                        scenarios={"3x2g.20gb+1g.10gb": 7})
+
+
+def test_lone_runs_carry_the_validations_error() -> None:
+    """A layout predicted from lone 3g and 4g rates gets the validation's +206% of those rates in its ± range."""
+    advice = advise_from(_validated())
+    assert advice.lone_error == pytest.approx(550.0 / 180.0 - 1, rel=1e-3)
+    (mixed,) = [p for p in advice.ranking if p.layout == "4g.40gb+3g.40gb"]
+    assert set(mixed.lone_inputs) == {"4g.40gb", "3g.40gb"}
+    assert mixed.lone_half == pytest.approx(460.0 * advice.lone_error, rel=1e-3)
+
+
+def test_a_layout_resting_on_lone_runs_does_not_outrank_measured_ones() -> None:
+    """4g+3g (460/s from lone runs known to be 206% off) ranks below 7g (400/s, a measured full layout)."""
+    advice = advise_from(_validated())
+    order = [p.layout for p in advice.ranking]
+    assert order.index("7g.80gb") < order.index("4g.40gb+3g.40gb")
+    assert advice.winner.layout == "7g.80gb"
+
+
+def test_the_notes_name_missing_inputs_and_the_run_that_settles_them() -> None:
+    """When the winner rests on lone runs, the notes name those profiles and a full layout to run."""
+    advice = advise_from(_measurements(ALONE, in_layout={"2g.20gb": 50.0}), objective="instances")
+    notes = "\n".join(advice.notes())
+    assert "rests on lone runs for 1g.10gb" in notes
+    assert "mlperf-mig run --scenario 7x1g.10gb" in notes
