@@ -4,8 +4,9 @@ tiny sweep, against the LoadGen tests' own time, read from their logs.
 The tests' own time of a round is the span from the first instance's timed phase start to the
 last one's end (LoadGen's power_begin and power_end in mlperf_log_detail.txt: the instances run
 at once); the run's is the sum over its rounds. Ratio = wall-clock / tests' own time (target for
-`run --scenario 7`, which runs the full ResNet50: at most 1.5; the tiny variant is shown for
-comparison). The overhead, wall-clock minus tests' own time, is printed too: the tests' own
+a second `run --scenario 7`, which runs the full ResNet50: at most 1.25; the tiny variant is shown
+for comparison; the target was 1.5 before measured targets and samples were kept between runs).
+The overhead, wall-clock minus tests' own time, is printed too: the tests' own
 time moves from run to run with the calibrated target (the Offline query is sized from it) and
 with the load of the machine, the overhead less so. The breakdown follows the engine round
 along its build logs, then each round along the worker logs, taking the last instance at every
@@ -14,8 +15,10 @@ step (the round waits for it):
     engine round      -> the last engine build has finished (the cache is warm: a reuse)
     start-up          previous step's end -> the last worker process is up (start, imports)
     engine load       -> the last engine is loaded
-    calibration       -> the last target is measured (performance rounds)
-    sample generation -> the last instance has loaded its samples (inside StartTest)
+    calibration       -> the last target is measured, or taken from the cache after one warm-up
+                         batch (performance rounds)
+    sample generation -> the last instance has loaded its samples (inside StartTest; a mapped
+                         cache file on a second run)
     barrier wait      -> the first timed phase begins (the runner releases the barrier)
     tests             -> the last timed phase ends
     result collection -> the last worker has finished (logs parsed, results sent)
@@ -39,7 +42,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-RATIO_TARGET = 1.5
+# issue 27: a second run pays only for its tests (the warm-up run below fills the cache with the
+# engine, the measured targets and the generated samples, harness/reuse.py)
+RATIO_TARGET = 1.25
 MLPERF_MIG = Path(sys.executable).with_name("mlperf-mig")
 STEPS = (
     ("start-up", r"worker \S+ pid="),
