@@ -368,29 +368,36 @@ class Supervisor:
         seconds to end too; one that does not is hung and killed.
         """
         self._lead = lead
-        start = self._context.Event()
+        # The start barrier is a pipe that nobody writes: the workers wait for its end of file,
+        # and closing the runner's end releases them all at once. A multiprocessing Event would
+        # do it with a Condition whose set() waits for every sleeper to wake: a worker killed at
+        # the barrier (the kernel's out-of-memory killer did it) hung the runner there for good.
+        barrier, release = self._context.Pipe(duplex=False)
         state = runner_state()
         workers: list[_Worker] = []
         try:
             for job in jobs:
-                workers.append(self._start(job, start, state))
+                workers.append(self._start(job, barrier, state))
+            barrier.close()  # each worker has its own copy now
             if after_start is not None:
                 after_start()
-            self._supervise(workers, start)
+            self._supervise(workers, release)
         except KeyboardInterrupt:
             self.interrupted = True
             log.warning("interrupted: stopping %d workers", len(workers))
             self._stop_all(workers)
         finally:
             self._reap(workers)
+            barrier.close()
+            release.close()
         return [w.outcome for w in workers if w.outcome is not None]
 
-    def _start(self, job: WorkerJob, start: Any, state: RunnerState) -> _Worker:
+    def _start(self, job: WorkerJob, barrier: Connection, state: RunnerState) -> _Worker:
         Path(job.log_path).parent.mkdir(parents=True, exist_ok=True)
         receiver, sender = self._context.Pipe(duplex=False)
         process = self._context.Process(
             target=worker_main,
-            args=(sender, start, job, self.timeouts.ready_s, state),
+            args=(sender, barrier, job, self.timeouts.ready_s, state),
             name=f"mlperf-mig:{job.name}",
             daemon=True,
         )
@@ -403,7 +410,7 @@ class Supervisor:
         self._event(job.name, "started")
         return _Worker(job, process, receiver)
 
-    def _supervise(self, workers: list[_Worker], start: Any) -> None:
+    def _supervise(self, workers: list[_Worker], release: Connection) -> None:
         ready_deadline = time.monotonic() + self.timeouts.ready_s
         run_deadline: float | None = None
         while any(w.outcome is None for w in workers):
@@ -411,7 +418,7 @@ class Supervisor:
                 w.ready or w.outcome is not None or not w.job.wait_at_barrier
                 for w in workers
             ):
-                start.set()
+                release.close()  # never blocks, whoever died at the barrier
                 run_deadline = time.monotonic() + self.timeouts.run_s
                 log.info("start barrier released")
             deadline = ready_deadline if run_deadline is None else run_deadline

@@ -29,7 +29,6 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event
 from typing import Any
 
 import attrs
@@ -124,19 +123,20 @@ def _plain(value: Any) -> Any:
 class _Channel:
     """The worker's end of the protocol: ready/progress/done/error and the start barrier."""
 
-    def __init__(self, conn: Connection, start: Event, ready_timeout_s: float) -> None:
+    def __init__(self, conn: Connection, barrier: Connection, ready_timeout_s: float) -> None:
         self._conn = conn
-        self._start = start
+        self._barrier = barrier  # released at its end of file
         self._ready_timeout_s = ready_timeout_s
         self._last_progress = 0.0
         self._released: tuple[float, float] | None = None
 
     def before_start(self) -> None:
         self._conn.send(("ready",))
-        if not self._start.wait(self._ready_timeout_s):
+        if not self._barrier.poll(self._ready_timeout_s):  # end of file: the runner closed its end
             raise WorkerError(
                 f"the runner did not release the start barrier within {self._ready_timeout_s:.0f} s"
             )
+        self._barrier.close()
         self._released = (time.process_time(), time.monotonic())
 
     def progress(self, completed: int) -> None:
@@ -168,7 +168,8 @@ def _take_runner_state(state: RunnerState, job: WorkerJob) -> None:
 
 
 def worker_main(
-    conn: Connection, start: Event, job: WorkerJob, ready_timeout_s: float, state: RunnerState
+    conn: Connection, barrier: Connection, job: WorkerJob, ready_timeout_s: float,
+    state: RunnerState,
 ) -> None:
     """Entry point of a worker: set the process up, run the entry, report, exit."""
     _take_runner_state(state, job)
@@ -186,7 +187,7 @@ def worker_main(
         job.entry,
         sorted(os.sched_getaffinity(0)),
     )
-    channel = _Channel(conn, start, ready_timeout_s)
+    channel = _Channel(conn, barrier, ready_timeout_s)
     try:
         enter_budget()  # an emulated instance's CPU quota, before any thread of the entry starts
         entry = resolve_entry(job.entry)

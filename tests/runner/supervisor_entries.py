@@ -33,3 +33,20 @@ def record_pid_then_hang(folder: str, *, before_start: Any, **_protocol: Any) ->
     (Path(folder) / str(os.getpid())).write_text("")
     before_start()
     time.sleep(3600)
+
+
+def ready_late(_payload: Any, *, before_start: Any, **_protocol: Any) -> str:
+    """Waits 2 s before reaching the start barrier, then returns once released."""
+    time.sleep(2)
+    before_start()
+    return "released"
+
+
+def killed_at_the_barrier(_payload: Any, *, before_start: Any, **_protocol: Any) -> None:
+    """SIGKILLs itself half a second after it began waiting at the start barrier."""
+    import signal
+    import threading
+
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    before_start()
+    time.sleep(3600)

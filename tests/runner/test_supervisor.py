@@ -139,3 +139,28 @@ def test_workers_die_with_a_killed_runner(tmp_path: Path) -> None:
     while [pid for pid in pids if _alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in pids if _alive(pid)]
+
+
+def test_a_worker_killed_at_the_barrier_does_not_hang_the_release(tmp_path: Path) -> None:
+    """A worker killed while it waits at the start barrier (as the OOM killer did) is reported
+    crashed, and the others are still released and finish (a Condition-based Event hung here)."""
+    import threading
+
+    jobs = [
+        WorkerJob(name=name, entry=f"supervisor_entries:{entry}", payload=None,
+                  log_path=str(tmp_path / f"{name}.log"))
+        for name, entry in (("late", "ready_late"), ("killed", "killed_at_the_barrier"))
+    ]
+    outcomes: list[Any] = []
+    round_ = threading.Thread(
+        target=lambda: outcomes.extend(
+            Supervisor(timeouts=Timeouts(ready_s=60, run_s=60)).run(jobs)
+        ),
+        daemon=True,
+    )
+    round_.start()
+    round_.join(timeout=60)
+    assert not round_.is_alive(), "the runner hung releasing the barrier"
+    by_name = {o.name: o for o in outcomes}
+    assert by_name["late"].ok and by_name["late"].value == "released"
+    assert not by_name["killed"].ok
