@@ -201,9 +201,10 @@ class RunPlan:
             lines.append(f"note: {SHARED_LABEL}")
         if self.deployment.cluster is not None:
             nodes = len({slot.node for slot in self.slots})
+            gpus = len(self.deployment.parts)
             lines.append(
-                f"note: on Ray cluster {self.deployment.cluster}, {nodes} node(s); one GPU by "
-                f"{self.deployment.grouping} grouping"
+                f"note: on Ray cluster {self.deployment.cluster}, {nodes} node(s); "
+                f"{f'{gpus} GPUs' if gpus > 1 else 'one GPU'} by {self.deployment.grouping} grouping"
             )
         return lines
 

@@ -543,11 +543,14 @@ class RunResult:
         rows = [i.row() for i in self.instances]
         if self.multi_gpu:  # each GPU's instances, then its subtotal
             rows = []
-            for gpu in self.gpu_rows():
+            gpus = self.gpu_rows()
+            nodes = list(dict.fromkeys(g.get("node") for g in gpus))
+            for gpu in gpus:
                 rows += [i.row() for i in self.instances if i.name in gpu["instances"]]
+                where = f"n{nodes.index(gpu.get('node'))}-" if len(nodes) > 1 else ""
                 rows.append(
                     {
-                        "instance": f"GPU {gpu['index']} subtotal",
+                        "instance": f"{where}GPU {gpu['index']} subtotal",
                         "gpu": gpu["index"],
                         "host": gpu.get("host") or "",
                         "profile": gpu["layout"],
@@ -643,9 +646,10 @@ class RunResult:
         if self.cluster is None:
             return []
         c = self.cluster
+        what = f"{len(self.gpus)} GPUs" if self.multi_gpu else "one GPU"  # a whole system: every GPU of every node
         lines = [
             f"note: ran on Ray cluster {c['cluster']} over {len(c['nodes'])} node(s); the instances "
-            f"are slices of one GPU by {c['grouping']} grouping"
+            f"are slices of {what} by {c['grouping']} grouping"
         ]
         if c.get("start_skew_ms") is not None:
             lines.append(

@@ -102,7 +102,8 @@ NS_REASON = "needs root, unshare and ip to keep Ray in a private network namespa
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"), reason=NS_REASON
 )
-def test_local_cluster_runs_every_emulated_gpu_of_every_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["independent", "unified"])
+def test_local_cluster_runs_every_emulated_gpu_of_every_node(tmp_path: Path, mode: str) -> None:
     """local:2 with two emulated GPUs per node: eight instances, per node, GPU and instance."""
     pytest.importorskip("ray")
     outdir = tmp_path / "run"
@@ -110,6 +111,7 @@ def test_local_cluster_runs_every_emulated_gpu_of_every_node(tmp_path: Path) -> 
         str(BIN / "mlperf-mig"), "run", "--cluster", "local:2", "--gpus", "all", "--gpu-count", "2",
         "--scenario", "1g.10gb+1g.10gb", "--backend", "null", "--no-accuracy", "--no-telemetry",
         "--set", "min_duration=300", "--set", "target_qps=500", "--outdir", str(outdir), "--json",
+        "--mode", mode,
     ]
     script = 'ip link set lo up && exec "$@"'
     done = subprocess.run(
@@ -120,5 +122,6 @@ def test_local_cluster_runs_every_emulated_gpu_of_every_node(tmp_path: Path) -> 
     data = json.loads(done.stdout)
     assert len(data["gpus"]) == 4 and {g["node"] for g in data["gpus"]} == set(data["cluster"]["nodes"])
     assert all(i["status"] == "ok" for i in data["instances"])
-    assert all(g["subtotal"] > 0 for g in data["gpus"])
+    assert all(g["subtotal"] is not None for g in data["gpus"])
+    assert sum(g["subtotal"] for g in data["gpus"]) == pytest.approx(data["aggregate"]["total_throughput"])
     assert {i["name"][:5] for i in data["instances"]} == {"n0-g0", "n0-g1", "n1-g0", "n1-g1"}
