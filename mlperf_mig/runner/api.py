@@ -129,7 +129,7 @@ def plan(
     is shown as such.
     """
     options = _options(locals())
-    return with_cached_capacity(options, make_plan(options))[1]
+    return with_cached_capacity(options, make_plan(options), make_plan)[1]
 
 
 def run(
@@ -193,7 +193,7 @@ def run(
     # one cluster session from planning to the last round, torn down on SIGTERM too
     with stop_signals(), cluster_scope(options.cluster):
         the_plan = make_plan(options)
-        options, the_plan = with_cached_capacity(options, the_plan)
+        options, the_plan = with_cached_capacity(options, the_plan, make_plan)
         base = check_baseline(baseline, the_plan)
         if options.studied:
             return _study(the_plan, options, progress=progress, baseline=base)

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -195,16 +195,18 @@ def plan_capacities(plan: Any, cache_dir: str | os.PathLike[str] | None = None) 
     return {profile: float(entries[key]["qps"]) for profile, key in keys.items() if key in entries}
 
 
-def with_cached_capacity(options: RunOptions, the_plan: RunPlan) -> tuple[RunOptions, RunPlan]:
+def with_cached_capacity(
+    options: RunOptions, the_plan: RunPlan, make_plan: Callable[[RunOptions], RunPlan]
+) -> tuple[RunOptions, RunPlan]:
     """A Server run with no target of its own (no target_qps setting, no user.conf) of a layout
     whose instances are all of one profile takes that profile's cached capacity as its target.
 
     The target passes the settings' range check under the cache's name before anything runs,
-    and the plan records where it came from (`RunPlan.target_from`).
+    and the plan records where it came from (`RunPlan.target_from`); `make_plan` (plan.py's,
+    passed in: the plan reads this cache for its time estimates) makes the plan again with it.
     """
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
-    from mlperf_mig.runner.plan import make_plan
 
     own_target = "target_qps" in dict(options.settings) or options.user_conf is not None
     if the_plan.loadgen_scenario != "Server" or own_target:

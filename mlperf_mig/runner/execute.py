@@ -35,6 +35,7 @@ from mlperf_mig.runner.jobs import LAYOUT_FOLDER, USER_CONF
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import RESULTS_FILE, InstanceRun, RunResult
 from mlperf_mig.runner.rounds import IndependentRounds, Rounds, UnifiedRounds, instance_result
+from mlperf_mig.runner.speed import record_speeds
 from mlperf_mig.runner.supervisor import WorkerOutcome
 
 if TYPE_CHECKING:
@@ -214,6 +215,7 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
         base, source = find_baseline(plan, outdir)
     result = attrs.evolve(result, baseline_throughput=base, baseline_source=source, telemetry=telemetry)
     result.save(outdir)
+    record_speeds(plan, result)  # the next plan's estimates and hang limit (runner/speed.py)
     if interrupted:
         raise KeyboardInterrupt
     return result

@@ -39,7 +39,9 @@ def build_engine_job(request: EngineRequest, **_protocol: Any) -> dict[str, Any]
 
 
 def _expected(plan: RunPlan, phase: str) -> float | None:
-    """The LoadGen min duration for performance runs; accuracy runs and builds have none."""
+    """About how long the round's tests last (runner/speed.py); builds have no estimate."""
+    if phase == "accuracy":
+        return plan.accuracy_s
     return plan.expected_s if phase == "performance" else None
 
 

@@ -96,6 +96,9 @@ class RunPlan:
     target_from: str | None = None
     # what fitting the instances into this host's memory changed (runner/system.py fit_host)
     host_notes: tuple[str, ...] = ()
+    # the accuracy test's estimate (s) and what the estimates rest on (runner/speed.py)
+    accuracy_s: float | None = None
+    expected_from: str = "the settings alone"
 
     @property
     def slots(self) -> tuple[InstanceSlot, ...]:
@@ -186,7 +189,9 @@ class RunPlan:
             f"backend {self.backend}, variant {self.variant}, precision "
             f"{self.precision or 'backend default'}, preset {self.preset}, accuracy run "
             f"{'yes' if self.accuracy else 'no'}{', compliance audits' if self.compliance else ''}, "
-            f"about {self.expected_s:.0f} s per LoadGen test",
+            f"about {self.expected_s:.0f} s per LoadGen test"
+            + ("" if self.accuracy_s is None else f", {self.accuracy_s:.0f} s per accuracy test")
+            + f" (from {self.expected_from}); hang limit {self.timeouts.run_s:.0f} s",
             f"engines to build or reuse: {', '.join(e.key for e in self.engines) or 'none (null backend)'}",
             f"output folder: {self.outdir}",
         ]
@@ -374,7 +379,7 @@ def make_plan(options: RunOptions) -> RunPlan:
     timeout_s = options.timeout_s
     run_s = timeout_s if timeout_s is not None else max(600.0, 5 * expected)
     outdir = options.outdir
-    return RunPlan(
+    plan = RunPlan(
         deployment=deployment,
         benchmark=bench,
         loadgen_scenario=lg_scenario,
@@ -402,6 +407,20 @@ def make_plan(options: RunOptions) -> RunPlan:
         telemetry=options.telemetry,
         nvml_source=options.nvml_source,
         host_notes=host_notes,
+    )
+    return _with_estimates(plan, options.timeout_s)
+
+
+def _with_estimates(plan: RunPlan, timeout_s: float | None) -> RunPlan:
+    """The plan with its time estimates from the engine's speed here, and the hang limit from
+    them (runner/speed.py) unless the user set a timeout."""
+    from mlperf_mig.runner.speed import estimates, hang_limit
+
+    performance, accuracy, source = estimates(plan)
+    run_s = timeout_s if timeout_s is not None else hang_limit(performance, accuracy)
+    return attrs.evolve(
+        plan, expected_s=performance, accuracy_s=accuracy, expected_from=source,
+        timeouts=attrs.evolve(plan.timeouts, run_s=run_s),
     )
 
 

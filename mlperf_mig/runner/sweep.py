@@ -467,7 +467,7 @@ def plan_sweep(scenarios: Iterable[ScenarioSpec], options: RunOptions, folder: P
     seen: dict[str, ScenarioSpec] = {}
     for spec in specs:
         layout_options = attrs.evolve(options, scenario=spec, outdir=str(folder / layout_folder(spec)))
-        _, plan = with_cached_capacity(layout_options, make_plan(layout_options))
+        _, plan = with_cached_capacity(layout_options, make_plan(layout_options), make_plan)
         if plan.layout in seen:
             raise SettingsError(
                 f"scenarios lists the MIG layout {plan.layout} twice ({seen[plan.layout]!r} and "

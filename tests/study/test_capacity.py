@@ -87,7 +87,7 @@ def test_cached_capacity_is_a_later_server_runs_target(tmp_path: Path) -> None:
     options = RunOptions(scenario="2x1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path))
     plan = make_plan(options)
     store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
-    _, planned = with_cached_capacity(options, plan)
+    _, planned = with_cached_capacity(options, plan, make_plan)
     assert dict(planned.overrides)["target_qps"] == 123.0
 
 
@@ -96,7 +96,7 @@ def test_mixed_layout_keeps_its_own_targets(tmp_path: Path) -> None:
     options = RunOptions(scenario="2g.20gb+1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path))
     plan = make_plan(options)
     store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
-    _, planned = with_cached_capacity(options, plan)
+    _, planned = with_cached_capacity(options, plan, make_plan)
     assert "target_qps" not in dict(planned.overrides)
 
 

@@ -1,0 +1,128 @@
+"""How fast an engine runs on this machine: behind the plan's time estimates and the hang limit.
+
+A LoadGen test lasts its min_duration only when the instance keeps up: a quick Server test of
+full BERT on 2 CPUs issues its 32 queries at the calibrated target, and completing them took
+300 s where the settings alone said 2 s. So the plan estimates each instance's test from the
+engine's speed for the benchmark, variant, backend and precision:
+    measured   the Offline throughput of an earlier run here, per CPU-second the instance used
+               (emulated partitions; the share of a new run scales it) or per MIG profile (GPUs),
+               kept in the engine cache's `capacity.json` under keys `speed|...` (its lock,
+               versioning and checks of what is read back)
+    table      for the full graphs, the data file's Offline target of the profile (its `cpu`
+               row is ONNX Runtime on 2 cores)
+    none       the tiny graphs before their first run: the settings alone
+The hang limit of a round is five times the longest estimate, at least 600 s.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from mlperf_mig.errors import MlperfMigError
+
+log = logging.getLogger(__name__)
+
+TABLE_CPUS = 2  # the data files' `cpu` targets were measured on 2 cores
+HANG_FACTOR = 5.0
+MIN_HANG_S = 600.0
+
+
+def speed_key(*, benchmark: str, variant: str, backend: str, precision: str | None, where: str) -> str:
+    """The cache key of an engine's speed: `where` is "cpu" (per CPU-second) or the GPU and profile."""
+    return "|".join(["speed", benchmark, variant, backend, precision or "default", where])
+
+
+def _where(plan: Any, slot: Any) -> str:
+    return "cpu" if plan.deployment.emulated else f"{plan.gpu}/{slot.profile}"
+
+
+def _key(plan: Any, slot: Any) -> str:
+    return speed_key(benchmark=plan.benchmark, variant=plan.variant, backend=plan.backend,
+                     precision=plan.precision, where=_where(plan, slot))
+
+
+def slot_speed(plan: Any, slot: Any, measured: dict[str, dict[str, Any]]) -> tuple[float | None, str]:
+    """Samples per second the slot's engine should deliver here, and where that comes from."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.settings import load_settings_data, profile_target
+
+    scale = (slot.cpu_share or float(len(slot.cpus or ()) or 1)) if plan.deployment.emulated else 1.0
+    entry = measured.get(_key(plan, slot))
+    if entry is not None:
+        return entry["qps"] * scale, "measured here"
+    if plan.variant != "full" or plan.backend == "null":
+        return None, "not measured here yet"
+    try:
+        data = load_settings_data(get_benchmark(plan.benchmark))
+        if plan.deployment.emulated:
+            return profile_target(data, "Offline", None) / TABLE_CPUS * scale, "the data file's CPU target"
+        return profile_target(data, "Offline", slot.profile), "the data file's profile target"
+    except MlperfMigError:
+        return None, "not measured here yet"
+
+
+def test_seconds(plan: Any, speed: float | None, *, accuracy: bool) -> float:
+    """About how long one instance's LoadGen test lasts at `speed` samples/s."""
+    from mlperf_mig.benchmark import get_benchmark
+    from mlperf_mig.harness.settings import expected_test_seconds, load_settings_data, preset_values
+
+    benchmark = get_benchmark(plan.benchmark)
+    overrides = dict(plan.overrides)
+    base = expected_test_seconds(benchmark, plan.loadgen_scenario, plan.preset, overrides)
+    values = {**preset_values(load_settings_data(benchmark), plan.preset, plan.loadgen_scenario), **overrides}
+    if accuracy:
+        samples = values.get("accuracy_sample_count_override") or values.get("performance_sample_count_override")
+        return float(samples) / speed if speed and samples else base
+    if speed is None or plan.loadgen_scenario == "Offline":
+        return base  # the quick Offline query is sized from the measured speed
+    per_query = values.get("samples_per_query", 8) if plan.loadgen_scenario == "MultiStream" else 1
+    return max(base, float(values.get("min_query_count", 1)) * per_query / speed)
+
+
+def estimates(plan: Any) -> tuple[float, float | None, str]:
+    """(performance test s, accuracy test s or None, what they rest on) for the slowest slot."""
+    from mlperf_mig.runner.capacity_cache import read_capacities
+
+    try:
+        measured = read_capacities(plan.cache_dir)
+    except MlperfMigError:
+        measured = {}
+    speeds = [slot_speed(plan, slot, measured) for slot in plan.slots]
+    known = [(s, why) for s, why in speeds if s]
+    if not known:
+        return test_seconds(plan, None, accuracy=False), None, "the settings alone (engine speed not measured here yet)"
+    slowest, why = min(known)
+    perf = test_seconds(plan, slowest, accuracy=False)
+    acc = test_seconds(plan, slowest, accuracy=True) if plan.accuracy else None
+    return perf, acc, f"{why}: {slowest:.3g} samples/s for the slowest instance"
+
+
+def hang_limit(performance_s: float, accuracy_s: float | None) -> float:
+    """A round's hang limit: five times the longest estimate, at least 600 s."""
+    return max(MIN_HANG_S, HANG_FACTOR * max(performance_s, accuracy_s or 0.0))
+
+
+def record_speeds(plan: Any, result: Any) -> None:
+    """Keep the Offline speed of each instance that finished (per CPU-second it used, emulated)."""
+    from mlperf_mig.runner.capacity_cache import store_capacity
+
+    if plan.loadgen_scenario != "Offline" or plan.backend == "null":
+        return
+    for slot, instance in zip(plan.slots, result.instances):
+        rate = instance.throughput
+        if not instance.ok or not rate:
+            continue
+        if plan.deployment.emulated:
+            used = instance.cpu_used or instance.cpu_share
+            if not used:
+                continue
+            rate = rate / used
+        entry = {"qps": rate, "folder": plan.outdir,
+                 "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+        try:
+            store_capacity(_key(plan, slot), entry, plan.cache_dir)
+        except MlperfMigError as exc:
+            log.warning("engine speed not kept for later estimates: %s", exc)
+        return  # one instance per run: the others ran the same engine
