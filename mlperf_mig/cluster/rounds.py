@@ -15,7 +15,9 @@ No actor outlives its round.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -319,7 +321,13 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         job.plan, job.outdir, job.tasks, job.mode, job.stream, job.on_finish, job.specs
     )
 
-    from mlperf_mig.cluster.serving import RemoteServing, ServeActor, round_trip_rate
+    from mlperf_mig.cluster.serving import (
+        AUTHKEY_BYTES,
+        RemoteServing,
+        ServeActor,
+        connect_channel,
+        round_trip_rate,
+    )
     from mlperf_mig.engines import EngineSpec
     from mlperf_mig.runner.jobs import (
         COORDINATOR_ENTRY,
@@ -343,18 +351,20 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         for slot in slots
     }
     outcomes: dict[str, WorkerOutcome] = {}
+    channels: dict[str, Any] = {}  # each actor's data channel (cluster/serving.py)
+    authkey = os.urandom(AUTHKEY_BYTES)  # this round's; reaches the actors through Ray only
     try:
-        opened = _open_all(ray, plan, slots, actors, tasks, requests, outcomes)
+        opened = _open_all(ray, plan, slots, actors, tasks, requests, outcomes, authkey)
         for name, reply in list(opened.items()):  # the target (a rate here) as seen over the network
-            if reply["target"] is not None and plan.loadgen_scenario in ("Offline", "Server"):
-                try:
-                    rate = round_trip_rate(actors[name], reply["batch_size"], layouts)
-                except actor_errors() as exc:  # its node went away after it opened its model
-                    outcomes[name] = WorkerOutcome(name=name, status="crashed", error=f"its actor or node died ({type(exc).__name__})")
-                    del opened[name]
-                    continue
-                log.info("%s: target %.0f on its node, %.0f samples/s from the driver", name, reply["target"], rate)
-                reply["target"] = min(reply["target"], rate)
+            try:
+                channels[name] = connect_channel(reply["address"], authkey)
+                if reply["target"] is not None and plan.loadgen_scenario in ("Offline", "Server"):
+                    rate = round_trip_rate(channels[name], reply["batch_size"])
+                    log.info("%s: target %.0f on its node, %.0f samples/s from the driver", name, reply["target"], rate)
+                    reply["target"] = min(reply["target"], rate)
+            except (OSError, EOFError, RuntimeError) as exc:  # its node went away after it opened its model
+                outcomes[name] = WorkerOutcome(name=name, status="crashed", error=f"its data channel failed ({type(exc).__name__}: {exc})")
+                del opened[name]
         for name, reply in opened.items():
             if reply.get("engine"):
                 specs[plan.engine_of[name]] = EngineSpec.from_dict(reply["engine"])
@@ -381,7 +391,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                 for a, _ in pipes:
                     a.close()
                 for slot, (_, b) in zip(slots, pipes):
-                    serving.add(slot.name, actors[slot.name], b, opened.get(slot.name), capacity)
+                    serving.add(slot.name, actors[slot.name], b, opened.get(slot.name), capacity, channels.get(slot.name))
                 serving.start()
 
             outcomes.update(round_.run([coordinator], after_start=start_serving))
@@ -397,16 +407,20 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
             outcomes.setdefault(slot.name, WorkerOutcome(name=slot.name, status="interrupted", error="stopped before it finished"))
         return outcomes, True
     finally:
+        for channel in channels.values():
+            with contextlib.suppress(OSError):
+                channel.close()
         kill_all(ray, actors)
 
 
 def _open_all(
     ray: Any, plan: RunPlan, slots: list[Any], actors: Mapping[str, Any], tasks: Mapping[str, Any],
-    requests: Mapping[str, Any], outcomes: dict[str, WorkerOutcome],
+    requests: Mapping[str, Any], outcomes: dict[str, WorkerOutcome], authkey: bytes,
 ) -> dict[str, dict[str, Any]]:
-    """Each actor builds, opens and calibrates its model; those that fail get their outcome now."""
+    """Each actor builds, opens and calibrates its model and opens its data channel; those that
+    fail get their outcome now."""
     refs = {
-        actors[slot.name].open.remote(tasks[slot.name], requests.get(plan.engine_of[slot.name])): slot.name
+        actors[slot.name].open.remote(tasks[slot.name], requests.get(plan.engine_of[slot.name]), authkey): slot.name
         for slot in slots
     }
     done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=plan.timeouts.ready_s)

@@ -2,11 +2,22 @@
 
 The coordinator (LoadGen, QSL and dispatching SUT) runs on the driver exactly as in a local
 unified run and speaks the local serving protocol over one pipe per instance. At the other ends
-of the pipes one thread on the driver (RemoteServing) stands in for the local serving workers:
-it forwards each instance's batches to its actor on its node and sends the replies back. Each sample's data goes
-to a node once (through Ray's object store, with the first batch that needs it) and is kept
-there, so a query carries sample indices only. An actor or node that dies closes its pipe, and
-the coordinator re-sends its in-flight batches to the others, as locally.
+of the pipes one thread on the driver (RemoteServing) stands in for the local serving workers.
+
+Ray places the instances' actors, starts and stops them and reports a dead one; batches do not
+travel as Ray calls (one actor call per batch capped a cluster round at ~35k samples/s, a tenth
+of a local one). Each actor opens a data channel of its own when it opens its model: a TCP
+socket on its node's address (multiprocessing.connection: length-prefixed pickles, both ends
+proving a key the driver made for the round, sent through Ray, so nothing else can talk to it).
+RemoteServing forwards each instance's queued batches as one frame (up to MERGE_BATCHES of the
+engine's batches: the coalescing window), reads replies as they come, and the coordinator's
+LoadGen thread only ever writes to a local pipe. On the node a reader thread drains the socket
+into a queue and a server thread runs the model and answers, so neither side's writes can
+block on the other's. Each sample's data goes to a node once (with the first frame that needs
+it) and is kept there, so a query carries sample indices only. A channel that closes (the
+actor or its node died) closes the instance's pipe, and the coordinator re-sends its in-flight
+batches to the others, as locally; a node that goes silent is dropped by the coordinator's
+reply timeout.
 """
 
 from __future__ import annotations
@@ -15,10 +26,11 @@ import collections
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Mapping
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import AuthenticationError, Client, Connection, Listener, wait
 from typing import Any
 
 import attrs
@@ -27,11 +39,11 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.2
-# a call over the network costs far more than a local pipe message: queued batches of one
-# instance go out together, up to this many batch sizes a call
+# a frame over the network costs more than a local pipe message: queued batches of one
+# instance go out together, up to this many batch sizes a frame
 MERGE_BATCHES = 4
-_REPLY_WAIT_S = 0.005
 _CLOSE_TIMEOUT_S = 60.0
+AUTHKEY_BYTES = 32
 
 
 class ServeActor:
@@ -50,8 +62,9 @@ class ServeActor:
         self.served = 0
         self.busy_s = 0.0
 
-    def open(self, task: Any, engine_request: Any) -> dict[str, Any]:
-        """Build or reuse the engine here, open it, and time this instance's target."""
+    def open(self, task: Any, engine_request: Any, authkey: bytes | None = None) -> dict[str, Any]:
+        """Build or reuse the engine here, open it, and time this instance's target; with
+        `authkey`, also open the data channel and answer its address."""
         import attrs
 
         from mlperf_mig.benchmark import get_benchmark
@@ -73,7 +86,69 @@ class ServeActor:
             task, self._benchmark, self._backend, source=None, batch_size=batch_size,
             serve_path=(zeros, batch_size),
         )
-        return {"target": target, "batch_size": batch_size, "engine": None if spec is None else spec.to_dict()}
+        reply = {"target": target, "batch_size": batch_size, "engine": None if spec is None else spec.to_dict()}
+        if authkey is not None:
+            reply["address"] = self.listen(authkey)
+        return reply
+
+    def listen(self, authkey: bytes, host: str | None = None) -> tuple[str, int]:
+        """Open the data channel on this node's address (`host`: another one) and serve it
+        from a thread; returns the address the driver connects to."""
+        if host is None:
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        listener = Listener((host, 0), family="AF_INET", authkey=authkey)
+        threading.Thread(target=self._accept, args=(listener,), name=f"{self.name}-channel", daemon=True).start()
+        return listener.address
+
+    def _accept(self, listener: Listener) -> None:
+        """Serve the first connection that proves the key (others are refused and logged)."""
+        with listener:
+            while True:
+                try:
+                    channel = listener.accept()
+                    break
+                except (AuthenticationError, EOFError, ConnectionError) as exc:
+                    log.warning("%s: refused a data channel connection: %s", self.name, exc)
+                except OSError:
+                    return
+        with channel:
+            self.serve_channel(channel)
+
+    def serve_channel(self, channel: Connection) -> None:
+        """Answer the driver's frames until it closes the channel: ("serve", batch ids, indices,
+        new samples) -> ("done", batch ids, payload bytes, item size); ("feeds", n) runs n
+        samples of zeros -> ("ran", n); a model that raises -> ("error", why)."""
+        inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+        def read() -> None:  # always drain the socket, so the driver's writes never wait on ours
+            try:
+                while True:
+                    inbox.put(channel.recv())
+            except (EOFError, OSError):
+                inbox.put(None)
+
+        threading.Thread(target=read, name=f"{self.name}-reader", daemon=True).start()
+        while (frame := inbox.get()) is not None:
+            try:
+                if frame[0] == "serve":
+                    reply: tuple[Any, ...] = ("done", *self.serve(*frame[1:]))
+                elif frame[0] == "feeds":
+                    reply = ("ran", self.run_feeds(self._zeros(int(frame[1]))))
+                else:
+                    reply = ("error", f"unknown frame {frame[0]!r}")
+            except Exception as exc:
+                reply = ("error", f"{type(exc).__name__}: {exc}")
+            try:
+                channel.send(reply)
+            except OSError:
+                return
+
+    def _zeros(self, count: int) -> dict[str, np.ndarray]:
+        from mlperf_mig.harness.samples import input_layouts
+
+        return {lay.name: np.zeros((count, *lay.shape), dtype=lay.dtype) for lay in input_layouts(self._benchmark)}
 
     def serve(self, batch_ids: list[int], indices: list[int], new: dict[int, dict[str, np.ndarray]]) -> tuple[list[int], bytes, int]:
         """Run one merged batch of samples (by dataset index); `new` holds data seen first now."""
@@ -120,22 +195,28 @@ class _Remote:
     link: Connection | None
     batch_size: int
     capacity: int
+    channel: Connection | None = None  # the data channel to the actor
     shipped: collections.OrderedDict[int, None] = attrs.field(factory=collections.OrderedDict)
-    inflight: dict[Any, None] = attrs.field(factory=dict)  # refs of batches sent, not answered
+    inflight: int = 0  # frames sent, not answered
     stopping: bool = False
     value: dict[str, Any] | None = None
     error: str | None = None
     done: bool = False
 
 
+def connect_channel(address: Any, authkey: bytes) -> Connection:
+    """The driver's end of an actor's data channel (both ends prove `authkey`)."""
+    return Client(tuple(address), family="AF_INET", authkey=authkey)
+
+
 class RemoteServing(threading.Thread):
     """The driver's stand-in for the instances' serving workers: one pipe per instance on one
-    side (the local serving protocol), the instances' actors on the other.
+    side (the local serving protocol), the instances' data channels on the other.
 
-    One thread makes every Ray call (submitting from several threads while others wait in
-    ray.get can deadlock Ray's core worker): it forwards each instance's batches to its actor,
-    sends the replies back on the instance's pipe, and closes the pipe of an instance whose actor
-    or node died, so that the coordinator re-sends its batches to the others.
+    One thread moves every frame: it forwards each instance's queued batches to its actor as one
+    frame, sends the replies back on the instance's pipe, and closes the pipe of an instance
+    whose channel closed (its actor or node died), so that the coordinator re-sends its batches
+    to the others. Ray is called only to close an actor's model at the end.
     """
 
     def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -143,11 +224,15 @@ class RemoteServing(threading.Thread):
         self._arrays = arrays
         self.remotes: list[_Remote] = []
 
-    def add(self, name: str, actor: Any, link: Connection, opened: Mapping[str, Any] | None, capacity: int) -> None:
-        """An instance, with what its actor's open() answered (None: it never opened)."""
+    def add(
+        self, name: str, actor: Any, link: Connection, opened: Mapping[str, Any] | None, capacity: int,
+        channel: Connection | None = None,
+    ) -> None:
+        """An instance, with what its actor's open() answered and its data channel (None: it
+        never opened)."""
         remote = _Remote(name=name, actor=actor, link=link, batch_size=opened["batch_size"] if opened else 1,
-                         capacity=max(1, capacity))
-        if opened is None:
+                         capacity=max(1, capacity), channel=channel)
+        if opened is None or channel is None:
             self._close(remote, None)
         else:
             link.send(("target", opened["target"]))
@@ -164,25 +249,26 @@ class RemoteServing(threading.Thread):
 
     def _serve(self) -> None:
         while not all(r.done for r in self.remotes):
-            owner = {ref: r for r in self.remotes for ref in r.inflight}
-            by_link = {id(r.link): r for r in self.remotes if r.link is not None and not r.stopping}
-            links = [r.link for r in by_link.values()]
-            for link in wait(links, timeout=0 if owner else _POLL_S) if links else ():
-                self._receive(by_link[id(link)])
-            if owner:
-                ray = _ray()
-                # block until one reply is there (or a few ms, to read the pipes again), then
-                # take every reply that has come
-                ready, _ = ray.wait(list(owner), num_returns=1, timeout=_REPLY_WAIT_S)
-                if ready:
-                    ready, _ = ray.wait(list(owner), num_returns=len(owner), timeout=0)
-                for ref in ready:
-                    if ref in owner[ref].inflight:  # not given up on meanwhile
-                        self._reply(owner[ref], ref)
+            ends: dict[Connection, tuple[_Remote, bool]] = {}  # connection -> (remote, is its pipe)
+            for remote in self.remotes:
+                if remote.done:
+                    continue
+                if remote.link is not None and not remote.stopping:
+                    ends[remote.link] = (remote, True)
+                if remote.channel is not None:
+                    ends[remote.channel] = (remote, False)
+            for end in wait(list(ends), timeout=_POLL_S) if ends else ():
+                remote, is_pipe = ends[end]
+                if remote.done:
+                    continue
+                if is_pipe:
+                    self._receive(remote)
+                else:
+                    self._reply(remote)
             for remote in self.remotes:
                 if remote.stopping and not remote.inflight and not remote.done:
                     self._finish(remote)
-            if not owner and not links:
+            if not ends:
                 time.sleep(_POLL_S / 10)
 
     def _receive(self, remote: _Remote) -> None:
@@ -209,24 +295,29 @@ class RemoteServing(threading.Thread):
             remote.shipped.move_to_end(index)
         while len(remote.shipped) > remote.capacity:
             remote.shipped.popitem(last=False)
-        remote.inflight[remote.actor.serve.remote(batch_ids, indices, new)] = None
-
-    def _reply(self, remote: _Remote, ref: Any) -> None:
-        from mlperf_mig.cluster.actors import actor_errors
-
-        del remote.inflight[ref]
-        ray = _ray()
+        if remote.channel is None:
+            return
         try:
-            batch_ids, blob, item_size = ray.get(ref)
-        except actor_errors() as exc:
-            self._close(remote, f"its actor or node died ({type(exc).__name__})")
+            remote.channel.send(("serve", batch_ids, indices, new))
+        except OSError:
+            self._close(remote, "its data channel closed (its actor or node died)")
             return
-        except ray.exceptions.RayTaskError as exc:  # the model raised on the node
-            self._close(remote, " ".join(str(exc).split())[:500])
+        remote.inflight += 1
+
+    def _reply(self, remote: _Remote) -> None:
+        assert remote.channel is not None
+        try:
+            frame = remote.channel.recv()
+        except (EOFError, OSError):
+            self._close(remote, "its data channel closed (its actor or node died)")
             return
+        if frame[0] != "done":  # the model raised on the node
+            self._close(remote, " ".join(str(frame[-1]).split())[:500])
+            return
+        remote.inflight -= 1
         if remote.link is not None:
             try:
-                remote.link.send(("done", batch_ids, blob, item_size))
+                remote.link.send(frame)
             except OSError:
                 self._close(remote, "the coordinator went away")
 
@@ -244,29 +335,39 @@ class RemoteServing(threading.Thread):
         self._close(remote, remote.error)
 
     def _close(self, remote: _Remote, error: str | None) -> None:
-        """Close the instance's pipe (its batches go to the others) and count it done."""
+        """Close the instance's pipe (its batches go to the others) and channel; count it done."""
         remote.error = remote.error or error
-        if remote.link is not None:
-            with contextlib.suppress(OSError):
-                remote.link.close()
-            remote.link = None
-        remote.inflight.clear()
+        for end in (remote.link, remote.channel):
+            if end is not None:
+                with contextlib.suppress(OSError):
+                    end.close()
+        remote.link = remote.channel = None
+        remote.inflight = 0
         remote.done = True
 
 
-def round_trip_rate(actor: Any, batch_size: int, layouts: Any, *, batches: int = 16, window: int = 2) -> float:
-    """Samples/s of `actor` as the driver sees it: batches of zeros (shipped once) sent `window`
-    at a time. The node's own target ignores the network; the layout's target must not."""
-    ray = _ray()
-    feeds = ray.put({lay.name: np.zeros((batch_size, *lay.shape), dtype=lay.dtype) for lay in layouts})
-    ray.get(actor.run_feeds.remote(feeds))  # the first call fetches the data to the node
+def round_trip_rate(channel: Connection, batch_size: int, *, batches: int = 16, window: int = 2) -> float:
+    """Samples/s of an actor as the driver sees it over its data channel: batches of zeros
+    (made on the node) sent `window` at a time. The node's own target ignores the network; the
+    layout's target must not."""
+
+    def answer() -> None:
+        frame = channel.recv()
+        if frame[0] != "ran":
+            raise RuntimeError(f"the actor could not run a batch of zeros: {frame[-1]}")
+
+    channel.send(("feeds", batch_size))
+    answer()  # the first batch allocates on the node
     began = time.perf_counter()
-    pending: list[Any] = []
+    pending = 0
     for _ in range(batches):
-        pending.append(actor.run_feeds.remote(feeds))
-        if len(pending) >= window:
-            ray.get(pending.pop(0))
-    ray.get(pending)
+        channel.send(("feeds", batch_size))
+        pending += 1
+        if pending >= window:
+            answer()
+            pending -= 1
+    for _ in range(pending):
+        answer()
     return batches * batch_size / (time.perf_counter() - began)
 
 
