@@ -3,8 +3,9 @@
 The stand-in's p99 latency jumps past the 15 ms bound above a known QPS (the knee). The search
 must find the knee within its tolerance, keep its bracket (every passed target below every failed
 one, each new probe inside the bracket) at every step, stop exactly when the bracket's ratio is
-1 + tolerance or less, and give each LoadGen test its own settings: probes `probe_ms`, the
-confirming run `confirm_ms`, the target each was meant to have.
+1 + tolerance or less, and give each LoadGen test its own settings: probes `probe_ms` (a failing
+probe's repeat too), the confirming run `confirm_ms`, the target each was meant to have. A probe
+that fails and then passes when repeated is inconclusive and counted as a failure.
 """
 
 from __future__ import annotations
@@ -26,10 +27,14 @@ class StandInServer:
     """`run` of mlperf_mig.runner.api for the search: Offline measures `offline_qps`; a Server
     run at or under `knee` QPS has a p99 of 5 ms, above it 50 ms. Every call is recorded."""
 
-    def __init__(self, knee: float, offline_qps: float = 4000.0, confirm_fails_above: float | None = None):
+    def __init__(
+        self, knee: float, offline_qps: float = 4000.0, confirm_fails_above: float | None = None,
+        fails_once_at: tuple[float, ...] = (),
+    ) -> None:
         self.knee = knee
         self.offline_qps = offline_qps
         self.confirm_fails_above = confirm_fails_above
+        self.fails_once_at = set(fails_once_at)  # noise: the first run at these targets fails
         self.calls: list[dict[str, Any]] = []
 
     def __call__(self, profiles: list[str], *, loadgen_scenario: str, outdir: Path, settings: dict | None = None,
@@ -39,7 +44,8 @@ class StandInServer:
         if loadgen_scenario == "Offline":
             return SimpleNamespace(total_throughput=self.offline_qps, outdir=str(outdir))
         target = settings["target_qps"]
-        within = target <= self.knee
+        within = target <= self.knee and target not in self.fails_once_at
+        self.fails_once_at.discard(target)
         confirm = Path(outdir).name.startswith("confirm")
         valid = within and not (confirm and self.confirm_fails_above is not None and target > self.confirm_fails_above)
         performance = SimpleNamespace(
@@ -107,11 +113,14 @@ def test_probes_and_confirmation_run_at_their_own_lengths(stand_in: Any, tmp_pat
     server = stand_in(1234.5)
     result = _search(tmp_path, probe_ms=1500, confirm_ms=9000)
     calls = server.server_calls()
-    probes = [c for c in calls if c["folder"].startswith("probe-")]
+    repeats = [c for c in calls if c["folder"].endswith("-again")]
+    probes = [c for c in calls if c["folder"].startswith("probe-") and c not in repeats]
     confirms = [c for c in calls if c["folder"].startswith("confirm-")]
     assert len(probes) == sum(not p.confirm for p in result.probes) and len(confirms) == 1
-    assert all(c["settings"]["min_duration"] == 1500 for c in probes)
+    assert all(c["settings"]["min_duration"] == 1500 for c in probes + repeats)
     assert [c["settings"]["target_qps"] for c in probes] == [p.target_qps for p in result.probes if not p.confirm]
+    failed = [p.target_qps for p in result.probes if not p.confirm and not p.passed]
+    assert sorted(c["settings"]["target_qps"] for c in repeats) == sorted(failed)  # each re-measured
     assert confirms[0]["settings"] == {"target_qps": result.qps, "min_duration": 9000}
 
 
@@ -146,3 +155,15 @@ def test_a_failed_confirmation_steps_down_by_the_tolerance(stand_in: Any, tmp_pa
     confirms = [c["settings"]["target_qps"] for c in server.server_calls() if c["folder"].startswith("confirm")]
     assert all(b == pytest.approx(a / 1.1) for a, b in itertools.pairwise(confirms))
     assert result.confirmed and result.qps == confirms[-1] <= 1000.0 < confirms[-2]
+
+
+def test_a_probe_that_fails_once_is_inconclusive_and_counted_as_a_failure(stand_in: Any, tmp_path: Path) -> None:
+    """Noise: the first run at 2,000 QPS fails though the knee is 2,500; its repeat passes. The
+    probe is inconclusive, counted as a failure (the bracket's upper end, the answer below it,
+    on the safe side), and the result says so."""
+    stand_in(2500.0, fails_once_at=(2000.0,))
+    result = _search(tmp_path, low_qps=1000.0, tolerance=0.1)
+    noisy = [p for p in result.probes if p.inconclusive]
+    assert [p.target_qps for p in noisy] == [2000.0] and not noisy[0].passed
+    assert result.failed_qps == 2000.0 and result.qps < 2000.0
+    assert any("inconclusive" in label for label in result.labels())
