@@ -12,6 +12,7 @@ test_capacity_search.py.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -261,3 +262,39 @@ def test_profiles_allowed(profiles: tuple[str, ...], allowed: bool) -> None:
     wherever it stands in the layout, does not."""
     constraint = Constraints(profiles_allowed=("2g.20gb", "1g.10gb"))
     assert constraint.allows(_prediction(len(profiles), profiles=profiles)) is allowed
+
+
+# --- a short audit's noise against its band (inconclusive) --------------------------------------
+def _mllog(folder: Path, records: dict[str, object], *, audit: bool = False) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    if audit:  # LoadGen's warning that it read an audit.config
+        lines.append({"key": "warning_generic_message", "value": compliance.AUDIT_FOUND,
+                      "metadata": {"is_error": False, "is_warning": True}})  # fmt: skip
+    lines += [{"key": k, "value": v, "metadata": {"is_error": False, "is_warning": False}} for k, v in records.items()]
+    (folder / "mlperf_log_detail.txt").write_text("".join(f":::MLLOG {json.dumps(line)}\n" for line in lines))
+
+
+@pytest.mark.parametrize(
+    ("spread", "inconclusive"),
+    [(0.10 * (1 - NUDGE), False), (0.10, False), (0.10 * (1 + NUDGE), True)],
+)
+def test_short_test04_is_inconclusive_only_above_its_band(tmp_path: Path, spread: float, inconclusive: bool) -> None:
+    """A short TEST04 40% faster: with a measured spread at or under the 10% band it FAILs, just
+    above it it is inconclusive (neither PASS nor FAIL)."""
+    _mllog(tmp_path / "performance", {"result_samples_per_second": 100.0, "result_validity": "INVALID"})
+    settings = {f"effective_{k}": v for k, v in compliance.AUDIT_EFFECTIVE["TEST04"].items()}
+    _mllog(tmp_path / "TEST04", {"result_samples_per_second": 140.0, "result_validity": "INVALID", **settings},
+           audit=True)  # fmt: skip
+    verdict = compliance.verify_audit(
+        "TEST04", tmp_path, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=spread
+    )
+    assert verdict.inconclusive is inconclusive and not verdict.passed
+
+
+def test_spread_is_the_largest_over_the_smallest() -> None:
+    """Two measurements of 100 and 110 samples/s differ by 10%: exactly the TEST01 band."""
+    from mlperf_mig.runner.audits import relative_spread
+
+    assert relative_spread([110.0, 100.0]) == pytest.approx(0.10)
+    assert relative_spread([100.0]) is None
