@@ -12,7 +12,8 @@ on this machine (the null backend does no inference, so what is measured is the 
               extra instance <= 64 MiB: (peak of 56 instances - peak of 7) / 49
 
 Offline: a sizing run at `--offline-qps`, then a measured run asking 1.5x what it delivered (a
-query done before its min_duration is INVALID and counts the test's fixed costs). Server: the
+query done before its min_duration is INVALID and counts the test's fixed costs; such a run is
+repeated, at most twice, asking 1.5x what it delivered). Server: the
 target doubles from `--server-qps` while the run stays VALID, then `--bisect` halvings between the
 last VALID and the first INVALID target. In independent mode every LoadGen gets the system's
 target / 56. Every run's validity is printed; the load average is printed at start and end.
@@ -130,6 +131,11 @@ def offline(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]
     rate = sizing["samples_per_s"] if mode == "unified" else sizing["fastest_loadgen"] * 7 * args.gpus
     measured = one_run(folder, f"offline-{mode}", gpus=args.gpus, mode=mode, scenario="Offline",
                        target_qps=SIZING_MARGIN * rate, args=args)
+    for retry in range(2):  # a query done before min_duration (INVALID, faster than asked): ask more
+        if measured["valid"] or measured["samples_per_s"] <= measured["target_qps"]:
+            break
+        measured = one_run(folder, f"offline-{mode}-{retry}", gpus=args.gpus, mode=mode, scenario="Offline",
+                           target_qps=SIZING_MARGIN * measured["samples_per_s"], args=args)
     print(f"  Offline {mode}: sizing {sizing['samples_per_s']:,.0f} ({_word(sizing)}), measured "
           f"{measured['samples_per_s']:,.0f} samples/s ({_word(measured)}), peak memory "
           f"{measured['peak_mib']:,.0f} MiB", flush=True)

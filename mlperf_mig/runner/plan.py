@@ -350,9 +350,6 @@ def make_plan(options: RunOptions) -> RunPlan:
         detection = None if options.emulate else registry.detect(source=options.nvml_source)
         deployment = choose_system(options, catalog=catalog, detection=detection)
     backend_name = _backend_for(deployment, options.backend, resolve_backend)
-    overrides, host_notes = options.settings, ()
-    if options.cluster is None:  # on a cluster each node holds only its own instances
-        overrides, host_notes = _fit_host(deployment, options, backend_name, bench, lg_scenario)
     engines, engine_of = _engine_requests(
         deployment,
         benchmark=bench,
@@ -370,6 +367,9 @@ def make_plan(options: RunOptions) -> RunPlan:
         model_path=options.model_path,
     )
     _check_run_input(deployment, options, benchmark=bench, loadgen_scenario=lg_scenario)
+    overrides, host_notes = options.settings, ()
+    if options.cluster is None:  # on a cluster each node holds only its own instances
+        overrides, host_notes = _fit_host(deployment, options, backend_name, bench, lg_scenario)
     if options.compliance and not options.accuracy:
         raise SettingsError(
             "compliance=True needs the accuracy run (TEST01 compares its responses with the "
