@@ -101,7 +101,10 @@ def emulated_cpu_budgets(
         end = start + share
         first, last = math.floor(start), max(math.floor(start) + 1, math.ceil(end))
         affinity = tuple(ordered[min(i, len(ordered) - 1)] for i in range(first, last))
-        own_whole = share == len(affinity) and start == first  # exactly the CPUs under it
+        # exactly the CPUs under it: affinity alone keeps it, unless a cgroup can also weigh it
+        # against other processes as it weighs the others (a busy machine starved a 7g that had
+        # no cgroup while the smaller instances were weighted)
+        own_whole = share == len(affinity) and start == first and enforcement != CGROUP_QUOTA
         budgets.append(
             CpuBudget(
                 cpus=affinity,

@@ -128,3 +128,9 @@ def test_cgroup_quota_caps_a_busy_process() -> None:
     )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert float(child.stdout) <= 0.25 + 0.1
+
+
+def test_with_cgroups_a_whole_gpu_is_weighed_too() -> None:
+    """Where quotas are used, a 7g owning both CPUs still gets a cgroup, weighed like the others against other processes."""
+    (budget,) = emulated_cpu_budgets([7], 7, [0, 1], enforcement=CGROUP_QUOTA).budgets
+    assert budget.enforced_by == CGROUP_QUOTA and budget.share == 2.0

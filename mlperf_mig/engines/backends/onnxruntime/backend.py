@@ -52,6 +52,7 @@ from mlperf_mig.engines.backends.onnxruntime.cpu_copy import (
     shared_model,
 )
 from mlperf_mig.errors import BackendUnavailableError, EngineBuildError
+from mlperf_mig.runner.cpu_budget import BUDGET_ENV
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -144,6 +145,10 @@ def session_options(
     options.inter_op_num_threads = 1
     if threads is not None:
         options.intra_op_num_threads = threads
+    if os.environ.get(BUDGET_ENV):
+        # an emulated instance under a CPU budget (runner/cpu_budget.py): a thread that spins
+        # while it waits spends the budget the computing threads need
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.set_denormal_as_zero", "1")
     if provider_for(spec) == CPU_PROVIDER:
         options.enable_mem_pattern = False
