@@ -272,8 +272,14 @@ def alone_plan(plan: RunPlan, profile: str, outdir: Path) -> RunPlan:
     from mlperf_mig import registry
 
     slot = next(s for s in plan.slots if s.profile == profile)
-    layout = registry.parse_layout(plan.deployment.layout.gpu, [profile])
-    deployment = attrs.evolve(plan.deployment, layout=layout, scenario=None, slots=(slot,))
+    # over several GPUs: alone on its own GPU, the deployment of that one GPU (runner/system.py)
+    part = next((p for p in plan.deployment.parts if p.holds(slot)), plan.deployment.parts[0])
+    layout = registry.parse_layout(part.layout.gpu, [profile])
+    gpus = (attrs.evolve(part, layout=layout, scenario=None),) if plan.deployment.gpus else ()
+    deployment = attrs.evolve(
+        plan.deployment, layout=layout, scenario=None, slots=(slot,), gpus=gpus,
+        partitioning=part.partitioning, gpu_index=part.index if plan.deployment.gpus else plan.deployment.gpu_index,
+    )
     key = plan.engine_of[slot.name]
     return attrs.evolve(
         plan,

@@ -256,3 +256,15 @@ def test_given_sample_count_is_kept_and_checked(eight_gib: None) -> None:
     """A sample count the user set is not lowered: a run that cannot hold it is refused."""
     with pytest.raises(SettingsError, match="can start at most"):
         _plan(None, settings={"performance_sample_count_override": 1024}, **SYSTEM_56)
+
+
+def test_alone_run_of_a_system_is_on_its_own_gpu() -> None:
+    """With isolation, a system's profile runs alone on its GPU: a one-GPU plan of that profile."""
+    from pathlib import Path
+
+    from mlperf_mig.runner.repeats import alone_plan
+
+    plan = _plan(TWO_MODELS, scenario=7, layouts={1: 8}, gpus="all")
+    alone = alone_plan(plan, "1g.18gb", Path("alone"))
+    assert (alone.layout, alone.gpu) == ("1g.18gb", "H200-SXM5-141GB")
+    assert [g["index"] for g in alone.to_dict()["gpus"]] == [1]
