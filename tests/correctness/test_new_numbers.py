@@ -1,11 +1,15 @@
 """This round's new numbers against independent computations from the raw logs and samples:
 per-GPU subtotals and the system total of fleet runs (from each LoadGen's own detail log and the
-samples each instance served), and telemetry's energy (integrals and counters worked by hand)."""
+samples each instance served), telemetry's energy (integrals and counters worked by hand), and the
+emulation's proportions (each instance's CPU share, and the benchmark's verdict on 1:2:3:4:7)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -92,3 +96,32 @@ def test_counter_energy_bridges_a_reset_with_power() -> None:
     power_times, power = np.array([0.0, 4.0]), np.array([100.0, 100.0])
     assert counter_energy(times, counter, power_times, power, 0.0, 4.0) == pytest.approx(400.0)
     assert counter_energy(times, counter, power_times, power, 0.5, 3.5) == pytest.approx(300.0)
+
+
+def test_emulated_cpu_shares_follow_compute_slices(fleet_runs: dict[str, Path]) -> None:
+    """Each emulated instance's CPU share (results.json) is its slices / 7 of its GPU's CPUs,
+    and the two GPUs together get every CPU this process may use."""
+    data = json.loads((fleet_runs["independent"] / "results.json").read_text())
+    whole_by_gpu: dict[int, set[float]] = {}
+    for instance in data["instances"]:
+        slices = int(instance["profile"].split("g.")[0])
+        whole_by_gpu.setdefault(instance["gpu_index"], set()).add(round(instance["cpu_share"] * 7 / slices, 4))
+    assert all(len(wholes) == 1 for wholes in whole_by_gpu.values())  # one GPU's CPUs, shared 2:1
+    assert sum(w.pop() for w in whole_by_gpu.values()) == pytest.approx(len(os.sched_getaffinity(0)), rel=1e-3)
+
+
+def _proportions_report() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "emulation_proportions", Path(__file__).parents[2] / "benchmarks" / "emulation_proportions.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.report
+
+
+@pytest.mark.parametrize(("two_g", "met"), [(239.0, True), (240.0, True), (241.0, False)])
+def test_proportions_benchmark_judges_the_deviation_from_1_2_3_4_7(two_g: float, met: bool) -> None:
+    """1g instances at 90 and 110/s (mean 100) and a 2g at 240/s: ratio 2.4, +20% from 2, the
+    target exactly (met); 241/s is +20.5% (NOT met)."""
+    seen = {"1g": [(90.0, 0.1, 0.1), (110.0, 0.1, 0.1)], "2g": [(two_g, 0.2, 0.2)]}
+    assert _proportions_report()("tiny", seen) is met
