@@ -35,6 +35,11 @@ def _layouts(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
 
 
+def _used(instance: object) -> str:
+    used = getattr(instance, "cpu_used", None)
+    return "-" if used is None else f"{used:.2f}"  # cluster actors do not report it
+
+
 def measure(variant: str, layouts: list[int], outdir: Path, cluster: str | None) -> dict[str, list[tuple[float, float, float]]]:
     """Per profile size ("2g"): (throughput, CPU budget, CPU used) of every instance of every layout."""
     import mlperf_mig
@@ -48,7 +53,7 @@ def measure(variant: str, layouts: list[int], outdir: Path, cluster: str | None)
         )
         budgets = sorted({i.cpu_budget or "-" for i in result.instances})
         print(f"  {variant} layout {scenario} ({result.layout}): "
-              + ", ".join(f"{i.profile} {i.throughput or 0:,.0f}/s ({i.cpu_used or 0:.2f} of {i.cpu_share or 0:.3g} CPU)"
+              + ", ".join(f"{i.profile} {i.throughput or 0:,.0f}/s ({_used(i)} of {i.cpu_share or 0:.3g} CPU)"
                           for i in result.instances)
               + f"; budgets by {', '.join(budgets)}; load {os.getloadavg()[0]:.2f}", flush=True)
         for i in result.instances:
@@ -70,8 +75,9 @@ def report(variant: str, seen: dict[str, list[tuple[float, float, float]]]) -> b
         ratio = rate / base
         deviation = ratio / EXPECTED[size] - 1
         worst = max(worst, abs(deviation))
-        used = statistics.mean(u / b for _, b, u in seen[size] if b) if any(b for _, b, _ in seen[size]) else 0
-        print(f"{variant}:   {size:<6} {rate:>22,.1f}  {ratio:>13.2f}  {EXPECTED[size]:>8}  {deviation:>+9.1%}  {used:>17.0%}")
+        parts = [u / b for _, b, u in seen[size] if b and u]
+        used = f"{statistics.mean(parts):.0%}" if parts else "-"
+        print(f"{variant}:   {size:<6} {rate:>22,.1f}  {ratio:>13.2f}  {EXPECTED[size]:>8}  {deviation:>+9.1%}  {used:>17}")
     met = worst <= TARGET_DEVIATION
     print(f"{variant}: largest deviation from 1:2:3:4:7 {worst:.1%} (target <= {TARGET_DEVIATION:.0%}: "
           f"{'met' if met else 'NOT met'})", flush=True)

@@ -92,9 +92,12 @@ class InstanceActor:
     """One instance on its node (a Ray actor): runs one job in its own scratch folder."""
 
     def __init__(self, name: str, env: Mapping[str, str], cpus: tuple[int, ...] | None) -> None:
+        from mlperf_mig.runner.cpu_budget import enter_budget
+
         os.environ.update(env)
         if cpus is not None:
             os.sched_setaffinity(0, cpus)
+        enter_budget()  # an emulated instance's CPU quota (local:N), before its threads start
         self.name = name
         self.folder = Path(tempfile.mkdtemp(prefix=f"mlperf-mig-{name}-"))
 

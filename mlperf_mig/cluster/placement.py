@@ -58,7 +58,8 @@ def emulated_cluster_deployment(
     """One emulated GPU spread over GPU-less nodes: instances go round the nodes largest first.
     Each gets CPU time in proportion to its compute slices, as on one host: the whole GPU stands
     for the CPUs of the smallest host (nodes on one host, as with local:N, pool its CPUs), and
-    each worker keeps to its share by a duty cycle (runner/cpu_budget.py)."""
+    each worker keeps to its share by a CPU quota (local:N, where this machine allows one) or a
+    duty cycle (runner/cpu_budget.py)."""
     from mlperf_mig.runner.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
 
     profiles = list(layout.profiles)
@@ -73,10 +74,13 @@ def emulated_cluster_deployment(
     starts = solved_starts(layout)
     slots: dict[int, InstanceSlot] = {}
     notes: list[str] = []
+    # local:N nodes are processes of this machine: their actors take CPU quotas where this
+    # machine allows them; other nodes' machines are not probed from here, they duty-cycle
+    enforcement = None if cluster.startswith("local:") else DUTY_CYCLE
     for host, members in hosts.items():
         budgets = emulated_cpu_budgets(
             [profiles[i].compute_slices for i in members], layout.gpu.compute_slices, host_cpus[host],
-            whole_gpu_cpus=whole, enforcement=DUTY_CYCLE,
+            whole_gpu_cpus=whole, enforcement=enforcement,
         )
         notes.extend(n for n in budgets.notes if n not in notes)
         for i, budget in zip(members, budgets.budgets):

@@ -50,9 +50,12 @@ class ServeActor:
     """One instance's model on its node (a Ray actor): calibrate, then serve batches."""
 
     def __init__(self, name: str, env: Mapping[str, str], cpus: tuple[int, ...] | None, capacity: int) -> None:
+        from mlperf_mig.runner.cpu_budget import enter_budget
+
         os.environ.update(env)
         if cpus is not None:
             os.sched_setaffinity(0, cpus)
+        enter_budget()  # an emulated instance's CPU quota (local:N), before its threads start
         self.name = name
         self._capacity = max(1, capacity)
         self._cache: collections.OrderedDict[int, dict[str, np.ndarray]] = collections.OrderedDict()

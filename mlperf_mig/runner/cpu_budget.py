@@ -239,6 +239,18 @@ def _pid_alive(text: str) -> bool:
     return True
 
 
+def remove_stale_cgroups() -> None:
+    """Remove the quota cgroups of workers that have ended (a local:N cluster's actors, whose
+    processes Ray ends): only empty ones, of processes that no longer exist."""
+    own = _own_cpu_cgroup()
+    if own is None:
+        return
+    for stale in own[0].glob(f"{CGROUP_PREFIX}[0-9]*"):
+        if not _pid_alive(stale.name[len(CGROUP_PREFIX):]):
+            with contextlib.suppress(OSError):
+                stale.rmdir()  # only an empty cgroup can be removed
+
+
 def join_quota_cgroup(share: float) -> Path:
     """Move this process into a cgroup of its own, under its current one, with a quota of `share`
     CPUs. Empty ones that earlier workers left (killed before their runner removed them) go."""
@@ -246,10 +258,7 @@ def join_quota_cgroup(share: float) -> Path:
     if own is None:
         raise OSError("no CPU cgroup visible to this process")
     folder, version = own
-    for stale in folder.glob(f"{CGROUP_PREFIX}[0-9]*"):
-        if not _pid_alive(stale.name[len(CGROUP_PREFIX):]):
-            with contextlib.suppress(OSError):
-                stale.rmdir()  # only an empty cgroup can be removed
+    remove_stale_cgroups()
     mine = folder / _worker_cgroup_name(os.getpid())
     mine.mkdir(exist_ok=True)
     _write_quota(mine, version, share)

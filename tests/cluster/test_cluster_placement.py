@@ -21,6 +21,7 @@ from mlperf_mig.cluster.connect import (
 from mlperf_mig.cluster.inventory import NodeInventory, check_versions
 from mlperf_mig.cluster.placement import cluster_deployment
 from mlperf_mig.errors import ClusterError, SettingsError
+from mlperf_mig.runner.cpu_budget import quota_support
 
 BIN = Path(sys.executable).parent
 
@@ -117,7 +118,7 @@ def test_local_nodes_split_the_cpus() -> None:
 def test_emulated_layout_spreads_over_the_nodes(catalog: registry.Catalog) -> None:
     """Layout 7 on three GPU-less hosts: instances go round the nodes, each with CPU time by slices of the smallest host."""
     nodes = [_node(0, cpus=(0, 1, 2)), _node(1, cpus=(3,)), _node(2, cpus=(4,))]
-    deployment = cluster_deployment(7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog)
+    deployment = cluster_deployment(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=None, catalog=catalog)
     assert deployment.partitioning == "emulated"
     assert [s.node for s in deployment.slots] == [nodes[0].node_id, nodes[1].node_id, nodes[2].node_id, nodes[0].node_id]
     assert [s.cpu_share for s in deployment.slots] == pytest.approx([2 / 7, 2 / 7, 2 / 7, 1 / 7], abs=1e-6)
@@ -130,6 +131,7 @@ def test_local_nodes_of_one_host_keep_identical_instances_equal(catalog: registr
     nodes = [_node(k, cpus=c, host="box") for k, c in enumerate(local_node_cpus(3, [0, 1]))]
     deployment = cluster_deployment(7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog)
     assert [s.cpu_share for s in deployment.slots] == pytest.approx([4 / 7, 4 / 7, 4 / 7, 2 / 7], abs=1e-6)
+    assert {s.cpu_budget for s in deployment.slots} == {quota_support()[0]}  # this machine's, probed
 
 
 def test_vgpus_of_one_declared_group_form_the_layout(catalog: registry.Catalog) -> None:
