@@ -5,8 +5,10 @@
 2. Unified dispatch: null-backend unified Offline samples/s over the cluster, as a ratio of local
    unified mode in the same run (same layout, same settings). Target: at least 0.5.
 3. Server capacity: the highest target QPS whose Server run stays VALID over the cluster, null
-   backend, layout 7, in independent mode (the layout's QPS is the sum) and in unified mode.
-   Target: at least 10,000.
+   backend, layout 7, in independent mode (the benchmark's latency bound; the layout's QPS is the
+   sum; target: at least 40,000) and in unified mode with a 15 ms bound (batches travel over
+   the actors' data channels, cluster/serving.py; target: at least 30,000, with ResNet50's and
+   BERT's sample sizes: `--benchmark resnet50`, `--benchmark bert`).
 
 Ray binds to loopback only for local:N; run as root, the script also re-runs itself inside a
 private network namespace with only `lo` (`unshare -n`), so nothing can leave the machine.
@@ -26,8 +28,9 @@ from typing import Any
 
 SKEW_TARGET_MS = 50.0
 RATIO_TARGET = 0.5
-SERVER_TARGET_QPS = 10_000
-QPS_STEPS = (2_000, 5_000, 10_000, 20_000, 40_000)
+SERVER_TARGET_QPS = {"independent": 40_000, "unified": 30_000}
+SERVER_LATENCY_MS = 15
+QPS_STEPS = (2_000, 5_000, 10_000, 20_000, 30_000, 40_000, 60_000)
 _IN_NAMESPACE = "MLPERF_MIG_BENCH_NETNS"
 
 
@@ -38,6 +41,10 @@ def reexec_in_namespace() -> None:
     os.environ[_IN_NAMESPACE] = "1"
     script = 'ip link set lo up && exec "$0" "$@"'
     os.execvp("unshare", ["unshare", "-n", "sh", "-c", script, sys.executable, *sys.argv])
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def one_run(folder: Path, name: str, **options: Any) -> Any:
@@ -64,7 +71,8 @@ def main() -> None:
         independent = one_run(folder, "skew", cluster=cluster, settings={"min_duration": ms}, **common)
         skew = independent.cluster["start_skew_ms"]
         print(f"start skew, independent mode, {args.nodes} nodes: {skew:.1f} ms "
-              f"(target <= {SKEW_TARGET_MS:.0f} ms: {'met' if skew <= SKEW_TARGET_MS else 'NOT met'})")
+              f"(target <= {SKEW_TARGET_MS:.0f} ms: {'met' if skew <= SKEW_TARGET_MS else 'NOT met'}); {_load()}",
+              flush=True)
 
         offline = {"mode": "unified", "settings": {"min_duration": ms}, **common}
         local = one_run(folder, "unified-local", emulate=True, **offline)
@@ -72,24 +80,29 @@ def main() -> None:
         ratio = remote.total_throughput / local.total_throughput
         print(f"unified Offline, null backend: local {local.total_throughput:,.0f} samples/s, over the "
               f"cluster {remote.total_throughput:,.0f} samples/s, ratio {ratio:.2f} "
-              f"(target >= {RATIO_TARGET}: {'met' if ratio >= RATIO_TARGET else 'NOT met'})")
+              f"(target >= {RATIO_TARGET}: {'met' if ratio >= RATIO_TARGET else 'NOT met'}); {_load()}",
+              flush=True)
 
+        # unified: the issue's 15 ms bound; independent: the benchmark's own, as before
+        bound = {"unified": {"target_latency": SERVER_LATENCY_MS}, "independent": {}}
         for mode in ("independent", "unified"):
             best = 0
             for qps in QPS_STEPS:
                 per_instance = qps / 4 if mode == "independent" else qps
                 result = one_run(
                     folder, f"server-{mode}-{qps}", cluster=cluster, mode=mode, loadgen_scenario="Server",
-                    settings={"min_duration": ms, "target_qps": per_instance}, **common,
+                    settings={"min_duration": ms, "target_qps": per_instance, **bound[mode]}, **common,
                 )
                 valid = result.all_valid
-                print(f"  Server {mode}: target {qps:,} QPS -> {'VALID' if valid else 'INVALID'}")
+                print(f"  Server {mode}: target {qps:,} QPS -> {'VALID' if valid else 'INVALID'} ({_load()})",
+                      flush=True)
                 if not valid:
                     break
                 best = qps
-            verdict = "met" if best >= SERVER_TARGET_QPS else "NOT met"
-            print(f"highest VALID Server target over the cluster, {mode} mode: {best:,} QPS "
-                  f"(target >= {SERVER_TARGET_QPS:,}: {verdict})")
+            verdict = "met" if best >= SERVER_TARGET_QPS[mode] else "NOT met"
+            at = f"{SERVER_LATENCY_MS} ms" if bound[mode] else f"{args.benchmark}'s latency bound"
+            print(f"highest VALID Server target over the cluster at {at}, {mode} mode: "
+                  f"{best:,} QPS (target >= {SERVER_TARGET_QPS[mode]:,}: {verdict}); {_load()}", flush=True)
 
 
 if __name__ == "__main__":
