@@ -268,3 +268,18 @@ def test_alone_run_of_a_system_is_on_its_own_gpu() -> None:
     alone = alone_plan(plan, "1g.18gb", Path("alone"))
     assert (alone.layout, alone.gpu) == ("1g.18gb", "H200-SXM5-141GB")
     assert [g["index"] for g in alone.to_dict()["gpus"]] == [1]
+
+
+@pytest.mark.gpu
+def test_live_gpus_with_mig_each_carry_their_live_layout() -> None:
+    """On this machine's MIG GPUs, asking each for the layout it carries plans one slot per MIG
+    device, each on its own device, named with its GPU."""
+    detection = registry.detect()
+    live = {s.index: s for s in detection.gpus if s.mig_current and s.mig_devices and all(d.profile for d in s.mig_devices)}
+    if not live:
+        pytest.skip("no GPU with MIG enabled and MIG devices here")
+    layouts = {i: [d.profile.name for d in s.mig_devices] for i, s in live.items()}
+    plan = make_plan(RunOptions(backend="null", gpus=sorted(live), layouts=layouts))
+    assert len(plan.slots) == sum(len(s.mig_devices) for s in live.values())
+    assert {s.device for s in plan.slots} == {d.uuid for s in live.values() for d in s.mig_devices}
+    assert {s.gpu_index for s in plan.slots} == set(live)
