@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -132,10 +133,11 @@ def gpu_bars(layout: RunResult | RepeatedRun) -> list[Bar]:
 def axis_top(bars: Sequence[Bar]) -> float:
     """Where the value axis ends: above the tallest bar and its error bar, but not beyond
     AXIS_MAX_OVER_BARS times the tallest bar (a wider error bar is cut there)."""
-    tallest = max((bar.total for bar in bars), default=0.0)
+    finite = [bar for bar in bars if math.isfinite(bar.total)]  # a NaN read back draws no bar
+    tallest = max((bar.total for bar in finite), default=0.0)
     if tallest <= 0:
         return 1.0
-    reach = max(bar.top for bar in bars)
+    reach = max((bar.top for bar in finite if math.isfinite(bar.top)), default=tallest)
     return min(reach * AXIS_HEADROOM, tallest * AXIS_MAX_OVER_BARS)
 
 
@@ -229,7 +231,11 @@ def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
         axes.annotate(text, (x, min(top, limit)), ha="center", va="bottom", fontsize=8)
     axes.set_xticks(range(len(bars)), [bar.label for bar in bars], fontsize=9)
     # the axis follows the bars (room above for the labels); below zero nothing can be
-    axes.set_ylim(0, limit * (1 + LABEL_LINE * lines))
+    top = limit * (1 + LABEL_LINE * lines)
+    if math.isfinite(top):
+        axes.set_ylim(0, top)
+    else:  # totals near the float's limit: matplotlib's own scale
+        axes.set_ylim(bottom=0)
     axes.set_ylabel(first.throughput_unit, fontsize=9)
     emulated = " [emulated on CPU]" if first.emulated else ""
     axes.set_title(

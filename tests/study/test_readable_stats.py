@@ -97,3 +97,11 @@ def test_a_single_layout_keeps_its_notes() -> None:
     """With one layout nothing is shared: its notes stay under its table."""
     shared, own = shared_notes(["S1"], [["emulated", "x"]])
     assert shared == [] and own == [["emulated", "x"]]
+
+
+@pytest.mark.parametrize("total", [float("nan"), 1e308])
+def test_an_absurd_total_read_back_still_draws(total: float) -> None:
+    """A NaN or near-overflow total from a results.json does not break the axis (it was
+    'Axis limits cannot be NaN or Inf')."""
+    low, high = _drawn_ylim([_bar("a", 1000.0, None), _bar("b", total, (1.0, 1.0))])
+    assert low == 0 and high > 0
