@@ -237,7 +237,7 @@ def cluster_system_deployment(
     parts: list[tuple[int, Deployment]] = []
     for inv in with_devices or inventories:
         if inv.emulated:
-            parts += _emulated_node_gpus(scenario, layouts, inv, gpu, gpu_count or 1, catalog)
+            parts += _emulated_node_gpus(scenario, layouts, inv, gpu, gpu_count or 1, catalog, cluster)
             continue
         if gpu_count is not None:
             raise ClusterError(
@@ -311,20 +311,22 @@ def _node_gpu(
 
 def _emulated_node_gpus(
     scenario: ScenarioSpec, layouts: Mapping[int, ScenarioSpec], inv: NodeInventory,
-    gpu: str | None, count: int, catalog: Any,
+    gpu: str | None, count: int, catalog: Any, cluster: str,
 ) -> list[tuple[int, Deployment]]:
-    """`count` emulated GPUs on a GPU-less node, each on its share of the node's CPUs."""
+    """`count` emulated GPUs on a GPU-less node, each on its share of the node's CPUs, kept by
+    a CPU quota on local:N (this machine's processes, where it allows one), else a duty cycle."""
     from mlperf_mig.runner.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
     from mlperf_mig.runner.system import emulated_gpu_cpus
 
     model = resolve_gpu(gpu, catalog)
     whole = len(set(inv.cpus)) / count
+    enforcement = None if cluster.startswith("local:") else DUTY_CYCLE
     gpus = []
     for index, share in enumerate(emulated_gpu_cpus(count, inv.cpus)):
         layout, number = resolve_layout(layouts.get(index, scenario), model, catalog)
         budgets = emulated_cpu_budgets(
             [p.compute_slices for p in layout.profiles], layout.gpu.compute_slices, share,
-            whole_gpu_cpus=min(whole, len(share)), enforcement=DUTY_CYCLE,
+            whole_gpu_cpus=min(whole, len(share)), enforcement=enforcement,
         )
         slots = tuple(
             _slot(
