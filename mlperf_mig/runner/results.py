@@ -616,7 +616,8 @@ class RunResult:
         if change is not None:
             lines.append(
                 f"change against MIG scenario 1 ({self.baseline_source}): x{1 + change:.3f} "
-                "(ratio of the totals)"
+                "(ratio of the totals of one run each: the noise it rests on is not measured, so "
+                "it is not called significant; repeats=3 measures it)"
             )
         return lines + [f"note: {label}" for label in self.labels()] + self._cluster_notes() + self._telemetry_notes()
 

@@ -59,6 +59,11 @@ from mlperf_mig.runner.stats import CHANGE_NOTE, FEW_REPEATS_NOTE
 
 log = logging.getLogger(__name__)
 CHART_SVG_LIMIT = 4_000_000  # bytes of the chart shown inline in a notebook
+SINGLE_RUN_CHANGE_NOTE = (
+    "vs MIG scenario 1 compares one run of each layout: the noise it rests on is not measured (a "
+    "short run on a busy machine moves by tens of percent), so no change is called significant; "
+    "--repeats 3 measures it and gives intervals"
+)
 _COLUMNS = (
     "MIG scenario", "layout", "partitioning", "instances", "total", "unit", "all valid", "vs MIG scenario 1"
 )
@@ -141,6 +146,8 @@ class SweepResult:
                 notes.append("isolation: see each layout's report (mlperf-mig report LAYOUT_DIR)")
             if any(study.few_repeats() for study in self.studies):
                 notes.append(FEW_REPEATS_NOTE)
+        elif any(run.change_vs_baseline is not None for run in self.runs):
+            notes.append(SINGLE_RUN_CHANGE_NOTE)
         if self.capacities:
             known = ", ".join(f"{p} {q:,.1f}" for p, q in sorted(self.capacities.items()))
             notes.append(

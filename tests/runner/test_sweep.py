@@ -69,3 +69,10 @@ def test_backwards_scenario_range_is_refused(capsys: pytest.CaptureFixture[str])
     assert cli.main(["sweep", "--scenarios", "1,3-2", "--backend", "null"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "'3-2' runs backwards" in err and "2-3" in err
+
+
+def test_single_run_changes_say_their_noise_is_not_measured(swept: Any) -> None:
+    """A sweep of one run per layout says its change against scenario 1 rests on unmeasured noise."""
+    from mlperf_mig.runner.sweep import SINGLE_RUN_CHANGE_NOTE
+
+    assert f"note: {SINGLE_RUN_CHANGE_NOTE}" in swept.table()
