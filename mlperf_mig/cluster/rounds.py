@@ -34,8 +34,10 @@ from mlperf_mig.cluster.actors import (
     write_files,
 )
 from mlperf_mig.cluster.inventory import pinned
+from mlperf_mig.cluster.ray_api import RayApi
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
+from mlperf_mig.runner.round_clock import RoundClock, interrupted_error
 from mlperf_mig.runner.rounds import IndependentRounds, OnFinish, UnifiedRounds
 from mlperf_mig.runner.supervisor import WorkerOutcome
 
@@ -49,7 +51,7 @@ _BARRIER_CALL_S = 30.0
 REMOTE_WINDOW_SCALE = 4
 
 
-def head_node(ray: Any) -> str:
+def head_node(ray: RayApi) -> str:
     """The ID of the cluster's head node (the one running the GCS), else this driver's node."""
     for node in ray.nodes():
         if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
@@ -57,7 +59,7 @@ def head_node(ray: Any) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def start_actor(ray: Any, slot: Any, env: Mapping[str, str]) -> Any:
+def start_actor(ray: RayApi, slot: Any, env: Mapping[str, str]) -> Any:
     """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
     remote = ray.remote(InstanceActor)
     return remote.options(
@@ -66,7 +68,7 @@ def start_actor(ray: Any, slot: Any, env: Mapping[str, str]) -> Any:
     ).remote(slot.name, dict(env), slot.cpus)
 
 
-def kill_all(ray: Any, actors: Mapping[str, Any]) -> None:
+def kill_all(ray: RayApi, actors: Mapping[str, Any]) -> None:
     """Kill every actor of the round (a dead one is a no-op)."""
     for actor in actors.values():
         try:
@@ -177,15 +179,12 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     """One instance actor per task, on its node; returns outcomes and whether interrupted."""
     import ray
 
-    plan, outdir, tasks, mode, stream, on_finish, specs = (
-        job.plan, job.outdir, job.tasks, job.mode, job.stream, job.on_finish, job.specs
-    )
-
     from mlperf_mig.runner.jobs import INSTANCE_ENTRY, instance_env
 
-    slots = {slot.name: slot for slot in plan.slots if slot.name in tasks}
+    plan = job.plan
+    slots = {slot.name: slot for slot in plan.slots if slot.name in job.tasks}
     requests = {e.key: e for e in plan.engines}
-    display = _Display(list(slots), mode, plan.expected_s if mode == "performance" else None, stream)
+    display = _Display(list(slots), job.mode, plan.expected_s if job.mode == "performance" else None, job.stream)
     # on the head node, whose loss ends the cluster anyway: on an instance's node the barrier
     # would die with that node (and on local:N the driver's own node may be any of them)
     barrier = ray.remote(RoundBarrier).options(
@@ -199,8 +198,8 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     def finish(name: str, outcome: WorkerOutcome) -> None:
         outcomes[name] = outcome
         display.event(name, outcome.status)
-        if on_finish is not None:
-            on_finish(outcome)
+        if job.on_finish is not None:
+            job.on_finish(outcome)
 
     try:
         for name, slot in slots.items():
@@ -208,19 +207,19 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
             remote_job = RemoteJob(
                 name=name,
                 entry=plan.worker_entry or INSTANCE_ENTRY,
-                task=tasks[name],
+                task=job.tasks[name],
                 engine=requests.get(plan.engine_of[name]),
                 ready_timeout_s=plan.timeouts.ready_s,
             )
-            refs[actors[name].run.remote(remote_job, barrier, str(outdir / name))] = name
+            refs[actors[name].run.remote(remote_job, barrier, str(job.outdir / name))] = name
             display.event(name, "started")
-        _wait(ray, plan, outdir, refs, actors, barrier, display, finish, specs)
+        _wait(ray, job, refs, actors, barrier, display, finish)
     except KeyboardInterrupt:
         interrupted = True
         log.warning("interrupted: stopping %d instance actors", len(actors) - len(outcomes))
         for name in slots:
             if name not in outcomes:
-                finish(name, WorkerOutcome(name=name, status="interrupted", error="stopped before it finished"))
+                finish(name, WorkerOutcome(name=name, status="interrupted", error=interrupted_error()))
     finally:
         kill_all(ray, {**actors, "barrier": barrier})
         display.close()
@@ -228,15 +227,14 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 
 
 def _wait(
-    ray: Any, plan: RunPlan, outdir: Path, refs: dict[Any, str], actors: Mapping[str, Any], barrier: Any,
-    display: _Display, finish: Callable[[str, WorkerOutcome], None], specs: MutableMapping[str, Any],
+    ray: RayApi, job: RoundInput, refs: dict[Any, str], actors: Mapping[str, Any], barrier: Any,
+    display: _Display, finish: Callable[[str, WorkerOutcome], None],
 ) -> None:
-    """Collect every actor's reply; release the barrier when all live ones are at it; enforce
-    the deadlines (until every instance is at the barrier, then until all are done)."""
+    """Collect every actor's reply; release the barrier when all live ones are at it; keep the
+    round's clock (until every instance is at the barrier, then until all are done)."""
     from mlperf_mig.engines import EngineSpec
 
-    ready_deadline = time.monotonic() + plan.timeouts.ready_s
-    run_deadline: float | None = None
+    clock = RoundClock(job.plan.timeouts)
     pending = dict(refs)
     announced: set[str] = set()
     trouble_since: float | None = None
@@ -252,10 +250,9 @@ def _wait(
                     error=f"its actor or node died ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})",
                 ))
                 continue
-            write_files(outdir / name, reply.get("files", {}), atomic_write_bytes)
+            write_files(job.outdir / name, reply.get("files", {}), atomic_write_bytes)
             if reply.get("engine"):
-                spec = EngineSpec.from_dict(reply["engine"])
-                specs[plan.engine_of[name]] = spec
+                job.specs[job.plan.engine_of[name]] = EngineSpec.from_dict(reply["engine"])
             finish(name, _outcome(name, reply))
         try:
             arrived, counts = ray.get(barrier.state.remote(), timeout=_BARRIER_CALL_S)
@@ -276,26 +273,24 @@ def _wait(
                 announced.add(name)
                 display.event(name, "ready")
         display.progress(counts)
-        if run_deadline is None and set(pending.values()) <= set(arrived):
+        if not clock.released and set(pending.values()) <= set(arrived):
             try:
                 ray.get(barrier.release.remote(), timeout=_BARRIER_CALL_S)
             except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
                 _lose_round(ray, pending, actors, finish, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
                 return
-            run_deadline = time.monotonic() + plan.timeouts.run_s
+            clock.release()
             log.info("cluster start barrier released")
-        deadline = ready_deadline if run_deadline is None else run_deadline
-        if time.monotonic() > deadline:
-            limit = plan.timeouts.ready_s if run_deadline is None else plan.timeouts.run_s
-            where = " before the start barrier" if run_deadline is None else ""
+        if clock.remaining() <= 0:
+            error = clock.overdue()
             for ref, name in list(pending.items()):
                 ray.kill(actors[name], no_restart=True)
-                finish(name, WorkerOutcome(name=name, status="hung", error=f"no result within {limit:g} s{where}; killed"))
+                finish(name, WorkerOutcome(name=name, status="hung", error=error))
                 del pending[ref]
 
 
 def _lose_round(
-    ray: Any, pending: dict[Any, str], actors: Mapping[str, Any], finish: Callable[[str, WorkerOutcome], None],
+    ray: RayApi, pending: dict[Any, str], actors: Mapping[str, Any], finish: Callable[[str, WorkerOutcome], None],
     why: str,
 ) -> None:
     """The round's start barrier is gone: every instance still running is stopped and lost."""
@@ -317,10 +312,6 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     """The layout's one LoadGen on the driver, dispatching to serving actors on the nodes."""
     import ray
 
-    plan, outdir, tasks, mode, stream, on_finish, specs = (
-        job.plan, job.outdir, job.tasks, job.mode, job.stream, job.on_finish, job.specs
-    )
-
     from mlperf_mig.cluster.serving import (
         AUTHKEY_BYTES,
         RemoteServing,
@@ -340,9 +331,12 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     from mlperf_mig.runner.unified import CoordinatorJob, SharedSamples, attach_samples
     from mlperf_mig.runner.worker import WorkerJob
 
-    layout_task = instance_task(plan, name=LAYOUT_FOLDER, outdir=outdir, mode=mode, engine=None, threads=None, profile=None)
+    plan = job.plan
+    layout_task = instance_task(
+        plan, name=LAYOUT_FOLDER, outdir=job.outdir, mode=job.mode, engine=None, threads=None, profile=None
+    )
     layouts, performance_count, capacity = sample_capacity(plan, layout_task)
-    slots = [slot for slot in plan.slots if slot.name in tasks]
+    slots = [slot for slot in plan.slots if slot.name in job.tasks]
     requests = {e.key: e for e in plan.engines}
     actors = {
         slot.name: ray.remote(ServeActor).options(
@@ -354,7 +348,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     channels: dict[str, Any] = {}  # each actor's data channel (cluster/serving.py)
     authkey = os.urandom(AUTHKEY_BYTES)  # this round's; reaches the actors through Ray only
     try:
-        opened = _open_all(ray, plan, slots, actors, tasks, requests, outcomes, authkey)
+        opened = _open_all(ray, job, slots, actors, requests, outcomes, authkey)
         for name, reply in list(opened.items()):  # the target (a rate here) as seen over the network
             try:
                 channels[name] = connect_channel(reply["address"], authkey)
@@ -367,9 +361,9 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                 del opened[name]
         for name, reply in opened.items():
             if reply.get("engine"):
-                specs[plan.engine_of[name]] = EngineSpec.from_dict(reply["engine"])
+                job.specs[plan.engine_of[name]] = EngineSpec.from_dict(reply["engine"])
         batch_size = min((r["batch_size"] for r in opened.values()), default=1)
-        round_ = SupervisedRound(plan, mode, [LAYOUT_FOLDER], stream, on_finish=on_finish)
+        round_ = SupervisedRound(plan, job.mode, [LAYOUT_FOLDER], job.stream, on_finish=job.on_finish)
         with SharedSamples(layouts, capacity) as samples:
             pipes = [round_.supervisor.context.Pipe() for _ in slots]
             arrays, _blocks = attach_samples(samples.specs)  # the blocks keep the mappings alive
@@ -384,7 +378,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                     synthetic_weights=plan.model_path is None, ready_timeout_s=plan.timeouts.ready_s,
                     reply_timeout_s=plan.timeouts.run_s / 2,  # as locally: a silent node is dropped
                 ),
-                log_path=str(outdir / LAYOUT_FOLDER / "worker.log"),
+                log_path=str(job.outdir / LAYOUT_FOLDER / "worker.log"),
             )
 
             def start_serving() -> None:
@@ -404,7 +398,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         return outcomes, round_.interrupted
     except KeyboardInterrupt:
         for slot in slots:
-            outcomes.setdefault(slot.name, WorkerOutcome(name=slot.name, status="interrupted", error="stopped before it finished"))
+            outcomes.setdefault(slot.name, WorkerOutcome(name=slot.name, status="interrupted", error=interrupted_error()))
         return outcomes, True
     finally:
         for channel in channels.values():
@@ -414,13 +408,14 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 
 
 def _open_all(
-    ray: Any, plan: RunPlan, slots: list[Any], actors: Mapping[str, Any], tasks: Mapping[str, Any],
-    requests: Mapping[str, Any], outcomes: dict[str, WorkerOutcome], authkey: bytes,
+    ray: RayApi, job: RoundInput, slots: list[Any], actors: Mapping[str, Any], requests: Mapping[str, Any],
+    outcomes: dict[str, WorkerOutcome], authkey: bytes,
 ) -> dict[str, dict[str, Any]]:
     """Each actor builds, opens and calibrates its model and opens its data channel; those that
     fail get their outcome now."""
+    plan = job.plan
     refs = {
-        actors[slot.name].open.remote(tasks[slot.name], requests.get(plan.engine_of[slot.name]), authkey): slot.name
+        actors[slot.name].open.remote(job.tasks[slot.name], requests.get(plan.engine_of[slot.name]), authkey): slot.name
         for slot in slots
     }
     done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=plan.timeouts.ready_s)
@@ -450,5 +445,5 @@ def _serving_outcome(remote: Any, interrupted: bool) -> WorkerOutcome:
     if remote.value is not None:
         return WorkerOutcome(name=remote.name, status="ok", value=remote.value)
     if interrupted:
-        return WorkerOutcome(name=remote.name, status="interrupted", error="stopped before it finished")
+        return WorkerOutcome(name=remote.name, status="interrupted", error=interrupted_error())
     return WorkerOutcome(name=remote.name, status="crashed", error=remote.error or "it stopped answering")

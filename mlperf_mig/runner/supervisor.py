@@ -43,6 +43,7 @@ from typing import Any, Protocol
 import attrs
 
 from mlperf_mig.runner.cpu_budget import remove_worker_cgroup
+from mlperf_mig.runner.round_clock import RoundClock, interrupted_error
 from mlperf_mig.runner.worker import RunnerState, WorkerJob, worker_main
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,6 @@ _server_lock = threading.Lock()
 
 STATUSES = ("ok", "raised", "crashed", "hung", "interrupted")
 _TERMINATE_GRACE_S = 3.0
-_FOLLOW_GRACE_S = 10.0  # how long the other workers may run on once the lead job has ended
 _LOG_TAIL_CHARS = 2000
 
 ProgressCallback = Callable[[str, int], None]
@@ -309,7 +309,6 @@ class _Worker:
         self.outcome: WorkerOutcome | None = None
         self.reported: tuple[Any, ...] | None = None
         self.cpu_per_s: float | None = None
-        self.ended_at: float | None = None
 
     def finish(self, status: str, **fields: Any) -> bool:
         """Record how the worker ended; False when it had ended already."""
@@ -411,26 +410,20 @@ class Supervisor:
         return _Worker(job, process, receiver)
 
     def _supervise(self, workers: list[_Worker], release: Connection) -> None:
-        ready_deadline = time.monotonic() + self.timeouts.ready_s
-        run_deadline: float | None = None
+        clock = RoundClock(self.timeouts, lead=self._lead)
         while any(w.outcome is None for w in workers):
-            if run_deadline is None and all(
+            if not clock.released and all(
                 w.ready or w.outcome is not None or not w.job.wait_at_barrier
                 for w in workers
             ):
                 release.close()  # never blocks, whoever died at the barrier
-                run_deadline = time.monotonic() + self.timeouts.run_s
+                clock.release()
                 log.info("start barrier released")
-            deadline = ready_deadline if run_deadline is None else run_deadline
-            follow = self._follow_deadline(workers)
-            remaining = min(deadline, follow) - time.monotonic()
+            if any(w.job.name == self._lead and w.outcome is not None for w in workers):
+                clock.lead_ended()
+            remaining = clock.remaining()
             if remaining <= 0:
-                if follow <= deadline:
-                    self._kill_hung(workers, _FOLLOW_GRACE_S, f" after {self._lead} ended")
-                elif run_deadline is None:
-                    self._kill_hung(workers, self.timeouts.ready_s, " before the start barrier")
-                else:
-                    self._kill_hung(workers, self.timeouts.run_s, "")
+                self._kill_hung(workers, clock.overdue())
                 continue
             live = [w for w in workers if w.outcome is None]
             waitables: list[Any] = [w.conn for w in live if w.conn is not None]
@@ -441,15 +434,6 @@ class Supervisor:
                 self._handle(live, ready)
             if self._on_tick is not None:
                 self._on_tick()
-
-    def _follow_deadline(self, workers: list[_Worker]) -> float:
-        """When the others must have ended: a few seconds after the lead job ended (inf before)."""
-        lead = next((w for w in workers if w.job.name == self._lead), None)
-        if lead is None or lead.outcome is None:
-            return float("inf")
-        if lead.ended_at is None:
-            lead.ended_at = time.monotonic()
-        return lead.ended_at + _FOLLOW_GRACE_S
 
     def _handle(self, live: list[_Worker], ready: Any) -> None:
         for worker in live:
@@ -510,12 +494,12 @@ class Supervisor:
         if self._on_finish is not None and worker.outcome is not None:
             self._on_finish(worker.outcome)
 
-    def _kill_hung(self, workers: list[_Worker], limit_s: float, where: str) -> None:
+    def _kill_hung(self, workers: list[_Worker], error: str) -> None:
         for worker in workers:
             if worker.outcome is None:
                 kill_group(worker.process)
                 worker.process.join(_TERMINATE_GRACE_S)
-                self._finish(worker, "hung", error=f"no result within {limit_s:g} s{where}; killed")
+                self._finish(worker, "hung", error=error)
 
     def _stop_all(self, workers: list[_Worker]) -> None:
         """Ask every worker's group to stop (SIGTERM); kill what is left after the grace period,
@@ -528,11 +512,11 @@ class Supervisor:
             if not any(w.process.is_alive() for w in running):
                 break
             time.sleep(0.05)
-        why = _stop_reason()
+        error = interrupted_error(_stop_reason())
         for worker in running:
             kill_group(worker.process)
             worker.process.join(_TERMINATE_GRACE_S)
-            self._finish(worker, "interrupted", error=f"stopped by {why} before it finished")
+            self._finish(worker, "interrupted", error=error)
 
     def _reap(self, workers: list[_Worker]) -> None:
         for worker in workers:
