@@ -218,7 +218,8 @@ class BatchRunner:
         try:
             rows = self._library.slots(indices)
             loaded = self._library.loaded_count
-            rounds = permutation_rounds(rows, loaded)
+            # a round smaller than a batch would run as smaller batches: reorder instead
+            rounds = permutation_rounds(rows, loaded) if loaded >= self.batch_size else 0
         except Exception as exc:
             self._complete_empty(ids, exc)
             return

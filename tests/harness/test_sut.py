@@ -351,3 +351,27 @@ def test_failed_round_batch_completes_its_samples_without_data() -> None:
 def test_permutation_rounds_counts_leading_permutations(rows: list[int], loaded: int, rounds: int) -> None:
     """Only leading runs that are each a permutation of the loaded rows count as rounds."""
     assert sut_module.permutation_rounds(np.asarray(rows, dtype=np.int64), loaded) == rounds
+
+
+class CountingBackend(KnownAnswerBackend):
+    """The known-answer backend, keeping the size of every batch it runs."""
+
+    def __init__(self, benchmark: Benchmark) -> None:
+        super().__init__(benchmark)
+        self.sizes: list[int] = []
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.sizes.append(len(next(iter(feeds.values()))))
+        return super().run(feeds)
+
+
+def test_rounds_smaller_than_a_batch_still_run_full_batches() -> None:
+    """With fewer loaded samples than a batch holds, the query is not cut into rounds: batches
+    stay full (and every sample keeps its own answer)."""
+    lg = RecordingLoadGen()
+    backend = CountingBackend(RESNET50)
+    runner, loaded = _known_answer_runner(RESNET50, lg, batch_size=64, completion_samples=64, backend=backend)
+    ids, indices = _equal_issue(loaded, rounds=4, extra=0, seed=8)
+    InlineSUT(runner, offline=True).issue(ids, indices)
+    _assert_known_answers(lg, RESNET50, ids, indices)
+    assert backend.sizes[:2] == [64, 64]
