@@ -96,7 +96,7 @@ def test_progress_in_a_notebook_without_widgets_is_one_area_per_round(executed: 
 def test_to_pandas_shows_one_row_per_instance(executed: list[Any]) -> None:
     """`result.to_pandas()` is a DataFrame with a row for each of layout 7's four instances."""
     html = _value(_cell(executed, "result.to_pandas()"))
-    assert "dataframe" in html and all(f"i{k}-" in html for k in range(4))
+    assert "dataframe" in html and "4 rows" in html
 
 
 def test_sweep_shows_its_chart_inline(executed: list[Any]) -> None:
