@@ -1,7 +1,8 @@
 """What every node of the cluster has, found by the registry's own discovery run on that node.
 
-A node offers its live devices (MIG devices, a MIG-backed vGPU, whole GPUs) as
-`registry.node_inventory` reports them there; a node without a GPU offers its CPUs as one
+A node offers its live devices (MIG devices, a MIG-backed vGPU, whole GPUs) as the registry's
+`LiveDevice` records its discovery finds there (they cross Ray as plain data, `to_dict`, and are
+read back on the driver as untrusted input, `from_dict`); a node without a GPU offers its CPUs as one
 emulated partition (on local:N, the CPUs that node was given). `MLPERF_MIG_NVML_REPLAY`, set in
 a node's environment before `ray start`, makes that node replay a recorded NVML state instead of
 its own (tests, and trying a layout against a colleague's recorded machine).
@@ -13,32 +14,42 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from mlperf_mig._table import text_table
 from mlperf_mig.cluster.connect import LOCAL_NODE_CPUS_ENV, ClusterSession
+from mlperf_mig.cluster.ray_api import RayApi
 from mlperf_mig.errors import ClusterError
+from mlperf_mig.registry.devices import LiveDevice
 
 REPLAY_ENV = "MLPERF_MIG_NVML_REPLAY"
 INVENTORY_TIMEOUT_S = 60.0
+
+
+_v = attrs.validators
+_TEXT = _v.instance_of(str)
 
 
 @attrs.frozen(kw_only=True)
 class NodeInventory:
     """One Ray node: where it is, what Ray and Python it runs, and the devices it offers."""
 
-    node_id: str
-    host: str
-    address: str
-    ray_version: str
-    python_version: str
-    cpus: tuple[int, ...] = attrs.field(converter=tuple)
-    devices: tuple[dict[str, Any], ...] = attrs.field(converter=tuple)
-    message: str = ""  # why the node has no GPU device (discovery's words)
-    replayed: bool = False
+    node_id: str = attrs.field(validator=_TEXT)
+    host: str = attrs.field(validator=_TEXT)
+    address: str = attrs.field(validator=_TEXT)
+    ray_version: str = attrs.field(validator=_TEXT)
+    python_version: str = attrs.field(validator=_TEXT)
+    cpus: tuple[int, ...] = attrs.field(
+        converter=tuple, validator=_v.deep_iterable(_v.and_(_v.instance_of(int), _v.ge(0)))
+    )
+    devices: tuple[LiveDevice, ...] = attrs.field(
+        converter=tuple, validator=_v.deep_iterable(_v.instance_of(LiveDevice))
+    )
+    message: str = attrs.field(default="", validator=_TEXT)  # why the node has no GPU device (discovery's words)
+    replayed: bool = attrs.field(default=False, validator=_v.instance_of(bool))
 
     @property
     def short_id(self) -> str:
@@ -50,14 +61,26 @@ class NodeInventory:
         return not self.devices
 
     def to_dict(self) -> dict[str, Any]:
-        data = attrs.asdict(self)
+        """Plain data, as it crosses Ray and as `cluster-info --json` prints it."""
+        data = attrs.asdict(self, recurse=False)
         data["cpus"] = list(self.cpus)
-        data["devices"] = [dict(d) for d in self.devices]
+        data["devices"] = [d.to_dict() for d in self.devices]
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NodeInventory:
-        return cls(**data)
+    def from_dict(cls, data: Any) -> NodeInventory:
+        """The inventory a node sent, read as untrusted input: ValueError naming what is wrong."""
+        fields = {f.name for f in attrs.fields(cls)}
+        if not isinstance(data, Mapping) or set(data) != fields:
+            got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+            raise ValueError(f"a node inventory must have the keys {sorted(fields)}, got {got}")
+        devices = data["devices"]
+        if not isinstance(devices, list | tuple):
+            raise ValueError(f"devices must be a list, got {type(devices).__name__}")
+        try:
+            return cls(**{**data, "devices": [LiveDevice.from_dict(d) for d in devices]})
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def describe_this_node() -> dict[str, Any]:
@@ -86,7 +109,7 @@ def describe_this_node() -> dict[str, Any]:
     ).to_dict()
 
 
-def pinned(ray: Any, node_id: str) -> Any:
+def pinned(ray: RayApi, node_id: str) -> Any:
     """Ray's scheduling strategy that runs a task or actor on node `node_id` and nowhere else
     (Ray's soft affinity does not keep a zero-CPU actor there)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -122,11 +145,16 @@ def take_inventory(session: ClusterSession, timeout_s: float = INVENTORY_TIMEOUT
     return sorted(inventories, key=lambda inv: (inv.host, inv.address, inv.node_id))
 
 
-def _node_answer(ray: Any, node: str, ref: Any) -> NodeInventory:
+def _node_answer(ray: RayApi, node: str, ref: Any) -> NodeInventory:
     """A node's inventory, or ClusterError saying why that node could not report one (mlperf-mig
-    missing there, a discovery error, the node gone)."""
+    missing there, a discovery error, the node gone, an answer this driver cannot read)."""
     try:
         return NodeInventory.from_dict(ray.get(ref))
+    except ValueError as exc:
+        raise ClusterError(
+            f"node {node[:8]} reported an inventory this driver cannot read ({exc}); install the "
+            "same mlperf-mig on every node"
+        ) from None
     except ray.exceptions.RayError as exc:
         cause = getattr(exc, "cause", None) or exc
         reason = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
@@ -167,10 +195,10 @@ def inventory_rows(inventories: Sequence[NodeInventory]) -> list[dict[str, Any]]
         for device in inv.devices:
             rows.append({
                 **base,
-                "kind": device["kind"],
-                "gpu": device["gpu"],
-                "device": device["vgpu_type"] or device["uuid"],
-                "profile": device["profile"] or "whole GPU",
+                "kind": device.kind,
+                "gpu": device.gpu_model,
+                "device": device.vgpu_type or device.uuid,
+                "profile": device.profile.name if device.profile else "whole GPU",
             })
     return rows
 

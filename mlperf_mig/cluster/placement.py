@@ -9,7 +9,9 @@ Nodes without a GPU (and every node of local:N) offer emulated CPU partitions: o
 whose instances are spread over those nodes as the study's vGPUs were over its VMs, each node's
 CPUs split among its instances in proportion to their compute slices.
 A cluster that cannot hold the layout is refused before anything starts, showing the layout and
-the inventory side by side.
+the inventory side by side. Devices are matched to the layout by the registry's one matcher
+(`assign_devices`, by profile ID), taking some of a group's or a node GPU's instances (not exact:
+the layout need not use them all).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import attrs
 
 from mlperf_mig.cluster.inventory import NodeInventory, inventory_rows
 from mlperf_mig.errors import ClusterError, MlperfMigError
+from mlperf_mig.registry.devices import LiveDevice, assign_devices
 from mlperf_mig.runner.placement import (
     Deployment,
     InstanceSlot,
@@ -105,26 +108,27 @@ def emulated_cluster_deployment(
     )
 
 
-def _gpu_groups(
-    nodes: Sequence[NodeInventory], gpu_group: Sequence[str] | None
-) -> list[tuple[str, list[tuple[NodeInventory, dict[str, Any]]]]]:
+_Member = tuple[NodeInventory, LiveDevice]
+
+
+def _gpu_groups(nodes: Sequence[NodeInventory], gpu_group: Sequence[str] | None) -> list[tuple[str, list[_Member]]]:
     """Candidate physical GPUs: each bare-metal node's GPU (observed), or the declared group."""
     if gpu_group:
         members = [(inv, d) for inv in nodes if _in_group(inv, gpu_group) for d in inv.devices]
         return [("declared", members)] if members else []
-    groups: dict[tuple[str, int], list[tuple[NodeInventory, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, int], list[_Member]] = {}
     for inv in nodes:
         for device in inv.devices:
-            groups.setdefault((inv.node_id, device["index"]), []).append((inv, device))
+            groups.setdefault((inv.node_id, device.gpu_index), []).append((inv, device))
     return [("observed", members) for members in groups.values()]
 
 
 def _match_group(
-    layout_for: Any, scenario: ScenarioSpec, grouping: str, members: list[tuple[NodeInventory, dict[str, Any]]],
+    layout_for: Any, scenario: ScenarioSpec, grouping: str, members: list[_Member],
     inventories: Sequence[NodeInventory],
-) -> tuple[Any, int | None, list[tuple[NodeInventory, dict[str, Any]]]] | None:
+) -> tuple[Any, int | None, list[_Member]] | None:
     """The layout resolved on the group's GPU and one device per instance, or None if it does not fit."""
-    models = sorted({d["gpu"] for _, d in members})
+    models = sorted({d.gpu_model for _, d in members})
     if len(models) > 1:
         raise _refusal(
             f"the {grouping} GPU group mixes GPU models ({', '.join(models)})",
@@ -132,15 +136,8 @@ def _match_group(
             "all instances of a layout must be slices of one GPU: name VMs of one GPU in --gpu-group",
         )
     layout, number = layout_for(models[0])
-    pool = [m for m in members if m[1]["kind"] in ("mig", "vgpu") and m[1]["profile"]]
-    chosen = []
-    for profile in layout.profiles:
-        found = next((m for m in pool if m[1]["profile"] == profile.name), None)
-        if found is None:
-            return None
-        pool.remove(found)
-        chosen.append(found)
-    return layout, number, chosen
+    chosen = assign_devices(layout.profiles, [d for _, d in members], exact=False)
+    return None if chosen is None else (layout, number, [members[i] for i in chosen])
 
 
 def cluster_deployment(
@@ -165,7 +162,7 @@ def cluster_deployment(
         nodes = [inv for inv in inventories if not gpu_group or _in_group(inv, gpu_group)]
         layout, number = resolve_layout(scenario, resolve_gpu(gpu, catalog), catalog)
         return emulated_cluster_deployment(layout, number, nodes, cluster)
-    vgpu_only = all(d["kind"] == "vgpu" for inv in with_devices for d in inv.devices)
+    vgpu_only = all(d.kind == "vgpu" for inv in with_devices for d in inv.devices)
 
     def layout_for(model: str) -> tuple[Any, int | None]:
         if gpu is not None and catalog.get(gpu).name != catalog.get(model).name:
@@ -181,13 +178,13 @@ def cluster_deployment(
             continue
         layout, number, chosen = matched
         solved_starts(layout)
-        kinds = {d["kind"] for _, d in chosen}
+        kinds = {d.kind for _, d in chosen}
         slots = tuple(
             _slot(
                 i, profile, inv,
-                placement_start=device["placement_start"],
-                device=device["vgpu_type"] or device["uuid"],
-                env={"CUDA_VISIBLE_DEVICES": device["uuid"]},
+                placement_start=device.placement_start,
+                device=device.vgpu_type or device.uuid,
+                env={"CUDA_VISIBLE_DEVICES": device.uuid},
             )
             for i, (profile, (inv, device)) in enumerate(zip(layout.profiles, chosen))
         )
@@ -209,7 +206,7 @@ def cluster_deployment(
     if with_devices:
         try:
             layout_text = describe_profiles(
-                [p.name for p in resolve_layout(scenario, catalog.get(with_devices[0].devices[0]["gpu"]), catalog)[0].profiles]
+                [p.name for p in resolve_layout(scenario, catalog.get(with_devices[0].devices[0].gpu_model), catalog)[0].profiles]
             )
         except MlperfMigError:  # the layout does not even resolve on that GPU: show what was asked
             layout_text = str(wanted)
@@ -244,9 +241,9 @@ def cluster_system_deployment(
                 f"gpu_count / --gpu-count emulates GPUs on GPU-less nodes, but node {inv.host} "
                 f"({inv.short_id}) has GPUs; drop --gpu-count, or add --emulate to emulate on every node"
             )
-        by_gpu: dict[int, list[dict[str, Any]]] = {}
+        by_gpu: dict[int, list[LiveDevice]] = {}
         for device in inv.devices:
-            by_gpu.setdefault(device["index"], []).append(device)
+            by_gpu.setdefault(device.gpu_index, []).append(device)
         for index, devices in sorted(by_gpu.items()):
             parts.append((index, _node_gpu(scenario, layouts, inv, index, devices, gpu, cluster, catalog)))
     missing = sorted(set(layouts) - {index for index, _ in parts})
@@ -262,13 +259,13 @@ def cluster_system_deployment(
 
 def _node_gpu(
     scenario: ScenarioSpec, layouts: Mapping[int, ScenarioSpec], inv: NodeInventory, index: int,
-    devices: list[dict[str, Any]], gpu: str | None, cluster: str, catalog: Any,
+    devices: list[LiveDevice], gpu: str | None, cluster: str, catalog: Any,
 ) -> Deployment:
-    """GPU `index` of node `inv` carrying its layout on its MIG devices."""
+    """GPU `index` of node `inv` carrying its layout on its MIG devices (it may carry more)."""
     where = f"node {inv.host} ({inv.short_id}) GPU {index}"
-    model = devices[0]["gpu"]
-    if any(d["kind"] != "mig" for d in devices):
-        kind = devices[0]["kind"]
+    model = devices[0].gpu_model
+    if any(d.kind != "mig" for d in devices):
+        kind = devices[0].kind
         what = "a vGPU in a VM, whose parent GPU it cannot see" if kind == "vgpu" else "without MIG"
         raise ClusterError(
             f"{where} ({model}) is {what}, so it cannot be one whole GPU of the system; run "
@@ -282,26 +279,21 @@ def _node_gpu(
         solved_starts(layout)
     except MlperfMigError as exc:
         raise type(exc)(f"{where} ({model}): {exc}") from None
-    pool = list(devices)
-    chosen = []
-    for profile in layout.profiles:
-        found = next((d for d in pool if d["profile"] == profile.name), None)
-        if found is None:
-            carried = describe_profiles([d["profile"] for d in devices])
-            raise ClusterError(
-                f"{where} ({model}) carries {carried}, but the run asks for "
-                f"{describe_profiles([p.name for p in layout.profiles])}; create it there (see "
-                f"`mlperf-mig mig-setup --gpu {model}`) or pass --layout {index}=LAYOUT with the "
-                "layout it carries"
-            )
-        pool.remove(found)
-        chosen.append(found)
+    chosen = assign_devices(layout.profiles, devices, exact=False)
+    if chosen is None:
+        carried = describe_profiles([d.profile.name for d in devices if d.profile])
+        raise ClusterError(
+            f"{where} ({model}) carries {carried}, but the run asks for "
+            f"{describe_profiles([p.name for p in layout.profiles])}; create it there (see "
+            f"`mlperf-mig mig-setup --gpu {model}`) or pass --layout {index}=LAYOUT with the "
+            "layout it carries"
+        )
     slots = tuple(
         _slot(
-            i, profile, inv, placement_start=device["placement_start"], device=device["uuid"],
-            env={"CUDA_VISIBLE_DEVICES": device["uuid"]},
+            i, profile, inv, placement_start=devices[k].placement_start, device=devices[k].uuid,
+            env={"CUDA_VISIBLE_DEVICES": devices[k].uuid},
         )
-        for i, (profile, device) in enumerate(zip(layout.profiles, chosen))
+        for i, (profile, k) in enumerate(zip(layout.profiles, chosen))
     )
     return Deployment(
         partitioning="mig", layout=layout, scenario=number, gpu_index=index, slots=slots,

@@ -2,14 +2,17 @@
 
 A detected GPU offers devices of three kinds: `mig` (one per live GPU instance), `vgpu` (the
 MIG-backed vGPU a VM guest sees: one instance of its profile) and `gpu` (a whole GPU without MIG,
-or a time-sliced vGPU). `match_layout` assigns each instance of a layout its live device and is
-the only place that does; the runner and the cluster inventory both build on it.
+or a time-sliced vGPU). `assign_devices` is the one matching of a layout's profiles to devices, by
+profile ID: `exact` (the devices form the layout, nothing left over: one GPU of this machine,
+`match_layout`) or not (the layout takes some of the devices: a cluster node's GPU, a declared
+group of VMs). The runner and the cluster placement both build on it; a cluster node sends its
+devices to the driver as `LiveDevice.to_dict()` and the driver reads them back with `from_dict`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -24,25 +27,78 @@ if TYPE_CHECKING:
 DEVICE_KINDS = ("mig", "vgpu", "gpu")
 
 
+_v = attrs.validators
+_INDEX = _v.and_(_v.instance_of(int), _v.ge(0))
+# what LiveDevice.to_dict writes and from_dict accepts, no more and no less
+_DEVICE_KEYS = frozenset({"kind", "index", "gpu", "profile", "profile_spec", "uuid", "placement_start", "vgpu_type"})
+
+
 @attrs.frozen(kw_only=True)
 class LiveDevice:
     """One device an instance can run on: its kind, GPU, profile and CUDA_VISIBLE_DEVICES UUID."""
 
-    kind: str = attrs.field(validator=attrs.validators.in_(DEVICE_KINDS))
-    gpu_index: int
-    gpu_model: str  # the catalog GPU (the vGPU's parent in a VM), else the NVML name
-    profile: Profile | None  # None for a whole GPU
-    uuid: str
-    placement_start: int | None = None
-    vgpu_type: str | None = None
+    kind: str = attrs.field(validator=_v.in_(DEVICE_KINDS))
+    gpu_index: int = attrs.field(validator=_INDEX)
+    # the catalog GPU (the vGPU's parent in a VM), else the NVML name
+    gpu_model: str = attrs.field(validator=_v.instance_of(str))
+    profile: Profile | None = attrs.field(validator=_v.optional(_v.instance_of(Profile)))  # None: whole GPU
+    uuid: str = attrs.field(validator=_v.instance_of(str))
+    placement_start: int | None = attrs.field(default=None, validator=_v.optional(_INDEX))
+    vgpu_type: str | None = attrs.field(default=None, validator=_v.optional(_v.instance_of(str)))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready data (the profile by name)."""
+        """Plain JSON-ready data: the profile by name (for people) and whole (`profile_spec`, for
+        `from_dict`: the driver's catalog may not know a GPU the node's discovery read live)."""
         return {
             "kind": self.kind, "index": self.gpu_index, "gpu": self.gpu_model,
-            "profile": self.profile.name if self.profile else None, "uuid": self.uuid,
+            "profile": self.profile.name if self.profile else None,
+            "profile_spec": self.profile.to_dict() if self.profile else None, "uuid": self.uuid,
             "placement_start": self.placement_start, "vgpu_type": self.vgpu_type,
         }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LiveDevice:
+        """The device `to_dict` wrote, read as untrusted input (another machine sent it):
+        ValueError naming what is wrong."""
+        if not isinstance(data, Mapping) or set(data) != _DEVICE_KEYS:
+            got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
+            raise ValueError(f"a device must have the keys {sorted(_DEVICE_KEYS)}, got {got}")
+        spec = data["profile_spec"]
+        try:
+            profile = None if spec is None else Profile(**spec)
+            if profile is not None and data["profile"] != profile.name:
+                raise ValueError(f"profile {data['profile']!r} is not its profile_spec's {profile.name!r}")
+            return cls(
+                kind=data["kind"], gpu_index=data["index"], gpu_model=data["gpu"], profile=profile,
+                uuid=data["uuid"], placement_start=data["placement_start"], vgpu_type=data["vgpu_type"],
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"device {data.get('uuid')!r}: {exc}") from None
+
+
+def assign_devices(
+    profiles: Sequence[Profile], devices: Sequence[LiveDevice], *, exact: bool
+) -> tuple[int, ...] | None:
+    """The positions in `devices` of one device per profile, in the profiles' order, or None.
+
+    Only instances (kind mig or vgpu) match, by profile ID, not name: one ID prints under other
+    names on other boards and drivers (GB200 `1g.24gb` / `1g.23gb`). `exact`: the instances must
+    form the layout with none left over (one GPU carrying the layout); otherwise the layout may
+    take some of them (a cluster node's GPU, a declared group of VMs).
+    """
+    pool = [i for i, d in enumerate(devices) if d.kind in ("mig", "vgpu") and d.profile is not None]
+    chosen = []
+    for profile in profiles:
+        found = next((i for i in pool if _profile_id(devices[i]) == profile.profile_id), None)
+        if found is None:
+            return None
+        pool.remove(found)
+        chosen.append(found)
+    return None if exact and pool else tuple(chosen)
+
+
+def _profile_id(device: LiveDevice) -> int | None:
+    return device.profile.profile_id if device.profile is not None else None
 
 
 def describe_profiles(names: Sequence[str]) -> str:
@@ -81,11 +137,11 @@ def usable_devices(state: GpuState) -> tuple[LiveDevice, ...]:
     return (LiveDevice(kind="gpu", gpu_index=state.index, gpu_model=model, profile=None, uuid=state.uuid),)
 
 
-def node_inventory(detection: Detection) -> list[dict[str, Any]]:
-    """One plain dict per usable device of this machine (see LiveDevice.to_dict), for a cluster
-    node to report what it has: kind mig|vgpu|gpu, index, gpu, profile, uuid, placement_start,
-    vgpu_type. Empty when there is no GPU (Detection.message says why)."""
-    return [device.to_dict() for state in detection.gpus for device in usable_devices(state)]
+def node_inventory(detection: Detection) -> tuple[LiveDevice, ...]:
+    """Every usable device of this machine, GPU by GPU, for a cluster node to report what it has
+    (it sends them as `LiveDevice.to_dict()`). Empty when there is no GPU (Detection.message says
+    why)."""
+    return tuple(device for state in detection.gpus for device in usable_devices(state))
 
 
 def match_layout(layout: Layout, state: GpuState) -> tuple[LiveDevice, ...]:
@@ -94,16 +150,15 @@ def match_layout(layout: Layout, state: GpuState) -> tuple[LiveDevice, ...]:
     The live MIG devices (or the VM's MIG-backed vGPU) must form exactly `layout`, each GPU
     instance with one compute instance; otherwise LiveLayoutMismatchError says what the GPU
     carries, what was asked for and how to get there (this library never changes MIG state).
-    Profiles are matched by profile ID, not name: one ID prints under other names on other boards
-    and drivers (GB200 `1g.24gb` / `1g.23gb`).
+    Profiles are matched by profile ID (`assign_devices`, exact).
     """
     wanted = [p.name for p in layout.profiles]
     if state.vgpu is not None:
         return _match_vgpu(layout, state, wanted)
     _refuse_split_instances(state)
     live = [d for d in usable_devices(state) if d.kind == "mig"]
-    wanted_ids = Counter(p.profile_id for p in layout.profiles)
-    if wanted_ids != Counter(d.profile.profile_id for d in live if d.profile):
+    chosen = assign_devices(layout.profiles, live, exact=True)
+    if chosen is None:
         carried = describe_profiles([d.profile.name for d in live if d.profile])
         raise LiveLayoutMismatchError(
             f"GPU {state.index} ({state.name}) carries the MIG layout {carried}, but the run asks "
@@ -111,15 +166,7 @@ def match_layout(layout: Layout, state: GpuState) -> tuple[LiveDevice, ...]:
             f"instances): {'; '.join(mig_setup(layout, gpu_index=state.index).steps())}; or ask for the "
             "live layout instead"
         )
-    pool = list(live)
-    chosen = []
-    for profile in layout.profiles:
-        device = next(
-            d for d in pool if d.profile is not None and d.profile.profile_id == profile.profile_id
-        )
-        pool.remove(device)
-        chosen.append(device)
-    return tuple(chosen)
+    return tuple(live[i] for i in chosen)
 
 
 def _match_vgpu(layout: Layout, state: GpuState, wanted: list[str]) -> tuple[LiveDevice, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import json
 import os
 import subprocess
 import sys
@@ -21,26 +22,32 @@ from mlperf_mig.cluster.connect import (
 from mlperf_mig.cluster.inventory import NodeInventory, check_versions
 from mlperf_mig.cluster.placement import cluster_deployment
 from mlperf_mig.errors import ClusterError, SettingsError
+from mlperf_mig.registry.devices import LiveDevice
 from mlperf_mig.runner.cpu_budget import quota_support
 
 BIN = Path(sys.executable).parent
 
 
-def _node(k: int, *, devices: tuple[dict, ...] = (), cpus: tuple[int, ...] = (0,), host: str | None = None) -> NodeInventory:
+def _node(k: int, *, devices: tuple[LiveDevice, ...] = (), cpus: tuple[int, ...] = (0,), host: str | None = None) -> NodeInventory:
     return NodeInventory(
         node_id=f"{k:02d}" * 20, host=host or f"vm{k}", address=f"10.0.0.{k}", ray_version="2.60.0",
         python_version="3.11.7", cpus=cpus, devices=devices,
     )
 
 
-def _vgpu(profile: str, k: int, gpu: str = "A100-SXM4-80GB") -> dict:
-    return {"kind": "vgpu", "index": 0, "gpu": gpu, "profile": profile, "uuid": f"GPU-{k:08d}",
-            "placement_start": None, "vgpu_type": f"A100D-{profile[0]}-{profile.split('.')[1][:-2]}C"}
+def _vgpu(profile: str, k: int, gpu: str = "A100-SXM4-80GB") -> LiveDevice:
+    return LiveDevice(
+        kind="vgpu", gpu_index=0, gpu_model=gpu, profile=registry.default_catalog().get(gpu).profile(profile),
+        uuid=f"GPU-{k:08d}", vgpu_type=f"A100D-{profile[0]}-{profile.split('.')[1][:-2]}C",
+    )
 
 
-def _mig(profile: str, k: int, start: int) -> dict:
-    return {"kind": "mig", "index": 0, "gpu": "A100-SXM4-80GB", "profile": profile, "uuid": f"MIG-{k:08d}",
-            "placement_start": start, "vgpu_type": None}
+def _mig(profile: str, k: int, start: int) -> LiveDevice:
+    return LiveDevice(
+        kind="mig", gpu_index=0, gpu_model="A100-SXM4-80GB",
+        profile=registry.default_catalog().get("A100-SXM4-80GB").profile(profile), uuid=f"MIG-{k:08d}",
+        placement_start=start,
+    )
 
 
 @pytest.fixture(name="catalog")
@@ -242,6 +249,53 @@ def test_a_node_that_cannot_report_is_one_line_naming_it() -> None:
 
     with pytest.raises(ClusterError, match=r"node abcdef12 could not report its devices .*mlperf_mig.*install the same"):
         _node_answer(FailedRay, "abcdef1234", object())
+
+
+def test_a_node_inventory_reads_back_from_its_plain_data() -> None:
+    """A node's inventory, through JSON as it crosses Ray, reads back with the registry's device records."""
+    node = _node(0, devices=(_mig("4g.40gb", 0, 0), _vgpu("2g.20gb", 1)), cpus=(0, 1))
+    assert NodeInventory.from_dict(json.loads(json.dumps(node.to_dict()))) == node
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [({"cpus": ["0"]}, "cpus"), ({"devices": {"kind": "mig"}}, "devices must be a list"),
+     ({"host": None}, "host"), ({"shell": "rm"}, "must have the keys")],
+)
+def test_a_node_inventory_with_wrong_fields_is_refused(change: dict, said: str) -> None:
+    """A node's plain data with a wrong field or a foreign key is a ValueError naming it."""
+    data = {**_node(0, devices=(_mig("1g.10gb", 0, 6),)).to_dict(), **change}
+    with pytest.raises(ValueError, match=said):
+        NodeInventory.from_dict(data)
+
+
+def test_a_node_answer_the_driver_cannot_read_is_one_line_naming_it() -> None:
+    """A node whose inventory does not read back (another mlperf-mig there) is a ClusterError naming the node."""
+    ray = pytest.importorskip("ray")
+    from mlperf_mig.cluster.inventory import _node_answer
+
+    class OddRay:
+        exceptions = ray.exceptions
+
+        @staticmethod
+        def get(ref: object) -> object:
+            return {**_node(0).to_dict(), "devices": [{"kind": "mig"}]}
+
+    with pytest.raises(ClusterError, match=r"node abcdef12 reported an inventory this driver cannot read .*install the same"):
+        _node_answer(OddRay, "abcdef1234", object())
+
+
+def test_cluster_devices_match_by_profile_id_not_name(catalog: registry.Catalog) -> None:
+    """A node device whose profile prints under another name but has the layout's profile ID is placed."""
+    import attrs
+
+    devices = tuple(
+        attrs.evolve(d, profile=attrs.evolve(d.profile, name=d.profile.name + "-alias"))
+        for d in (_mig("4g.40gb", 0, 0), _mig("2g.20gb", 1, 4), _mig("1g.10gb", 2, 6))
+    )
+    deployment = cluster_deployment(6, inventories=[_node(0, devices=devices)], cluster="auto", gpu=None,
+                                     gpu_group=None, catalog=catalog)
+    assert [s.device for s in deployment.slots] == ["MIG-00000000", "MIG-00000001", "MIG-00000002"]
 
 
 def test_cluster_info_names_where_auto_found_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:

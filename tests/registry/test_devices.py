@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import attrs
 import pytest
 
 from mlperf_mig.errors import LiveLayoutMismatchError
@@ -15,6 +17,7 @@ from mlperf_mig.registry import (
     node_inventory,
     parse_layout,
 )
+from mlperf_mig.registry.devices import LiveDevice, assign_devices
 
 
 def _gpu(state: dict[str, Any], catalog: Catalog):
@@ -70,19 +73,20 @@ def test_time_sliced_vgpu_matches_no_layout(load_state, catalog: Catalog) -> Non
 
 
 def test_node_inventory_of_a_mig_gpu(load_state, catalog: Catalog) -> None:
-    """A GPU carrying scenario 7 reports four MIG devices, largest first, as plain dicts."""
+    """A GPU carrying scenario 7 reports four MIG devices, largest first."""
     inventory = node_inventory(detect(RecordedNvml(load_state("a100-80gb-scenario7")), catalog=catalog))
-    assert [(d["kind"], d["profile"], d["placement_start"]) for d in inventory] == [
+    assert [(d.kind, d.profile.name if d.profile else None, d.placement_start) for d in inventory] == [
         ("mig", "2g.20gb", 0), ("mig", "2g.20gb", 2), ("mig", "2g.20gb", 4), ("mig", "1g.10gb", 6),
     ]
-    assert {d["gpu"] for d in inventory} == {"A100-SXM4-80GB"} and {d["index"] for d in inventory} == {0}
+    assert {d.gpu_model for d in inventory} == {"A100-SXM4-80GB"} and {d.gpu_index for d in inventory} == {0}
 
 
-def test_node_inventory_of_a_vgpu_guest(load_state, catalog: Catalog) -> None:
-    """A vGPU guest reports one vgpu device with its profile and parent GPU."""
+def test_node_inventory_of_a_vgpu_guest_as_plain_data(load_state, catalog: Catalog) -> None:
+    """A vGPU guest reports one vgpu device; its plain data names the profile and carries it whole."""
     (device,) = node_inventory(detect(RecordedNvml(load_state("vgpu-a100d-2-20c")), catalog=catalog))
-    assert device == {
+    assert device.to_dict() == {
         "kind": "vgpu", "index": 0, "gpu": "A100-PCIE-80GB", "profile": "2g.20gb",
+        "profile_spec": catalog.get("A100-PCIE-80GB").profile("2g.20gb").to_dict(),
         "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21", "placement_start": None,
         "vgpu_type": "A100D-2-20C",
     }
@@ -92,9 +96,72 @@ def test_node_inventory_of_a_vgpu_guest(load_state, catalog: Catalog) -> None:
 def test_node_inventory_of_a_whole_gpu(name: str, load_state, catalog: Catalog) -> None:
     """A GPU with MIG off, or a time-sliced vGPU, is one whole `gpu` device without a profile."""
     (device,) = node_inventory(detect(RecordedNvml(load_state(name)), catalog=catalog))
-    assert (device["kind"], device["profile"]) == ("gpu", None)
+    assert (device.kind, device.profile) == ("gpu", None)
 
 
 def test_node_inventory_without_a_driver_is_empty(load_state, catalog: Catalog) -> None:
     """No driver, no devices."""
-    assert node_inventory(detect(RecordedNvml(load_state("no-driver")), catalog=catalog)) == []
+    assert node_inventory(detect(RecordedNvml(load_state("no-driver")), catalog=catalog)) == ()
+
+
+@pytest.mark.parametrize("state", ["a100-80gb-scenario7", "vgpu-a100d-2-20c", "h100-mig-disabled"])
+def test_a_device_reads_back_from_its_json(state: str, load_state, catalog: Catalog) -> None:
+    """Each device's to_dict, through JSON, reads back as the same device (profile included)."""
+    for device in node_inventory(detect(RecordedNvml(load_state(state)), catalog=catalog)):
+        assert LiveDevice.from_dict(json.loads(json.dumps(device.to_dict()))) == device
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"uuid": None}, "uuid"),
+        ({"index": -1}, "index"),
+        ({"kind": "tpu"}, "kind"),
+        ({"profile": "1g.10gb"}, "is not its profile_spec"),
+        ({"profile_spec": {"name": "2g.20gb"}}, "profile_id"),
+        ({"extra": 1}, "must have the keys"),
+    ],
+)
+def test_a_device_from_another_machine_is_checked(change: dict, said: str, load_state, catalog: Catalog) -> None:
+    """A device's plain data with a wrong field, a foreign key or a broken profile is a ValueError naming it."""
+    (device,) = node_inventory(detect(RecordedNvml(load_state("vgpu-a100d-2-20c")), catalog=catalog))
+    with pytest.raises(ValueError, match=said):
+        LiveDevice.from_dict({**device.to_dict(), **change})
+
+
+def _live(catalog: Catalog, *names: str) -> list[LiveDevice]:
+    gpu = catalog.get("A100-SXM4-80GB")
+    return [
+        LiveDevice(kind="mig", gpu_index=0, gpu_model=gpu.name, profile=gpu.profile(n), uuid=f"MIG-{k}")
+        for k, n in enumerate(names)
+    ]
+
+
+def test_assign_devices_exact_refuses_devices_left_over(catalog: Catalog) -> None:
+    """Exact matching wants the devices to form the layout: a device left over is no match."""
+    layout = parse_layout(catalog.get("A100-SXM4-80GB"), "2g.20gb+1g.10gb")
+    devices = _live(catalog, "1g.10gb", "2g.20gb", "1g.10gb")
+    assert assign_devices(layout.profiles, devices, exact=True) is None
+
+
+def test_assign_devices_not_exact_takes_some_in_layout_order(catalog: Catalog) -> None:
+    """Without exact, the layout takes one device per profile, in its order, leaving the rest."""
+    layout = parse_layout(catalog.get("A100-SXM4-80GB"), "2g.20gb+1g.10gb")
+    devices = _live(catalog, "1g.10gb", "2g.20gb", "1g.10gb")
+    assert assign_devices(layout.profiles, devices, exact=False) == (1, 0)
+
+
+def test_assign_devices_matches_by_profile_id_not_name(catalog: Catalog) -> None:
+    """A device whose profile has the layout's ID under another name (a driver's alias) matches."""
+    gpu = catalog.get("A100-SXM4-80GB")
+    wanted = gpu.profile("1g.10gb")
+    renamed = attrs.evolve(wanted, name="1g.9gb")
+    device = LiveDevice(kind="mig", gpu_index=0, gpu_model=gpu.name, profile=renamed, uuid="MIG-0")
+    assert assign_devices([wanted], [device], exact=True) == (0,)
+
+
+def test_assign_devices_never_gives_a_whole_gpu(catalog: Catalog) -> None:
+    """A whole GPU (no profile) is no instance of a layout."""
+    whole = LiveDevice(kind="gpu", gpu_index=0, gpu_model="A100-SXM4-80GB", profile=None, uuid="GPU-0")
+    profile = catalog.get("A100-SXM4-80GB").profile("7g.80gb")
+    assert assign_devices([profile], [whole], exact=False) is None
