@@ -109,11 +109,13 @@ class InstanceActor:
 
         log_file = _redirect_output(str(self.folder / "worker.log"))
         started: list[int] = []
+        released: list[tuple[float, float]] = []  # CPU and wall clock at the barrier's release
         last = [0.0]
 
         def before_start() -> None:
             ray.get(barrier.arrive.remote(job.name), timeout=job.ready_timeout_s)
             started.append(time.time_ns())
+            released.append((time.process_time(), time.monotonic()))
 
         def progress(completed: int) -> None:
             now = time.monotonic()
@@ -133,6 +135,10 @@ class InstanceActor:
         except BaseException as exc:  # the driver gets the reason and the files, as locally
             reply.update(status="raised", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
         reply["started_ns"] = started[0] if started else None
+        if released and time.monotonic() > released[0][1]:
+            # CPU-seconds per second this actor used once released (an emulated budget's check)
+            cpu, wall = time.process_time() - released[0][0], time.monotonic() - released[0][1]
+            reply["cpu_per_s"] = cpu / wall
         log_file.flush()
         reply["files"] = collect_files(self.folder)
         shutil.rmtree(self.folder, ignore_errors=True)

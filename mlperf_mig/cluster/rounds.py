@@ -105,6 +105,7 @@ def _outcome(name: str, reply: Mapping[str, Any]) -> WorkerOutcome:
     return WorkerOutcome(
         name=name, status=reply["status"], value=reply.get("value"), error=reply.get("error"),
         traceback=reply.get("traceback"), log_tail=log_tail, started_ns=reply.get("started_ns"),
+        cpu_per_s=reply.get("cpu_per_s"),
     )
 
 
