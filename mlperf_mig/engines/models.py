@@ -12,26 +12,36 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
-import onnx
-from google.protobuf.message import DecodeError
-from onnx import TensorProto
 
 from mlperf_mig.benchmark import Benchmark, TensorSpec, get_benchmark
 from mlperf_mig.engines import cache
-from mlperf_mig.engines.graphs.bert import VOCAB_SIZE, build_bert
-from mlperf_mig.engines.graphs.resnet50 import build_resnet50
 from mlperf_mig.errors import ModelFileError
+
+# onnx (and ml_dtypes, which it imports) is imported where a graph is built, read or checked:
+# about 0.5 s of import that every worker forked from the runner's fork server paid, also
+# when every model and engine is in the cache already.
+if TYPE_CHECKING:
+    import onnx
 
 log = logging.getLogger(__name__)
 
 # Bump whenever a generator changes its output: cached graphs of older versions are regenerated.
 GENERATOR_VERSION = 1
 
-_GeneratorFn = Callable[..., tuple[onnx.ModelProto, list[str]]]
-_GENERATORS: dict[str, _GeneratorFn] = {"resnet50": build_resnet50, "bert": build_bert}
+_GeneratorFn = Callable[..., "tuple[onnx.ModelProto, list[str]]"]
+
+
+def _generator(benchmark: str) -> _GeneratorFn:
+    """The graph builder of `benchmark` (importing onnx)."""
+    from mlperf_mig.engines.graphs.bert import build_bert
+    from mlperf_mig.engines.graphs.resnet50 import build_resnet50
+
+    generators: dict[str, _GeneratorFn] = {"resnet50": build_resnet50, "bert": build_bert}
+    return generators[benchmark]
 _CALIBRATION_BATCH = 2
 
 
@@ -51,7 +61,7 @@ def generate_model(
 ) -> onnx.ModelProto:
     """Build the synthetic graph in memory (no cache). int8 graphs are calibrated on the fp32 one."""
     bench = get_benchmark(benchmark)
-    build = _GENERATORS[bench.name]
+    build = _generator(bench.name)
     act_amax = None
     if precision == "int8":
         fp32_model, quant_points = build(variant=variant, precision="fp32", seed=seed)
@@ -63,6 +73,8 @@ def generate_model(
 
 def calibration_feeds(benchmark: Benchmark, batch: int, seed: int) -> dict[str, np.ndarray]:
     """Synthetic inputs shaped like the benchmark's real ones (mean-subtracted pixels, token ids)."""
+    from mlperf_mig.engines.graphs.bert import VOCAB_SIZE
+
     rng = np.random.default_rng(seed)
     if benchmark.name == "resnet50":
         spec = benchmark.inputs[0]
@@ -82,7 +94,9 @@ def calibrate(
     model: onnx.ModelProto, tensors: list[str], benchmark: Benchmark, *, seed: int
 ) -> dict[str, float]:
     """Largest magnitude of each of `tensors` in one fp32 run on synthetic inputs (ONNX Runtime)."""
+    import onnx
     import onnxruntime as ort
+    from onnx import TensorProto
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -150,6 +164,8 @@ def user_model(path: str | os.PathLike[str], benchmark: str) -> ModelFile:
 
 def graph_precision(model: onnx.ModelProto) -> str:
     """What a graph computes in: "int8" for explicit Q/DQ graphs, "fp16" for float16 weights, else "fp32"."""
+    from onnx import TensorProto
+
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
         return "int8"
     if any(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer):
@@ -167,6 +183,9 @@ def load_model_file(path: Path) -> onnx.ModelProto:
         raise ModelFileError(
             f"model file {str(path)!r} does not exist; pass the path of an ONNX file"
         )
+    import onnx
+    from google.protobuf.message import DecodeError
+
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, OSError, ValueError, RuntimeError) as exc:
@@ -222,6 +241,9 @@ def _value_matches(value: onnx.ValueInfoProto, spec: TensorSpec) -> bool:
 
 
 def _dtype_name(elem_type: int) -> str:
+    import onnx
+    from onnx import TensorProto
+
     try:
         return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, ValueError):
