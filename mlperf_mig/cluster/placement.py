@@ -23,7 +23,7 @@ import attrs
 
 from mlperf_mig.cluster.inventory import NodeInventory, inventory_rows
 from mlperf_mig.errors import ClusterError, MlperfMigError
-from mlperf_mig.registry.devices import LiveDevice, assign_devices
+from mlperf_mig.registry.devices import LiveDevice, assign_devices, carried_and_wanted
 from mlperf_mig.runner.placement import (
     Deployment,
     InstanceSlot,
@@ -281,10 +281,8 @@ def _node_gpu(
         raise type(exc)(f"{where} ({model}): {exc}") from None
     chosen = assign_devices(layout.profiles, devices, exact=False)
     if chosen is None:
-        carried = describe_profiles([d.profile.name for d in devices if d.profile])
         raise ClusterError(
-            f"{where} ({model}) carries {carried}, but the run asks for "
-            f"{describe_profiles([p.name for p in layout.profiles])}; create it there (see "
+            f"{where} ({model}) {carried_and_wanted(devices, layout)}; create it there (see "
             f"`mlperf-mig mig-setup --gpu {model}`) or pass --layout {index}=LAYOUT with the "
             "layout it carries"
         )

@@ -97,6 +97,13 @@ def assign_devices(
     return None if exact and pool else tuple(chosen)
 
 
+def carried_and_wanted(devices: Sequence[LiveDevice], layout: Layout) -> str:
+    """'carries the MIG layout 4x 1g.10gb, but the run asks for 3x 2g.20gb + 1g.10gb': the
+    words of a refusal when `assign_devices` found no match."""
+    carried = describe_profiles([d.profile.name for d in devices if d.profile])
+    return f"carries the MIG layout {carried}, but the run asks for {describe_profiles([p.name for p in layout.profiles])}"
+
+
 def _profile_id(device: LiveDevice) -> int | None:
     return device.profile.profile_id if device.profile is not None else None
 
@@ -159,12 +166,10 @@ def match_layout(layout: Layout, state: GpuState) -> tuple[LiveDevice, ...]:
     live = [d for d in usable_devices(state) if d.kind == "mig"]
     chosen = assign_devices(layout.profiles, live, exact=True)
     if chosen is None:
-        carried = describe_profiles([d.profile.name for d in live if d.profile])
         raise LiveLayoutMismatchError(
-            f"GPU {state.index} ({state.name}) carries the MIG layout {carried}, but the run asks "
-            f"for {describe_profiles(wanted)}; to create it (as root, after destroying the current "
-            f"instances): {'; '.join(mig_setup(layout, gpu_index=state.index).steps())}; or ask for the "
-            "live layout instead"
+            f"GPU {state.index} ({state.name}) {carried_and_wanted(live, layout)}; to create it (as "
+            f"root, after destroying the current instances): "
+            f"{'; '.join(mig_setup(layout, gpu_index=state.index).steps())}; or ask for the live layout instead"
         )
     return tuple(live[i] for i in chosen)
 
