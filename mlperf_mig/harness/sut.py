@@ -83,8 +83,10 @@ def permutation_rounds(rows: np.ndarray, loaded: int) -> int:
     if int(head.max()) >= loaded:
         return 0
     keys = head + (np.arange(count, dtype=np.int64) * loaded)[:, None]
-    hits = np.bincount(keys.ravel(), minlength=count * loaded).reshape(count, loaded)
-    bad = np.flatnonzero((hits != 1).any(axis=1))
+    hits = np.bincount(keys.ravel(), minlength=count * loaded)
+    if np.count_nonzero(hits) == len(hits):  # every key once: every run is a permutation
+        return count
+    bad = np.flatnonzero((hits.reshape(count, loaded) != 1).any(axis=1))
     return int(bad[0]) if len(bad) else count
 
 
@@ -223,23 +225,27 @@ class BatchRunner:
         except Exception as exc:
             self._complete_empty(ids, exc)
             return
+        if rounds:
+            self.flush()
+            payloads, row_range = self._round_payloads(loaded), self._row_range(loaded)
         for round_number in range(rounds):
-            self._run_round(ids, rows, round_number * loaded, loaded)
+            self._run_round(ids, rows, round_number * loaded, payloads, row_range)
         done = rounds * loaded
         if done < len(ids):
             self._run_reordered(ids[done:] if done else ids, rows[done:])
         self.flush()
 
-    def _run_round(self, ids: Sequence[int], rows: np.ndarray, base: int, loaded: int) -> None:
+    def _run_round(
+        self, ids: Sequence[int], rows: np.ndarray, base: int, payloads: np.ndarray, row_range: np.ndarray
+    ) -> None:
         """Run rows 0..loaded-1 (the samples at base.. of the query, a permutation of them) in
-        batches of consecutive rows; complete them in the query's order at the end, or, once
-        a batch took longer than OFFLINE_COMPLETION_INTERVAL_S (a slow backend), each batch as
-        it ran (its ids gathered by row)."""
-        self.flush()
+        batches of consecutive rows, payloads into `payloads` by row; complete them in the
+        query's order at the end, or, once a batch took longer than
+        OFFLINE_COMPLETION_INTERVAL_S (a slow backend), each batch as it ran (its ids gathered
+        by row)."""
         size = self.batch_size
+        loaded = len(row_range)
         perm = rows[base : base + loaded]  # the row of each sample of the round, in query order
-        payloads = self._round_payloads(loaded)
-        row_range = self._row_range(loaded)
         pending = 0  # rows [pending, end) ran but are not completed yet
         for start in range(0, loaded, size):
             end = min(start + size, loaded)
