@@ -109,7 +109,7 @@ def describe_this_node() -> dict[str, Any]:
     ).to_dict()
 
 
-def pinned(ray: RayApi, node_id: str) -> Any:
+def pinned(node_id: str) -> Any:
     """Ray's scheduling strategy that runs a task or actor on node `node_id` and nowhere else
     (Ray's soft affinity does not keep a zero-CPU actor there)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -127,7 +127,7 @@ def take_inventory(session: ClusterSession, timeout_s: float = INVENTORY_TIMEOUT
         raise ClusterError(f"the Ray cluster at {session.address} has no alive node")
     task = ray.remote(num_cpus=0, max_retries=0)(describe_this_node)
     refs = {
-        n["NodeID"]: task.options(scheduling_strategy=pinned(ray, n["NodeID"])).remote()
+        n["NodeID"]: task.options(scheduling_strategy=pinned(n["NodeID"])).remote()
         for n in nodes
     }
     _, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)

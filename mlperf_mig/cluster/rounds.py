@@ -63,7 +63,7 @@ def start_actor(ray: RayApi, slot: Any, env: Mapping[str, str]) -> Any:
     """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
     remote = ray.remote(InstanceActor)
     return remote.options(
-        num_cpus=0, max_restarts=0, max_concurrency=2, scheduling_strategy=pinned(ray, slot.node),
+        num_cpus=0, max_restarts=0, max_concurrency=2, scheduling_strategy=pinned(slot.node),
         name=None,
     ).remote(slot.name, dict(env), slot.cpus)
 
@@ -189,7 +189,7 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     # on the head node, whose loss ends the cluster anyway: on an instance's node the barrier
     # would die with that node (and on local:N the driver's own node may be any of them)
     barrier = ray.remote(RoundBarrier).options(
-        num_cpus=0, max_restarts=0, scheduling_strategy=pinned(ray, head_node(ray))
+        num_cpus=0, max_restarts=0, scheduling_strategy=pinned(head_node(ray))
     ).remote()
     actors: dict[str, Any] = {}
     refs: dict[Any, str] = {}
@@ -341,7 +341,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     requests = {e.key: e for e in plan.engines}
     actors = {
         slot.name: ray.remote(ServeActor).options(
-            num_cpus=0, max_restarts=0, scheduling_strategy=pinned(ray, slot.node)
+            num_cpus=0, max_restarts=0, scheduling_strategy=pinned(slot.node)
         ).remote(slot.name, instance_env(slot), slot.cpus, capacity)
         for slot in slots
     }
