@@ -101,7 +101,24 @@ def warm_up(
     call is: what a test whose target was not measured now (a cached one) still needs, since
     a backend's first call at a new shape allocates and plans."""
     gather, loaded = _first_samples(source, batch_size, samples_per_query)
-    rows = _scenario_rows(loadgen_scenario, loaded, batch_size, samples_per_query)
+    warm_up_path(
+        backend, gather, loaded, loadgen_scenario, batch_size=batch_size,
+        samples_per_query=samples_per_query,
+    )  # fmt: skip
+
+
+def warm_up_path(
+    backend: Backend,
+    gather: Callable[[np.ndarray], Mapping[str, np.ndarray]],
+    rows_available: int,
+    loadgen_scenario: str,
+    *,
+    batch_size: int,
+    samples_per_query: int,
+) -> None:
+    """`warm_up` on the path that will serve the test: `gather(rows)` (rows below
+    `rows_available`), the backend and the response payload."""
+    rows = _scenario_rows(loadgen_scenario, rows_available, batch_size, samples_per_query)
     response_payload(backend.benchmark, backend.run(dict(gather(rows))))
 
 

@@ -22,6 +22,7 @@ from mlperf_mig.harness.calibration import (
     calibrated_target,
     timed_target,
     warm_up,
+    warm_up_path,
 )
 from mlperf_mig.harness.loadgen_test import LoadGenTest, calibration_applies, running
 from mlperf_mig.harness.result import InstanceResult
@@ -109,8 +110,10 @@ def run_instance(
             ),
         )
         work = WorkCache.for_cache_dir(task.cache_dir)
-        inputs = calibration_inputs(task, batch_size, test.samples_per_query, path="library")
-        target, cached = _library_target(task, test, backend, batch_size, work, inputs)
+        target, cached, inputs = reused_or_measured_target(
+            task, test.benchmark, backend, source, batch_size=batch_size, settings=test.settings,
+            path="library", work=work,
+        )  # fmt: skip
         if task.audit is not None and preset_calibrates(test.settings.data, task.settings.preset):
             # The performance run the audit is compared with timed the backend before its test
             # (the first calls of a backend are slow); the audit, which keeps that run's target,
@@ -136,7 +139,7 @@ def run_instance(
         result = test.result(
             runner, device=backend.device, weights_synthetic=weights_are_synthetic(task)
         )
-        if cached and inputs is not None and _target_was_wrong(result):
+        if cached and inputs is not None and target_was_wrong(result):
             # a cached Server or stream target that LoadGen found too high: measure it again
             work.forget_target(inputs, f"the test was INVALID: {'; '.join(result.invalid_reasons)}")
         return result
@@ -170,36 +173,53 @@ def calibration_inputs(
     }
 
 
-def _library_target(
+def reused_or_measured_target(
     task: InstanceTask,
-    test: LoadGenTest,
+    benchmark: Benchmark,
     backend: Backend,
+    source: SampleSource | None,
+    *,
     batch_size: int,
+    path: str,
     work: WorkCache,
-    inputs: dict[str, Any] | None,
-) -> tuple[float | None, bool]:
-    """The test's measured target and whether an earlier run measured it (then one untimed
-    batch warms the backend, as calibration's first call would have)."""
-    if not test.calibrates:
-        return None, False
+    serve_path: tuple[Callable[[Any], Any], int] | None = None,
+    settings: MergedSettings | None = None,
+) -> tuple[float | None, bool, dict[str, Any] | None]:
+    """`measured_target`, or the target an earlier run measured with the same inputs
+    (harness/reuse.py; then one untimed batch warms the backend, as calibration's first call
+    would have): (target, whether it was reused, the inputs it is kept under or None).
+    `path` names the timed path in the key ("library", "shared memory")."""
+    if settings is None:
+        settings = merge_settings(task.settings, benchmark, task.loadgen_scenario)
+    if not calibration_applies(task, settings):
+        return None, False, None
+    samples_per_query = int(settings.values.get("samples_per_query", 8))
+    inputs = calibration_inputs(task, batch_size, samples_per_query, path=path)
     cached = work.target(inputs) if inputs is not None else None
     if cached is not None:
-        warm_up(
-            backend, test.source, task.loadgen_scenario, batch_size=batch_size,
-            samples_per_query=test.samples_per_query,
-        )  # fmt: skip
+        if serve_path is not None:
+            warm_up_path(
+                backend, serve_path[0], serve_path[1], task.loadgen_scenario,
+                batch_size=batch_size, samples_per_query=samples_per_query,
+            )  # fmt: skip
+        elif source is not None:
+            warm_up(
+                backend, source, task.loadgen_scenario, batch_size=batch_size,
+                samples_per_query=samples_per_query,
+            )  # fmt: skip
         logger.info("calibrated %s target: %.4g (cached: measured by an earlier run)",
                     task.loadgen_scenario, cached)  # fmt: skip
-        return cached, True
+        return cached, True, inputs
     target = measured_target(
-        task, test.benchmark, backend, test.source, batch_size=batch_size, settings=test.settings
-    )
+        task, benchmark, backend, source, batch_size=batch_size, serve_path=serve_path,
+        settings=settings,
+    )  # fmt: skip
     if target is not None and inputs is not None:
         work.store_target(inputs, target)
-    return target, False
+    return target, False, inputs
 
 
-def _target_was_wrong(result: InstanceResult) -> bool:
+def target_was_wrong(result: InstanceResult) -> bool:
     """A test LoadGen found INVALID whose target decides its validity (Server and the stream
     scenarios; the quick preset's Offline is INVALID by design)."""
     return (

@@ -48,6 +48,7 @@ import logging
 import mmap
 import os
 import platform
+import re
 import stat
 import tempfile
 import time
@@ -72,6 +73,7 @@ RECORD_LIMIT = 1 << 16  # a record holds a key and a number
 SAMPLES_LIMIT_BYTES = 2 << 30
 STAMP_SETTLE_S = 2.0  # as engines/cache.py: longer than any file system's time granularity
 _CHUNK = 1 << 22
+_KEY = re.compile(r"[0-9a-f]{32}")  # key_digest's form
 
 
 def machine_identity(threads: int | None) -> dict[str, Any]:
@@ -157,7 +159,14 @@ class WorkCache:
 
     def forget_target(self, inputs: Mapping[str, Any], why: str) -> None:
         """Drop the target kept for `inputs`: the next run measures again."""
-        path = self._path(CALIBRATION_DIR, f"{key_digest(inputs)}.json")
+        self.forget_key(key_digest(inputs), why)
+
+    def forget_key(self, key: str, why: str) -> None:
+        """Drop the target kept under `key` (a `key_digest`, e.g. one a unified worker sent)."""
+        if not _KEY.fullmatch(key):
+            logger.warning("not dropping cached target %r: not a key of this cache", key)
+            return
+        path = self._path(CALIBRATION_DIR, f"{key}.json")
         if path is None:
             return
         with contextlib.suppress(OSError):

@@ -444,12 +444,16 @@ class _Receiver(threading.Thread):
 
 
 # --- coordinator entry -----------------------------------------------------------------------------
-def _collect_targets(job: CoordinatorJob, timeout_s: float) -> tuple[dict[int, float | None], set[int]]:
+def _collect_targets(
+    job: CoordinatorJob, timeout_s: float
+) -> tuple[dict[int, float | None], set[int], dict[int, str]]:
     """Each worker's calibrated target (None when it calibrated nothing), sent before it waits
-    at the barrier, and the workers that read the shared arrays (rows only); a worker missing
-    from the answer died or did not report in time."""
+    at the barrier, the workers that read the shared arrays (rows only), and the cache keys of
+    the targets an earlier run measured (harness/reuse.py); a worker missing from the answer
+    died or did not report in time."""
     targets: dict[int, float | None] = {}
     rows_only: set[int] = set()
+    cached: dict[int, str] = {}
     waiting = dict(enumerate(job.links))
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
@@ -465,8 +469,10 @@ def _collect_targets(job: CoordinatorJob, timeout_s: float) -> tuple[dict[int, f
                 targets[worker] = message[1]
                 if len(message) > 2 and message[2]:
                     rows_only.add(worker)
+                if len(message) > 3 and isinstance(message[3], str):
+                    cached[worker] = message[3]
                 del waiting[worker]
-    return targets, rows_only
+    return targets, rows_only, cached
 
 
 def _largest_chunk(batch_size: int, payload_bytes: int) -> int:
@@ -504,14 +510,17 @@ def _coordinate(
     import mlperf_loadgen as lg
 
     from mlperf_mig.engines.backend import DeviceReport
+    from mlperf_mig.harness.instance import target_was_wrong
     from mlperf_mig.harness.loadgen_test import running
     from mlperf_mig.harness.reuse import WorkCache
     from mlperf_mig.harness.samples import SampleLibrary
     from mlperf_mig.harness.sut import ResponsePool, contiguous_order, payload_layout
 
     source = test.source
-    targets, rows_only = _collect_targets(job, job.ready_timeout_s)
+    targets, rows_only, cached = _collect_targets(job, job.ready_timeout_s)
     calibrated = combined_target(test.task.loadgen_scenario, list(targets.values())) if test.calibrates else None
+    # a layout target made (in part) of targets an earlier run measured says so
+    cached_keys = [cached[w] for w, t in targets.items() if t is not None and w in cached] if calibrated else []
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
     library = SampleLibrary(arrays, total_count=source.total_count)
     last_progress = [0.0]
@@ -587,6 +596,7 @@ def _coordinate(
         before_start=before_start,
         serving=running(receiver.start, stop_serving),
         performance_count=job.performance_count,
+        target_cached=bool(cached_keys),
     )
     progress(dispatcher.completed)
     result = test.result(
@@ -594,6 +604,10 @@ def _coordinate(
         device=DeviceReport(backend="unified", provider="dispatch", device=",".join(job.names)),
         weights_synthetic=job.synthetic_weights,
     )
+    if cached_keys and target_was_wrong(result):  # the next run measures every instance again
+        work = WorkCache.for_cache_dir(test.task.cache_dir)
+        for key in cached_keys:
+            work.forget_key(key, f"the layout's test was INVALID: {'; '.join(result.invalid_reasons)}")
     return {
         "result": result.to_dict(),
         "served": dict(zip(job.names, dispatcher.served)),
@@ -615,7 +629,8 @@ def serve_instance(
     `open_backend` replaces the task's backend (tests use it to give instances known speeds).
     """
     from mlperf_mig.benchmark import get_benchmark
-    from mlperf_mig.harness.instance import measured_target, open_task_backend
+    from mlperf_mig.harness.instance import open_task_backend, reused_or_measured_target
+    from mlperf_mig.harness.reuse import WorkCache, key_digest
     from mlperf_mig.harness.samples import SampleLibrary
     from mlperf_mig.harness.sut import payload_layout, response_payload
 
@@ -653,16 +668,21 @@ def serve_instance(
     served = 0
     busy_s = 0.0
     try:
-        # the target is timed on this worker's own path: rows copied out of shared memory
-        target = measured_target(
+        # the target is timed on this worker's own path: rows copied out of shared memory (or
+        # taken from the cache folder, where an earlier run measured it with the same inputs)
+        target, cached, inputs = reused_or_measured_target(
             task,
             benchmark,
             backend,
-            source=None,
+            None,
             batch_size=job.batch_size,
+            path="shared memory",
+            work=WorkCache.for_cache_dir(task.cache_dir),
             serve_path=(gather, min(len(a) for a in arrays.values())),
         )
-        job.link.send(("target", target, True))  # rows only: this worker reads the shared arrays
+        # rows only: this worker reads the shared arrays; the key of a cached target, which the
+        # coordinator drops if the layout's test finds it wrong
+        job.link.send(("target", target, True, key_digest(inputs) if cached and inputs else None))
         before_start()
         stop = False
         while not stop:

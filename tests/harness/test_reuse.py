@@ -15,7 +15,7 @@ import pytest
 from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.engines import EngineSpec
 from mlperf_mig.harness import InstanceTask, SettingsSpec, reuse, run_instance
-from mlperf_mig.harness.instance import _target_was_wrong, calibration_inputs
+from mlperf_mig.harness.instance import calibration_inputs, target_was_wrong
 from mlperf_mig.harness.result import InstanceResult
 from mlperf_mig.harness.reuse import WorkCache, key_digest
 from mlperf_mig.harness.samples import SampleLibrary, SyntheticSource, input_layouts
@@ -261,7 +261,7 @@ def test_only_an_invalid_target_driven_test_drops_the_cached_target(
 ) -> None:
     """An INVALID Server/stream test drops its cached target; a valid, Offline, by-design or
     failed one does not."""
-    assert _target_was_wrong(_result(**fields)) is wrong
+    assert target_was_wrong(_result(**fields)) is wrong
 
 
 def test_second_run_says_its_target_was_cached(in_child, spec: EngineSpec, tmp_path: Path) -> None:
@@ -400,3 +400,32 @@ def test_shared_library_copies_cached_samples(tmp_path: Path) -> None:
     work.load_samples(shared, INDICES, source)
     assert shared.buffers["input_ids"] is buffers["input_ids"]
     np.testing.assert_array_equal(buffers["input_ids"][:6], _expected(INDICES)["input_ids"])
+
+
+def test_forget_key_drops_only_a_key_of_this_cache(spec: EngineSpec, tmp_path: Path) -> None:
+    """A worker's key drops its target; anything not shaped like a key (a path) drops nothing."""
+    work = WorkCache(tmp_path / "cache")
+    inputs = _inputs(spec, tmp_path)
+    work.store_target(inputs, 5.0)
+    work.forget_key("../../etc/passwd", "test")
+    assert work.target(inputs) == 5.0
+    work.forget_key(key_digest(inputs), "test")
+    assert work.target(inputs) is None
+
+
+def test_second_unified_run_says_its_target_was_cached(tmp_path: Path) -> None:
+    """A unified run's instances keep their targets; the next identical run reuses them and its
+    layout result says so."""
+    import mlperf_mig
+
+    def unified(name: str) -> Any:
+        return mlperf_mig.run(
+            "2g.20gb+1g.10gb", mode="unified", outdir=tmp_path / name, backend="onnxruntime",
+            variant="tiny", cache_dir=tmp_path / "cache", accuracy=False, progress=False,
+            settings={"min_duration": 300}, timeout_s=300,
+        )  # fmt: skip
+
+    first, second = unified("first"), unified("second")
+    assert first.ok and first.layout_result.target_source == "calibration"
+    assert second.ok and second.layout_result.target_source == "cached calibration"
+    assert any("cached calibration" in label for label in second.labels())
