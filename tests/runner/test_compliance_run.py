@@ -60,9 +60,11 @@ def test_failed_audit_in_a_sweep_exits_1(tmp_path: Path) -> None:
 
 
 def test_computing_instance_passes_test04(audited: tuple[int, RunResult, str]) -> None:
-    """The instance that computes every sample passes TEST04 (its repeated sample is no faster)."""
+    """The instance that computes every sample never fails TEST04 (its repeated sample is no
+    faster): PASS, or inconclusive where the machine's measured noise exceeds the 10% band."""
     _, run, _ = audited
-    assert _verdicts(run, "i1-1g.10gb")["TEST04"].passed
+    verdict = _verdicts(run, "i1-1g.10gb")["TEST04"]
+    assert verdict.passed or verdict.inconclusive, verdict.reason
 
 
 def test_table_names_the_failed_audit(audited: tuple[int, RunResult, str]) -> None:
