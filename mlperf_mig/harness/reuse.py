@@ -15,7 +15,9 @@ their inputs, so they are kept under a key of those inputs:
   microseconds, and tests put other backends behind it). A target from this cache is labelled
   `target_source: "cached calibration"` in every result, never passed off as measured now; a
   Server or stream test that came out INVALID with a cached target drops the entry, so the next
-  run measures again.
+  run measures again. A unified worker keys its target by the path it timed (rows copied out
+  of shared memory) and sends the key with it; the coordinator labels the layout's target and
+  drops those keys after an INVALID test. Cluster actors still measure every round.
 - `<cache>/samples/<key>.bin` (+ `<key>.json`): the synthetic samples of one LoadGen load, the
   rows of each input one after another, keyed by the benchmark, seed, sample counts, input
   layouts and the loaded indices. A run maps the file read-only (MAP_POPULATE: the pages are

@@ -7,7 +7,8 @@ The sample set lives once in shared memory (`SharedSamples`, created by the runn
 coordinator's QSL writes loaded samples into it, the workers read the rows they are sent. Batches
 go out as descriptors ("batch", batch id, sample ids, rows, dataset indices), the rows a `range`
 when they are consecutive; a worker that reads the shared arrays says so with its target
-("target", target, True) and is sent ("batch", batch id, None, rows, None): the sample ids stay
+("target", target, True, key) (key: of a target reused from the cache folder, else None;
+harness/reuse.py) and is sent ("batch", batch id, None, rows, None): the sample ids stay
 in the coordinator's table of batches in flight. Responses come back as plain (batch ids, bytes, item size)
 (LoadGen's QuerySampleResponse does not unpickle, trap 7). Offline orders its query as the
 independent SUT does (`contiguous_order`), so that a worker reads most batches as views of the
