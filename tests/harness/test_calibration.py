@@ -87,3 +87,33 @@ def test_server_target_comes_from_the_median_timed_call() -> None:
     gather = _paced_gather(_INTERFERED)
     target = timed_target(NullBackend(BERT), gather, 16, "Server", batch_size=BATCH, samples_per_query=8)
     assert target == pytest.approx(SERVER_LOAD * BATCH / 0.2, rel=0.3)
+
+
+class RecordingBackend(NullBackend):
+    """The null backend, keeping the size of every call."""
+
+    def __init__(self, samples_per_run: int | None = None) -> None:
+        super().__init__(BERT)
+        self.sizes: list[int] = []
+        if samples_per_run is not None:
+            self.samples_per_run = samples_per_run
+
+    def run(self, feeds: Any) -> dict[str, np.ndarray]:
+        self.sizes.append(len(next(iter(feeds.values()))))
+        return super().run(feeds)
+
+
+@pytest.mark.parametrize(("per_run", "warmed"), [(None, 8), (2, 2), (16, 8)])
+def test_warm_up_is_one_session_run(per_run: int | None, warmed: int) -> None:
+    """The warm-up runs one session run's samples where the backend splits a batch into runs
+    (ONNX Runtime on the CPU), else the whole batch."""
+    from mlperf_mig.harness.calibration import warm_up_path
+
+    backend = RecordingBackend(per_run)
+    layouts = input_layouts(BERT)
+    buffers = {lay.name: np.zeros((8, *lay.shape), dtype=lay.dtype) for lay in layouts}
+    warm_up_path(
+        backend, lambda rows: {n: b[rows] for n, b in buffers.items()}, 8, "Offline",
+        batch_size=8, samples_per_query=1,
+    )  # fmt: skip
+    assert backend.sizes == [warmed]
