@@ -15,15 +15,15 @@ __version__ = "0.1.0"
 # The notebook API loads the runner on first use, so `import mlperf_mig` stays fast and imports
 # neither onnxruntime nor LoadGen.
 _API = {
-    "run": "mlperf_mig.runner.api",
-    "plan": "mlperf_mig.runner.api",
-    "sweep": "mlperf_mig.runner.api",
-    "aggregate": "mlperf_mig.runner.api",
+    "run": "mlperf_mig.api",
+    "plan": "mlperf_mig.api",
+    "sweep": "mlperf_mig.api",
+    "aggregate": "mlperf_mig.api",
     "RunResult": "mlperf_mig.runner.results",
     "InstanceRun": "mlperf_mig.runner.results",
     "RunPlan": "mlperf_mig.runner.plan",
-    "SweepResult": "mlperf_mig.runner.sweep",
-    "RepeatedRun": "mlperf_mig.runner.repeats",
+    "SweepResult": "mlperf_mig.study.sweep",
+    "RepeatedRun": "mlperf_mig.study.repeats",
     "advise": "mlperf_mig.study.api",
     "capacity": "mlperf_mig.study.capacity",
 }

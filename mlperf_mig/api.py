@@ -1,7 +1,9 @@
 """The notebook API: `run`, `plan`, `sweep` and `aggregate` (exported as `mlperf_mig.*`).
 
 `run`, `plan` and `sweep` list every option with its type (for help() and tab completion) and
-build one `RunOptions` record from them, which checks every option once.
+build one `RunOptions` record from them, which checks every option once. This module is the
+public face over runner/ (one layout), study/ (repeats and sweeps) and cluster/ (Ray sessions):
+the only place that imports all three.
 """
 
 from __future__ import annotations
@@ -15,17 +17,17 @@ import attrs
 from mlperf_mig._io import check_output_path, claim_folder
 from mlperf_mig.cluster.connect import cluster_scope
 from mlperf_mig.errors import SettingsError
-from mlperf_mig.runner.capacity_cache import with_cached_capacity
 from mlperf_mig.runner.options import RunOptions, check_progress
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
-from mlperf_mig.runner.repeats import REPEATS_FILE, SWEEP_FILE, refuse_other_kinds
 from mlperf_mig.runner.results import RESULTS_FILE, RunResult
 from mlperf_mig.runner.supervisor import stop_signals
+from mlperf_mig.study.capacity_cache import with_cached_capacity
+from mlperf_mig.study.repeats import REPEATS_FILE, SWEEP_FILE, refuse_other_kinds
 
 if TYPE_CHECKING:
-    from mlperf_mig.runner.repeats import RepeatedRun
-    from mlperf_mig.runner.sweep import SweepResult
+    from mlperf_mig.study.repeats import RepeatedRun
+    from mlperf_mig.study.sweep import SweepResult
 
 PathArg = str | os.PathLike[str]
 
@@ -129,7 +131,7 @@ def plan(
     is shown as such.
     """
     options = _options(locals())
-    return with_cached_capacity(options, make_plan(options), make_plan)[1]
+    return with_cached_capacity(options, make_plan(options))[1]
 
 
 def run(
@@ -193,7 +195,7 @@ def run(
     # one cluster session from planning to the last round, torn down on SIGTERM too
     with stop_signals(), cluster_scope(options.cluster):
         the_plan = make_plan(options)
-        options, the_plan = with_cached_capacity(options, the_plan, make_plan)
+        options, the_plan = with_cached_capacity(options, the_plan)
         base = check_baseline(baseline, the_plan)
         if options.studied:
             return _study(the_plan, options, progress=progress, baseline=base)
@@ -209,8 +211,8 @@ def _study(
 ) -> RepeatedRun:
     """The repeats and alone runs of one layout under one overall progress bar."""
     from mlperf_mig.runner.execute import execute
-    from mlperf_mig.runner.overall import OverallProgress, rounds_of
-    from mlperf_mig.runner.repeats import find_study_baseline, run_study, study_plans
+    from mlperf_mig.study.overall import OverallProgress, rounds_of
+    from mlperf_mig.study.repeats import find_study_baseline, run_study, study_plans
 
     jobs = study_plans(the_plan, options.repeats, options.isolation)
     bar = OverallProgress(sum(rounds_of(j) for _, j in jobs), progress=progress, description=the_plan.layout)
@@ -293,7 +295,7 @@ def sweep(
     alone-<profile>/ folders) and the table shows means with 95% intervals; the chart draws
     error bars. One overall progress bar covers every run. The other arguments are those of `run`.
     """
-    from mlperf_mig.runner.sweep import run_sweep
+    from mlperf_mig.study.sweep import run_sweep
 
     values = {k: v for k, v in locals().items() if k not in ("scenarios", "outdir")}
     for name in ("resume", "chart"):

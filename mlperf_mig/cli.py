@@ -23,7 +23,7 @@ COMMAND_MODULES = (
     "mlperf_mig.registry.cli",
     "mlperf_mig.engines.cli",
     "mlperf_mig.harness.cli",
-    "mlperf_mig.runner.cli",
+    "mlperf_mig.run_cli",
     "mlperf_mig.submission.cli",
     "mlperf_mig.cluster.cli",
     "mlperf_mig.doctor.cli",

@@ -1,4 +1,6 @@
-"""Sub-commands of the runner: run, plan, sweep, report, aggregate.
+"""Sub-commands of the public face: run, plan, sweep, report, aggregate.
+
+They sit above runner/, study/ and cluster/ (as mlperf_mig/api.py does), so they import all three.
 
 Thin over the notebook API. Progress goes to stderr, the final table to stdout. Exit codes:
 0 every worker finished, 1 a worker crashed, raised or hung, or a compliance audit failed (its
@@ -256,7 +258,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from mlperf_mig.runner.api import run
+    from mlperf_mig.api import run
     from mlperf_mig.runner.results import RunResult
 
     result = run(args.scenario, repeats=args.repeats, isolation=args.isolation, **_options(args))
@@ -270,7 +272,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from mlperf_mig.runner.api import plan
+    from mlperf_mig.api import plan
 
     the_plan = plan(args.scenario, **_options(args))
     print(json.dumps(the_plan.to_dict(), indent=2) if args.json else the_plan.table())
@@ -278,7 +280,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from mlperf_mig.runner.api import sweep
+    from mlperf_mig.api import sweep
 
     options = _options(args)
     result = sweep(
@@ -293,7 +295,7 @@ def _audit_failed(result: Any) -> bool:
     """Whether a compliance audit failed in any run of `result`: a run, its repeats, or every
     layout of a sweep (a failed audit exits 1, as `--help` says)."""
     from mlperf_mig.runner.results import RunResult
-    from mlperf_mig.runner.sweep import SweepResult
+    from mlperf_mig.study.sweep import SweepResult
 
     if isinstance(result, RunResult):
         runs = [result]
@@ -307,7 +309,7 @@ def _audit_failed(result: Any) -> bool:
 def _json(result: Any) -> str:
     """A result (RunResult, RepeatedRun, SweepResult) as the JSON its folder holds; a sweep's
     sweep.json names its layouts' folders, so their results come with it."""
-    from mlperf_mig.runner.sweep import SweepResult
+    from mlperf_mig.study.sweep import SweepResult
 
     data = result.to_dict()
     if isinstance(result, SweepResult):
@@ -317,13 +319,13 @@ def _json(result: Any) -> str:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from mlperf_mig.runner.sweep import load_report
+    from mlperf_mig.study.sweep import load_report
 
     if args.html_mkdir and args.html is None:
         raise NameParseError("--html-mkdir creates the folders of --html FILE; pass --html FILE with it")
     report = load_report(args.folder)
     if args.html is not None:
-        from mlperf_mig.runner.report_html import write_html
+        from mlperf_mig.study.report_html import write_html
 
         written = write_html(report, args.html, sources=[args.folder], mkdir=args.html_mkdir)
         if written.replaced:
@@ -337,7 +339,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _aggregate(args: argparse.Namespace) -> int:
-    from mlperf_mig.runner.api import aggregate
+    from mlperf_mig.api import aggregate
 
     result = aggregate(args.folders, outdir=args.outdir)
     if args.json:

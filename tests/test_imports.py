@@ -1,9 +1,14 @@
-"""No import circles between the library's modules, and each module imports alone.
+"""No import circles between the library's modules, no import up the layers, and each module
+imports alone.
 
 The import graph is read from the source: every `import` a module runs (at the top or inside a
-function, which is how a circle hides; not those under `if TYPE_CHECKING:`, which never run). A
-name taken from a package that exports it lazily (`_EXPORTS` in its `__init__.py`) counts as an
-import of the module that defines it. A circle in that graph fails the test with its path.
+function, which is how a circle hides) and, in the full graph the layer test reads, those under
+`if TYPE_CHECKING:` too (a type hint is a dependency all the same). A name taken from a package
+that exports it lazily (`_EXPORTS` in its `__init__.py`) counts as an import of the module that
+defines it. A circle in that graph fails the test with its path.
+
+Layers, lowest first: runner/ (runs one layout), study/ (compares layouts), cluster/ (runs a
+layout on Ray nodes), with the public face (mlperf_mig/api.py, run_cli.py, cli.py) on top.
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _all_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    yield from (node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom))
+
+
 def _run_time_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.If) and _is_type_checking(node):
@@ -62,15 +71,16 @@ def _run_time_imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]
         yield from _run_time_imports(node)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the library modules it imports when it runs."""
+def import_graph(*, type_only: bool = False) -> dict[str, set[str]]:
+    """module -> the library modules it imports when it runs (with `type_only`, also those it
+    imports under `if TYPE_CHECKING:`)."""
     modules = _modules()
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules.items()}
     exports = {name: _lazy_exports(tree) for name, tree in trees.items()}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, tree in trees.items():
         package = name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
-        for node in _run_time_imports(tree):
+        for node in (_all_imports if type_only else _run_time_imports)(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -121,6 +131,93 @@ def test_the_library_has_no_import_circle() -> None:
     """No chain of run-time imports leads from a library module back to itself."""
     cycle = find_cycle(import_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_type_only_imports_are_in_the_full_graph() -> None:
+    """An import under `if TYPE_CHECKING:` is an edge of the full graph, not of the run-time one."""
+    module, imported = _a_type_only_import()
+    assert imported in import_graph(type_only=True)[module]
+    assert imported not in import_graph()[module]
+
+
+def _a_type_only_import() -> tuple[str, str]:
+    """(module, module it imports only under `if TYPE_CHECKING:`), found in the source."""
+    run_time = import_graph()
+    for module, imported in sorted(import_graph(type_only=True).items()):
+        only_typed = sorted(imported - run_time[module])
+        if only_typed:
+            return module, only_typed[0]
+    raise AssertionError("no module imports anything under `if TYPE_CHECKING:`; nothing to check")
+
+
+# The layers, lowest first: a module of a layer imports none of a higher one.
+LAYERS = ("mlperf_mig.runner", "mlperf_mig.study", "mlperf_mig.cluster")
+FACE = ("mlperf_mig.api", "mlperf_mig.run_cli", "mlperf_mig.cli")
+# Each import up the layers that stays, with why. All are inside the function that needs them.
+ALLOWED_UPWARD = {
+    ("mlperf_mig.runner.options", "mlperf_mig.cluster.connect"):
+        "the --cluster option is checked with the cluster's own address parser (no Ray import)",
+    ("mlperf_mig.runner.plan", "mlperf_mig.cluster.connect"):
+        "planning a cluster run opens the cluster session to read the nodes' inventories",
+    ("mlperf_mig.runner.plan", "mlperf_mig.cluster.inventory"):
+        "planning a cluster run takes the nodes' inventories",
+    ("mlperf_mig.runner.plan", "mlperf_mig.cluster.placement"):
+        "planning a cluster run places the instances on the nodes' GPUs",
+    ("mlperf_mig.runner.execute", "mlperf_mig.cluster.rounds"):
+        "a cluster run's rounds are the cluster's (Ray actors instead of worker processes)",
+    ("mlperf_mig.study.api", "mlperf_mig.api"):
+        "advise without measurements runs the public sweep (cluster session, stop signals)",
+    ("mlperf_mig.study.capacity", "mlperf_mig.api"):
+        "the capacity search measures through the public plan and run",
+}
+
+
+def _layer(module: str) -> int | None:
+    """The layer of a module (0 runner, 1 study, 2 cluster, 3 the public face), None for others."""
+    for rank, package in enumerate(LAYERS):
+        if module == package or module.startswith(package + "."):
+            return rank
+    return len(LAYERS) if module in FACE else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) pairs where a module of a layer imports one of a higher layer."""
+    found = set()
+    for module, imported in graph.items():
+        low = _layer(module)
+        for target in imported:
+            high = _layer(target)
+            if low is not None and high is not None and high > low:
+                found.add((module, target))
+    return found
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    """runner/ imports neither study/ nor cluster/, study/ does not import cluster/, and neither
+    imports the public face, except the imports listed with their reasons in ALLOWED_UPWARD."""
+    unexpected = upward_imports(import_graph(type_only=True)) - set(ALLOWED_UPWARD)
+    assert not unexpected, "imports up the layers: " + ", ".join(f"{a} -> {b}" for a, b in sorted(unexpected))
+
+
+def test_every_allowed_upward_import_is_still_there() -> None:
+    """An allowed upward import that is gone is taken off the list (the list stays the truth)."""
+    assert set(ALLOWED_UPWARD) <= upward_imports(import_graph(type_only=True))
+
+
+def test_an_upward_import_is_found() -> None:
+    """runner importing study, study importing cluster and study importing the face are found;
+    an import down the layers is not."""
+    graph = {
+        "mlperf_mig.runner.plan": {"mlperf_mig.study.sweep"},
+        "mlperf_mig.study.sweep": {"mlperf_mig.runner.plan", "mlperf_mig.cluster.rounds"},
+        "mlperf_mig.study.chart": {"mlperf_mig.api"},
+        "mlperf_mig.api": {"mlperf_mig.study.sweep", "mlperf_mig.cluster.connect"},
+    }
+    assert upward_imports(graph) == {
+        ("mlperf_mig.runner.plan", "mlperf_mig.study.sweep"),
+        ("mlperf_mig.study.sweep", "mlperf_mig.cluster.rounds"),
+        ("mlperf_mig.study.chart", "mlperf_mig.api"),
+    }
 
 
 def test_a_circle_is_found() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mlperf_mig.cluster.connect import INSTALL_HINT
 from mlperf_mig.doctor import install
-from mlperf_mig.runner.chart import PLOT_INSTALL
+from mlperf_mig.study.chart import PLOT_INSTALL
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 

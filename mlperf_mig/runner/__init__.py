@@ -1,4 +1,4 @@
-"""The multi-instance runner: one worker per MIG instance, aggregation, sweeps.
+"""The multi-instance runner: one worker per MIG instance and aggregation.
 
     options     RunOptions: every run option, its type and range checked once
     placement   where instances run: live MIG devices, a shared GPU, or emulated CPU partitions
@@ -8,14 +8,13 @@
     execute     the rounds of a run (engines, performance, accuracy) and results.json
     unified     one LoadGen for the layout, samples in shared memory, capacity-weighted dispatch
     results     InstanceRun and RunResult records, tables, aggregation labels
-    sweep       several layouts, the table and the stacked bar chart
     stats       means, 95% intervals (Student's t) and changes with Welch intervals
-    repeats     RepeatedRun: repeats of a layout and its isolation runs, resumable per repeat
-    overall     the overall progress bar of a study (tqdm)
-    chart       the stacked bar chart with error bars
-    report_html one self-contained HTML report
-    capacity_cache  cached Server capacities, used as later Server targets
+    speed       engine speeds behind the plan's time estimates and the hang limit
+    capacity_store  the capacity cache file (capacity.json: Server capacities, engine speeds)
     combine     run folders of several hosts combined into one result
-    api         run, plan, sweep, aggregate (exported as mlperf_mig.*)
-    cli         run, plan, sweep, report, aggregate sub-commands
+
+The runner runs layouts; comparing them (repeats, sweeps, charts, reports, cached capacities) is
+mlperf_mig/study/, and the public face (mlperf_mig/api.py, mlperf_mig/run_cli.py) sits on top.
+The runner imports neither study/ nor, except where it hands a run to a Ray cluster (named in
+tests/test_imports.py), cluster/.
 """

@@ -290,7 +290,7 @@ class RunOptions:
     gpus: str | tuple[int, ...] | None = attrs.field(default=None, converter=_gpu_indices)
     layouts: tuple[tuple[int, ScenarioSpec], ...] = attrs.field(default=(), converter=_gpu_layouts)
     gpu_count: int | None = attrs.field(default=None, validator=_gpu_count)
-    # studies (runner/repeats.py): each repeat and each alone run is a plan made from the others
+    # studies (study/repeats.py): each repeat and each alone run is a plan made from the others
     repeats: int = attrs.field(default=1, validator=_repeats)
     isolation: bool = attrs.field(default=False, validator=_flag)
 

@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from mlperf_mig.errors import MlperfMigError
+from mlperf_mig.runner.capacity_store import read_capacities, store_capacity
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,6 @@ def test_seconds(plan: Any, speed: float | None, *, accuracy: bool) -> float:
 
 def estimates(plan: Any) -> tuple[float, float | None, str]:
     """(performance test s, accuracy test s or None, what they rest on) for the slowest slot."""
-    from mlperf_mig.runner.capacity_cache import read_capacities
-
     try:
         measured = read_capacities(plan.cache_dir)
     except MlperfMigError:
@@ -106,8 +105,6 @@ def hang_limit(performance_s: float, accuracy_s: float | None) -> float:
 
 def record_speeds(plan: Any, result: Any) -> None:
     """Keep the Offline speed of each instance that finished (per CPU-second it used, emulated)."""
-    from mlperf_mig.runner.capacity_cache import store_capacity
-
     if plan.loadgen_scenario != "Offline" or plan.backend == "null":
         return
     for slot, instance in zip(plan.slots, result.instances):

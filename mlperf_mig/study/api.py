@@ -48,7 +48,8 @@ def advise(
     from mlperf_mig import registry
 
     if from_dir is None:
-        from mlperf_mig.runner.api import sweep
+        # the public sweep (cluster session, stop signals) sits above study/: imported when used
+        from mlperf_mig.api import sweep
 
         report = sweep(
             range(1, 9), benchmark=benchmark or "resnet50", gpu=gpu, outdir=outdir, variant=variant,
@@ -56,7 +57,7 @@ def advise(
         )
         layouts = list(report.layouts)
     else:
-        from mlperf_mig.runner.sweep import load_report
+        from mlperf_mig.study.sweep import load_report
 
         report = load_report(from_dir)
         layouts = list(report.layouts) if hasattr(report, "layouts") else [report]

@@ -12,7 +12,7 @@ that fails is run again at the same target: a short probe's p99 moves with the m
 when the repeat passes the probe is inconclusive (with the spread of the two p99s), counted as a
 failure so that the answer stays on the safe side, and labelled. A search
 that cannot close the bracket or confirm its answer returns a labelled partial answer. A complete
-result is cached (runner/capacity_cache.py) so that later Server runs use it as their target; a
+result is cached (study/capacity_cache.py) so that later Server runs use it as their target; a
 partial one never replaces a cached entry, and a cache write that fails leaves the answer in the
 result (and says why it was not cached).
 """
@@ -33,8 +33,9 @@ from mlperf_mig._table import text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.harness.result import MIN_DURATION_REASON
 from mlperf_mig.runner.audits import relative_spread
-from mlperf_mig.runner.capacity_cache import cache_file, plan_key, store_capacity
+from mlperf_mig.runner.capacity_store import cache_file, store_capacity
 from mlperf_mig.runner.results import EMULATED_LABEL
+from mlperf_mig.study.capacity_cache import plan_key
 
 log = logging.getLogger(__name__)
 
@@ -246,8 +247,10 @@ def capacity(
     cache (`store=False`: not yet; `CapacityResult.store` does it, as the CLI does once it has
     printed the answer); the result's `cache_note` says whether it was.
     """
-    from mlperf_mig.runner.api import plan as plan_of
-    from mlperf_mig.runner.api import run
+    # the search measures through the public plan/run (cluster session, stop signals, capacity
+    # cache), which sit above study/: imported when used
+    from mlperf_mig.api import plan as plan_of
+    from mlperf_mig.api import run
     from mlperf_mig.runner.plan import default_outdir
 
     for name, value in (("low_qps", low_qps), ("tolerance", tolerance)):

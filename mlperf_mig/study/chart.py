@@ -5,7 +5,9 @@ alone). A repeated layout's bar stacks its instances' means and carries the 95% 
 mean total as an error bar (from 3 repeats; with 2, the min-max range of the totals, see
 runner/stats.py). The value axis follows the bars: it ends a little above the tallest bar, and
 an error bar reaching far beyond is cut at the axis and says so with its end's value. Runs and repeated runs are read by their attributes (a repeated run
-has `alone`), so that this module imports neither the sweep nor the repeats module.
+has `alone`; `StudiedLayout` names what is read of one), so that this module imports neither the
+sweep nor the repeats module, not even for type hints (repeats -> report_html -> chart would be a
+circle).
 
 Every text of a figure (profiles, layouts, GPU and benchmark names read back from results.json)
 is drawn literally: mathtext and TeX are off while a figure is made, so a label such as `$x^$`
@@ -20,15 +22,13 @@ import math
 import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
 from mlperf_mig._io import atomic_write_bytes
 from mlperf_mig.runner.results import SUM_LABEL, UNIFIED_LABEL, RunResult
-
-if TYPE_CHECKING:
-    from mlperf_mig.runner.repeats import RepeatedRun
+from mlperf_mig.runner.stats import Change, Summary
 
 CHART_NAME = "throughput"
 PLOT_INSTALL = "pip install -e '.[plot]'"  # matplotlib, as the README says to install it
@@ -39,6 +39,23 @@ RANGE_BAR_NOTE = "error bars of layouts with 2 repeats: min-max of the totals (t
 AXIS_HEADROOM = 1.1
 AXIS_MAX_OVER_BARS = 1.6
 LABEL_LINE = 0.06  # room above the axis's end per line of the labels over the bars
+
+
+class StudiedLayout(Protocol):
+    """What the chart reads of a repeated run (study/repeats.py RepeatedRun)."""
+
+    alone: Any
+    layout: Any
+    scenario: Any
+
+    @property
+    def first(self) -> RunResult: ...
+    @property
+    def total(self) -> Summary | None: ...
+    @property
+    def change(self) -> Change | None: ...
+    def instance_values(self, index: int, what: str) -> list[float]: ...
+    def gpu_subtotals(self, position: int) -> Summary | None: ...
 
 
 @attrs.frozen
@@ -67,12 +84,12 @@ def _stack_values(run: RunResult) -> list[tuple[str, float]]:
     return [(i.profile, i.throughput or 0.0) for i in run.instances]
 
 
-def _bar_label(run: RunResult | RepeatedRun) -> str:
+def _bar_label(run: RunResult | StudiedLayout) -> str:
     head = f"S{run.scenario}" if run.scenario is not None else "layout"
     return f"{head}\n" + run.layout.replace("+", "+\n")
 
 
-def chart_bar(layout: RunResult | RepeatedRun) -> Bar | None:
+def chart_bar(layout: RunResult | StudiedLayout) -> Bar | None:
     """The bar of a run (its instances) or of a study (the instances' means, the total's
     interval as the error bar); None when nothing was measured."""
     if hasattr(layout, "alone"):
@@ -102,7 +119,7 @@ def chart_bar(layout: RunResult | RepeatedRun) -> Bar | None:
     return Bar(_bar_label(layout), _stack_values(layout), layout.total_throughput, None, text)
 
 
-def gpu_bars(layout: RunResult | RepeatedRun) -> list[Bar]:
+def gpu_bars(layout: RunResult | StudiedLayout) -> list[Bar]:
     """A whole system's bars: one per GPU, its instances stacked, its subtotal on top (a
     study's: the instances' means and the subtotal's interval); [] for a layout on one GPU."""
     first = layout.first if hasattr(layout, "alone") else layout

@@ -39,7 +39,6 @@ from mlperf_mig._io import (
 )
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import DataFileError, MlperfMigError, OutputDirError, UntrustedPathError
-from mlperf_mig.runner.overall import OverallProgress
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import (
     PER_GPU_COLUMN,
@@ -59,6 +58,7 @@ from mlperf_mig.runner.stats import (
     relative_change,
     summarize,
 )
+from mlperf_mig.study.overall import OverallProgress
 
 log = logging.getLogger(__name__)
 
@@ -670,7 +670,7 @@ class RepeatedRun:
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """One self-contained HTML report of this layout (written to `path` when given)."""
-        from mlperf_mig.runner.report_html import write_report
+        from mlperf_mig.study.report_html import write_report
 
         return write_report(self, path)
 

@@ -34,8 +34,8 @@ import attrs
 
 from mlperf_mig._io import atomic_write_text
 from mlperf_mig.errors import MlperfMigError, OutputDirError
-from mlperf_mig.runner.chart import chart_bar, draw_bars, figure_svg, gpu_bars
 from mlperf_mig.runner.results import html_table
+from mlperf_mig.study.chart import chart_bar, draw_bars, figure_svg, gpu_bars
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def _figures(layouts: Sequence[Any]) -> str:
         one = figure_svg(lambda f: draw_bars(f.add_subplot(), bars, first), max(6.0, 1.3 * len(bars) + 2.0))
         two = _change_figure(layouts)
     except ImportError:
-        from mlperf_mig.runner.chart import PLOT_INSTALL
+        from mlperf_mig.study.chart import PLOT_INSTALL
 
         return f"<p>Figures not drawn: matplotlib is not installed ({html.escape(PLOT_INSTALL)}).</p>"
     parts = [f"<h2>Figure 1: total throughput per layout, stacked by instance</h2>{one}"]

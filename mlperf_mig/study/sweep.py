@@ -25,25 +25,9 @@ import attrs
 from mlperf_mig._io import atomic_write_json, claim_folder, finite_number, inside, safe_name
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
-from mlperf_mig.runner.capacity_cache import plan_capacities, with_cached_capacity
-from mlperf_mig.runner.chart import chart_bar, save_chart
 from mlperf_mig.runner.options import RunOptions, check_scenario
-from mlperf_mig.runner.overall import OverallProgress, rounds_of
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, default_outdir, make_plan
-from mlperf_mig.runner.repeats import (
-    FOLDER_KINDS,
-    REPEATS_FILE,
-    SWEEP_FILE,
-    IndexFile,
-    RepeatedRun,
-    check_study_folders,
-    refuse_other_kinds,
-    relative_to,
-    resumable,
-    run_study,
-    study_plans,
-)
 from mlperf_mig.runner.results import (
     BY_DESIGN_LABEL,
     EMULATED_LABEL,
@@ -56,6 +40,22 @@ from mlperf_mig.runner.results import (
     require_pandas,
 )
 from mlperf_mig.runner.stats import CHANGE_NOTE, FEW_REPEATS_NOTE
+from mlperf_mig.study.capacity_cache import plan_capacities, with_cached_capacity
+from mlperf_mig.study.chart import chart_bar, save_chart
+from mlperf_mig.study.overall import OverallProgress, rounds_of
+from mlperf_mig.study.repeats import (
+    FOLDER_KINDS,
+    REPEATS_FILE,
+    SWEEP_FILE,
+    IndexFile,
+    RepeatedRun,
+    check_study_folders,
+    refuse_other_kinds,
+    relative_to,
+    resumable,
+    run_study,
+    study_plans,
+)
 
 log = logging.getLogger(__name__)
 CHART_SVG_LIMIT = 4_000_000  # bytes of the chart shown inline in a notebook
@@ -216,7 +216,7 @@ class SweepResult:
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """One self-contained HTML report of the sweep (written to `path` when given)."""
-        from mlperf_mig.runner.report_html import write_report
+        from mlperf_mig.study.report_html import write_report
 
         return write_report(self, path)
 
@@ -333,7 +333,7 @@ def _chart(result: SweepResult, folder: Path) -> tuple[str | None, str | None, s
     try:
         png, svg = save_chart(bars, result.runs[0], folder)
     except ImportError:
-        from mlperf_mig.runner.chart import PLOT_INSTALL
+        from mlperf_mig.study.chart import PLOT_INSTALL
 
         note = f"chart not drawn: matplotlib is not installed ({PLOT_INSTALL})"
         log.warning(note)
@@ -474,7 +474,7 @@ def plan_sweep(scenarios: Iterable[ScenarioSpec], options: RunOptions, folder: P
     seen: dict[str, ScenarioSpec] = {}
     for spec in specs:
         layout_options = attrs.evolve(options, scenario=spec, outdir=str(folder / layout_folder(spec)))
-        _, plan = with_cached_capacity(layout_options, make_plan(layout_options), make_plan)
+        _, plan = with_cached_capacity(layout_options, make_plan(layout_options))
         if plan.layout in seen:
             raise SettingsError(
                 f"scenarios lists the MIG layout {plan.layout} twice ({seen[plan.layout]!r} and "

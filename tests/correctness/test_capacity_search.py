@@ -24,7 +24,7 @@ BOUND_NS = 15_000_000
 
 
 class StandInServer:
-    """`run` of mlperf_mig.runner.api for the search: Offline measures `offline_qps`; a Server
+    """`run` of mlperf_mig.api for the search: Offline measures `offline_qps`; a Server
     run at or under `knee` QPS has a p99 of 5 ms, above it 50 ms. Every call is recorded."""
 
     def __init__(
@@ -66,10 +66,10 @@ def fixture_stand_in(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def install(knee: float, **kwargs: Any) -> StandInServer:
         server = StandInServer(knee, **kwargs)
-        monkeypatch.setattr("mlperf_mig.runner.api.run", server)
+        monkeypatch.setattr("mlperf_mig.api.run", server)
         the_plan = SimpleNamespace(benchmark="resnet50", gpu="A100-SXM4-80GB", backend="null",
                                    deployment=SimpleNamespace(emulated=True))  # fmt: skip
-        monkeypatch.setattr("mlperf_mig.runner.api.plan", lambda *args, **kwargs: the_plan)
+        monkeypatch.setattr("mlperf_mig.api.plan", lambda *args, **kwargs: the_plan)
         monkeypatch.setattr(capacity_module, "plan_key", lambda plan, profile: "stand-in")
         return server
 

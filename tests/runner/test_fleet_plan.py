@@ -262,7 +262,7 @@ def test_alone_run_of_a_system_is_on_its_own_gpu() -> None:
     """With isolation, a system's profile runs alone on its GPU: a one-GPU plan of that profile."""
     from pathlib import Path
 
-    from mlperf_mig.runner.repeats import alone_plan
+    from mlperf_mig.study.repeats import alone_plan
 
     plan = _plan(TWO_MODELS, scenario=7, layouts={1: 8}, gpus="all")
     alone = alone_plan(plan, "1g.18gb", Path("alone"))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mlperf_mig.runner.chart import gpu_bars
+from mlperf_mig.study.chart import gpu_bars
 
 from .conftest import QUICK_NULL
 
@@ -69,7 +69,7 @@ def test_gpu_bars_stack_each_gpus_instances(sweep: Any) -> None:
 def test_html_report_draws_a_chart_per_gpu(sweep: Any, tmp_path: Path) -> None:
     """The HTML report has a per-GPU figure for each system."""
     pytest.importorskip("matplotlib")
-    from mlperf_mig.runner.report_html import report_html
+    from mlperf_mig.study.report_html import report_html
 
     page = report_html(sweep)
     assert page.count("<h2>Per GPU:") == 2

@@ -12,8 +12,8 @@ import attrs
 import pytest
 
 import mlperf_mig
+from mlperf_mig import api
 from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError
-from mlperf_mig.runner import api
 from mlperf_mig.runner.options import RunOptions
 
 from .conftest import QUICK_NULL

@@ -13,8 +13,8 @@ import attrs
 import pytest
 
 from mlperf_mig import cli
+from mlperf_mig.api import aggregate
 from mlperf_mig.errors import SettingsError, UntrustedPathError
-from mlperf_mig.runner.api import aggregate
 from mlperf_mig.runner.results import RunResult
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import mlperf_mig
-from mlperf_mig.runner.capacity_cache import read_capacities, store_capacity
+from mlperf_mig.runner.capacity_store import read_capacities, store_capacity
 from mlperf_mig.runner.speed import record_speeds, speed_key
 
 

@@ -73,6 +73,6 @@ def test_backwards_scenario_range_is_refused(capsys: pytest.CaptureFixture[str])
 
 def test_single_run_changes_say_their_noise_is_not_measured(swept: Any) -> None:
     """A sweep of one run per layout says its change against scenario 1 rests on unmeasured noise."""
-    from mlperf_mig.runner.sweep import SINGLE_RUN_CHANGE_NOTE
+    from mlperf_mig.study.sweep import SINGLE_RUN_CHANGE_NOTE
 
     assert f"note: {SINGLE_RUN_CHANGE_NOTE}" in swept.table()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from mlperf_mig import cli
-from mlperf_mig.runner.report_html import report_html
-from mlperf_mig.runner.sweep import load_report
+from mlperf_mig.study.report_html import report_html
+from mlperf_mig.study.sweep import load_report
 
 from .conftest import QUICK_NULL
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from mlperf_mig import cli
+from mlperf_mig import api, cli
 from mlperf_mig.errors import SettingsError
-from mlperf_mig.runner import api
-from mlperf_mig.runner.capacity_cache import plan_key, store_capacity, with_cached_capacity
+from mlperf_mig.runner.capacity_store import store_capacity
 from mlperf_mig.runner.options import RunOptions
 from mlperf_mig.runner.plan import make_plan
 from mlperf_mig.study.capacity import capacity
+from mlperf_mig.study.capacity_cache import plan_key, with_cached_capacity
 
 BOUND_NS = 15_000_000
 
@@ -87,7 +87,7 @@ def test_cached_capacity_is_a_later_server_runs_target(tmp_path: Path) -> None:
     options = RunOptions(scenario="2x1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path))
     plan = make_plan(options)
     store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
-    _, planned = with_cached_capacity(options, plan, make_plan)
+    _, planned = with_cached_capacity(options, plan)
     assert dict(planned.overrides)["target_qps"] == 123.0
 
 
@@ -96,7 +96,7 @@ def test_mixed_layout_keeps_its_own_targets(tmp_path: Path) -> None:
     options = RunOptions(scenario="2g.20gb+1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path))
     plan = make_plan(options)
     store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
-    _, planned = with_cached_capacity(options, plan, make_plan)
+    _, planned = with_cached_capacity(options, plan)
     assert "target_qps" not in dict(planned.overrides)
 
 

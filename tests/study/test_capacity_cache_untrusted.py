@@ -14,14 +14,14 @@ import pytest
 import mlperf_mig
 from mlperf_mig import cli
 from mlperf_mig.errors import OutputDirError
-from mlperf_mig.runner.capacity_cache import (
+from mlperf_mig.runner.capacity_store import (
     CACHE_FORMAT,
     CACHE_VERSION,
-    plan_key,
     read_capacities,
     store_capacity,
 )
 from mlperf_mig.study import capacity as capacity_module
+from mlperf_mig.study.capacity_cache import plan_key
 
 from .test_capacity import KnownService, _search
 
@@ -165,7 +165,7 @@ def test_failed_cache_write_keeps_the_answer(monkeypatch: pytest.MonkeyPatch, tm
     """A cache folder that cannot be created: the search still returns its answer, with a warning."""
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    monkeypatch.setattr(mlperf_mig.runner.api, "run", KnownService(100.0))
+    monkeypatch.setattr(mlperf_mig.api, "run", KnownService(100.0))
     result = capacity_module.capacity(
         "resnet50", "1g.10gb", backend="null", preset="submission", low_qps=10.0,
         outdir=tmp_path / "search", cache_dir=blocker / "cache",
@@ -182,7 +182,7 @@ def test_cli_prints_the_answer_before_the_cache_write(
     is one warning line after it, and the search still exits 0."""
     monkeypatch.setenv("MLPERF_MIG_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(mlperf_mig.runner.api, "run", KnownService(100.0))
+    monkeypatch.setattr(mlperf_mig.api, "run", KnownService(100.0))
     printed_first: list[str] = []
 
     def failing_store(*_: object) -> None:
@@ -238,7 +238,7 @@ def test_user_target_beats_the_cache(tmp_path: Path) -> None:
 
 def test_search_replaces_an_out_of_range_entry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A cached 1e-9 QPS (refused as a run's target) does not stop a new search replacing it."""
-    monkeypatch.setattr(mlperf_mig.runner.api, "run", KnownService(100.0))
+    monkeypatch.setattr(mlperf_mig.api, "run", KnownService(100.0))
     cache = tmp_path / "cache"
     key = plan_key(mlperf_mig.plan("1g.10gb", loadgen_scenario="Server", backend="null", preset="submission",
                                    settings={"target_qps": 1}, cache_dir=cache), "1g.10gb")

@@ -13,8 +13,8 @@ import pytest
 
 from mlperf_mig import cli
 from mlperf_mig.errors import OutputDirError
-from mlperf_mig.runner.report_html import check_html_target
-from mlperf_mig.runner.sweep import load_report
+from mlperf_mig.study.report_html import check_html_target
+from mlperf_mig.study.sweep import load_report
 
 from .conftest import QUICK_NULL
 

@@ -14,9 +14,9 @@ import attrs
 import pytest
 
 from mlperf_mig import cli
-from mlperf_mig.runner.chart import chart_bar, save_chart
-from mlperf_mig.runner.report_html import report_html
 from mlperf_mig.runner.results import RunResult
+from mlperf_mig.study.chart import chart_bar, save_chart
+from mlperf_mig.study.report_html import report_html
 
 from .conftest import QUICK_NULL
 

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlperf_mig.runner.chart import (
+from mlperf_mig.runner.stats import relative_change, summarize
+from mlperf_mig.study.chart import (
     AXIS_MAX_OVER_BARS,
     RANGE_BAR_NOTE,
     Bar,
@@ -15,8 +16,7 @@ from mlperf_mig.runner.chart import (
     chart_note,
     draw_bars,
 )
-from mlperf_mig.runner.report_html import change_points, shared_notes
-from mlperf_mig.runner.stats import relative_change, summarize
+from mlperf_mig.study.report_html import change_points, shared_notes
 
 FIRST = SimpleNamespace(
     mode="independent", throughput_unit="samples/s", emulated=True, benchmark="resnet50",

@@ -12,9 +12,9 @@ import pytest
 import mlperf_mig
 import mlperf_mig.errors
 from mlperf_mig import cli
-from mlperf_mig.runner.chart import chart_bar
-from mlperf_mig.runner.overall import OverallProgress
-from mlperf_mig.runner.repeats import REPEATS_FILE, RepeatedRun
+from mlperf_mig.study.chart import chart_bar
+from mlperf_mig.study.overall import OverallProgress
+from mlperf_mig.study.repeats import REPEATS_FILE, RepeatedRun
 
 from .conftest import QUICK_NULL
 

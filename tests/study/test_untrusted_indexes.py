@@ -14,8 +14,8 @@ import pytest
 
 import mlperf_mig
 from mlperf_mig import cli
-from mlperf_mig.runner.repeats import REPEATS_FILE, RepeatedRun
-from mlperf_mig.runner.sweep import SWEEP_FILE
+from mlperf_mig.study.repeats import REPEATS_FILE, RepeatedRun
+from mlperf_mig.study.sweep import SWEEP_FILE
 
 from .conftest import QUICK_NULL
 

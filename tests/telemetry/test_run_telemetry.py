@@ -95,7 +95,7 @@ def test_the_system_description_notes_carry_the_telemetry(h200_run):
 
 def test_the_html_report_has_the_time_series_figure(h200_run, tmp_path):
     """report --html draws each run's activity and power over time, and samples/J per layout."""
-    from mlperf_mig.runner.report_html import report_html
+    from mlperf_mig.study.report_html import report_html
 
     text = report_html(h200_run)
     assert "Time series of" in text and "samples per joule per layout" in text
