@@ -155,8 +155,6 @@ LAYERS = ("mlperf_mig.runner", "mlperf_mig.study", "mlperf_mig.cluster")
 FACE = ("mlperf_mig.api", "mlperf_mig.run_cli", "mlperf_mig.cli")
 # Each import up the layers that stays, with why. All are inside the function that needs them.
 ALLOWED_UPWARD = {
-    ("mlperf_mig.runner.options", "mlperf_mig.cluster.connect"):
-        "the --cluster option is checked with the cluster's own address parser (no Ray import)",
     ("mlperf_mig.runner.plan", "mlperf_mig.cluster.connect"):
         "planning a cluster run opens the cluster session to read the nodes' inventories",
     ("mlperf_mig.runner.plan", "mlperf_mig.cluster.inventory"):

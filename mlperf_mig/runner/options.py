@@ -19,6 +19,7 @@ import attrs
 
 from mlperf_mig._io import check_output_path
 from mlperf_mig.errors import ClusterError, SettingsError
+from mlperf_mig.runner.cluster_address import parse_cluster
 from mlperf_mig.runner.placement import ScenarioSpec
 
 MODES = ("independent", "unified")
@@ -65,8 +66,6 @@ def _optional_text(instance: object, attribute: attrs.Attribute, value: object) 
 def _cluster(instance: object, attribute: attrs.Attribute, value: object) -> None:
     """A `--cluster` value in one of its forms (checked without importing Ray)."""
     if value is not None:
-        from mlperf_mig.cluster.connect import parse_cluster
-
         parse_cluster(value)  # type: ignore[arg-type]
 
 
