@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig import registry
 from mlperf_mig._io import (
     LOCK_FILE,
     atomic_write_json,
@@ -46,6 +47,7 @@ from mlperf_mig.runner.results import (
     RunResult,
     gpu_subtotals_text,
     html_table,
+    require_pandas,
     result_p99_ms,
 )
 from mlperf_mig.runner.stats import (
@@ -59,6 +61,7 @@ from mlperf_mig.runner.stats import (
     summarize,
 )
 from mlperf_mig.study.overall import OverallProgress
+from mlperf_mig.study.report_html import write_report
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +272,6 @@ def relative_to(root: str | os.PathLike[str], path: str | os.PathLike[str], what
 def alone_plan(plan: RunPlan, profile: str, outdir: Path) -> RunPlan:
     """`plan` with only its first instance of `profile` kept, on the same device: that profile
     alone, the rest of the GPU idle. Every other option is the layout's, unchanged."""
-    from mlperf_mig import registry
-
     slot = next(s for s in plan.slots if s.profile == profile)
     # over several GPUs: alone on its own GPU, the deployment of that one GPU (runner/system.py)
     part = next((p for p in plan.deployment.parts if p.holds(slot)), plan.deployment.parts[0])
@@ -663,15 +664,11 @@ class RepeatedRun:
 
     def to_pandas(self) -> Any:
         """One row per instance (and the total) as the table shows it, with the layout (needs pandas)."""
-        from mlperf_mig.runner.results import require_pandas
-
         rows = [{"layout": self.first.layout, "repeats": self.repeats, **row} for row in self.instance_rows()]
         return require_pandas().DataFrame(rows)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """One self-contained HTML report of this layout (written to `path` when given)."""
-        from mlperf_mig.study.report_html import write_report
-
         return write_report(self, path)
 
     # --- data ----------------------------------------------------------------------------------

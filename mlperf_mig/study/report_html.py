@@ -32,10 +32,13 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig import registry
 from mlperf_mig._io import atomic_write_text
 from mlperf_mig.errors import MlperfMigError, OutputDirError
 from mlperf_mig.runner.results import html_table
-from mlperf_mig.study.chart import chart_bar, draw_bars, figure_svg, gpu_bars
+from mlperf_mig.study.advisor import advise_from, measurements_from
+from mlperf_mig.study.chart import PLOT_INSTALL, chart_bar, draw_bars, figure_svg, gpu_bars
+from mlperf_mig.telemetry.figure import draw_timeseries, series_for_figure
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +130,6 @@ def _figures(layouts: Sequence[Any]) -> str:
         one = figure_svg(lambda f: draw_bars(f.add_subplot(), bars, first), max(6.0, 1.3 * len(bars) + 2.0))
         two = _change_figure(layouts)
     except ImportError:
-        from mlperf_mig.study.chart import PLOT_INSTALL
-
         return f"<p>Figures not drawn: matplotlib is not installed ({html.escape(PLOT_INSTALL)}).</p>"
     parts = [f"<h2>Figure 1: total throughput per layout, stacked by instance</h2>{one}"]
     parts += _gpu_figures(layouts)
@@ -181,8 +182,6 @@ def _energy_figure(layouts: Sequence[Any]) -> str | None:
 def _timeseries_figures(layouts: Sequence[Any]) -> str:
     """Per run (a repeated layout's first repeat): activity per instance and power over time,
     from its telemetry.csv, read back as untrusted input."""
-    from mlperf_mig.telemetry.figure import draw_timeseries, series_for_figure
-
     parts = []
     for layout in layouts:
         run = _first_run(layout)
@@ -240,9 +239,6 @@ def _layout_sections(layouts: Sequence[Any], shown: Iterable[str] = ()) -> str:
 
 def _advisor_section(layouts: Sequence[Any], advice: Any) -> str:
     if advice is None:
-        from mlperf_mig import registry
-        from mlperf_mig.study.advisor import advise_from, measurements_from
-
         try:
             gpu = registry.default_catalog().get(_first_run(layouts[0]).gpu)
             advice = advise_from(measurements_from(layouts, gpu.compute_slices))

@@ -13,6 +13,8 @@ positive numbers) and a wrong one is refused with one line naming the file and t
 
 from __future__ import annotations
 
+import base64
+import html
 import logging
 import os
 import re
@@ -22,9 +24,17 @@ from typing import Any, TextIO
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, claim_folder, finite_number, inside, safe_name
+from mlperf_mig._io import (
+    atomic_write_json,
+    claim_folder,
+    finite_number,
+    inside,
+    read_small_text,
+    safe_name,
+)
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
+from mlperf_mig.runner.execute import execute
 from mlperf_mig.runner.options import RunOptions, check_scenario
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, default_outdir, make_plan
@@ -41,7 +51,7 @@ from mlperf_mig.runner.results import (
 )
 from mlperf_mig.runner.stats import CHANGE_NOTE, FEW_REPEATS_NOTE
 from mlperf_mig.study.capacity_cache import plan_capacities, with_cached_capacity
-from mlperf_mig.study.chart import chart_bar, save_chart
+from mlperf_mig.study.chart import PLOT_INSTALL, chart_bar, save_chart
 from mlperf_mig.study.overall import OverallProgress, rounds_of
 from mlperf_mig.study.repeats import (
     FOLDER_KINDS,
@@ -56,6 +66,7 @@ from mlperf_mig.study.repeats import (
     run_study,
     study_plans,
 )
+from mlperf_mig.study.report_html import write_report
 
 log = logging.getLogger(__name__)
 CHART_SVG_LIMIT = 4_000_000  # bytes of the chart shown inline in a notebook
@@ -182,8 +193,6 @@ class SweepResult:
         return f"**{self.title()}**\n\n{markdown_table(self.rows(), self.columns())}\n\n{notes}\n"
 
     def _repr_html_(self) -> str:
-        import html
-
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self._notes())
         return (
             f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), self.columns())}"
@@ -192,11 +201,6 @@ class SweepResult:
 
     def _chart_img(self) -> str:
         """The chart inline (the SVG as an image: a file read back runs no script), or ''."""
-        import base64
-
-        from mlperf_mig._io import read_small_text
-        from mlperf_mig.errors import SettingsError
-
         if not self.chart_svg:
             return ""
         try:
@@ -216,8 +220,6 @@ class SweepResult:
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """One self-contained HTML report of the sweep (written to `path` when given)."""
-        from mlperf_mig.study.report_html import write_report
-
         return write_report(self, path)
 
     def to_dict(self) -> dict[str, Any]:
@@ -333,8 +335,6 @@ def _chart(result: SweepResult, folder: Path) -> tuple[str | None, str | None, s
     try:
         png, svg = save_chart(bars, result.runs[0], folder)
     except ImportError:
-        from mlperf_mig.study.chart import PLOT_INSTALL
-
         note = f"chart not drawn: matplotlib is not installed ({PLOT_INSTALL})"
         log.warning(note)
         return None, None, note
@@ -378,8 +378,6 @@ def run_sweep(
     progress: bool | TextIO,
 ) -> SweepResult:
     """See mlperf_mig.sweep: every layout is planned (and duplicates refused) before any runs."""
-    from mlperf_mig.runner.execute import execute
-
     folder = Path(outdir).absolute() if outdir is not None else default_outdir("sweep")
     plans = plan_sweep(scenarios, options, folder)
     check_sweep_folders(folder, plans, options)
@@ -430,8 +428,6 @@ def _run_studies(
     plans: Sequence[RunPlan], options: RunOptions, folder: Path, resume: bool, chart: bool,
     progress: bool | TextIO, bar: OverallProgress, capacities: dict[str, float],
 ) -> SweepResult:
-    from mlperf_mig.runner.execute import execute
-
     studies = [
         run_study(
             plan, repeats=options.repeats, isolation=options.isolation,

@@ -241,6 +241,7 @@ def test_symlinked_repeat_is_refused_before_resume_runs(
     (outside / "results.json").unlink()  # so that a resume would run it again, through the link
     before, children = _tree(tmp_path), live_children()
     monkeypatch.setattr("mlperf_mig.runner.execute.execute", _no_run)
+    monkeypatch.setattr("mlperf_mig.study.sweep.execute", _no_run)
     err = _refused(capsys, ["run", "--scenario", "5", *RUN_FLAGS, "--repeats", "2", "--outdir", str(study)])
     assert "repeat-2" in err and "symbolic link" in err
     assert _tree(tmp_path) == before and live_children() <= children
@@ -306,6 +307,7 @@ def test_run_into_a_study_or_sweep_is_refused(
     target = {"study": study, "sweep": swept}[folder]
     before, children = _tree(tmp_path), live_children()
     monkeypatch.setattr("mlperf_mig.runner.execute.execute", _no_run)
+    monkeypatch.setattr("mlperf_mig.study.sweep.execute", _no_run)
     err = _refused(capsys, [*argv, *RUN_FLAGS, "--outdir", str(target)])
     assert str(target) in err and holds in err and "new output folder" in err
     assert _tree(tmp_path) == before and live_children() <= children
