@@ -270,6 +270,18 @@ def emulated_deployment(
     )
 
 
+def without_cpu_budgets(deployment: Deployment, backend: str) -> Deployment:
+    """An emulated deployment for a backend that computes no model (null): no CPU budgets, as
+    there is no compute whose proportions to keep; the instances keep their CPU sets, and the
+    notes say so. Budgets would make such a run measure the quotas, not the harness."""
+    slots = tuple(attrs.evolve(slot, cpu_share=None, cpu_budget=None) for slot in deployment.slots)
+    note = (
+        f"no CPU budgets: the {backend} backend computes no model, so there are no slice "
+        "proportions to keep; the instances share the CPUs (a measurement of the harness)"
+    )
+    return attrs.evolve(deployment, slots=slots, notes=(note,))
+
+
 def live_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deployment:
     """Each instance of `layout` on its live MIG device, or the VM's MIG-backed vGPU.
 

@@ -27,7 +27,7 @@ from mlperf_mig.errors import (
     SettingsError,
 )
 from mlperf_mig.runner.options import RunOptions, check_setting
-from mlperf_mig.runner.placement import Deployment, InstanceSlot
+from mlperf_mig.runner.placement import Deployment, InstanceSlot, without_cpu_budgets
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
 from mlperf_mig.runner.system import as_one_gpu, choose_system, fit_host
@@ -335,7 +335,7 @@ def make_plan(options: RunOptions) -> RunPlan:
     before any worker starts."""
     from mlperf_mig import registry
     from mlperf_mig.benchmark import get_benchmark
-    from mlperf_mig.engines import resolve_backend
+    from mlperf_mig.engines import backend_class, resolve_backend
     from mlperf_mig.harness.settings import PRESETS, normalize_loadgen_scenario
 
     bench = get_benchmark(options.benchmark).name
@@ -350,6 +350,8 @@ def make_plan(options: RunOptions) -> RunPlan:
         detection = None if options.emulate else registry.detect(source=options.nvml_source)
         deployment = choose_system(options, catalog=catalog, detection=detection)
     backend_name = _backend_for(deployment, options.backend, resolve_backend)
+    if deployment.emulated and not backend_class(backend_name).runs_model:
+        deployment = without_cpu_budgets(deployment, backend_name)
     engines, engine_of = _engine_requests(
         deployment,
         benchmark=bench,
