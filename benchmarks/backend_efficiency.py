@@ -204,7 +204,9 @@ def main() -> int:
             print(f"{over} / {under}, {name}: {ratio:.1%}{verdict}")
     invalid = [r["attempt"] for r in rows if r["harness"]["validity"] != "VALID"]
     if invalid:
-        print(f"harness runs of rounds {invalid} were INVALID: their samples/s is not a valid result")
+        print(
+            f"harness runs of rounds {invalid} were INVALID: their samples/s is not a valid result"
+        )
     print(f"load average {os.getloadavg()[0]:.2f} at the end", flush=True)
     if args.json is not None:
         report = {

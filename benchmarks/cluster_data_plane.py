@@ -57,7 +57,9 @@ class EchoActor:
         return listener.address
 
 
-def timed(send: Callable[[Any], Any], receive: Callable[[Any], Any], frames: int, window: int) -> float:
+def timed(
+    send: Callable[[Any], Any], receive: Callable[[Any], Any], frames: int, window: int
+) -> float:
     """Seconds per frame with `window` frames in flight."""
     pending: list[Any] = []
     began = time.perf_counter()
@@ -84,7 +86,10 @@ def main() -> int:
     from mlperf_mig.cluster.connect import cluster_scope
 
     frame = (list(range(args.batch)), list(range(1000, 1000 + args.batch)))
-    print(f"data plane, local:2, frames of {args.batch} samples, {os.cpu_count()} CPUs, {_load()}", flush=True)
+    print(
+        f"data plane, local:2, frames of {args.batch} samples, {os.cpu_count()} CPUs, {_load()}",
+        flush=True,
+    )
     with cluster_scope("local:2"):
         here = ray.get_runtime_context().get_node_id()
         other = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
@@ -112,22 +117,30 @@ def main() -> int:
             )
             compiled.teardown()
         except Exception as exc:  # a Ray build without compiled graphs: say so, measure the rest
-            print(f"compiled graph: not measured ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})")
+            print(
+                f"compiled graph: not measured ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
+            )
 
         socket_actor = ray.remote(EchoActor).options(num_cpus=0, scheduling_strategy=where).remote()
         key = os.urandom(32)
-        channel = Client(tuple(ray.get(socket_actor.listen.remote(key))), family="AF_INET", authkey=key)
+        channel = Client(
+            tuple(ray.get(socket_actor.listen.remote(key))), family="AF_INET", authkey=key
+        )
         channel.send(frame)
         channel.recv()
         results["data channel (socket)"] = (
             timed(lambda _: channel.send(frame), lambda _: channel.recv(), args.frames, 1),
-            timed(lambda _: channel.send(frame), lambda _: channel.recv(), args.frames, args.window),
+            timed(
+                lambda _: channel.send(frame), lambda _: channel.recv(), args.frames, args.window
+            ),
         )
         channel.close()
 
     for name, (latency, per_frame) in results.items():
-        print(f"{name:<24} round trip {latency * 1e6:8.0f} us, {args.window} in flight: "
-              f"{1 / per_frame:9,.0f} frames/s = {args.batch / per_frame:11,.0f} samples/s ({_load()})")
+        print(
+            f"{name:<24} round trip {latency * 1e6:8.0f} us, {args.window} in flight: "
+            f"{1 / per_frame:9,.0f} frames/s = {args.batch / per_frame:11,.0f} samples/s ({_load()})"
+        )
     fastest = min(results, key=lambda name: results[name][1])
     print(f"fastest at {args.window} frames in flight: {fastest}; {_load()}")
     return 0

@@ -50,12 +50,16 @@ def _load() -> str:
 def one_run(folder: Path, name: str, **options: Any) -> Any:
     import mlperf_mig
 
-    return mlperf_mig.run(outdir=folder / name, accuracy=False, progress=False, backend="null", **options)
+    return mlperf_mig.run(
+        outdir=folder / name, accuracy=False, progress=False, backend="null", **options
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--benchmark", default="bert", help="bert (9 KiB a sample) or resnet50 (588 KiB)")
+    parser.add_argument(
+        "--benchmark", default="bert", help="bert (9 KiB a sample) or resnet50 (588 KiB)"
+    )
     parser.add_argument("--seconds", type=float, default=3.0, help="min_duration of each run (s)")
     parser.add_argument("--nodes", type=int, default=3)
     args = parser.parse_args()
@@ -68,20 +72,26 @@ def main() -> None:
     common = {"benchmark": args.benchmark, "scenario": 7}
     with stop_signals(), tempfile.TemporaryDirectory() as tmp, cluster_scope(cluster):
         folder = Path(tmp)
-        independent = one_run(folder, "skew", cluster=cluster, settings={"min_duration": ms}, **common)
+        independent = one_run(
+            folder, "skew", cluster=cluster, settings={"min_duration": ms}, **common
+        )
         skew = independent.cluster["start_skew_ms"]
-        print(f"start skew, independent mode, {args.nodes} nodes: {skew:.1f} ms "
-              f"(target <= {SKEW_TARGET_MS:.0f} ms: {'met' if skew <= SKEW_TARGET_MS else 'NOT met'}); {_load()}",
-              flush=True)
+        print(
+            f"start skew, independent mode, {args.nodes} nodes: {skew:.1f} ms "
+            f"(target <= {SKEW_TARGET_MS:.0f} ms: {'met' if skew <= SKEW_TARGET_MS else 'NOT met'}); {_load()}",
+            flush=True,
+        )
 
         offline = {"mode": "unified", "settings": {"min_duration": ms}, **common}
         local = one_run(folder, "unified-local", emulate=True, **offline)
         remote = one_run(folder, "unified-cluster", cluster=cluster, **offline)
         ratio = remote.total_throughput / local.total_throughput
-        print(f"unified Offline, null backend: local {local.total_throughput:,.0f} samples/s, over the "
-              f"cluster {remote.total_throughput:,.0f} samples/s, ratio {ratio:.2f} "
-              f"(target >= {RATIO_TARGET}: {'met' if ratio >= RATIO_TARGET else 'NOT met'}); {_load()}",
-              flush=True)
+        print(
+            f"unified Offline, null backend: local {local.total_throughput:,.0f} samples/s, over the "
+            f"cluster {remote.total_throughput:,.0f} samples/s, ratio {ratio:.2f} "
+            f"(target >= {RATIO_TARGET}: {'met' if ratio >= RATIO_TARGET else 'NOT met'}); {_load()}",
+            flush=True,
+        )
 
         # unified: the issue's 15 ms bound; independent: the benchmark's own, as before
         bound = {"unified": {"target_latency": SERVER_LATENCY_MS}, "independent": {}}
@@ -90,19 +100,29 @@ def main() -> None:
             for qps in QPS_STEPS:
                 per_instance = qps / 4 if mode == "independent" else qps
                 result = one_run(
-                    folder, f"server-{mode}-{qps}", cluster=cluster, mode=mode, loadgen_scenario="Server",
-                    settings={"min_duration": ms, "target_qps": per_instance, **bound[mode]}, **common,
+                    folder,
+                    f"server-{mode}-{qps}",
+                    cluster=cluster,
+                    mode=mode,
+                    loadgen_scenario="Server",
+                    settings={"min_duration": ms, "target_qps": per_instance, **bound[mode]},
+                    **common,
                 )
                 valid = result.all_valid
-                print(f"  Server {mode}: target {qps:,} QPS -> {'VALID' if valid else 'INVALID'} ({_load()})",
-                      flush=True)
+                print(
+                    f"  Server {mode}: target {qps:,} QPS -> {'VALID' if valid else 'INVALID'} ({_load()})",
+                    flush=True,
+                )
                 if not valid:
                     break
                 best = qps
             verdict = "met" if best >= SERVER_TARGET_QPS[mode] else "NOT met"
             at = f"{SERVER_LATENCY_MS} ms" if bound[mode] else f"{args.benchmark}'s latency bound"
-            print(f"highest VALID Server target over the cluster at {at}, {mode} mode: "
-                  f"{best:,} QPS (target >= {SERVER_TARGET_QPS[mode]:,}: {verdict}); {_load()}", flush=True)
+            print(
+                f"highest VALID Server target over the cluster at {at}, {mode} mode: "
+                f"{best:,} QPS (target >= {SERVER_TARGET_QPS[mode]:,}: {verdict}); {_load()}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -29,11 +29,18 @@ SPIN = "import os\nos.nice(5)\nwhile True:\n    pass\n"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=4, help="runs in a row (default 4)")
-    parser.add_argument("--load", type=int, default=2, help="busy processes loading the CPU (default 2)")
-    parser.add_argument("--scenario", default="5", help="the study's layout (default 5: one 1g.10gb)")
+    parser.add_argument(
+        "--load", type=int, default=2, help="busy processes loading the CPU (default 2)"
+    )
+    parser.add_argument(
+        "--scenario", default="5", help="the study's layout (default 5: one 1g.10gb)"
+    )
     args = parser.parse_args()
     cli = Path(sys.executable).parent / "mlperf-mig"
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before; {args.load} busy processes", flush=True)
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before; {args.load} busy processes",
+        flush=True,
+    )
     spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(args.load)]
     failures = 0
     try:
@@ -41,16 +48,37 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="compliance-under-load-") as scratch:
             for k in range(1, args.runs + 1):
                 outdir = Path(scratch) / f"run-{k}"
-                argv = [str(cli), "run", "--scenario", args.scenario, "--variant", "tiny", "--compliance",
-                        "--outdir", str(outdir)]
+                argv = [
+                    str(cli),
+                    "run",
+                    "--scenario",
+                    args.scenario,
+                    "--variant",
+                    "tiny",
+                    "--compliance",
+                    "--outdir",
+                    str(outdir),
+                ]
                 code = subprocess.run(argv, capture_output=True, text=True, check=False).returncode
                 data = json.loads((outdir / "results.json").read_text())
-                verdicts = [v for i in data["instances"] for v in i["compliance"]] + data["layout_compliance"]
+                verdicts = [v for i in data["instances"] for v in i["compliance"]] + data[
+                    "layout_compliance"
+                ]
                 cells = []
                 for v in verdicts:
-                    word = "inconclusive" if v.get("inconclusive") else "PASS" if v["passed"] else "FAIL"
+                    word = (
+                        "inconclusive"
+                        if v.get("inconclusive")
+                        else "PASS"
+                        if v["passed"]
+                        else "FAIL"
+                    )
                     failures += word == "FAIL"
-                    change = (v["test_score"] / v["reference_score"] - 1) if v.get("reference_score") and v.get("test_score") else None
+                    change = (
+                        (v["test_score"] / v["reference_score"] - 1)
+                        if v.get("reference_score") and v.get("test_score")
+                        else None
+                    )
                     spread = v.get("spread")
                     cells.append(
                         f"{v['audit']} {word}"
@@ -58,14 +86,22 @@ def main() -> int:
                         + ("" if spread is None else f" spread {spread:.1%}")
                         + ("" if word == "PASS" else f": {v['reason'][:120]}")
                     )
-                print(f"run {k}: exit {code}; " + "; ".join(cells) + f"; load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"run {k}: exit {code}; "
+                    + "; ".join(cells)
+                    + f"; load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
     finally:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
     met = failures == 0
-    print(f"FAIL verdicts: {failures} (target: none: {'met' if met else 'NOT met'}); load average "
-          f"{os.getloadavg()[0]:.2f} after", flush=True)
+    print(
+        f"FAIL verdicts: {failures} (target: none: {'met' if met else 'NOT met'}); load average "
+        f"{os.getloadavg()[0]:.2f} after",
+        flush=True,
+    )
     return 0 if met else 1
 
 

@@ -40,25 +40,40 @@ def _used(instance: object) -> str:
     return "-" if used is None else f"{used:.2f}"  # cluster actors do not report it
 
 
-def measure(variant: str, layouts: list[int], outdir: Path, cluster: str | None) -> dict[str, list[tuple[float, float, float]]]:
+def measure(
+    variant: str, layouts: list[int], outdir: Path, cluster: str | None
+) -> dict[str, list[tuple[float, float, float]]]:
     """Per profile size ("2g"): (throughput, CPU budget, CPU used) of every instance of every layout."""
     import mlperf_mig
 
     seen: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for scenario in layouts:
         result = mlperf_mig.run(
-            scenario=scenario, benchmark="resnet50", loadgen_scenario="Offline", variant=variant,
-            emulate=True, accuracy=False, outdir=outdir / f"{variant}-{scenario}", progress=False,
+            scenario=scenario,
+            benchmark="resnet50",
+            loadgen_scenario="Offline",
+            variant=variant,
+            emulate=True,
+            accuracy=False,
+            outdir=outdir / f"{variant}-{scenario}",
+            progress=False,
             cluster=cluster,
         )
         budgets = sorted({i.cpu_budget or "-" for i in result.instances})
-        print(f"  {variant} layout {scenario} ({result.layout}): "
-              + ", ".join(f"{i.profile} {i.throughput or 0:,.0f}/s ({_used(i)} of {i.cpu_share or 0:.3g} CPU)"
-                          for i in result.instances)
-              + f"; budgets by {', '.join(budgets)}; load {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"  {variant} layout {scenario} ({result.layout}): "
+            + ", ".join(
+                f"{i.profile} {i.throughput or 0:,.0f}/s ({_used(i)} of {i.cpu_share or 0:.3g} CPU)"
+                for i in result.instances
+            )
+            + f"; budgets by {', '.join(budgets)}; load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         for i in result.instances:
             if i.throughput is not None:
-                seen[i.profile.split(".")[0]].append((i.throughput, i.cpu_share or 0.0, i.cpu_used or 0.0))
+                seen[i.profile.split(".")[0]].append(
+                    (i.throughput, i.cpu_share or 0.0, i.cpu_used or 0.0)
+                )
     return seen
 
 
@@ -69,7 +84,9 @@ def report(variant: str, seen: dict[str, list[tuple[float, float, float]]]) -> b
         return False
     base = statistics.mean(t for t, _, _ in seen["1g"])
     worst = 0.0
-    print(f"{variant}: profile  per-instance samples/s  ratio over 1g  expected  deviation  CPU used / budget")
+    print(
+        f"{variant}: profile  per-instance samples/s  ratio over 1g  expected  deviation  CPU used / budget"
+    )
     for size in sorted(seen, key=lambda s: EXPECTED.get(s, 99)):
         rate = statistics.mean(t for t, _, _ in seen[size])
         ratio = rate / base
@@ -77,22 +94,40 @@ def report(variant: str, seen: dict[str, list[tuple[float, float, float]]]) -> b
         worst = max(worst, abs(deviation))
         parts = [u / b for _, b, u in seen[size] if b and u]
         used = f"{statistics.mean(parts):.0%}" if parts else "-"
-        print(f"{variant}:   {size:<6} {rate:>22,.1f}  {ratio:>13.2f}  {EXPECTED[size]:>8}  {deviation:>+9.1%}  {used:>17}")
+        print(
+            f"{variant}:   {size:<6} {rate:>22,.1f}  {ratio:>13.2f}  {EXPECTED[size]:>8}  {deviation:>+9.1%}  {used:>17}"
+        )
     met = worst <= TARGET_DEVIATION
-    print(f"{variant}: largest deviation from 1:2:3:4:7 {worst:.1%} (target <= {TARGET_DEVIATION:.0%}: "
-          f"{'met' if met else 'NOT met'})", flush=True)
+    print(
+        f"{variant}: largest deviation from 1:2:3:4:7 {worst:.1%} (target <= {TARGET_DEVIATION:.0%}: "
+        f"{'met' if met else 'NOT met'})",
+        flush=True,
+    )
     return met
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--variants", default="tiny,full", help="graph variants, comma separated (tiny, full)")
-    parser.add_argument("--layouts", default="1-8", help="the study's layouts: 1-8 or a list such as 1,5,7")
-    parser.add_argument("--cluster", default=None, help="run on a Ray cluster, e.g. local:3 (needs the cluster extra)")
-    parser.add_argument("--outdir", default=None, help="where the runs go (default: a temporary folder)")
+    parser.add_argument(
+        "--variants", default="tiny,full", help="graph variants, comma separated (tiny, full)"
+    )
+    parser.add_argument(
+        "--layouts", default="1-8", help="the study's layouts: 1-8 or a list such as 1,5,7"
+    )
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        help="run on a Ray cluster, e.g. local:3 (needs the cluster extra)",
+    )
+    parser.add_argument(
+        "--outdir", default=None, help="where the runs go (default: a temporary folder)"
+    )
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), load average "
-          f"{os.getloadavg()[0]:.2f} at the start", flush=True)
+    print(
+        f"{os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), load average "
+        f"{os.getloadavg()[0]:.2f} at the start",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="emulation-proportions-") as scratch:
         outdir = Path(args.outdir or scratch)
         results = [

@@ -95,8 +95,16 @@ def _pss_kib(pid: int) -> int:
     return 0
 
 
-def one_run(folder: Path, name: str, *, gpus: int, mode: str, scenario: str, target_qps: float,
-            args: argparse.Namespace) -> dict[str, Any]:
+def one_run(
+    folder: Path,
+    name: str,
+    *,
+    gpus: int,
+    mode: str,
+    scenario: str,
+    target_qps: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     """One null-backend run of study layout 8 on `gpus` emulated GPUs: the system's result."""
     import mlperf_mig
 
@@ -106,9 +114,19 @@ def one_run(folder: Path, name: str, *, gpus: int, mode: str, scenario: str, tar
         settings["target_latency"] = SERVER_LATENCY_NS // 1_000_000
     with PeakMemory() as memory:
         result = mlperf_mig.run(
-            scenario=8, gpu="A100-SXM4-80GB", gpu_count=gpus, emulate=True, backend="null",
-            loadgen_scenario=scenario, mode=mode, accuracy=False, progress=False, telemetry=False,
-            outdir=folder / name, settings=settings, timeout_s=args.timeout_s,
+            scenario=8,
+            gpu="A100-SXM4-80GB",
+            gpu_count=gpus,
+            emulate=True,
+            backend="null",
+            loadgen_scenario=scenario,
+            mode=mode,
+            accuracy=False,
+            progress=False,
+            telemetry=False,
+            outdir=folder / name,
+            settings=settings,
+            timeout_s=args.timeout_s,
         )
     rates = [i.throughput for i in result.instances if i.throughput is not None]
     return {
@@ -116,7 +134,9 @@ def one_run(folder: Path, name: str, *, gpus: int, mode: str, scenario: str, tar
         "target_qps": target_qps,
         "valid": bool(result.all_valid),
         "ok": bool(result.ok),
-        "fastest_loadgen": float(result.total_throughput or 0.0) if mode == "unified" else max(rates, default=0.0),
+        "fastest_loadgen": float(result.total_throughput or 0.0)
+        if mode == "unified"
+        else max(rates, default=0.0),
         "peak_mib": memory.peak_mib,
     }
 
@@ -126,19 +146,47 @@ def _word(run: dict[str, Any]) -> str:
 
 
 def offline(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    sizing = one_run(folder, f"offline-{mode}-sizing", gpus=args.gpus, mode=mode, scenario="Offline",
-                     target_qps=args.offline_qps, args=args)
-    rate = sizing["samples_per_s"] if mode == "unified" else sizing["fastest_loadgen"] * 7 * args.gpus
-    measured = one_run(folder, f"offline-{mode}", gpus=args.gpus, mode=mode, scenario="Offline",
-                       target_qps=SIZING_MARGIN * rate, args=args)
-    for retry in range(2):  # a query done before min_duration (INVALID, faster than asked): ask more
+    sizing = one_run(
+        folder,
+        f"offline-{mode}-sizing",
+        gpus=args.gpus,
+        mode=mode,
+        scenario="Offline",
+        target_qps=args.offline_qps,
+        args=args,
+    )
+    rate = (
+        sizing["samples_per_s"] if mode == "unified" else sizing["fastest_loadgen"] * 7 * args.gpus
+    )
+    measured = one_run(
+        folder,
+        f"offline-{mode}",
+        gpus=args.gpus,
+        mode=mode,
+        scenario="Offline",
+        target_qps=SIZING_MARGIN * rate,
+        args=args,
+    )
+    for retry in range(
+        2
+    ):  # a query done before min_duration (INVALID, faster than asked): ask more
         if measured["valid"] or measured["samples_per_s"] <= measured["target_qps"]:
             break
-        measured = one_run(folder, f"offline-{mode}-{retry}", gpus=args.gpus, mode=mode, scenario="Offline",
-                           target_qps=SIZING_MARGIN * measured["samples_per_s"], args=args)
-    print(f"  Offline {mode}: sizing {sizing['samples_per_s']:,.0f} ({_word(sizing)}), measured "
-          f"{measured['samples_per_s']:,.0f} samples/s ({_word(measured)}), peak memory "
-          f"{measured['peak_mib']:,.0f} MiB", flush=True)
+        measured = one_run(
+            folder,
+            f"offline-{mode}-{retry}",
+            gpus=args.gpus,
+            mode=mode,
+            scenario="Offline",
+            target_qps=SIZING_MARGIN * measured["samples_per_s"],
+            args=args,
+        )
+    print(
+        f"  Offline {mode}: sizing {sizing['samples_per_s']:,.0f} ({_word(sizing)}), measured "
+        f"{measured['samples_per_s']:,.0f} samples/s ({_word(measured)}), peak memory "
+        f"{measured['peak_mib']:,.0f} MiB",
+        flush=True,
+    )
     return measured
 
 
@@ -146,8 +194,15 @@ def server(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """The highest VALID Server target found by doubling then bisecting."""
     valid, invalid, target, runs = 0.0, None, args.server_qps, []
     while invalid is None and target <= args.server_max_qps:
-        run = one_run(folder, f"server-{mode}-{len(runs)}", gpus=args.gpus, mode=mode, scenario="Server",
-                      target_qps=target, args=args)
+        run = one_run(
+            folder,
+            f"server-{mode}-{len(runs)}",
+            gpus=args.gpus,
+            mode=mode,
+            scenario="Server",
+            target_qps=target,
+            args=args,
+        )
         runs.append(run)
         print(f"  Server {mode} target {target:,.0f} QPS: {_word(run)}", flush=True)
         if run["valid"] and run["ok"]:
@@ -156,8 +211,15 @@ def server(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             invalid = target
     for _ in range(args.bisect if invalid is not None else 0):
         target = (valid + invalid) / 2 if valid else invalid / 2
-        run = one_run(folder, f"server-{mode}-{len(runs)}", gpus=args.gpus, mode=mode, scenario="Server",
-                      target_qps=target, args=args)
+        run = one_run(
+            folder,
+            f"server-{mode}-{len(runs)}",
+            gpus=args.gpus,
+            mode=mode,
+            scenario="Server",
+            target_qps=target,
+            args=args,
+        )
         runs.append(run)
         print(f"  Server {mode} target {target:,.0f} QPS: {_word(run)}", flush=True)
         if run["valid"] and run["ok"]:
@@ -171,18 +233,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, default=8, help="emulated A100s, 7x 1g.10gb each")
     parser.add_argument("--duration-ms", type=int, default=2000, help="min_duration of every run")
-    parser.add_argument("--offline-qps", type=float, default=400_000, help="target of the sizing run")
+    parser.add_argument(
+        "--offline-qps", type=float, default=400_000, help="target of the sizing run"
+    )
     parser.add_argument("--server-qps", type=float, default=20_000, help="first Server target")
-    parser.add_argument("--server-max-qps", type=float, default=2_000_000, help="stop doubling here")
+    parser.add_argument(
+        "--server-max-qps", type=float, default=2_000_000, help="stop doubling here"
+    )
     parser.add_argument("--bisect", type=int, default=3, help="halvings after the first INVALID")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--skip-server", action="store_true", help="Offline and memory only")
-    parser.add_argument("--timeout-s", type=float, default=600.0, help="deadline of each LoadGen test")
+    parser.add_argument(
+        "--timeout-s", type=float, default=600.0, help="deadline of each LoadGen test"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = parser.parse_args()
-    print(f"fleet dispatch: {args.gpus} emulated A100-SXM4-80GB x 7x 1g.10gb = {7 * args.gpus} "
-          f"instances, null backend, ResNet50, {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"fleet dispatch: {args.gpus} emulated A100-SXM4-80GB x 7x 1g.10gb = {7 * args.gpus} "
+        f"instances, null backend, ResNet50, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     started = time.monotonic()
     report: dict[str, Any] = {"gpus": args.gpus, "instances": 7 * args.gpus}
     with tempfile.TemporaryDirectory(prefix="fleet-dispatch-") as tmp:
@@ -191,28 +262,51 @@ def main() -> int:
             report[mode] = {"offline": offline(folder, mode, args)}
             if not args.skip_server:
                 report[mode]["server"] = server(folder, mode, args)
-        one_gpu = one_run(folder, "memory-one-gpu", gpus=1, mode="unified", scenario="Offline",
-                          target_qps=args.offline_qps / args.gpus, args=args)
+        one_gpu = one_run(
+            folder,
+            "memory-one-gpu",
+            gpus=1,
+            mode="unified",
+            scenario="Offline",
+            target_qps=args.offline_qps / args.gpus,
+            args=args,
+        )
     lines = []
     if "unified" in report:
         offline_rate = report["unified"]["offline"]["samples_per_s"]
-        lines.append(f"Offline unified {offline_rate:,.0f} samples/s (target >= {OFFLINE_TARGET:,}): "
-                     f"{'met' if offline_rate >= OFFLINE_TARGET else 'NOT met'}")
+        lines.append(
+            f"Offline unified {offline_rate:,.0f} samples/s (target >= {OFFLINE_TARGET:,}): "
+            f"{'met' if offline_rate >= OFFLINE_TARGET else 'NOT met'}"
+        )
         if "server" in report["unified"]:
             qps = report["unified"]["server"]["highest_valid_qps"]
-            lines.append(f"Server unified highest VALID {qps:,.0f} QPS at 15 ms (target >= {SERVER_TARGET:,}): "
-                         f"{'met' if qps >= SERVER_TARGET else 'NOT met'}")
-        extra = (report["unified"]["offline"]["peak_mib"] - one_gpu["peak_mib"]) / (7 * (args.gpus - 1) or 1)
+            lines.append(
+                f"Server unified highest VALID {qps:,.0f} QPS at 15 ms (target >= {SERVER_TARGET:,}): "
+                f"{'met' if qps >= SERVER_TARGET else 'NOT met'}"
+            )
+        extra = (report["unified"]["offline"]["peak_mib"] - one_gpu["peak_mib"]) / (
+            7 * (args.gpus - 1) or 1
+        )
         report["memory_per_extra_instance_mib"] = extra
-        lines.append(f"peak memory {report['unified']['offline']['peak_mib']:,.0f} MiB for {7 * args.gpus} "
-                     f"instances, {one_gpu['peak_mib']:,.0f} MiB for 7: {extra:,.1f} MiB per extra instance "
-                     f"(target <= {MEMORY_TARGET_MIB}): {'met' if extra <= MEMORY_TARGET_MIB else 'NOT met'}")
+        lines.append(
+            f"peak memory {report['unified']['offline']['peak_mib']:,.0f} MiB for {7 * args.gpus} "
+            f"instances, {one_gpu['peak_mib']:,.0f} MiB for 7: {extra:,.1f} MiB per extra instance "
+            f"(target <= {MEMORY_TARGET_MIB}): {'met' if extra <= MEMORY_TARGET_MIB else 'NOT met'}"
+        )
     if "independent" in report:
         ind = report["independent"]
-        lines.append(f"reference, independent: Offline {ind['offline']['samples_per_s']:,.0f} samples/s"
-                     + (f", Server highest VALID {ind['server']['highest_valid_qps']:,.0f} QPS" if "server" in ind else ""))
+        lines.append(
+            f"reference, independent: Offline {ind['offline']['samples_per_s']:,.0f} samples/s"
+            + (
+                f", Server highest VALID {ind['server']['highest_valid_qps']:,.0f} QPS"
+                if "server" in ind
+                else ""
+            )
+        )
     print("\n".join(lines))
-    print(f"took {time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f} at the end")
+    print(
+        f"took {time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f} at the end"
+    )
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

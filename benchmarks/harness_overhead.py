@@ -194,7 +194,9 @@ def harness_run(
     from mlperf_mig.harness import sut
 
     issue_cpu = IssueCpu()
-    sut.BatchRunner.run_offline = issue_cpu.wrap(sut.BatchRunner.run_offline, method=True)  # this child only
+    sut.BatchRunner.run_offline = issue_cpu.wrap(
+        sut.BatchRunner.run_offline, method=True
+    )  # this child only
     return {**run_instance(task).to_dict(), "issue_cpu_ns_per_sample": issue_cpu.per_sample_ns()}
 
 
@@ -235,7 +237,11 @@ def offline(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 "ours": ours,
                 "ratio": ours / bare[False],
                 "ratio_pooled": ours / bare[True],
-                "cpu_ns_per_sample": {"bare": cpu[False], "bare_pooled": cpu[True], "ours": cpu["ours"]},
+                "cpu_ns_per_sample": {
+                    "bare": cpu[False],
+                    "bare_pooled": cpu[True],
+                    "ours": cpu["ours"],
+                },
             }
         )
         print(

@@ -296,5 +296,6 @@ def where_it_goes(per_instance_mib: float, count: int, steps: list[tuple[str, in
     ]
     return "\n".join(lines)
 
+
 if __name__ == "__main__":
     main()

@@ -24,13 +24,22 @@ from pathlib import Path
 TARGET_RATIO = 0.99
 
 
-def one_run(layout: int, variant: str, telemetry: bool, outdir: Path) -> tuple[float, float | None, int]:
+def one_run(
+    layout: int, variant: str, telemetry: bool, outdir: Path
+) -> tuple[float, float | None, int]:
     """(total samples/s, the sampler thread's CPU share of one CPU or None, rows) of one run."""
     import mlperf_mig
 
     result = mlperf_mig.run(
-        scenario=layout, benchmark="resnet50", loadgen_scenario="Offline", variant=variant,
-        emulate=True, accuracy=False, telemetry=telemetry, outdir=outdir, progress=False,
+        scenario=layout,
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        variant=variant,
+        emulate=True,
+        accuracy=False,
+        telemetry=telemetry,
+        outdir=outdir,
+        progress=False,
     )
     if result.total_throughput is None:
         raise SystemExit(f"run {outdir} produced no throughput: {result.table()}")
@@ -42,14 +51,21 @@ def one_run(layout: int, variant: str, telemetry: bool, outdir: Path) -> tuple[f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pairs", type=int, default=3, help="on/off pairs (default 3)")
     parser.add_argument("--variant", default="full", choices=("full", "tiny"))
     parser.add_argument("--layout", type=int, default=7, help="study layout (default 7)")
-    parser.add_argument("--outdir", default=None, help="where the runs go (default: a temporary folder)")
+    parser.add_argument(
+        "--outdir", default=None, help="where the runs go (default: a temporary folder)"
+    )
     args = parser.parse_args()
     root = Path(args.outdir or tempfile.mkdtemp(prefix="telemetry-overhead-"))
-    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; runs in {root}", flush=True)
+    print(
+        f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; runs in {root}",
+        flush=True,
+    )
     on, off, shares = [], [], []
     for k in range(args.pairs):
         total_on, share, rows = one_run(args.layout, args.variant, True, root / f"on-{k}")
@@ -58,16 +74,23 @@ def main() -> int:
         off.append(total_off)
         if share is not None:
             shares.append(share)
-        print(f"pair {k + 1}: telemetry on {total_on:,.1f} samples/s ({rows} rows, sampler "
-              f"{'-' if share is None else f'{share:.2%}'} of one CPU), off {total_off:,.1f} samples/s, "
-              f"ratio {total_on / total_off:.3f}; load {os.getloadavg()[0]:.2f}", flush=True)
+        print(
+            f"pair {k + 1}: telemetry on {total_on:,.1f} samples/s ({rows} rows, sampler "
+            f"{'-' if share is None else f'{share:.2%}'} of one CPU), off {total_off:,.1f} samples/s, "
+            f"ratio {total_on / total_off:.3f}; load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
     ratio = statistics.mean(on) / statistics.mean(off)
     met = ratio >= TARGET_RATIO
-    print(f"throughput with telemetry over without: {ratio:.3f} (mean of {args.pairs} pairs; target >= "
-          f"{TARGET_RATIO}: {'met' if met else 'NOT met'})")
+    print(
+        f"throughput with telemetry over without: {ratio:.3f} (mean of {args.pairs} pairs; target >= "
+        f"{TARGET_RATIO}: {'met' if met else 'NOT met'})"
+    )
     if shares:
-        print(f"sampler thread CPU: {statistics.mean(shares):.2%} of one CPU on average "
-              f"(max {max(shares):.2%}), at 10 Hz")
+        print(
+            f"sampler thread CPU: {statistics.mean(shares):.2%} of one CPU on average "
+            f"(max {max(shares):.2%}), at 10 Hz"
+        )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0 if met else 1
 

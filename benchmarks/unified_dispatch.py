@@ -89,7 +89,9 @@ def _word(run: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--benchmark", default="resnet50", help="resnet50 (588 KiB) or bert (9 KiB)")
+    parser.add_argument(
+        "--benchmark", default="resnet50", help="resnet50 (588 KiB) or bert (9 KiB)"
+    )
     parser.add_argument("--layouts", type=int, nargs="+", default=[1, 7, 8])
     parser.add_argument("--duration-ms", type=int, default=3000, help="min_duration of every run")
     parser.add_argument(
@@ -169,7 +171,11 @@ def main() -> int:
                 f"layout {layout}: unified {best['unified']:,.0f} samples/s, independent "
                 f"{best['independent']:,.0f} samples/s, ratio {entry['ratio_of_best']:.2f} "
                 f"(median of the pairs {entry['median_pair_ratio']:.2f})"
-                + (f"; {invalid} measured run(s) INVALID" if invalid else "; every measured run VALID"),
+                + (
+                    f"; {invalid} measured run(s) INVALID"
+                    if invalid
+                    else "; every measured run VALID"
+                ),
                 flush=True,
             )
     target = report["layouts"].get(str(TARGET_LAYOUT))
@@ -179,7 +185,9 @@ def main() -> int:
             f"layout {TARGET_LAYOUT} targets (unified >= {UNIFIED_TARGET:,} samples/s and >= "
             f"{RATIO_TARGET:.0%} of independent): {'met' if met else 'NOT met'}"
         )
-    print(f"took {time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f} at the end")
+    print(
+        f"took {time.monotonic() - started:.0f} s, load average {os.getloadavg()[0]:.2f} at the end"
+    )
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

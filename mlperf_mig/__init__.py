@@ -29,8 +29,17 @@ _API = {
 }
 
 __all__ = [
-    "InstanceRun", "RepeatedRun", "RunPlan", "RunResult", "SweepResult", "advise", "aggregate",
-    "capacity", "plan", "run", "sweep",
+    "InstanceRun",
+    "RepeatedRun",
+    "RunPlan",
+    "RunResult",
+    "SweepResult",
+    "advise",
+    "aggregate",
+    "capacity",
+    "plan",
+    "run",
+    "sweep",
 ]
 
 

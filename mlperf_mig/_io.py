@@ -60,7 +60,9 @@ def check_output_path(name: str, path: str) -> None:
             f"{name} {path!r} is not valid UTF-8 (LoadGen and results.json need UTF-8 names); "
             "pass a folder name in UTF-8"
         ) from None
-    long_name = next((part for part in path.split(os.sep) if len(part.encode("utf-8")) > _NAME_MAX), None)
+    long_name = next(
+        (part for part in path.split(os.sep) if len(part.encode("utf-8")) > _NAME_MAX), None
+    )
     if long_name is not None:
         raise OutputDirError(
             f"{name}: the folder name {long_name[:40]!r}... is {len(long_name.encode('utf-8'))} bytes, "
@@ -84,8 +86,6 @@ def check_text_file(path: str, what: str, error: type[MlperfMigError] = Settings
         raise error(
             f"{what} {path!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); pass a UTF-8 file"
         ) from None
-
-
 
 
 SMALL_FILE_LIMIT = 1 << 20  # records, verify files and audit.configs are far smaller
@@ -114,7 +114,6 @@ def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise SettingsError("not UTF-8 text") from None
-
 
 
 def free_space(path: str | os.PathLike[str]) -> str:
@@ -154,7 +153,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     destination = Path(path)
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(
+            dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp"
+        )
     except OSError as exc:
         raise write_failed(destination, exc) from None
     try:

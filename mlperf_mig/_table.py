@@ -25,9 +25,7 @@ def text_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str
     ]
 
     def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)
-        ]
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return "  ".join(parts).rstrip()
 
     header = line(list(columns))

@@ -84,7 +84,9 @@ _OPTIONS_DOC = """
 
 def _options(values: Mapping[str, Any]) -> RunOptions:
     """The RunOptions of a call's keyword arguments (those that are run options)."""
-    return RunOptions(**{f.name: values[f.name] for f in attrs.fields(RunOptions) if f.name in values})
+    return RunOptions(
+        **{f.name: values[f.name] for f in attrs.fields(RunOptions) if f.name in values}
+    )
 
 
 def plan(
@@ -215,12 +217,17 @@ def _study(
     from mlperf_mig.study.repeats import find_study_baseline, run_study, study_plans
 
     jobs = study_plans(the_plan, options.repeats, options.isolation)
-    bar = OverallProgress(sum(rounds_of(j) for _, j in jobs), progress=progress, description=the_plan.layout)
+    bar = OverallProgress(
+        sum(rounds_of(j) for _, j in jobs), progress=progress, description=the_plan.layout
+    )
     try:
         with stop_signals():
             return run_study(
-                the_plan, repeats=options.repeats, isolation=options.isolation,
-                execute=lambda p: execute(p, progress=progress), bar=bar,
+                the_plan,
+                repeats=options.repeats,
+                isolation=options.isolation,
+                execute=lambda p: execute(p, progress=progress),
+                bar=bar,
                 baseline=baseline if baseline is not None else find_study_baseline(the_plan),
             )
     finally:
@@ -237,7 +244,10 @@ def check_baseline(baseline: object, the_plan: RunPlan) -> RunResult | None:
         raise SettingsError(
             f"baseline must be a RunResult, a run folder or None, got {type(baseline).__name__}"
         )
-    if (baseline.benchmark, baseline.loadgen_scenario) != (the_plan.benchmark, the_plan.loadgen_scenario):
+    if (baseline.benchmark, baseline.loadgen_scenario) != (
+        the_plan.benchmark,
+        the_plan.loadgen_scenario,
+    ):
         raise SettingsError(
             f"baseline is {baseline.benchmark} {baseline.loadgen_scenario} but this run is "
             f"{the_plan.benchmark} {the_plan.loadgen_scenario} (LoadGen scenario); pass a baseline "
@@ -300,16 +310,25 @@ def sweep(
     values = {k: v for k, v in locals().items() if k not in ("scenarios", "outdir")}
     for name in ("resume", "chart"):
         if not isinstance(values[name], bool):
-            raise SettingsError(f"{name} must be True or False, got {type(values[name]).__name__} {values[name]!r}")
+            raise SettingsError(
+                f"{name} must be True or False, got {type(values[name]).__name__} {values[name]!r}"
+            )
     check_progress(progress)
     if outdir is not None:
         if not isinstance(outdir, (str, os.PathLike)):
-            raise SettingsError(f"outdir must be a path (str or os.PathLike) or None, got {outdir!r}")
+            raise SettingsError(
+                f"outdir must be a path (str or os.PathLike) or None, got {outdir!r}"
+            )
         check_output_path("outdir", os.fspath(outdir))
         refuse_other_kinds(outdir, SWEEP_FILE, "a sweep")  # before a cluster starts
     with stop_signals(), cluster_scope(values["cluster"]):
         return run_sweep(
-            scenarios, _options(values), outdir=outdir, resume=resume, chart=chart, progress=progress
+            scenarios,
+            _options(values),
+            outdir=outdir,
+            resume=resume,
+            chart=chart,
+            progress=progress,
         )
 
 

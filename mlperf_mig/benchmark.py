@@ -26,7 +26,9 @@ class Benchmark:
     """An MLPerf Inference benchmark: the model interface and the rules that depend on it."""
 
     name: str
-    conf_model_name: str  # the model name LoadGen's mlperf.conf uses (trap 3: "bert", not "bert-99")
+    conf_model_name: (
+        str  # the model name LoadGen's mlperf.conf uses (trap 3: "bert", not "bert-99")
+    )
     submission_names: tuple[str, ...]  # result folder names the submission checker accepts
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]

@@ -75,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if exc.filename is not None or exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
             raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # drop what cannot be written
+        os.dup2(
+            os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()
+        )  # drop what cannot be written
         print(f"mlperf-mig: error: cannot write the output: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -57,52 +57,118 @@ def _scenarios(values: list[str]) -> list[int | str]:
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)")
     parser.add_argument(
-        "--loadgen-scenario", default="Offline",
+        "--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)"
+    )
+    parser.add_argument(
+        "--loadgen-scenario",
+        default="Offline",
         help="MLPerf LoadGen scenario: Offline, Server, SingleStream, MultiStream (default Offline)",
     )
-    parser.add_argument("--mode", default="independent", choices=("independent", "unified"),
-                        help="independent: one LoadGen per instance (summed); unified: one LoadGen for the layout")
-    parser.add_argument("--backend", default="auto", help="auto, tensorrt, onnxruntime or null (default auto)")
+    parser.add_argument(
+        "--mode",
+        default="independent",
+        choices=("independent", "unified"),
+        help="independent: one LoadGen per instance (summed); unified: one LoadGen for the layout",
+    )
+    parser.add_argument(
+        "--backend", default="auto", help="auto, tensorrt, onnxruntime or null (default auto)"
+    )
     parser.add_argument("--preset", default="quick", help="quick or submission (default quick)")
-    parser.add_argument("--variant", default="full", choices=("full", "tiny"), help="model size (default full)")
-    parser.add_argument("--precision", default=None, help="fp32, fp16 or int8 (default: the backend's)")
-    parser.add_argument("--gpu", default=None, help="GPU to emulate without a GPU (default A100-SXM4-80GB)")
-    parser.add_argument("--shared", action="store_true",
-                        help="on a GPU without MIG, let the instances time-share it (labelled shared)")
-    parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
+    parser.add_argument(
+        "--variant", default="full", choices=("full", "tiny"), help="model size (default full)"
+    )
+    parser.add_argument(
+        "--precision", default=None, help="fp32, fp16 or int8 (default: the backend's)"
+    )
+    parser.add_argument(
+        "--gpu", default=None, help="GPU to emulate without a GPU (default A100-SXM4-80GB)"
+    )
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="on a GPU without MIG, let the instances time-share it (labelled shared)",
+    )
+    parser.add_argument(
+        "--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU"
+    )
     parser.add_argument("--no-accuracy", action="store_true", help="skip the accuracy run")
-    parser.add_argument("--compliance", action="store_true",
-                        help="then run the compliance audits (TEST01, TEST04 for resnet50); a failed audit exits 1")
-    parser.add_argument("--no-telemetry", action="store_true",
-                        help="do not sample GPU power, energy and each instance's activity during the run "
-                        "(default: sampled at 10 Hz into results.json and telemetry.csv)")
+    parser.add_argument(
+        "--compliance",
+        action="store_true",
+        help="then run the compliance audits (TEST01, TEST04 for resnet50); a failed audit exits 1",
+    )
+    parser.add_argument(
+        "--no-telemetry",
+        action="store_true",
+        help="do not sample GPU power, energy and each instance's activity during the run "
+        "(default: sampled at 10 Hz into results.json and telemetry.csv)",
+    )
     add_settings_option(parser)
     parser.add_argument("--user-conf", default=None, help="a user.conf file with LoadGen settings")
-    parser.add_argument("--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)")
+    parser.add_argument(
+        "--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)"
+    )
     parser.add_argument("--vocab", default=None, help="vocab.txt for SQuAD")
-    parser.add_argument("--model", default=None, help="an ONNX model file instead of the generated graph")
-    parser.add_argument("--timeout", type=decimal_number, default=None, help="seconds before a worker counts as hung")
-    parser.add_argument("--outdir", default=None, help="output folder (default: a new timestamped folder here)")
-    parser.add_argument("--worker-entry", default=None, help=argparse.SUPPRESS)  # tests inject faults
-    parser.add_argument("--cluster", default=None, metavar="ADDR",
-                        help="run the instances on a Ray cluster: auto, HOST:PORT, ray://HOST:PORT, or "
-                        "local:N (N throwaway nodes on this machine); needs mlperf-mig[cluster]")
-    parser.add_argument("--gpu-group", default=None, metavar="NODES",
-                        help="with --cluster on vGPUs: comma-separated nodes (address, host or node ID) "
-                        "whose vGPUs are slices of one GPU (the run says the grouping was declared)")
-    parser.add_argument("--gpus", default=None, type=_gpu_selection, metavar="all|0,3",
-                        help="put the layout on each of these GPUs at once (all, or indices); with "
-                        "--cluster, all means every GPU of every node")
-    parser.add_argument("--layout", action="append", default=[], type=_gpu_layout, metavar="GPU=LAYOUT",
-                        help="a GPU's own layout, e.g. 1=3g.40gb+4g.40gb (repeatable; the others "
-                        "carry --scenario)")
-    parser.add_argument("--gpu-count", type=_count_of_gpus, default=None, metavar="N",
-                        help="without a GPU: emulate N GPUs of --gpu, each on its share of the CPUs "
-                        "(on a cluster: per node, with --gpus all)")
-    parser.add_argument("--nvml-state", default=None, metavar="FILE",
-                        help="use a recorded NVML state (from `mlperf-mig detect --record FILE`) instead of this machine's GPUs")
+    parser.add_argument(
+        "--model", default=None, help="an ONNX model file instead of the generated graph"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=decimal_number,
+        default=None,
+        help="seconds before a worker counts as hung",
+    )
+    parser.add_argument(
+        "--outdir", default=None, help="output folder (default: a new timestamped folder here)"
+    )
+    parser.add_argument(
+        "--worker-entry", default=None, help=argparse.SUPPRESS
+    )  # tests inject faults
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDR",
+        help="run the instances on a Ray cluster: auto, HOST:PORT, ray://HOST:PORT, or "
+        "local:N (N throwaway nodes on this machine); needs mlperf-mig[cluster]",
+    )
+    parser.add_argument(
+        "--gpu-group",
+        default=None,
+        metavar="NODES",
+        help="with --cluster on vGPUs: comma-separated nodes (address, host or node ID) "
+        "whose vGPUs are slices of one GPU (the run says the grouping was declared)",
+    )
+    parser.add_argument(
+        "--gpus",
+        default=None,
+        type=_gpu_selection,
+        metavar="all|0,3",
+        help="put the layout on each of these GPUs at once (all, or indices); with "
+        "--cluster, all means every GPU of every node",
+    )
+    parser.add_argument(
+        "--layout",
+        action="append",
+        default=[],
+        type=_gpu_layout,
+        metavar="GPU=LAYOUT",
+        help="a GPU's own layout, e.g. 1=3g.40gb+4g.40gb (repeatable; the others carry --scenario)",
+    )
+    parser.add_argument(
+        "--gpu-count",
+        type=_count_of_gpus,
+        default=None,
+        metavar="N",
+        help="without a GPU: emulate N GPUs of --gpu, each on its share of the CPUs "
+        "(on a cluster: per node, with --gpus all)",
+    )
+    parser.add_argument(
+        "--nvml-state",
+        default=None,
+        metavar="FILE",
+        help="use a recorded NVML state (from `mlperf-mig detect --record FILE`) instead of this machine's GPUs",
+    )
 
 
 def _gpu_selection(text: str) -> str | list[int]:
@@ -158,12 +224,20 @@ def _positive(text: str) -> int:
 
 
 def _study_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repeats", type=_positive, default=1, metavar="N",
-                        help="run each layout N times (each repeat its own folder); tables show "
-                        "means with 95%% confidence intervals (default 1; the study used 3)")
-    parser.add_argument("--isolation", action="store_true",
-                        help="also run each distinct profile of the layout alone and report each "
-                        "instance's interference against it")
+    parser.add_argument(
+        "--repeats",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="run each layout N times (each repeat its own folder); tables show "
+        "means with 95%% confidence intervals (default 1; the study used 3)",
+    )
+    parser.add_argument(
+        "--isolation",
+        action="store_true",
+        help="also run each distinct profile of the layout alone and report each "
+        "instance's interference against it",
+    )
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -212,22 +286,34 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "the study's MIG layout 1-8, a layout such as 3x2g.20gb+1g.10gb, or a system ID "
         "(default 7; the LoadGen scenario is --loadgen-scenario)"
     )
-    parser = subparsers.add_parser("run", help="run a benchmark on every instance of a MIG layout at once")
+    parser = subparsers.add_parser(
+        "run", help="run a benchmark on every instance of a MIG layout at once"
+    )
     parser.add_argument("--scenario", type=_scenario, default=7, help=scenario_help)
     _run_options(parser)
     _study_options(parser)
-    parser.add_argument("--json", action="store_true", help="print results.json (repeats.json) instead of the table")
+    parser.add_argument(
+        "--json", action="store_true", help="print results.json (repeats.json) instead of the table"
+    )
     parser.set_defaults(handler=_run)
 
-    parser = subparsers.add_parser("plan", help="show what `run` would do, without running anything")
+    parser = subparsers.add_parser(
+        "plan", help="show what `run` would do, without running anything"
+    )
     parser.add_argument("--scenario", type=_scenario, default=7, help=scenario_help)
     _run_options(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=_plan)
 
-    parser = subparsers.add_parser("sweep", help="run several MIG layouts one after the other; table and chart")
-    parser.add_argument("--scenarios", nargs="+", default=["1-8"],
-                        help="study layouts (1-8, 1,6,7) or layout strings (default 1-8)")
+    parser = subparsers.add_parser(
+        "sweep", help="run several MIG layouts one after the other; table and chart"
+    )
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=["1-8"],
+        help="study layouts (1-8, 1,6,7) or layout strings (default 1-8)",
+    )
     _run_options(parser)
     _study_options(parser)
     parser.add_argument("--no-resume", action="store_true", help="run every layout again")
@@ -235,25 +321,40 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_sweep)
 
     parser = subparsers.add_parser("report", help="print the results of a run or sweep folder")
-    parser.add_argument("folder", metavar="DIR", help="a run folder (results.json) or a sweep folder")
+    parser.add_argument(
+        "folder", metavar="DIR", help="a run folder (results.json) or a sweep folder"
+    )
     parser.add_argument("--markdown", action="store_true", help="Markdown instead of a text table")
-    parser.add_argument("--html", default=None, metavar="FILE",
-                        help="also write one self-contained HTML report (charts embedded) to FILE: a "
-                        "new name or a regular file (replaced, and said so), never a file the report "
-                        "reads, a link, a device or a folder")
-    parser.add_argument("--html-mkdir", action="store_true",
-                        help="create the missing folders of the --html FILE (otherwise refused)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the folder's results (results.json, repeats.json or sweep.json) as read")
+    parser.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE",
+        help="also write one self-contained HTML report (charts embedded) to FILE: a "
+        "new name or a regular file (replaced, and said so), never a file the report "
+        "reads, a link, a device or a folder",
+    )
+    parser.add_argument(
+        "--html-mkdir",
+        action="store_true",
+        help="create the missing folders of the --html FILE (otherwise refused)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the folder's results (results.json, repeats.json or sweep.json) as read",
+    )
     parser.set_defaults(handler=_report)
 
     parser = subparsers.add_parser(
-        "aggregate", help="combine run folders from several hosts (one instance per VM) into one result"
+        "aggregate",
+        help="combine run folders from several hosts (one instance per VM) into one result",
     )
     parser.add_argument("folders", metavar="DIR", nargs="+", help="run folders with results.json")
     parser.add_argument("--outdir", default=None, help="write the combined results.json here")
     parser.add_argument("--markdown", action="store_true", help="Markdown instead of a text table")
-    parser.add_argument("--json", action="store_true", help="print the combined results.json instead of the table")
+    parser.add_argument(
+        "--json", action="store_true", help="print the combined results.json instead of the table"
+    )
     parser.set_defaults(handler=_aggregate)
 
 
@@ -284,8 +385,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
     options = _options(args)
     result = sweep(
-        _scenarios(args.scenarios), resume=not args.no_resume, repeats=args.repeats,
-        isolation=args.isolation, **options,
+        _scenarios(args.scenarios),
+        resume=not args.no_resume,
+        repeats=args.repeats,
+        isolation=args.isolation,
+        **options,
     )
     print(_json(result) if args.json else result.table())
     return EXIT_OK if result.ok and not _audit_failed(result) else EXIT_FAILED
@@ -322,7 +426,9 @@ def _report(args: argparse.Namespace) -> int:
     from mlperf_mig.study.sweep import load_report
 
     if args.html_mkdir and args.html is None:
-        raise NameParseError("--html-mkdir creates the folders of --html FILE; pass --html FILE with it")
+        raise NameParseError(
+            "--html-mkdir creates the folders of --html FILE; pass --html FILE with it"
+        )
     report = load_report(args.folder)
     if args.html is not None:
         from mlperf_mig.study.report_html import write_html

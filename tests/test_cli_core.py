@@ -79,10 +79,24 @@ def test_gpu_index_beyond_nvml(capsys: pytest.CaptureFixture[str]) -> None:
 def fixture_bad_datasets(tmp_path: Path) -> Path:
     """Dataset files that used to end in tracebacks: a huge label, Latin-1 val_map and vocab, a
     SQuAD json nested 100,000 deep."""
-    for name, text in [("big-label", b"a.npy 100000000000000000000\n"), ("latin1", b"a\xff.npy 1\n")]:
+    for name, text in [
+        ("big-label", b"a.npy 100000000000000000000\n"),
+        ("latin1", b"a\xff.npy 1\n"),
+    ]:
         (tmp_path / name).mkdir()
         (tmp_path / name / "val_map.txt").write_bytes(text)
-    squad = {"data": [{"paragraphs": [{"context": "a b", "qas": [{"id": "1", "question": "a?", "answers": [{"text": "a"}]}]}]}]}
+    squad = {
+        "data": [
+            {
+                "paragraphs": [
+                    {
+                        "context": "a b",
+                        "qas": [{"id": "1", "question": "a?", "answers": [{"text": "a"}]}],
+                    }
+                ]
+            }
+        ]
+    }
     (tmp_path / "vocab-latin1").mkdir()
     (tmp_path / "vocab-latin1" / "dev.json").write_text(json.dumps(squad))
     (tmp_path / "vocab-latin1" / "vocab.txt").write_bytes(b"[CLS]\n[SEP]\n[UNK]\n\xff\n")
@@ -104,15 +118,29 @@ def fixture_bad_datasets(tmp_path: Path) -> Path:
     ],
 )
 def test_harness_input_is_one_line(
-    capsys: pytest.CaptureFixture[str], bad_datasets: Path, benchmark: str, extra: list[str], fragment: str
+    capsys: pytest.CaptureFixture[str],
+    bad_datasets: Path,
+    benchmark: str,
+    extra: list[str],
+    fragment: str,
 ) -> None:
     """Harness inputs that used to end in a traceback (or grow memory without output) are one
     line and exit 2 before LoadGen starts."""
     if extra[0] == "--dataset":
         extra = [extra[0], str(bad_datasets / extra[1])]
     backend = "onnxruntime" if extra[0] == "--threads" else "null"
-    argv = ["harness", "--benchmark", benchmark, "--loadgen-scenario", "Offline", "--backend",
-            backend, "--outdir", str(bad_datasets / "out"), *extra]
+    argv = [
+        "harness",
+        "--benchmark",
+        benchmark,
+        "--loadgen-scenario",
+        "Offline",
+        "--backend",
+        backend,
+        "--outdir",
+        str(bad_datasets / "out"),
+        *extra,
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and fragment in err

@@ -35,7 +35,9 @@ def _python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README, flags=re.S)
 
 
-def _outputs(cell: Any, kind: str, types: tuple[str, ...] = ("execute_result", "display_data")) -> list[str]:
+def _outputs(
+    cell: Any, kind: str, types: tuple[str, ...] = ("execute_result", "display_data")
+) -> list[str]:
     """The texts of `kind` (a MIME type, or 'stderr'/'stdout') among a cell's outputs of `types`."""
     texts = []
     for output in cell.outputs:
@@ -62,7 +64,10 @@ def fixture_executed(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     notebook.cells += [nbformat.v4.new_code_cell(block) for block in blocks]
     # ipykernel's own "python3" kernel runs this interpreter (the project's environment)
     client = nbclient.NotebookClient(
-        notebook, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(folder)}},
+        notebook,
+        timeout=1200,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(folder)}},
     )
     client.execute()
     return notebook.cells[1:]

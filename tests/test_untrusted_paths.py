@@ -23,7 +23,9 @@ def test_safe_name_keeps_plain_names(name):
     assert safe_name(name, "scenario", "results.json") == name
 
 
-@pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", "a b", "x\n", "", "..", "a..b", 3, None])
+@pytest.mark.parametrize(
+    "name", ["../x", "a/b", ".hidden", "a b", "x\n", "", "..", "a..b", 3, None]
+)
 def test_safe_name_refuses_names_that_leave_a_folder(name):
     """Separators, dots that climb, control characters and non-strings are refused by field."""
     with pytest.raises(UntrustedPathError, match=r"results\.json.*scenario"):

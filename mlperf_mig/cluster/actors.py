@@ -31,8 +31,13 @@ def actor_errors() -> tuple[type[BaseException], ...]:
     """Ray's exceptions for an actor whose process or node is gone."""
     from ray import exceptions
 
-    return (exceptions.RayActorError, exceptions.NodeDiedError, exceptions.WorkerCrashedError,
-            exceptions.ObjectLostError, exceptions.OwnerDiedError)
+    return (
+        exceptions.RayActorError,
+        exceptions.NodeDiedError,
+        exceptions.WorkerCrashedError,
+        exceptions.ObjectLostError,
+        exceptions.OwnerDiedError,
+    )
 
 
 class RoundBarrier:
@@ -71,7 +76,7 @@ class RemoteJob:
 def rewrite_paths(value: Any, old: str, new: str) -> Any:
     """`value` with every string that starts with the folder `old` moved under `new`."""
     if isinstance(value, str):
-        return new + value[len(old):] if value.startswith(old) else value
+        return new + value[len(old) :] if value.startswith(old) else value
     if isinstance(value, Mapping):
         return {k: rewrite_paths(v, old, new) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -133,7 +138,11 @@ class InstanceActor:
             reply.update(status="ok", value=rewrite_paths(plain, str(self.folder), driver_folder))
             reply["engine"] = None if spec is None else spec.to_dict()
         except BaseException as exc:  # the driver gets the reason and the files, as locally
-            reply.update(status="raised", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
+            reply.update(
+                status="raised",
+                error=f"{type(exc).__name__}: {exc}",
+                traceback=traceback.format_exc(),
+            )
         reply["started_ns"] = started[0] if started else None
         if released and time.monotonic() > released[0][1]:
             # CPU-seconds per second this actor used once released (an emulated budget's check)
@@ -155,7 +164,9 @@ def build_on_node(request: Any) -> Any:
     return EngineSpec.from_dict(build_engine_job(request)["spec"])
 
 
-def write_files(folder: Path, files: Mapping[str, bytes], write: Callable[[Path, bytes], None]) -> None:
+def write_files(
+    folder: Path, files: Mapping[str, bytes], write: Callable[[Path, bytes], None]
+) -> None:
     """Put a node's files into the driver's run folder (`write` is the atomic writer)."""
     for relative, data in files.items():
         destination = folder / relative

@@ -15,7 +15,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "CPUs as an emulated partition.",
     )
     parser.add_argument(
-        "--cluster", required=True, metavar="ADDR",
+        "--cluster",
+        required=True,
+        metavar="ADDR",
         help="auto, HOST:PORT, ray://HOST:PORT, or local:N (N throwaway nodes on this machine)",
     )
     parser.add_argument("--json", action="store_true", help="print the inventory as JSON")
@@ -31,11 +33,16 @@ def _cluster_info(args: argparse.Namespace) -> int:
         assert session is not None
         inventories = take_inventory(session)
         if args.json:
-            print(json.dumps({
-                "cluster": str(session.spec),
-                "address": session.address,
-                "nodes": [inv.to_dict() for inv in inventories],
-            }, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "cluster": str(session.spec),
+                        "address": session.address,
+                        "nodes": [inv.to_dict() for inv in inventories],
+                    },
+                    indent=2,
+                )
+            )
         else:
             print(inventory_table(session, inventories))
     return 0

@@ -88,7 +88,11 @@ class ClusterSession:
     """A connection to a Ray cluster (and, for local:N, the cluster itself) for one run."""
 
     def __init__(
-        self, spec: ClusterSpec, address: str, local: Any = None, restore: Callable[[], None] | None = None
+        self,
+        spec: ClusterSpec,
+        address: str,
+        local: Any = None,
+        restore: Callable[[], None] | None = None,
     ) -> None:
         self.spec = spec
         self.address = address
@@ -281,7 +285,9 @@ def _handlers_kept() -> Iterator[None]:
     finally:
         ray_utils.set_sigterm_handler = install
         for signum, handler in saved.items():
-            if handler is not None:  # None: a handler not set from Python, which Python cannot set back
+            if (
+                handler is not None
+            ):  # None: a handler not set from Python, which Python cannot set back
                 signal.signal(signum, handler)
 
 

@@ -48,7 +48,9 @@ class NodeInventory:
     devices: tuple[LiveDevice, ...] = attrs.field(
         converter=tuple, validator=_v.deep_iterable(_v.instance_of(LiveDevice))
     )
-    message: str = attrs.field(default="", validator=_TEXT)  # why the node has no GPU device (discovery's words)
+    message: str = attrs.field(
+        default="", validator=_TEXT
+    )  # why the node has no GPU device (discovery's words)
     replayed: bool = attrs.field(default=False, validator=_v.instance_of(bool))
 
     @property
@@ -117,7 +119,9 @@ def pinned(node_id: str) -> Any:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
-def take_inventory(session: ClusterSession, timeout_s: float = INVENTORY_TIMEOUT_S) -> list[NodeInventory]:
+def take_inventory(
+    session: ClusterSession, timeout_s: float = INVENTORY_TIMEOUT_S
+) -> list[NodeInventory]:
     """Every alive node's inventory, each taken on its own node; ClusterError on a node that
     does not answer in time or runs another Ray or Python version than the driver."""
     import ray
@@ -127,8 +131,7 @@ def take_inventory(session: ClusterSession, timeout_s: float = INVENTORY_TIMEOUT
         raise ClusterError(f"the Ray cluster at {session.address} has no alive node")
     task = ray.remote(num_cpus=0, max_retries=0)(describe_this_node)
     refs = {
-        n["NodeID"]: task.options(scheduling_strategy=pinned(n["NodeID"])).remote()
-        for n in nodes
+        n["NodeID"]: task.options(scheduling_strategy=pinned(n["NodeID"])).remote() for n in nodes
     }
     _, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
     if pending:
@@ -172,7 +175,8 @@ def check_versions(inventories: Sequence[NodeInventory]) -> None:
     odd = [inv for inv in inventories if (inv.ray_version, inv.python_version) != here]
     if odd:
         found = ", ".join(
-            f"{inv.host} ({inv.short_id}): Ray {inv.ray_version}, Python {inv.python_version}" for inv in odd
+            f"{inv.host} ({inv.short_id}): Ray {inv.ray_version}, Python {inv.python_version}"
+            for inv in odd
         )
         raise ClusterError(
             f"the driver runs Ray {here[0]} on Python {here[1]} but {found}; install the same "
@@ -188,18 +192,32 @@ def inventory_rows(inventories: Sequence[NodeInventory]) -> list[dict[str, Any]]
     """One row per device (or per emulated node) for `cluster-info`."""
     rows = []
     for inv in inventories:
-        base = {"node": inv.short_id, "host": inv.host, "address": inv.address, "cpus": len(inv.cpus)}
+        base = {
+            "node": inv.short_id,
+            "host": inv.host,
+            "address": inv.address,
+            "cpus": len(inv.cpus),
+        }
         if inv.emulated:
-            rows.append({**base, "kind": "emulated", "gpu": "-", "device": "cpu:" + ",".join(map(str, inv.cpus)),
-                         "profile": "- (CPU partition)"})
+            rows.append(
+                {
+                    **base,
+                    "kind": "emulated",
+                    "gpu": "-",
+                    "device": "cpu:" + ",".join(map(str, inv.cpus)),
+                    "profile": "- (CPU partition)",
+                }
+            )
         for device in inv.devices:
-            rows.append({
-                **base,
-                "kind": device.kind,
-                "gpu": device.gpu_model,
-                "device": device.vgpu_type or device.uuid,
-                "profile": device.profile.name if device.profile else "whole GPU",
-            })
+            rows.append(
+                {
+                    **base,
+                    "kind": device.kind,
+                    "gpu": device.gpu_model,
+                    "device": device.vgpu_type or device.uuid,
+                    "profile": device.profile.name if device.profile else "whole GPU",
+                }
+            )
     return rows
 
 

@@ -43,12 +43,16 @@ def _in_group(inv: NodeInventory, group: Sequence[str]) -> bool:
     )
 
 
-def _refusal(what: str, layout_text: str, inventories: Sequence[NodeInventory], fix: str) -> ClusterError:
+def _refusal(
+    what: str, layout_text: str, inventories: Sequence[NodeInventory], fix: str
+) -> ClusterError:
     devices = "; ".join(
         f"{row['host']} ({row['node']}): {row['kind']} {row['profile']} on {row['gpu']}"
         for row in inventory_rows(inventories)
     )
-    return ClusterError(f"{what}: the layout is {layout_text}, the cluster has {devices or 'no node'}; {fix}")
+    return ClusterError(
+        f"{what}: the layout is {layout_text}, the cluster has {devices or 'no node'}; {fix}"
+    )
 
 
 def _slot(index: int, profile: Any, inv: NodeInventory, **fields: Any) -> InstanceSlot:
@@ -82,13 +86,18 @@ def emulated_cluster_deployment(
     enforcement = None if cluster.startswith("local:") else DUTY_CYCLE
     for host, members in hosts.items():
         budgets = emulated_cpu_budgets(
-            [profiles[i].compute_slices for i in members], layout.gpu.compute_slices, host_cpus[host],
-            whole_gpu_cpus=whole, enforcement=enforcement,
+            [profiles[i].compute_slices for i in members],
+            layout.gpu.compute_slices,
+            host_cpus[host],
+            whole_gpu_cpus=whole,
+            enforcement=enforcement,
         )
         notes.extend(n for n in budgets.notes if n not in notes)
         for i, budget in zip(members, budgets.budgets):
             slots[i] = _slot(
-                i, profiles[i], node_of[i],
+                i,
+                profiles[i],
+                node_of[i],
                 placement_start=starts[i],
                 device="cpu:" + ",".join(map(str, budget.cpus)),
                 env={"CUDA_VISIBLE_DEVICES": ""},
@@ -102,8 +111,13 @@ def emulated_cluster_deployment(
             + ", ".join(f"{h}: {n}" for h, n in unused.items())
         )
     return Deployment(
-        partitioning="emulated", layout=layout, scenario=scenario, gpu_index=None,
-        slots=tuple(slots[i] for i in range(len(profiles))), cluster=cluster, grouping="emulated",
+        partitioning="emulated",
+        layout=layout,
+        scenario=scenario,
+        gpu_index=None,
+        slots=tuple(slots[i] for i in range(len(profiles))),
+        cluster=cluster,
+        grouping="emulated",
         notes=tuple(notes),
     )
 
@@ -111,7 +125,9 @@ def emulated_cluster_deployment(
 _Member = tuple[NodeInventory, LiveDevice]
 
 
-def _gpu_groups(nodes: Sequence[NodeInventory], gpu_group: Sequence[str] | None) -> list[tuple[str, list[_Member]]]:
+def _gpu_groups(
+    nodes: Sequence[NodeInventory], gpu_group: Sequence[str] | None
+) -> list[tuple[str, list[_Member]]]:
     """Candidate physical GPUs: each bare-metal node's GPU (observed), or the declared group."""
     if gpu_group:
         members = [(inv, d) for inv in nodes if _in_group(inv, gpu_group) for d in inv.devices]
@@ -124,7 +140,10 @@ def _gpu_groups(nodes: Sequence[NodeInventory], gpu_group: Sequence[str] | None)
 
 
 def _match_group(
-    layout_for: Any, scenario: ScenarioSpec, grouping: str, members: list[_Member],
+    layout_for: Any,
+    scenario: ScenarioSpec,
+    grouping: str,
+    members: list[_Member],
     inventories: Sequence[NodeInventory],
 ) -> tuple[Any, int | None, list[_Member]] | None:
     """The layout resolved on the group's GPU and one device per instance, or None if it does not fit."""
@@ -132,7 +151,8 @@ def _match_group(
     if len(models) > 1:
         raise _refusal(
             f"the {grouping} GPU group mixes GPU models ({', '.join(models)})",
-            str(scenario), inventories,
+            str(scenario),
+            inventories,
             "all instances of a layout must be slices of one GPU: name VMs of one GPU in --gpu-group",
         )
     layout, number = layout_for(models[0])
@@ -156,7 +176,9 @@ def cluster_deployment(
         if unknown:
             raise _refusal(
                 f"--gpu-group names {', '.join(unknown)}, which is no node of the cluster",
-                str(scenario), inventories, "name nodes by address, host name or node ID (see cluster-info)",
+                str(scenario),
+                inventories,
+                "name nodes by address, host name or node ID (see cluster-info)",
             )
     if not with_devices:
         nodes = [inv for inv in inventories if not gpu_group or _in_group(inv, gpu_group)]
@@ -181,7 +203,9 @@ def cluster_deployment(
         kinds = {d.kind for _, d in chosen}
         slots = tuple(
             _slot(
-                i, profile, inv,
+                i,
+                profile,
+                inv,
                 placement_start=device.placement_start,
                 device=device.vgpu_type or device.uuid,
                 env={"CUDA_VISIBLE_DEVICES": device.uuid},
@@ -191,8 +215,13 @@ def cluster_deployment(
         # one instance on one device is one GPU whatever the grouping
         grouping_word = "observed" if len(chosen) == 1 else grouping
         return Deployment(
-            partitioning="vgpu" if kinds == {"vgpu"} else "mig", layout=layout, scenario=number,
-            gpu_index=None, slots=slots, cluster=cluster, grouping=grouping_word,
+            partitioning="vgpu" if kinds == {"vgpu"} else "mig",
+            layout=layout,
+            scenario=number,
+            gpu_index=None,
+            slots=slots,
+            cluster=cluster,
+            grouping=grouping_word,
         )
     fix = (
         "vGPUs in VMs cannot see which GPU they are slices of: name the VMs of one GPU with "
@@ -206,7 +235,12 @@ def cluster_deployment(
     if with_devices:
         try:
             layout_text = describe_profiles(
-                [p.name for p in resolve_layout(scenario, catalog.get(with_devices[0].devices[0].gpu_model), catalog)[0].profiles]
+                [
+                    p.name
+                    for p in resolve_layout(
+                        scenario, catalog.get(with_devices[0].devices[0].gpu_model), catalog
+                    )[0].profiles
+                ]
             )
         except MlperfMigError:  # the layout does not even resolve on that GPU: show what was asked
             layout_text = str(wanted)
@@ -234,7 +268,9 @@ def cluster_system_deployment(
     parts: list[tuple[int, Deployment]] = []
     for inv in with_devices or inventories:
         if inv.emulated:
-            parts += _emulated_node_gpus(scenario, layouts, inv, gpu, gpu_count or 1, catalog, cluster)
+            parts += _emulated_node_gpus(
+                scenario, layouts, inv, gpu, gpu_count or 1, catalog, cluster
+            )
             continue
         if gpu_count is not None:
             raise ClusterError(
@@ -245,7 +281,9 @@ def cluster_system_deployment(
         for device in inv.devices:
             by_gpu.setdefault(device.gpu_index, []).append(device)
         for index, devices in sorted(by_gpu.items()):
-            parts.append((index, _node_gpu(scenario, layouts, inv, index, devices, gpu, cluster, catalog)))
+            parts.append(
+                (index, _node_gpu(scenario, layouts, inv, index, devices, gpu, cluster, catalog))
+            )
     missing = sorted(set(layouts) - {index for index, _ in parts})
     if missing:
         raise ClusterError(
@@ -258,8 +296,14 @@ def cluster_system_deployment(
 
 
 def _node_gpu(
-    scenario: ScenarioSpec, layouts: Mapping[int, ScenarioSpec], inv: NodeInventory, index: int,
-    devices: list[LiveDevice], gpu: str | None, cluster: str, catalog: Any,
+    scenario: ScenarioSpec,
+    layouts: Mapping[int, ScenarioSpec],
+    inv: NodeInventory,
+    index: int,
+    devices: list[LiveDevice],
+    gpu: str | None,
+    cluster: str,
+    catalog: Any,
 ) -> Deployment:
     """GPU `index` of node `inv` carrying its layout on its MIG devices (it may carry more)."""
     where = f"node {inv.host} ({inv.short_id}) GPU {index}"
@@ -288,20 +332,34 @@ def _node_gpu(
         )
     slots = tuple(
         _slot(
-            i, profile, inv, placement_start=devices[k].placement_start, device=devices[k].uuid,
+            i,
+            profile,
+            inv,
+            placement_start=devices[k].placement_start,
+            device=devices[k].uuid,
             env={"CUDA_VISIBLE_DEVICES": devices[k].uuid},
         )
         for i, (profile, k) in enumerate(zip(layout.profiles, chosen))
     )
     return Deployment(
-        partitioning="mig", layout=layout, scenario=number, gpu_index=index, slots=slots,
-        cluster=cluster, grouping="observed",
+        partitioning="mig",
+        layout=layout,
+        scenario=number,
+        gpu_index=index,
+        slots=slots,
+        cluster=cluster,
+        grouping="observed",
     )
 
 
 def _emulated_node_gpus(
-    scenario: ScenarioSpec, layouts: Mapping[int, ScenarioSpec], inv: NodeInventory,
-    gpu: str | None, count: int, catalog: Any, cluster: str,
+    scenario: ScenarioSpec,
+    layouts: Mapping[int, ScenarioSpec],
+    inv: NodeInventory,
+    gpu: str | None,
+    count: int,
+    catalog: Any,
+    cluster: str,
 ) -> list[tuple[int, Deployment]]:
     """`count` emulated GPUs on a GPU-less node, each on its share of the node's CPUs, kept by
     a CPU quota on local:N (this machine's processes, where it allows one), else a duty cycle."""
@@ -315,19 +373,38 @@ def _emulated_node_gpus(
     for index, share in enumerate(emulated_gpu_cpus(count, inv.cpus)):
         layout, number = resolve_layout(layouts.get(index, scenario), model, catalog)
         budgets = emulated_cpu_budgets(
-            [p.compute_slices for p in layout.profiles], layout.gpu.compute_slices, share,
-            whole_gpu_cpus=min(whole, len(share)), enforcement=enforcement,
+            [p.compute_slices for p in layout.profiles],
+            layout.gpu.compute_slices,
+            share,
+            whole_gpu_cpus=min(whole, len(share)),
+            enforcement=enforcement,
         )
         slots = tuple(
             _slot(
-                i, profile, inv, placement_start=start,
-                device="cpu:" + ",".join(map(str, budget.cpus)), env={"CUDA_VISIBLE_DEVICES": ""},
+                i,
+                profile,
+                inv,
+                placement_start=start,
+                device="cpu:" + ",".join(map(str, budget.cpus)),
+                env={"CUDA_VISIBLE_DEVICES": ""},
                 budget=budget,
             )
-            for i, (profile, budget, start) in enumerate(zip(layout.profiles, budgets.budgets, solved_starts(layout)))
+            for i, (profile, budget, start) in enumerate(
+                zip(layout.profiles, budgets.budgets, solved_starts(layout))
+            )
         )
-        gpus.append((index, Deployment(
-            partitioning="emulated", layout=layout, scenario=number, gpu_index=index, slots=slots,
-            grouping="emulated", notes=budgets.notes,
-        )))
+        gpus.append(
+            (
+                index,
+                Deployment(
+                    partitioning="emulated",
+                    layout=layout,
+                    scenario=number,
+                    gpu_index=index,
+                    slots=slots,
+                    grouping="emulated",
+                    notes=budgets.notes,
+                ),
+            )
+        )
     return gpus

@@ -63,7 +63,10 @@ def start_actor(ray: RayApi, slot: Any, env: Mapping[str, str]) -> Any:
     """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
     remote = ray.remote(InstanceActor)
     return remote.options(
-        num_cpus=0, max_restarts=0, max_concurrency=2, scheduling_strategy=pinned(slot.node),
+        num_cpus=0,
+        max_restarts=0,
+        max_concurrency=2,
+        scheduling_strategy=pinned(slot.node),
         name=None,
     ).remote(slot.name, dict(env), slot.cpus)
 
@@ -80,8 +83,14 @@ def kill_all(ray: RayApi, actors: Mapping[str, Any]) -> None:
 class _Display:
     """The local progress display, or nothing when progress is off."""
 
-    def __init__(self, names: list[str], phase: str, expected_s: float | None, stream: TextIO | None) -> None:
-        self._display = ProgressDisplay(names, phase=phase, expected_s=expected_s, stream=stream) if stream else None
+    def __init__(
+        self, names: list[str], phase: str, expected_s: float | None, stream: TextIO | None
+    ) -> None:
+        self._display = (
+            ProgressDisplay(names, phase=phase, expected_s=expected_s, stream=stream)
+            if stream
+            else None
+        )
 
     def event(self, name: str, what: str) -> None:
         if self._display:
@@ -103,8 +112,13 @@ def _outcome(name: str, reply: Mapping[str, Any]) -> WorkerOutcome:
     if reply["status"] != "ok":
         log_tail = reply.get("files", {}).get("worker.log", b"")[-2000:].decode("utf-8", "replace")
     return WorkerOutcome(
-        name=name, status=reply["status"], value=reply.get("value"), error=reply.get("error"),
-        traceback=reply.get("traceback"), log_tail=log_tail, started_ns=reply.get("started_ns"),
+        name=name,
+        status=reply["status"],
+        value=reply.get("value"),
+        error=reply.get("error"),
+        traceback=reply.get("traceback"),
+        log_tail=log_tail,
+        started_ns=reply.get("started_ns"),
         cpu_per_s=reply.get("cpu_per_s"),
     )
 
@@ -141,14 +155,24 @@ class _OnNodes:
         plan = self.plan
         tasks = {
             slot.name: instance_task(
-                plan, name=slot.name, outdir=self.outdir, mode=mode, engine=None, threads=slot.threads,
+                plan,
+                name=slot.name,
+                outdir=self.outdir,
+                mode=mode,
+                engine=None,
+                threads=slot.threads,
                 profile=plan.settings_profile(slot),
             )
             for slot in plan.slots
             if slot.name in names
         }
         return RoundInput(
-            plan=plan, outdir=self.outdir, tasks=tasks, mode=mode, stream=self.stream, on_finish=on_finish,
+            plan=plan,
+            outdir=self.outdir,
+            tasks=tasks,
+            mode=mode,
+            stream=self.stream,
+            on_finish=on_finish,
             specs=self.specs,
         )
 
@@ -165,14 +189,18 @@ class _OnNodes:
 class ClusterIndependentRounds(_OnNodes, IndependentRounds):
     """Independent rounds with one instance actor per instance on its node."""
 
-    def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
+    def run(
+        self, mode: str, names: list[str], on_finish: OnFinish | None = None
+    ) -> tuple[dict[str, WorkerOutcome], bool]:
         return independent_round(self._input(mode, names, on_finish))
 
 
 class ClusterUnifiedRounds(_OnNodes, UnifiedRounds):
     """Unified rounds: the coordinator on the driver, serving actors on the nodes."""
 
-    def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
+    def run(
+        self, mode: str, names: list[str], on_finish: OnFinish | None = None
+    ) -> tuple[dict[str, WorkerOutcome], bool]:
         return unified_round(self._input(mode, names, on_finish))
 
 
@@ -185,12 +213,16 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     plan = job.plan
     slots = {slot.name: slot for slot in plan.slots if slot.name in job.tasks}
     requests = {e.key: e for e in plan.engines}
-    display = _Display(list(slots), job.mode, plan.expected_s if job.mode == "performance" else None, job.stream)
+    display = _Display(
+        list(slots), job.mode, plan.expected_s if job.mode == "performance" else None, job.stream
+    )
     # on the head node, whose loss ends the cluster anyway: on an instance's node the barrier
     # would die with that node (and on local:N the driver's own node may be any of them)
-    barrier = ray.remote(RoundBarrier).options(
-        num_cpus=0, max_restarts=0, scheduling_strategy=pinned(head_node(ray))
-    ).remote()
+    barrier = (
+        ray.remote(RoundBarrier)
+        .options(num_cpus=0, max_restarts=0, scheduling_strategy=pinned(head_node(ray)))
+        .remote()
+    )
     actors: dict[str, Any] = {}
     refs: dict[Any, str] = {}
     outcomes: dict[str, WorkerOutcome] = {}
@@ -220,7 +252,9 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         log.warning("interrupted: stopping %d instance actors", len(actors) - len(outcomes))
         for name in slots:
             if name not in outcomes:
-                finish(name, WorkerOutcome(name=name, status="interrupted", error=interrupted_error()))
+                finish(
+                    name, WorkerOutcome(name=name, status="interrupted", error=interrupted_error())
+                )
     finally:
         kill_all(ray, {**actors, "barrier": barrier})
         display.close()
@@ -228,8 +262,13 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 
 
 def _wait(
-    ray: RayApi, job: RoundInput, refs: dict[Any, str], actors: Mapping[str, Any], barrier: Any,
-    display: _Display, finish: Callable[[str, WorkerOutcome], None],
+    ray: RayApi,
+    job: RoundInput,
+    refs: dict[Any, str],
+    actors: Mapping[str, Any],
+    barrier: Any,
+    display: _Display,
+    finish: Callable[[str, WorkerOutcome], None],
 ) -> None:
     """Collect every actor's reply; release the barrier when all live ones are at it; keep the
     round's clock (until every instance is at the barrier, then until all are done)."""
@@ -246,10 +285,14 @@ def _wait(
             try:
                 reply = ray.get(ref)
             except actor_errors() as exc:
-                finish(name, WorkerOutcome(
-                    name=name, status="crashed",
-                    error=f"its actor or node died ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})",
-                ))
+                finish(
+                    name,
+                    WorkerOutcome(
+                        name=name,
+                        status="crashed",
+                        error=f"its actor or node died ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})",
+                    ),
+                )
                 continue
             write_files(job.outdir / name, reply.get("files", {}), atomic_write_bytes)
             if reply.get("engine"):
@@ -267,7 +310,13 @@ def _wait(
             _lose_round(ray, pending, actors, finish, "ActorUnavailableError")
             return
         except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
-            _lose_round(ray, pending, actors, finish, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+            _lose_round(
+                ray,
+                pending,
+                actors,
+                finish,
+                f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}",
+            )
             return
         for name in arrived:
             if name not in announced:
@@ -278,7 +327,13 @@ def _wait(
             try:
                 ray.get(barrier.release.remote(), timeout=_BARRIER_CALL_S)
             except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
-                _lose_round(ray, pending, actors, finish, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+                _lose_round(
+                    ray,
+                    pending,
+                    actors,
+                    finish,
+                    f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}",
+                )
                 return
             clock.release()
             log.info("cluster start barrier released")
@@ -291,13 +346,21 @@ def _wait(
 
 
 def _lose_round(
-    ray: RayApi, pending: dict[Any, str], actors: Mapping[str, Any], finish: Callable[[str, WorkerOutcome], None],
+    ray: RayApi,
+    pending: dict[Any, str],
+    actors: Mapping[str, Any],
+    finish: Callable[[str, WorkerOutcome], None],
     why: str,
 ) -> None:
     """The round's start barrier is gone: every instance still running is stopped and lost."""
     kill_all(ray, {name: actors[name] for name in pending.values()})
     for name in pending.values():
-        finish(name, WorkerOutcome(name=name, status="crashed", error=f"the round's start barrier was lost ({why})"))
+        finish(
+            name,
+            WorkerOutcome(
+                name=name, status="crashed", error=f"the round's start barrier was lost ({why})"
+            ),
+        )
     pending.clear()
 
 
@@ -334,15 +397,21 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 
     plan = job.plan
     layout_task = instance_task(
-        plan, name=LAYOUT_FOLDER, outdir=job.outdir, mode=job.mode, engine=None, threads=None, profile=None
+        plan,
+        name=LAYOUT_FOLDER,
+        outdir=job.outdir,
+        mode=job.mode,
+        engine=None,
+        threads=None,
+        profile=None,
     )
     layouts, performance_count, capacity = sample_capacity(plan, layout_task)
     slots = [slot for slot in plan.slots if slot.name in job.tasks]
     requests = {e.key: e for e in plan.engines}
     actors = {
-        slot.name: ray.remote(ServeActor).options(
-            num_cpus=0, max_restarts=0, scheduling_strategy=pinned(slot.node)
-        ).remote(slot.name, instance_env(slot), slot.cpus, capacity)
+        slot.name: ray.remote(ServeActor)
+        .options(num_cpus=0, max_restarts=0, scheduling_strategy=pinned(slot.node))
+        .remote(slot.name, instance_env(slot), slot.cpus, capacity)
         for slot in slots
     }
     outcomes: dict[str, WorkerOutcome] = {}
@@ -350,21 +419,38 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     authkey = os.urandom(AUTHKEY_BYTES)  # this round's; reaches the actors through Ray only
     try:
         opened = _open_all(ray, job, slots, actors, requests, outcomes, authkey)
-        for name, reply in list(opened.items()):  # the target (a rate here) as seen over the network
+        for name, reply in list(
+            opened.items()
+        ):  # the target (a rate here) as seen over the network
             try:
                 channels[name] = connect_channel(reply["address"], authkey)
                 if reply["target"] is not None and plan.loadgen_scenario in ("Offline", "Server"):
                     rate = round_trip_rate(channels[name], reply["batch_size"])
-                    log.info("%s: target %.0f on its node, %.0f samples/s from the driver", name, reply["target"], rate)
+                    log.info(
+                        "%s: target %.0f on its node, %.0f samples/s from the driver",
+                        name,
+                        reply["target"],
+                        rate,
+                    )
                     reply["target"] = min(reply["target"], rate)
-            except (OSError, EOFError, RuntimeError) as exc:  # its node went away after it opened its model
-                outcomes[name] = WorkerOutcome(name=name, status="crashed", error=f"its data channel failed ({type(exc).__name__}: {exc})")
+            except (
+                OSError,
+                EOFError,
+                RuntimeError,
+            ) as exc:  # its node went away after it opened its model
+                outcomes[name] = WorkerOutcome(
+                    name=name,
+                    status="crashed",
+                    error=f"its data channel failed ({type(exc).__name__}: {exc})",
+                )
                 del opened[name]
         for name, reply in opened.items():
             if reply.get("engine"):
                 job.specs[plan.engine_of[name]] = EngineSpec.from_dict(reply["engine"])
         batch_size = min((r["batch_size"] for r in opened.values()), default=1)
-        round_ = SupervisedRound(plan, job.mode, [LAYOUT_FOLDER], job.stream, on_finish=job.on_finish)
+        round_ = SupervisedRound(
+            plan, job.mode, [LAYOUT_FOLDER], job.stream, on_finish=job.on_finish
+        )
         with SharedSamples(layouts, capacity) as samples:
             pipes = [round_.supervisor.context.Pipe() for _ in slots]
             arrays, _blocks = attach_samples(samples.specs)  # the blocks keep the mappings alive
@@ -373,10 +459,15 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                 name=LAYOUT_FOLDER,
                 entry=COORDINATOR_ENTRY,
                 payload=CoordinatorJob(
-                    task=layout_task, samples=samples.specs, performance_count=performance_count,
-                    links=tuple(a for a, _ in pipes), names=tuple(s.name for s in slots),
-                    weights=tuple(REMOTE_WINDOW_SCALE * float(s.compute_slices) for s in slots), batch_size=batch_size,
-                    synthetic_weights=plan.model_path is None, ready_timeout_s=plan.timeouts.ready_s,
+                    task=layout_task,
+                    samples=samples.specs,
+                    performance_count=performance_count,
+                    links=tuple(a for a, _ in pipes),
+                    names=tuple(s.name for s in slots),
+                    weights=tuple(REMOTE_WINDOW_SCALE * float(s.compute_slices) for s in slots),
+                    batch_size=batch_size,
+                    synthetic_weights=plan.model_path is None,
+                    ready_timeout_s=plan.timeouts.ready_s,
                     reply_timeout_s=plan.timeouts.run_s / 2,  # as locally: a silent node is dropped
                 ),
                 log_path=str(job.outdir / LAYOUT_FOLDER / "worker.log"),
@@ -386,7 +477,14 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                 for a, _ in pipes:
                     a.close()
                 for slot, (_, b) in zip(slots, pipes):
-                    serving.add(slot.name, actors[slot.name], b, opened.get(slot.name), capacity, channels.get(slot.name))
+                    serving.add(
+                        slot.name,
+                        actors[slot.name],
+                        b,
+                        opened.get(slot.name),
+                        capacity,
+                        channels.get(slot.name),
+                    )
                 serving.start()
 
             outcomes.update(round_.run([coordinator], after_start=start_serving))
@@ -399,7 +497,10 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         return outcomes, round_.interrupted
     except KeyboardInterrupt:
         for slot in slots:
-            outcomes.setdefault(slot.name, WorkerOutcome(name=slot.name, status="interrupted", error=interrupted_error()))
+            outcomes.setdefault(
+                slot.name,
+                WorkerOutcome(name=slot.name, status="interrupted", error=interrupted_error()),
+            )
         return outcomes, True
     finally:
         for channel in channels.values():
@@ -409,14 +510,21 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 
 
 def _open_all(
-    ray: RayApi, job: RoundInput, slots: list[Any], actors: Mapping[str, Any], requests: Mapping[str, Any],
-    outcomes: dict[str, WorkerOutcome], authkey: bytes,
+    ray: RayApi,
+    job: RoundInput,
+    slots: list[Any],
+    actors: Mapping[str, Any],
+    requests: Mapping[str, Any],
+    outcomes: dict[str, WorkerOutcome],
+    authkey: bytes,
 ) -> dict[str, dict[str, Any]]:
     """Each actor builds, opens and calibrates its model and opens its data channel; those that
     fail get their outcome now."""
     plan = job.plan
     refs = {
-        actors[slot.name].open.remote(job.tasks[slot.name], requests.get(plan.engine_of[slot.name]), authkey): slot.name
+        actors[slot.name].open.remote(
+            job.tasks[slot.name], requests.get(plan.engine_of[slot.name]), authkey
+        ): slot.name
         for slot in slots
     }
     done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=plan.timeouts.ready_s)
@@ -426,17 +534,24 @@ def _open_all(
         try:
             opened[name] = ray.get(ref)
         except actor_errors() as exc:
-            outcomes[name] = WorkerOutcome(name=name, status="crashed", error=f"its actor or node died ({type(exc).__name__})")
+            outcomes[name] = WorkerOutcome(
+                name=name, status="crashed", error=f"its actor or node died ({type(exc).__name__})"
+            )
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             outcomes[name] = WorkerOutcome(
-                name=name, status="raised", error=f"{type(cause).__name__}: {cause}", traceback=str(exc)
+                name=name,
+                status="raised",
+                error=f"{type(cause).__name__}: {cause}",
+                traceback=str(exc),
             )
     for ref in pending:
         name = refs[ref]
         ray.kill(actors[name], no_restart=True)
         outcomes[name] = WorkerOutcome(
-            name=name, status="hung", error=f"did not open its model within {plan.timeouts.ready_s:g} s; killed"
+            name=name,
+            status="hung",
+            error=f"did not open its model within {plan.timeouts.ready_s:g} s; killed",
         )
     return opened
 
@@ -447,4 +562,6 @@ def _serving_outcome(remote: Any, interrupted: bool) -> WorkerOutcome:
         return WorkerOutcome(name=remote.name, status="ok", value=remote.value)
     if interrupted:
         return WorkerOutcome(name=remote.name, status="interrupted", error=interrupted_error())
-    return WorkerOutcome(name=remote.name, status="crashed", error=remote.error or "it stopped answering")
+    return WorkerOutcome(
+        name=remote.name, status="crashed", error=remote.error or "it stopped answering"
+    )

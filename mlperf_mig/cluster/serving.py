@@ -49,7 +49,9 @@ AUTHKEY_BYTES = 32
 class ServeActor:
     """One instance's model on its node (a Ray actor): calibrate, then serve batches."""
 
-    def __init__(self, name: str, env: Mapping[str, str], cpus: tuple[int, ...] | None, capacity: int) -> None:
+    def __init__(
+        self, name: str, env: Mapping[str, str], cpus: tuple[int, ...] | None, capacity: int
+    ) -> None:
         from mlperf_mig.runner.cpu_budget import enter_budget
 
         os.environ.update(env)
@@ -82,14 +84,24 @@ class ServeActor:
         batch_size = self._batch_size = batch_size_of(task)
         layouts = input_layouts(self._benchmark)
 
-        def zeros(rows: Any) -> dict[str, np.ndarray]:  # the model's speed does not depend on values
+        def zeros(
+            rows: Any,
+        ) -> dict[str, np.ndarray]:  # the model's speed does not depend on values
             return {lay.name: np.zeros((len(rows), *lay.shape), dtype=lay.dtype) for lay in layouts}
 
         target = measured_target(
-            task, self._benchmark, self._backend, source=None, batch_size=batch_size,
+            task,
+            self._benchmark,
+            self._backend,
+            source=None,
+            batch_size=batch_size,
             serve_path=(zeros, batch_size),
         )
-        reply = {"target": target, "batch_size": batch_size, "engine": None if spec is None else spec.to_dict()}
+        reply = {
+            "target": target,
+            "batch_size": batch_size,
+            "engine": None if spec is None else spec.to_dict(),
+        }
         if authkey is not None:
             reply["address"] = self.listen(authkey)
         return reply
@@ -102,7 +114,9 @@ class ServeActor:
 
             host = ray.util.get_node_ip_address()
         listener = Listener((host, 0), family="AF_INET", authkey=authkey)
-        threading.Thread(target=self._accept, args=(listener,), name=f"{self.name}-channel", daemon=True).start()
+        threading.Thread(
+            target=self._accept, args=(listener,), name=f"{self.name}-channel", daemon=True
+        ).start()
         return listener.address
 
     def _accept(self, listener: Listener) -> None:
@@ -151,9 +165,14 @@ class ServeActor:
     def _zeros(self, count: int) -> dict[str, np.ndarray]:
         from mlperf_mig.harness.samples import input_layouts
 
-        return {lay.name: np.zeros((count, *lay.shape), dtype=lay.dtype) for lay in input_layouts(self._benchmark)}
+        return {
+            lay.name: np.zeros((count, *lay.shape), dtype=lay.dtype)
+            for lay in input_layouts(self._benchmark)
+        }
 
-    def serve(self, batch_ids: list[int], indices: list[int], new: dict[int, dict[str, np.ndarray]]) -> tuple[list[int], bytes, int]:
+    def serve(
+        self, batch_ids: list[int], indices: list[int], new: dict[int, dict[str, np.ndarray]]
+    ) -> tuple[list[int], bytes, int]:
         """Run one merged batch of samples (by dataset index); `new` holds data seen first now."""
         from mlperf_mig.harness.sut import response_payload
 
@@ -169,10 +188,15 @@ class ServeActor:
         began = time.perf_counter()
         # a merged batch can hold several of the engine's batches: run it in calls of at most one
         step = self._batch_size
-        payload = np.concatenate([
-            response_payload(self._benchmark, self._backend.run({n: f[i : i + step] for n, f in feeds.items()}))
-            for i in range(0, len(indices), step)
-        ])
+        payload = np.concatenate(
+            [
+                response_payload(
+                    self._benchmark,
+                    self._backend.run({n: f[i : i + step] for n, f in feeds.items()}),
+                )
+                for i in range(0, len(indices), step)
+            ]
+        )
         self.busy_s += time.perf_counter() - began
         self.served += len(indices)
         return batch_ids, payload.tobytes(), payload[0].nbytes
@@ -228,13 +252,24 @@ class RemoteServing(threading.Thread):
         self.remotes: list[_Remote] = []
 
     def add(
-        self, name: str, actor: Any, link: Connection, opened: Mapping[str, Any] | None, capacity: int,
+        self,
+        name: str,
+        actor: Any,
+        link: Connection,
+        opened: Mapping[str, Any] | None,
+        capacity: int,
         channel: Connection | None = None,
     ) -> None:
         """An instance, with what its actor's open() answered and its data channel (None: it
         never opened)."""
-        remote = _Remote(name=name, actor=actor, link=link, batch_size=opened["batch_size"] if opened else 1,
-                         capacity=max(1, capacity), channel=channel)
+        remote = _Remote(
+            name=name,
+            actor=actor,
+            link=link,
+            batch_size=opened["batch_size"] if opened else 1,
+            capacity=max(1, capacity),
+            channel=channel,
+        )
         if opened is None or channel is None:
             self._close(remote, None)
         else:
@@ -349,7 +384,9 @@ class RemoteServing(threading.Thread):
         remote.done = True
 
 
-def round_trip_rate(channel: Connection, batch_size: int, *, batches: int = 16, window: int = 2) -> float:
+def round_trip_rate(
+    channel: Connection, batch_size: int, *, batches: int = 16, window: int = 2
+) -> float:
     """Samples/s of an actor as the driver sees it over its data channel: batches of zeros
     (made on the node) sent `window` at a time. The node's own target ignores the network; the
     layout's target must not."""

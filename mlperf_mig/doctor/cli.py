@@ -22,16 +22,21 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument(
-        "--record", metavar="DIR", default=None,
+        "--record",
+        metavar="DIR",
+        default=None,
         help="write a bundle (NVML state in the replay format, the report) to attach to a bug report",
     )
     parser.add_argument(
-        "--include-ids", action="store_true",
+        "--include-ids",
+        action="store_true",
         help="keep GPU/MIG UUIDs in the bundle (replaced by placeholders otherwise)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
-        "--replay", metavar="FILE", default=None,
+        "--replay",
+        metavar="FILE",
+        default=None,
         help="check a recorded NVML state (detect --record, doctor --record) instead of this machine",
     )
     parser.add_argument("--no-smoke", action="store_true", help="skip the smoke test")
@@ -50,13 +55,19 @@ def _doctor(args: argparse.Namespace) -> int:
             "--include-ids only changes what --record writes; add --record DIR or drop --include-ids"
         )
     if args.replay is not None and not args.replay.strip():
-        raise OutputDirError("--replay needs a file name, got ''; pass a recorded state such as state.json")
-    source = RecordedTelemetry.from_file(args.replay) if args.replay else None  # telemetry too, where recorded
+        raise OutputDirError(
+            "--replay needs a file name, got ''; pass a recorded state such as state.json"
+        )
+    source = (
+        RecordedTelemetry.from_file(args.replay) if args.replay else None
+    )  # telemetry too, where recorded
     report = diagnose(source, smoke=not args.no_smoke)
     if args.record is not None:
         folder = write_bundle(report, args.record, include_ids=args.include_ids)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     if args.record is not None and not args.json:
-        print(f"bundle written to {folder} (attach it to a bug report; nvml-state.json replays "
-              "as a tests/registry/fixtures/ case)")
+        print(
+            f"bundle written to {folder} (attach it to a bug report; nvml-state.json replays "
+            "as a tests/registry/fixtures/ case)"
+        )
     return EXIT_OK if report.ok else EXIT_SMOKE_FAILED

@@ -98,17 +98,25 @@ def wheel_problems(
         fix = install_command(driver_major)
         for name, major in sorted(wheel_cuda_majors(versions).items()):
             if major > driver_major:
-                problems.append(WheelProblem(
-                    problem=(f"{name} {versions[name]} is built for CUDA {major}, but the driver "
-                             f"supports CUDA {cuda_version[0]}.{cuda_version[1]}"),
-                    fix=fix,
-                ))
+                problems.append(
+                    WheelProblem(
+                        problem=(
+                            f"{name} {versions[name]} is built for CUDA {major}, but the driver "
+                            f"supports CUDA {cuda_version[0]}.{cuda_version[1]}"
+                        ),
+                        fix=fix,
+                    )
+                )
     if "onnxruntime" in versions and "onnxruntime-gpu" in versions:
-        problems.append(WheelProblem(
-            problem=("onnxruntime and onnxruntime-gpu are both installed and provide the same "
-                     "module, so which one loads is left to chance"),
-            fix=install_command(cuda_version[0] if cuda_version else None),
-        ))
+        problems.append(
+            WheelProblem(
+                problem=(
+                    "onnxruntime and onnxruntime-gpu are both installed and provide the same "
+                    "module, so which one loads is left to chance"
+                ),
+                fix=install_command(cuda_version[0] if cuda_version else None),
+            )
+        )
     return problems
 
 
@@ -118,6 +126,5 @@ def check_backends(*, has_gpu: bool, cuda_major: int | None) -> list[InstallStat
     of those that need a GPU."""
     fix = install_command(cuda_major)
     return [
-        backend_class(name).install_status(has_gpu=has_gpu, gpu_fix=fix)
-        for name in backend_names()
+        backend_class(name).install_status(has_gpu=has_gpu, gpu_fix=fix) for name in backend_names()
     ]

@@ -21,8 +21,12 @@ class FieldDifference:
     live: Any  # NVML's value; None where the driver lacks the profile
 
     def to_dict(self) -> dict[str, Any]:
-        return {"profile": self.profile, "field": self.field, "ours": _plain(self.ours),
-                "live": _plain(self.live)}
+        return {
+            "profile": self.profile,
+            "field": self.field,
+            "ours": _plain(self.ours),
+            "live": _plain(self.live),
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -47,7 +51,9 @@ class GpuCheck:
     def verdict(self) -> str:
         """'catalog matches', the differences in one line, or why nothing could be compared."""
         if self.catalog_gpu is None:
-            return "not in the catalog: add a data file for it (systems/gpus/, see systems/README.md)"
+            return (
+                "not in the catalog: add a data file for it (systems/gpus/, see systems/README.md)"
+            )
         if self.vgpu is not None:
             return "a vGPU inside a VM: NVML shows no MIG profiles to compare"
         if not self.live_profiles:
@@ -82,11 +88,13 @@ def check_gpu(state: GpuState) -> GpuCheck:
         virtualization=state.virtualization,
         vgpu=state.vgpu.to_dict() if state.vgpu else None,
         live_profiles=sum(p.provenance == "live" for p in state.catalog_gpu.profiles)
-        if state.catalog_gpu and state.vgpu is None else 0,
+        if state.catalog_gpu and state.vgpu is None
+        else 0,
         differences=reconcile(state),
         notes=state.disagreements,
         prerequisites=state.shipped_gpu.prerequisites
-        if state.shipped_gpu is not None and not state.mig_current and state.vgpu is None else "",
+        if state.shipped_gpu is not None and not state.mig_current and state.vgpu is None
+        else "",
     )
 
 
@@ -103,7 +111,9 @@ def reconcile(state: GpuState) -> list[FieldDifference]:
     for profile in live:
         table = shipped.profile_by_id(profile.profile_id)
         if table is None:
-            found.append(FieldDifference(profile=profile.name, field="profile", ours=None, live="present"))
+            found.append(
+                FieldDifference(profile=profile.name, field="profile", ours=None, live="present")
+            )
             continue
         found.extend(
             FieldDifference(profile=table.name, field=field, ours=ours, live=theirs)
@@ -112,6 +122,7 @@ def reconcile(state: GpuState) -> list[FieldDifference]:
     live_ids = {p.profile_id for p in live}
     found.extend(
         FieldDifference(profile=p.name, field="profile", ours="present", live=None)
-        for p in shipped.profiles if p.profile_id not in live_ids
+        for p in shipped.profiles
+        if p.profile_id not in live_ids
     )
     return found

@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 
 BUNDLE_STATE = "nvml-state.json"
 BUNDLE_REPORT = "doctor.json"
-_UUID_RE = re.compile(r"(?:MIG-GPU-|MIG-|GPU-)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?:/\d+/\d+)?", re.I)
+_UUID_RE = re.compile(
+    r"(?:MIG-GPU-|MIG-|GPU-)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(?:/\d+/\d+)?",
+    re.I,
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -61,13 +64,18 @@ class DoctorReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "message": self.message, "driver_version": self.driver_version,
-            "cuda_driver_version": self.cuda_driver_version, "nvml_version": self.nvml_version,
+            "message": self.message,
+            "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "nvml_version": self.nvml_version,
             "gpus": [g.to_dict() for g in self.gpus],
             "backends": [b.to_dict() for b in self.backends],
             "wheel_problems": [w.to_dict() for w in self.wheel_problems],
-            "smoke": [s.to_dict() for s in self.smoke], "smoke_note": self.smoke_note,
-            "versions": dict(self.versions), "telemetry": dict(self.telemetry), "ok": self.ok,
+            "smoke": [s.to_dict() for s in self.smoke],
+            "smoke_note": self.smoke_note,
+            "versions": dict(self.versions),
+            "telemetry": dict(self.telemetry),
+            "ok": self.ok,
         }
 
     def text(self) -> str:
@@ -76,8 +84,10 @@ class DoctorReport:
         if self.message:
             lines.append(self.message)
         else:
-            lines.append(f"driver {self.driver_version}, CUDA {self.cuda_driver_version or 'unknown'}, "
-                         f"NVML {self.nvml_version or 'unknown'}")
+            lines.append(
+                f"driver {self.driver_version}, CUDA {self.cuda_driver_version or 'unknown'}, "
+                f"NVML {self.nvml_version or 'unknown'}"
+            )
         for gpu in self.gpus:
             lines.extend(_gpu_lines(gpu))
         for backend in self.backends:
@@ -97,19 +107,27 @@ class DoctorReport:
 
 def _gpu_lines(gpu: GpuCheck) -> list[str]:
     mig = {None: "not capable", True: "on", False: "off"}
-    head = (f"GPU {gpu.index} {gpu.name} ({gpu.catalog_gpu or 'not in the catalog'}): MIG "
-            f"{mig[gpu.mig_current]} now, {mig[gpu.mig_pending]} pending")
+    head = (
+        f"GPU {gpu.index} {gpu.name} ({gpu.catalog_gpu or 'not in the catalog'}): MIG "
+        f"{mig[gpu.mig_current]} now, {mig[gpu.mig_pending]} pending"
+    )
     if gpu.vgpu is not None:
         vgpu = gpu.vgpu
-        what = (f"time-sliced share of one {vgpu['shared_instance']} MIG instance (not isolated)"
-                if vgpu["time_sliced"] and vgpu.get("shared_instance") else
-                "time-sliced (not MIG)" if vgpu["time_sliced"] else
-                f"MIG-backed, one {vgpu['profile']} instance of {vgpu['parent_gpu']}"
-                if vgpu["profile"] else "of no known type")
+        what = (
+            f"time-sliced share of one {vgpu['shared_instance']} MIG instance (not isolated)"
+            if vgpu["time_sliced"] and vgpu.get("shared_instance")
+            else "time-sliced (not MIG)"
+            if vgpu["time_sliced"]
+            else f"MIG-backed, one {vgpu['profile']} instance of {vgpu['parent_gpu']}"
+            if vgpu["profile"]
+            else "of no known type"
+        )
         head += f"; inside a VM: vGPU {vgpu['type_name']}, {what}"
     lines = [head, f"GPU {gpu.index}: {gpu.verdict}"]
     if gpu.prerequisites:
-        lines.append(f"GPU {gpu.index}: before MIG can be enabled on {gpu.catalog_gpu}: {gpu.prerequisites}")
+        lines.append(
+            f"GPU {gpu.index}: before MIG can be enabled on {gpu.catalog_gpu}: {gpu.prerequisites}"
+        )
     return lines
 
 
@@ -130,7 +148,9 @@ def diagnose(
     cuda = detection.cuda_version
     installed = installed_versions() if versions is None else dict(versions)
     has_gpu = bool(detection.gpus)
-    backends = check_backends(has_gpu=has_gpu and source is None, cuda_major=cuda[0] if cuda else None)
+    backends = check_backends(
+        has_gpu=has_gpu and source is None, cuda_major=cuda[0] if cuda else None
+    )
     results, note = _smoke(detection, backends, replayed=source is not None, enabled=smoke)
     telemetry, state = _telemetry(source, state, record=has_gpu and source is None)
     return DoctorReport(
@@ -149,7 +169,9 @@ def diagnose(
     )
 
 
-def _telemetry(source: Any, state: Mapping[str, Any], *, record: bool) -> tuple[dict[str, Any], Mapping[str, Any]]:
+def _telemetry(
+    source: Any, state: Mapping[str, Any], *, record: bool
+) -> tuple[dict[str, Any], Mapping[str, Any]]:
     """What telemetry can measure, and the state with a short live telemetry recording added
     (on a live GPU: the bundle's nvml-state.json then replays it as RecordedTelemetry)."""
     import pynvml
@@ -182,11 +204,15 @@ def smoke_devices(detection: Detection) -> list[SmokeDevice]:
                 continue  # the engine recipe needs a catalog GPU
             profile = device.profile.name if device.profile else None
             where = f" {profile}" if profile else ""
-            devices.append(SmokeDevice(
-                label=f"GPU {state.index} {device.kind}{where}"
-                + (f"@{device.placement_start}" if device.placement_start is not None else ""),
-                gpu=state.catalog_gpu.name, profile=profile, uuid=device.uuid,
-            ))
+            devices.append(
+                SmokeDevice(
+                    label=f"GPU {state.index} {device.kind}{where}"
+                    + (f"@{device.placement_start}" if device.placement_start is not None else ""),
+                    gpu=state.catalog_gpu.name,
+                    profile=profile,
+                    uuid=device.uuid,
+                )
+            )
     return devices
 
 
@@ -197,18 +223,24 @@ def _smoke(
         return [], "skipped (--no-smoke)"
     gpu_backends = [b.name for b in backends if b.runs_on_gpu]
     if replayed:
-        return smoke_all([], []), "GPU part skipped: the GPUs of a replayed state are not on this machine"
+        return smoke_all(
+            [], []
+        ), "GPU part skipped: the GPUs of a replayed state are not on this machine"
     if not detection.gpus:
         return smoke_all([], []), "GPU part skipped: no GPU on this machine; the CPU reference ran"
     devices = smoke_devices(detection)
-    note = "" if gpu_backends else "GPU part skipped: no GPU backend is usable (see the fixes above)"
+    note = (
+        "" if gpu_backends else "GPU part skipped: no GPU backend is usable (see the fixes above)"
+    )
     if not devices:
         note = "GPU part skipped: no usable device (MIG on without instances, or a GPU not in the catalog)"
     return smoke_all(devices, gpu_backends), note
 
 
 # --- the bundle -----------------------------------------------------------------------------
-def write_bundle(report: DoctorReport, folder: str | os.PathLike[str], *, include_ids: bool) -> Path:
+def write_bundle(
+    report: DoctorReport, folder: str | os.PathLike[str], *, include_ids: bool
+) -> Path:
     """Write the NVML state (replay format: a new tests/registry/fixtures/ case) and the report.
 
     Doctor records no host name. Without `include_ids`, GPU and MIG UUIDs become placeholders
@@ -235,7 +267,9 @@ def _placeholders(text: str) -> dict[str, str]:
     for found in dict.fromkeys(_UUID_RE.findall(text)):
         n = len(mapping)
         if found.upper().startswith("MIG-GPU-"):
-            mapping[found] = f"MIG-GPU-{n:08x}-0000-0000-0000-000000000000/{found.rsplit('/', 2)[-2]}/{found.rsplit('/', 1)[-1]}"
+            mapping[found] = (
+                f"MIG-GPU-{n:08x}-0000-0000-0000-000000000000/{found.rsplit('/', 2)[-2]}/{found.rsplit('/', 1)[-1]}"
+            )
         elif found.upper().startswith("MIG-"):
             mapping[found] = f"MIG-{n:08x}-0000-0000-0000-000000000000"
         else:

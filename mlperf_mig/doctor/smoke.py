@@ -88,7 +88,9 @@ def run_child(
         command += ["--profile", device.profile]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": device.uuid or ""}
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
     except subprocess.TimeoutExpired:
         return None, None, f"no answer within {timeout_s:.0f} s"
     if done.returncode != 0:
@@ -128,14 +130,21 @@ def _result(
         diff = float(np.max(np.abs(outputs - reference)))
         match = bool(np.allclose(outputs, reference, rtol=RTOL, atol=ATOL))
     return SmokeResult(
-        device=device.label, backend=backend, ok=match is not False,
-        samples_per_s=summary["samples_per_s"], validity=summary["validity"],
-        outputs_match=match, max_abs_diff=diff, ran_on=summary["ran_on"],
+        device=device.label,
+        backend=backend,
+        ok=match is not False,
+        samples_per_s=summary["samples_per_s"],
+        validity=summary["validity"],
+        outputs_match=match,
+        max_abs_diff=diff,
+        ran_on=summary["ran_on"],
     )
 
 
 # --- the child ----------------------------------------------------------------------------
-def smoke_here(backend: str, *, gpu: str | None, profile: str | None, outdir: Path) -> dict[str, Any]:
+def smoke_here(
+    backend: str, *, gpu: str | None, profile: str | None, outdir: Path
+) -> dict[str, Any]:
     """In this process: build the tiny fp32 engine, compute the fixed batch, run LoadGen Offline."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.engines import EngineSpec, open_backend
@@ -144,25 +153,41 @@ def smoke_here(backend: str, *, gpu: str | None, profile: str | None, outdir: Pa
 
     benchmark = get_benchmark(BENCHMARK)
     spec = EngineSpec.create(
-        BENCHMARK, backend=backend, precision="fp32", variant="tiny", gpu=gpu,
-        mig_profile=profile, loadgen_scenario="Offline", batch_sizes=(BATCH,),
+        BENCHMARK,
+        backend=backend,
+        precision="fp32",
+        variant="tiny",
+        gpu=gpu,
+        mig_profile=profile,
+        loadgen_scenario="Offline",
+        batch_sizes=(BATCH,),
     )
     feeds = calibration_feeds(benchmark, BATCH, seed=0)
     with open_backend(spec) as opened:
         outputs = opened.run(feeds)
         device = opened.device
     outdir.mkdir(parents=True, exist_ok=True)
-    np.save(outdir / "softmax.npy", np.asarray(outputs[benchmark.outputs[1].name], dtype=np.float32))
-    result = run_instance(InstanceTask(
-        benchmark=BENCHMARK, loadgen_scenario="Offline", outdir=outdir / "loadgen", engine=spec,
-        settings=SettingsSpec(preset="quick", overrides={"min_duration": OFFLINE_MS}),
-        sample_count=SAMPLES,
-    ))
+    np.save(
+        outdir / "softmax.npy", np.asarray(outputs[benchmark.outputs[1].name], dtype=np.float32)
+    )
+    result = run_instance(
+        InstanceTask(
+            benchmark=BENCHMARK,
+            loadgen_scenario="Offline",
+            outdir=outdir / "loadgen",
+            engine=spec,
+            settings=SettingsSpec(preset="quick", overrides={"min_duration": OFFLINE_MS}),
+            sample_count=SAMPLES,
+        )
+    )
     if result.failed:
         raise RuntimeError(f"the LoadGen Offline test failed: {result.error or result.validity}")
-    validity = result.validity + (" by design of the short test" if result.invalid_by_design else "")
+    validity = result.validity + (
+        " by design of the short test" if result.invalid_by_design else ""
+    )
     summary = {
-        "samples_per_s": result.throughput, "validity": validity,
+        "samples_per_s": result.throughput,
+        "validity": validity,
         "ran_on": f"{device.provider} {device.device}",
     }
     (outdir / "smoke.json").write_text(json.dumps(summary), encoding="utf-8")

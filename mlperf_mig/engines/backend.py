@@ -111,12 +111,18 @@ class Backend(abc.ABC):
         reason = cls.availability()
         if reason is not None:
             return InstallStatus(
-                name=cls.name, version=None, ok=False, detail=reason,
+                name=cls.name,
+                version=None,
+                ok=False,
+                detail=reason,
                 fix=gpu_fix if cls.needs_gpu and has_gpu else None,
             )
         detail = "runs here" if cls.runs_model else "runs here (computes no model)"
         return InstallStatus(
-            name=cls.name, version=cls.version(), ok=True, detail=detail,
+            name=cls.name,
+            version=cls.version(),
+            ok=True,
+            detail=detail,
             runs_on_gpu=cls.needs_gpu and has_gpu,
         )
 

@@ -42,6 +42,8 @@ def _generator(benchmark: str) -> _GeneratorFn:
 
     generators: dict[str, _GeneratorFn] = {"resnet50": build_resnet50, "bert": build_bert}
     return generators[benchmark]
+
+
 _CALIBRATION_BATCH = 2
 
 

@@ -50,8 +50,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--preset", default="quick", help="quick or submission (default quick)")
     parser.add_argument("--outdir", required=True, help="folder for the logs and the user.conf")
-    parser.add_argument("--mode", default="performance", choices=("performance", "accuracy"),
-                        help="LoadGen's PerformanceOnly or AccuracyOnly test (default performance)")
+    parser.add_argument(
+        "--mode",
+        default="performance",
+        choices=("performance", "accuracy"),
+        help="LoadGen's PerformanceOnly or AccuracyOnly test (default performance)",
+    )
     parser.add_argument(
         "--audit",
         default=None,
@@ -73,7 +77,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--model", default=None, help="an ONNX model file instead of the generated graph"
     )
     parser.add_argument(
-        "--threads", type=whole_number, default=None, help="CPU threads of the backend (at most the CPUs)"
+        "--threads",
+        type=whole_number,
+        default=None,
+        help="CPU threads of the backend (at most the CPUs)",
     )
     parser.add_argument("--user-conf", default=None, help="a user.conf with LoadGen settings")
     add_settings_option(parser)
@@ -82,7 +89,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--vocab", default=None, help="vocab.txt for SQuAD (default: next to it)")
     parser.add_argument(
-        "--sample-count", type=whole_number, default=None, help="use the first N samples of the dataset"
+        "--sample-count",
+        type=whole_number,
+        default=None,
+        help="use the first N samples of the dataset",
     )
     parser.add_argument(
         "--profile", default=None, help="MIG profile whose target to use, e.g. 2g.20gb"

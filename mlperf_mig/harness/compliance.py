@@ -43,7 +43,9 @@ logger = logging.getLogger(__name__)
 AUDIT_CONFIG = "audit.config"
 # The first line of the audit.config we write: LoadGen skips '#' lines (its own compliance/
 # audit.config files open with them), and a person who finds a leftover learns what wrote it.
-AUDIT_CONFIG_MARKER = "# written by mlperf-mig for {audit}: it removes this file when the test ends\n"
+AUDIT_CONFIG_MARKER = (
+    "# written by mlperf-mig for {audit}: it removes this file when the test ends\n"
+)
 REQUIRED_AUDITS = {"resnet50": ("TEST01", "TEST04"), "bert": ("TEST01",)}
 VERIFY_ACCURACY = "verify_accuracy.txt"
 VERIFY_PERFORMANCE = "verify_performance.txt"
@@ -265,7 +267,10 @@ class AuditVerdict:
         if self.short:
             lines.append("Note: a short audit of the quick preset, not the official 10-minute run")
         if self.reference_score is not None and self.test_score is not None:
-            lines += [f"reference score = {self.reference_score}", f"test score = {self.test_score}"]
+            lines += [
+                f"reference score = {self.reference_score}",
+                f"test score = {self.test_score}",
+            ]
         if self.spread is not None:
             lines.append(f"measured spread = {self.spread:.4f} (band {self.band})")
         if self.inconclusive:
@@ -316,7 +321,9 @@ class AuditVerdict:
             atomic_write_text(folder / VERIFY_ACCURACY, self.accuracy_text())
 
 
-def failed_verdict(audit: str, log_dir: str | os.PathLike[str], reason: str, *, short: bool) -> AuditVerdict:
+def failed_verdict(
+    audit: str, log_dir: str | os.PathLike[str], reason: str, *, short: bool
+) -> AuditVerdict:
     """The verdict of an audit that did not produce what it is judged by (a crash, no logs)."""
     return AuditVerdict(
         audit=audit, passed=False, reason=reason, short=short, log_dir=os.fspath(log_dir),
@@ -338,8 +345,12 @@ class PerformanceComparison:
 
 
 def compare_performance(
-    audit: str, reference: Mapping[str, Any], test: Mapping[str, Any], loadgen_scenario: str,
-    *, short: bool,
+    audit: str,
+    reference: Mapping[str, Any],
+    test: Mapping[str, Any],
+    loadgen_scenario: str,
+    *,
+    short: bool,
 ) -> PerformanceComparison | str:
     """The reference scripts' comparison of the audit's detail-log records with the performance
     run's, or why it cannot be made."""
@@ -365,14 +376,22 @@ def compare_performance(
     unit = "ns (latency)" if latency else "samples/s"
     if audit == "TEST04":
         passed = value < ref * (1 + band)
-        reason = "" if passed else (
-            f"{value / ref - 1:+.1%} faster than the performance run (at most {band:.0%} allowed): "
-            "a repeated sample is answered faster, as a cache would"
+        reason = (
+            ""
+            if passed
+            else (
+                f"{value / ref - 1:+.1%} faster than the performance run (at most {band:.0%} allowed): "
+                "a repeated sample is answered faster, as a cache would"
+            )
         )
     else:
         passed = ref * (1 - band) <= value <= ref * (1 + band)
-        reason = "" if passed else (
-            f"score {value / ref - 1:+.1%} off the performance run's (within {band:.0%} allowed)"
+        reason = (
+            ""
+            if passed
+            else (
+                f"score {value / ref - 1:+.1%} off the performance run's (within {band:.0%} allowed)"
+            )
         )
     return PerformanceComparison(ref, value, unit, band, passed, reason)
 
@@ -408,11 +427,20 @@ def _metric_fallback(
 ) -> tuple[bool, str, AccuracyReport | None, AccuracyReport | None]:
     """Payloads differ: the accuracy metric of both runs on the sampled set must agree."""
     sampled = {i for i, _ in audit_entries} & {i for i, _ in accuracy_entries}
-    baseline = score_entries(benchmark, source, _subset(accuracy_entries, sampled), weights_synthetic=False)
-    audited = score_entries(benchmark, source, _subset(audit_entries, sampled), weights_synthetic=False)
+    baseline = score_entries(
+        benchmark, source, _subset(accuracy_entries, sampled), weights_synthetic=False
+    )
+    audited = score_entries(
+        benchmark, source, _subset(audit_entries, sampled), weights_synthetic=False
+    )
     what = f"payloads differ on {len(differing)} of {matched} sampled samples"
     if baseline.value is None or audited.value is None:
-        return False, f"{what}, and synthetic data has no accuracy metric to compare them by", None, None
+        return (
+            False,
+            f"{what}, and synthetic data has no accuracy metric to compare them by",
+            None,
+            None,
+        )
     if not audited.value:
         return False, f"{what}, and the audit's accuracy on them is 0", baseline, audited
     delta = abs(1 - baseline.value / audited.value) * 100
@@ -457,7 +485,9 @@ def verify_audit(
         return failed_verdict(audit, log_dir, str(exc), short=short)
     problems = audit_setting_problems(audit, test)
     if problems:
-        verdict = failed_verdict(audit, log_dir, "audit settings not in its log: " + "; ".join(problems), short=short)
+        verdict = failed_verdict(
+            audit, log_dir, "audit settings not in its log: " + "; ".join(problems), short=short
+        )
         verdict.write_files(log_dir)
         return verdict
     scores = compare_performance(audit, reference, test, loadgen_scenario, short=short)
@@ -472,7 +502,9 @@ def verify_audit(
     noisy = short and spread is not None and spread > scores.band
     reasons = [scores.reason] if scores.reason and not noisy else []
     if audit == "TEST01":
-        fields.update(_test01_accuracy(folder, log_dir, get_benchmark(benchmark), open_source, reasons))
+        fields.update(
+            _test01_accuracy(folder, log_dir, get_benchmark(benchmark), open_source, reasons)
+        )
     inconclusive = noisy and not reasons
     if inconclusive:
         change = scores.test / scores.reference - 1 if scores.reference else 0.0

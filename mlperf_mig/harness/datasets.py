@@ -21,7 +21,11 @@ def open_source(task: InstanceTask, benchmark: Benchmark) -> SampleSource:
     otherwise; a dataset is cut to its first `sample_count` samples when that is given.
     """
     if task.dataset is None:
-        total = task.sample_count if task.sample_count is not None else benchmark.performance_sample_count
+        total = (
+            task.sample_count
+            if task.sample_count is not None
+            else benchmark.performance_sample_count
+        )
         return SyntheticSource(
             benchmark=benchmark,
             total_count=total,

@@ -228,8 +228,15 @@ class LoadGenTest:
             raise RuntimeError("LoadGenTest.result() before run()")
         wall_s = time.monotonic() - self._started
         return task_result(
-            self.task, self.benchmark, self.source, self._resolved, self._conf_path, counts,
-            device=device, weights_synthetic=weights_synthetic, wall_s=wall_s,
+            self.task,
+            self.benchmark,
+            self.source,
+            self._resolved,
+            self._conf_path,
+            counts,
+            device=device,
+            weights_synthetic=weights_synthetic,
+            wall_s=wall_s,
         )
 
 
@@ -328,7 +335,9 @@ def task_result(
     if not performance and counts.error is not None:
         report = accuracy.not_scored(benchmark, counts.error)
     elif not performance:
-        report = accuracy.score(benchmark, source, task.log_dir, weights_synthetic=weights_synthetic)
+        report = accuracy.score(
+            benchmark, source, task.log_dir, weights_synthetic=weights_synthetic
+        )
     return InstanceResult(
         benchmark=benchmark.name,
         loadgen_scenario=task.loadgen_scenario,

@@ -153,7 +153,12 @@ class WorkCache:
         path = self._path(CALIBRATION_DIR, f"{key_digest(inputs)}.json")
         if path is None:
             return
-        record = {"format": FORMAT, "version": VERSION, "inputs": _canonical(inputs), "target": target}
+        record = {
+            "format": FORMAT,
+            "version": VERSION,
+            "inputs": _canonical(inputs),
+            "target": target,
+        }
         try:
             atomic_write_json(path, record)
         except (MlperfMigError, OSError) as exc:
@@ -176,7 +181,9 @@ class WorkCache:
             logger.info("dropped the cached target %s: %s", path, why)
 
     # --- generated samples -------------------------------------------------------------------
-    def load_samples(self, library: SampleLibrary, indices: Sequence[int], source: SampleSource) -> None:
+    def load_samples(
+        self, library: SampleLibrary, indices: Sequence[int], source: SampleSource
+    ) -> None:
         """`library.load(indices, source)`, from the cache when these samples are in it (then
         the library serves the mapped file), else generated and kept for the next run."""
         unique = library.place(indices)
@@ -210,7 +217,11 @@ class WorkCache:
         except (MlperfMigError, ValueError, RecursionError) as exc:
             return _miss(meta_path, str(exc) or type(exc).__name__)
         expected = sum(a.nbytes for a in rows.values())
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        if (
+            not isinstance(meta, dict)
+            or meta.get("format") != FORMAT
+            or meta.get("version") != VERSION
+        ):
             return _miss(meta_path, "not a samples record of this version")
         if meta.get("inputs") != _canonical(inputs):
             return _miss(meta_path, "made from other inputs")
@@ -258,7 +269,13 @@ class WorkCache:
                 if writing:
                     meta = _write_samples(data, rows)
                     self._write_record(
-                        meta_path, {"format": FORMAT, "version": VERSION, "inputs": _canonical(inputs), **meta}
+                        meta_path,
+                        {
+                            "format": FORMAT,
+                            "version": VERSION,
+                            "inputs": _canonical(inputs),
+                            **meta,
+                        },
                     )
         except (MlperfMigError, OSError) as exc:
             logger.warning("cannot keep the generated samples in %s: %s", data, exc)

@@ -336,7 +336,9 @@ class MergedSettings:
         target_key = TARGET_KEYS[self.loadgen_scenario]
         data_file = f"harness/{self.benchmark.name}.toml"
         origins = {
-            key: Origin(f"preset {self.spec.preset!r} of {data_file}", f"pass --set {key}=... to replace it")
+            key: Origin(
+                f"preset {self.spec.preset!r} of {data_file}", f"pass --set {key}=... to replace it"
+            )
             for key in self.preset_values
         }
         origins.update(
@@ -561,7 +563,9 @@ def queued_samples(values: Mapping[str, float], loadgen_scenario: str) -> tuple[
         by_target = OFFLINE_SLACK * duration_s * target
     else:
         by_target = GENERATED_DURATIONS * duration_s * 1000.0 / target
-    per_query = float(values.get("samples_per_query", 8)) if loadgen_scenario == "MultiStream" else 1.0
+    per_query = (
+        float(values.get("samples_per_query", 8)) if loadgen_scenario == "MultiStream" else 1.0
+    )
     decided_by = "target" if by_target >= count else "min_query_count"
     return max(count, by_target) * per_query, decided_by
 
@@ -586,6 +590,7 @@ def check_ranges(
     latencies with them); durations and latencies fit LoadGen's int64 nanoseconds; and the
     queries LoadGen builds before issuing the first must fit in half this machine's memory.
     """
+
     def refuse(key: str, problem: str) -> SettingsError:
         origin = _origin_of(origins, key)
         return SettingsError(f"{origin.what}: {key} = {values[key]!r} {problem}; {origin.fix}")
@@ -600,11 +605,20 @@ def check_ranges(
             )
             raise refuse(key, f"{why}: it must be positive")
         if key == "target_latency_percentile" and not 0 < value < 100:
-            raise refuse(key, "must lie strictly between 0 and 100 (LoadGen indexes its sorted latencies with it)")
+            raise refuse(
+                key,
+                "must lie strictly between 0 and 100 (LoadGen indexes its sorted latencies with it)",
+            )
         if key == "samples_per_query" and value < 1:
             raise refuse(key, "must be at least 1")
-        if key in ("min_duration", "max_duration", "target_latency") and value * NS_PER_MS > LOADGEN_INT_MAX:
-            raise refuse(key, f"ms is beyond LoadGen's 64-bit range (it keeps nanoseconds): pass at most {LOADGEN_INT_MAX // NS_PER_MS} ms")
+        if (
+            key in ("min_duration", "max_duration", "target_latency")
+            and value * NS_PER_MS > LOADGEN_INT_MAX
+        ):
+            raise refuse(
+                key,
+                f"ms is beyond LoadGen's 64-bit range (it keeps nanoseconds): pass at most {LOADGEN_INT_MAX // NS_PER_MS} ms",
+            )
     duration_s = _min_duration_s(values)
     if loadgen_scenario == "Server" and target_key in values:
         slowest = 1.0 / max(duration_s, 1.0)

@@ -90,7 +90,9 @@ def permutation_rounds(rows: np.ndarray, loaded: int) -> int:
     return int(bad[0]) if len(bad) else count
 
 
-def _ids_of_rows(ids: Sequence[int], base: int, perm: np.ndarray, first: int, end: int) -> list[int]:
+def _ids_of_rows(
+    ids: Sequence[int], base: int, perm: np.ndarray, first: int, end: int
+) -> list[int]:
     """The ids of the samples of rows first..end-1 of a round (`perm`: each sample's row), in
     row order."""
     positions = np.argsort(perm, kind="stable")[first:end]
@@ -236,7 +238,12 @@ class BatchRunner:
         self.flush()
 
     def _run_round(
-        self, ids: Sequence[int], rows: np.ndarray, base: int, payloads: np.ndarray, row_range: np.ndarray
+        self,
+        ids: Sequence[int],
+        rows: np.ndarray,
+        base: int,
+        payloads: np.ndarray,
+        row_range: np.ndarray,
     ) -> None:
         """Run rows 0..loaded-1 (the samples at base.. of the query, a permutation of them) in
         batches of consecutive rows, payloads into `payloads` by row; complete them in the

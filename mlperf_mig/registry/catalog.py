@@ -28,22 +28,57 @@ log = logging.getLogger(__name__)
 ENV_VAR = "MLPERF_MIG_SYSTEMS_PATH"
 
 _GPU_KEYS = {
-    "name": str, "nvml_names": list, "aliases": list, "system_id_name": str, "vgpu_prefixes": list,
-    "pci_device_ids": list, "pci_subsystem_ids": list, "prerequisites": str, "memory_slices": int, "compute_slices": int, "memory_gib": (int, float),
-    "architecture": str, "min_driver": str, "nvml_instance_counts_reliable": bool,
-    "provenance": str, "inferred": list, "sources": list, "field_sources": dict,
+    "name": str,
+    "nvml_names": list,
+    "aliases": list,
+    "system_id_name": str,
+    "vgpu_prefixes": list,
+    "pci_device_ids": list,
+    "pci_subsystem_ids": list,
+    "prerequisites": str,
+    "memory_slices": int,
+    "compute_slices": int,
+    "memory_gib": (int, float),
+    "architecture": str,
+    "min_driver": str,
+    "nvml_instance_counts_reliable": bool,
+    "provenance": str,
+    "inferred": list,
+    "sources": list,
+    "field_sources": dict,
 }
 _GPU_REQUIRED = ("name", "memory_slices", "compute_slices")
 _PROFILE_KEYS = {
-    "name": str, "profile_id": int, "nvml_constant": str, "memory_slices": int,
-    "compute_slices": int, "sms": int, "memory_gib": (int, float), "copy_engines": int,
-    "decoders": int, "encoders": int, "jpeg_decoders": int, "ofa": int, "max_instances": int,
-    "placement_starts": list, "placement_size": int, "provenance": str, "inferred": list,
-    "note": str, "aliases": list, "field_sources": dict,
+    "name": str,
+    "profile_id": int,
+    "nvml_constant": str,
+    "memory_slices": int,
+    "compute_slices": int,
+    "sms": int,
+    "memory_gib": (int, float),
+    "copy_engines": int,
+    "decoders": int,
+    "encoders": int,
+    "jpeg_decoders": int,
+    "ofa": int,
+    "max_instances": int,
+    "placement_starts": list,
+    "placement_size": int,
+    "provenance": str,
+    "inferred": list,
+    "note": str,
+    "aliases": list,
+    "field_sources": dict,
 }
 _PROFILE_REQUIRED = (
-    "name", "profile_id", "memory_slices", "compute_slices", "max_instances",
-    "placement_starts", "placement_size", "provenance",
+    "name",
+    "profile_id",
+    "memory_slices",
+    "compute_slices",
+    "max_instances",
+    "placement_starts",
+    "placement_size",
+    "provenance",
 )
 _PCI_RE = re.compile(r"^0x[0-9a-fA-F]{8}$")
 _SUBSYSTEM_RE = re.compile(r"^0x[0-9a-fA-F]{4}$")
@@ -95,7 +130,8 @@ class Catalog:
         candidates = [g for g in self.gpus if packed_id in g.pci_device_ids]
         if subsystem_id:
             candidates = [
-                g for g in candidates
+                g
+                for g in candidates
                 if not g.pci_subsystem_ids or subsystem_id >> 16 in g.pci_subsystem_ids
             ]
         if len(candidates) > 1 and subsystem_id:
@@ -141,12 +177,13 @@ def _name_index(gpus: Iterable[Gpu]) -> dict[str, Gpu]:
 def _check_shared_pci_ids(gpus: Sequence[Gpu]) -> None:
     """Two entries may share a PCI device ID only if subsystem IDs or NVML names tell them apart."""
     for i, gpu in enumerate(gpus):
-        for other in gpus[i + 1:]:
+        for other in gpus[i + 1 :]:
             shared = set(gpu.pci_device_ids) & set(other.pci_device_ids)
             if not shared:
                 continue
             by_subsystem = (
-                gpu.pci_subsystem_ids and other.pci_subsystem_ids
+                gpu.pci_subsystem_ids
+                and other.pci_subsystem_ids
                 and not set(gpu.pci_subsystem_ids) & set(other.pci_subsystem_ids)
             )
             names = [{normalize_gpu_name(n) for n in g.nvml_names} for g in (gpu, other)]
@@ -225,7 +262,9 @@ def _gpu_from_data(data: Mapping[str, Any], file: Path) -> Gpu:
     table = data["gpu"]
     _check_keys(table, _GPU_KEYS, _GPU_REQUIRED, file, "gpu.")
     fields = {
-        k: v for k, v in table.items() if k not in ("inferred", "pci_device_ids", "pci_subsystem_ids")
+        k: v
+        for k, v in table.items()
+        if k not in ("inferred", "pci_device_ids", "pci_subsystem_ids")
     }
     for key in ("memory_slices", "compute_slices"):
         _require(table[key] >= 1, file, f"gpu.{key}", f"must be at least 1, got {table[key]}")
@@ -236,7 +275,9 @@ def _gpu_from_data(data: Mapping[str, Any], file: Path) -> Gpu:
         fields[key] = _strings(table.get(key, []), file, f"gpu.{key}")
     fields["field_sources"] = _field_sources(table.get("field_sources", {}), _GPU_KEYS, file, "gpu")
     _require(
-        table.get("provenance", "documented") in PROVENANCES, file, "gpu.provenance",
+        table.get("provenance", "documented") in PROVENANCES,
+        file,
+        "gpu.provenance",
         f"must be one of {', '.join(PROVENANCES)}",
     )
     profiles = tuple(
@@ -255,32 +296,45 @@ def _profile_from_data(entry: Any, gpu: Mapping[str, Any], file: Path, where: st
     _check_keys(entry, _PROFILE_KEYS, _PROFILE_REQUIRED, file, f"{where}.")
     where = f"{where} ({entry['name']})"
     aliases = _strings(entry.get("aliases", []), file, f"{where}.aliases")
-    for field, name_text in ((f"{where}.name", entry["name"]), *((f"{where}.aliases", a) for a in aliases)):
+    for field, name_text in (
+        (f"{where}.name", entry["name"]),
+        *((f"{where}.aliases", a) for a in aliases),
+    ):
         name = PROFILE_NAME_RE.match(name_text)
         _require(
-            name is not None and name_attributes(name_text) is not None, file, field,
+            name is not None and name_attributes(name_text) is not None,
+            file,
+            field,
             f"{name_text!r} must look like 3g.40gb, 1g.10gb+me, 1g.24gb+me.all, 1g.24gb-me or "
             "1g.24gb+gfx (one media kind at most)",
         )
         assert name is not None
         _require(
-            int(name["compute"]) == entry["compute_slices"], file, f"{where}.compute_slices",
+            int(name["compute"]) == entry["compute_slices"],
+            file,
+            f"{where}.compute_slices",
             f"is {entry['compute_slices']} but the name {name_text!r} says {name['compute']}",
         )
     _require(
-        all(name_attributes(a) == name_attributes(entry["name"]) for a in aliases), file,
-        f"{where}.aliases", "must carry the same attributes (+me, -me, ...) as the name",
+        all(name_attributes(a) == name_attributes(entry["name"]) for a in aliases),
+        file,
+        f"{where}.aliases",
+        "must carry the same attributes (+me, -me, ...) as the name",
     )
     _check_slices(entry, gpu, file, where)
     _check_placements(entry, gpu, file, where)
     _require(
-        entry["provenance"] in PROVENANCES, file, f"{where}.provenance",
+        entry["provenance"] in PROVENANCES,
+        file,
+        f"{where}.provenance",
         f"is {entry['provenance']!r}; use one of {', '.join(PROVENANCES)}",
     )
     fields = {k: v for k, v in entry.items() if k != "inferred"}
     fields["inferred_fields"] = _strings(entry.get("inferred", []), file, f"{where}.inferred")
     fields["aliases"] = aliases
-    fields["field_sources"] = _field_sources(entry.get("field_sources", {}), _PROFILE_KEYS, file, where)
+    fields["field_sources"] = _field_sources(
+        entry.get("field_sources", {}), _PROFILE_KEYS, file, where
+    )
     unknown = set(fields["inferred_fields"]) - set(_PROFILE_KEYS)
     _require(not unknown, file, f"{where}.inferred", f"names unknown fields {sorted(unknown)}")
     if "memory_gib" in fields:
@@ -296,38 +350,51 @@ def _check_slices(entry: Mapping[str, Any], gpu: Mapping[str, Any], file: Path, 
         _require(entry[key] >= 1, file, f"{where}.{key}", f"must be at least 1, got {entry[key]}")
     for key in ("memory_slices", "compute_slices"):
         _require(
-            entry[key] <= gpu[key], file, f"{where}.{key}",
+            entry[key] <= gpu[key],
+            file,
+            f"{where}.{key}",
             f"is {entry[key]} but the GPU has only {gpu[key]}",
         )
     _require(
         entry["max_instances"] * entry["compute_slices"] <= gpu["compute_slices"],
-        file, f"{where}.max_instances",
+        file,
+        f"{where}.max_instances",
         f"{entry['max_instances']} instances of {entry['compute_slices']} compute slices exceed "
         f"the GPU's {gpu['compute_slices']}",
     )
 
 
-def _check_placements(entry: Mapping[str, Any], gpu: Mapping[str, Any], file: Path, where: str) -> None:
+def _check_placements(
+    entry: Mapping[str, Any], gpu: Mapping[str, Any], file: Path, where: str
+) -> None:
     starts, size = entry["placement_starts"], entry["placement_size"]
     field = f"{where}.placement_starts"
     _require(
-        bool(starts) and all(isinstance(s, int) and s >= 0 for s in starts), file, field,
+        bool(starts) and all(isinstance(s, int) and s >= 0 for s in starts),
+        file,
+        field,
         "must be a non-empty list of memory-slice indices >= 0",
     )
     _require(starts == sorted(set(starts)), file, field, "must be sorted without repeats")
     _require(
-        size == entry["memory_slices"], file, f"{where}.placement_size",
+        size == entry["memory_slices"],
+        file,
+        f"{where}.placement_size",
         f"is {size} but memory_slices is {entry['memory_slices']} (a placement spans the "
         "profile's memory slices)",
     )
     for start in starts:
         _require(
-            start + size <= gpu["memory_slices"], file, field,
+            start + size <= gpu["memory_slices"],
+            file,
+            field,
             f"start {start} + size {size} runs past the GPU's {gpu['memory_slices']} memory slices",
         )
     disjoint = _max_disjoint(starts, size)
     _require(
-        entry["max_instances"] <= disjoint, file, f"{where}.max_instances",
+        entry["max_instances"] <= disjoint,
+        file,
+        f"{where}.max_instances",
         f"is {entry['max_instances']} but the placements hold at most {disjoint} side by side",
     )
 
@@ -356,21 +423,33 @@ def _check_unique(profiles: Sequence[Profile], file: Path) -> None:
 
 
 def _check_keys(
-    table: Mapping[str, Any], types: Mapping[str, Any], required: Sequence[str], file: Path,
+    table: Mapping[str, Any],
+    types: Mapping[str, Any],
+    required: Sequence[str],
+    file: Path,
     prefix: str,
 ) -> None:
     for key, value in table.items():
         _require(key in types, file, f"{prefix}{key}", f"is not a known field ({', '.join(types)})")
         expected = types[key]
-        wrong = isinstance(value, bool) and expected is not bool and bool not in (
-            expected if isinstance(expected, tuple) else (expected,)
+        wrong = (
+            isinstance(value, bool)
+            and expected is not bool
+            and bool not in (expected if isinstance(expected, tuple) else (expected,))
         )
         _require(
-            isinstance(value, expected) and not wrong, file, f"{prefix}{key}",
+            isinstance(value, expected) and not wrong,
+            file,
+            f"{prefix}{key}",
             f"has the wrong type ({type(value).__name__})",
         )
         if isinstance(value, float):  # TOML allows nan and inf, which no size or count can be
-            _require(math.isfinite(value), file, f"{prefix}{key}", f"must be a finite number, got {value}")
+            _require(
+                math.isfinite(value),
+                file,
+                f"{prefix}{key}",
+                f"must be a finite number, got {value}",
+            )
     for key in required:
         _require(key in table, file, f"{prefix}{key}", "is missing")
 
@@ -383,8 +462,10 @@ def _strings(values: list[Any], file: Path, field: str) -> tuple[str, ...]:
 def _pci_ids(values: list[Any], file: Path) -> tuple[int, ...]:
     for value in values:
         _require(
-            isinstance(value, str) and bool(_PCI_RE.match(value)), file, "gpu.pci_device_ids",
-            f"entry {value!r} is not a packed ID like \"0x20B210DE\" (device << 16 | vendor)",
+            isinstance(value, str) and bool(_PCI_RE.match(value)),
+            file,
+            "gpu.pci_device_ids",
+            f'entry {value!r} is not a packed ID like "0x20B210DE" (device << 16 | vendor)',
         )
     return tuple(int(v, 16) for v in values)
 
@@ -396,7 +477,9 @@ def _field_sources(
     for key, value in table.items():
         _require(key in keys, file, f"{where}.field_sources.{key}", "names no field of the entry")
         _require(
-            isinstance(value, str) and bool(value.strip()), file, f"{where}.field_sources.{key}",
+            isinstance(value, str) and bool(value.strip()),
+            file,
+            f"{where}.field_sources.{key}",
             "must be a non-empty text naming the source",
         )
     return dict(table)
@@ -405,9 +488,10 @@ def _field_sources(
 def _subsystem_ids(values: list[Any], file: Path) -> tuple[int, ...]:
     for value in values:
         _require(
-            isinstance(value, str) and bool(_SUBSYSTEM_RE.match(value)), file,
+            isinstance(value, str) and bool(_SUBSYSTEM_RE.match(value)),
+            file,
             "gpu.pci_subsystem_ids",
-            f"entry {value!r} is not a PCI subsystem device ID like \"0x204D\" (4 hex digits)",
+            f'entry {value!r} is not a PCI subsystem device ID like "0x204D" (4 hex digits)',
         )
     return tuple(int(v, 16) for v in values)
 

@@ -23,51 +23,85 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print JSON for programs")
     common.add_argument(
-        "--systems-path", action="append", default=[], metavar="PATH",
+        "--systems-path",
+        action="append",
+        default=[],
+        metavar="PATH",
         help="extra folder (or file) of GPU data files; repeatable; see also MLPERF_MIG_SYSTEMS_PATH",
     )
 
-    parser = subparsers.add_parser("gpus", parents=[common], help="list the MIG-capable GPUs the registry knows")
+    parser = subparsers.add_parser(
+        "gpus", parents=[common], help="list the MIG-capable GPUs the registry knows"
+    )
     parser.set_defaults(handler=_gpus)
 
-    parser = subparsers.add_parser("layouts", parents=[common], help="list the valid MIG layouts of a GPU")
+    parser = subparsers.add_parser(
+        "layouts", parents=[common], help="list the valid MIG layouts of a GPU"
+    )
     parser.add_argument("gpu", metavar="GPU", help="GPU name or alias, e.g. A100-80GB")
-    parser.add_argument("--maximal", action="store_true", help="only layouts that cannot take another instance")
+    parser.add_argument(
+        "--maximal", action="store_true", help="only layouts that cannot take another instance"
+    )
     parser.set_defaults(handler=_layouts)
 
     parser = subparsers.add_parser(
-        "scenarios", parents=[common],
+        "scenarios",
+        parents=[common],
         help="the seed study's eight MIG layouts (study scenarios 1-8, not LoadGen scenarios)",
     )
-    parser.add_argument("--gpu", metavar="GPU", help="translate the layouts to this GPU by slice shape")
+    parser.add_argument(
+        "--gpu", metavar="GPU", help="translate the layouts to this GPU by slice shape"
+    )
     parser.set_defaults(handler=_scenarios)
 
     parser = subparsers.add_parser(
-        "check", parents=[common],
+        "check",
+        parents=[common],
         help="check that a layout fits a GPU and show its placements (exit 2 with the reason if not)",
     )
     parser.add_argument(
-        "gpu", metavar="GPU",
+        "gpu",
+        metavar="GPU",
         help="GPU name or alias (A100-80GB), or a whole system ID such as "
         "A100-SXM-80GB_MIG_1x4g.40gb+1x2g.20gb+1x1g.10gb",
     )
-    parser.add_argument("layout", metavar="LAYOUT", nargs="?", help="layout such as 3x2g.20gb+1g.10gb")
+    parser.add_argument(
+        "layout", metavar="LAYOUT", nargs="?", help="layout such as 3x2g.20gb+1g.10gb"
+    )
     parser.set_defaults(handler=_check)
 
     parser = subparsers.add_parser(
-        "mig-setup", parents=[common],
+        "mig-setup",
+        parents=[common],
         help="print how to create a layout (mig-parted config or nvidia-smi steps); changes nothing",
     )
     parser.add_argument("gpu", metavar="GPU", help="GPU name or alias, e.g. A100-80GB")
     parser.add_argument("layout", metavar="LAYOUT", help="layout such as 3x2g.20gb+1g.10gb")
-    parser.add_argument("--format", choices=("mig-parted", "steps"), default="steps", help="output form (default: steps)")
-    parser.add_argument("--gpu-index", type=whole_number, default=0, metavar="N", help="index of the GPU to set up (default 0)")
+    parser.add_argument(
+        "--format",
+        choices=("mig-parted", "steps"),
+        default="steps",
+        help="output form (default: steps)",
+    )
+    parser.add_argument(
+        "--gpu-index",
+        type=whole_number,
+        default=0,
+        metavar="N",
+        help="index of the GPU to set up (default 0)",
+    )
     parser.set_defaults(handler=_mig_setup)
 
-    parser = subparsers.add_parser("detect", parents=[common], help="show the GPUs and live MIG devices (read-only)")
+    parser = subparsers.add_parser(
+        "detect", parents=[common], help="show the GPUs and live MIG devices (read-only)"
+    )
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--replay", metavar="FILE", help="read a recorded NVML state instead of the driver")
-    source.add_argument("--record", metavar="FILE", help="also write the live NVML state to FILE (a test fixture)")
+    source.add_argument(
+        "--replay", metavar="FILE", help="read a recorded NVML state instead of the driver"
+    )
+    source.add_argument(
+        "--record", metavar="FILE", help="also write the live NVML state to FILE (a test fixture)"
+    )
     parser.set_defaults(handler=_detect)
 
 
@@ -98,9 +132,11 @@ def _gpus(args: argparse.Namespace) -> int:
         for gpu in catalog
     ]
     print(text_table(rows, list(rows[0])))
-    print("provenance: documented (NVIDIA documents), nvidia-smi (a real printout), nvidia-code "
-          "(NVIDIA's code), inferred; each field's source: `mlperf-mig gpus --json` (sources, "
-          "field_sources, inferred_fields)")
+    print(
+        "provenance: documented (NVIDIA documents), nvidia-smi (a real printout), nvidia-code "
+        "(NVIDIA's code), inferred; each field's source: `mlperf-mig gpus --json` (sources, "
+        "field_sources, inferred_fields)"
+    )
     return EXIT_OK
 
 
@@ -111,10 +147,12 @@ def _layouts(args: argparse.Namespace) -> int:
     layouts = maximal_layouts(gpu) if args.maximal else valid_layouts(gpu)
     entries = [(layout, solve_placements(layout)) for layout in layouts]
     if args.json:
-        return _print_json([
-            {**layout.to_dict(), "placements": [p.to_dict() for p in placements]}
-            for layout, placements in entries
-        ])
+        return _print_json(
+            [
+                {**layout.to_dict(), "placements": [p.to_dict() for p in placements]}
+                for layout, placements in entries
+            ]
+        )
     rows = [
         {
             "layout": str(layout),
@@ -144,14 +182,16 @@ def _scenarios(args: argparse.Namespace) -> int:
             layout, note = study_layout(scenario.scenario, target, catalog), ""
         except LayoutError as exc:
             layout, note = None, str(exc)
-        rows.append({
-            "scenario": scenario.scenario,
-            "gpu": target.name,
-            "layout": str(layout) if layout else None,
-            "seed layout (A100 80GB)": str(scenario.layout),
-            "seed vGPU types": " + ".join(scenario.vgpu_types),
-            "note": note or None,
-        })
+        rows.append(
+            {
+                "scenario": scenario.scenario,
+                "gpu": target.name,
+                "layout": str(layout) if layout else None,
+                "seed layout (A100 80GB)": str(scenario.layout),
+                "seed vGPU types": " + ".join(scenario.vgpu_types),
+                "note": note or None,
+            }
+        )
     if args.json:
         return _print_json(rows)
     print("study scenario = one MIG layout of the seed study (not a LoadGen scenario)")
@@ -174,15 +214,22 @@ def _check(args: argparse.Namespace) -> int:
         layout = parse_layout(catalog.get(args.gpu), args.layout, catalog)
     placements = solve_placements(layout)
     if args.json:
-        return _print_json({
-            **layout.to_dict(), "valid": True, "system_id": system_id(layout),
-            "placements": [p.to_dict() for p in placements],
-        })
+        return _print_json(
+            {
+                **layout.to_dict(),
+                "valid": True,
+                "system_id": system_id(layout),
+                "placements": [p.to_dict() for p in placements],
+            }
+        )
     print(f"valid: {layout} on {layout.gpu.name} ({system_id(layout)})")
     rows = [
         {
-            "instance": i, "profile": p.profile.name, "profile id": p.profile.profile_id,
-            "start": p.start, "memory slices": p.memory_range,
+            "instance": i,
+            "profile": p.profile.name,
+            "profile id": p.profile.profile_id,
+            "start": p.start,
+            "memory slices": p.memory_range,
             "compute slices": p.profile.compute_slices,
         }
         for i, p in enumerate(placements)
@@ -206,10 +253,14 @@ def _mig_setup(args: argparse.Namespace) -> int:
     layout = parse_layout(catalog.get(args.gpu), args.layout, catalog)
     setup = mig_setup(layout, gpu_index=args.gpu_index)
     if args.json:
-        return _print_json({
-            **layout.to_dict(), "mig_parted_config": setup.mig_parted_config(),
-            "steps": setup.steps(), "placements": [p.to_dict() for p in setup.placements],
-        })
+        return _print_json(
+            {
+                **layout.to_dict(),
+                "mig_parted_config": setup.mig_parted_config(),
+                "steps": setup.steps(),
+                "placements": [p.to_dict() for p in setup.placements],
+            }
+        )
     if args.format == "mig-parted":
         print(setup.mig_parted_config(), end="")
     else:
@@ -280,15 +331,19 @@ def _gpu_row(gpu: Any) -> dict[str, Any]:
 def _vgpu_line(vgpu: Any) -> str:
     parent = vgpu.parent_gpu.name if vgpu.parent_gpu else "an unknown GPU"
     if vgpu.time_sliced and vgpu.shared_instance is not None:
-        return (f"MIG-backed time-sliced vGPU {vgpu.type_name}: a share of one "
-                f"{vgpu.shared_instance.name} instance of {parent} that several VMs time-slice "
-                "(not an isolated instance: runs only with --shared)")
+        return (
+            f"MIG-backed time-sliced vGPU {vgpu.type_name}: a share of one "
+            f"{vgpu.shared_instance.name} instance of {parent} that several VMs time-slice "
+            "(not an isolated instance: runs only with --shared)"
+        )
     if vgpu.time_sliced:
         return f"time-sliced vGPU {vgpu.type_name} on {parent} (not MIG: runs only with --shared)"
     if vgpu.profile is None:
         return f"vGPU {vgpu.type_name} of no known type (see the note below)"
-    return (f"MIG-backed vGPU {vgpu.type_name} = one {vgpu.profile.name} instance of {parent} "
-            f"(UUID {vgpu.uuid}; run a layout of that one profile here)")
+    return (
+        f"MIG-backed vGPU {vgpu.type_name} = one {vgpu.profile.name} instance of {parent} "
+        f"(UUID {vgpu.uuid}; run a layout of that one profile here)"
+    )
 
 
 def _device_row(index: int, device: Any) -> dict[str, Any]:

@@ -30,7 +30,9 @@ DEVICE_KINDS = ("mig", "vgpu", "gpu")
 _v = attrs.validators
 _INDEX = _v.and_(_v.instance_of(int), _v.ge(0))
 # what LiveDevice.to_dict writes and from_dict accepts, no more and no less
-_DEVICE_KEYS = frozenset({"kind", "index", "gpu", "profile", "profile_spec", "uuid", "placement_start", "vgpu_type"})
+_DEVICE_KEYS = frozenset(
+    {"kind", "index", "gpu", "profile", "profile_spec", "uuid", "placement_start", "vgpu_type"}
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -41,7 +43,9 @@ class LiveDevice:
     gpu_index: int = attrs.field(validator=_INDEX)
     # the catalog GPU (the vGPU's parent in a VM), else the NVML name
     gpu_model: str = attrs.field(validator=_v.instance_of(str))
-    profile: Profile | None = attrs.field(validator=_v.optional(_v.instance_of(Profile)))  # None: whole GPU
+    profile: Profile | None = attrs.field(
+        validator=_v.optional(_v.instance_of(Profile))
+    )  # None: whole GPU
     uuid: str = attrs.field(validator=_v.instance_of(str))
     placement_start: int | None = attrs.field(default=None, validator=_v.optional(_INDEX))
     vgpu_type: str | None = attrs.field(default=None, validator=_v.optional(_v.instance_of(str)))
@@ -50,10 +54,14 @@ class LiveDevice:
         """Plain JSON-ready data: the profile by name (for people) and whole (`profile_spec`, for
         `from_dict`: the driver's catalog may not know a GPU the node's discovery read live)."""
         return {
-            "kind": self.kind, "index": self.gpu_index, "gpu": self.gpu_model,
+            "kind": self.kind,
+            "index": self.gpu_index,
+            "gpu": self.gpu_model,
             "profile": self.profile.name if self.profile else None,
-            "profile_spec": self.profile.to_dict() if self.profile else None, "uuid": self.uuid,
-            "placement_start": self.placement_start, "vgpu_type": self.vgpu_type,
+            "profile_spec": self.profile.to_dict() if self.profile else None,
+            "uuid": self.uuid,
+            "placement_start": self.placement_start,
+            "vgpu_type": self.vgpu_type,
         }
 
     @classmethod
@@ -67,10 +75,17 @@ class LiveDevice:
         try:
             profile = None if spec is None else Profile(**spec)
             if profile is not None and data["profile"] != profile.name:
-                raise ValueError(f"profile {data['profile']!r} is not its profile_spec's {profile.name!r}")
+                raise ValueError(
+                    f"profile {data['profile']!r} is not its profile_spec's {profile.name!r}"
+                )
             return cls(
-                kind=data["kind"], gpu_index=data["index"], gpu_model=data["gpu"], profile=profile,
-                uuid=data["uuid"], placement_start=data["placement_start"], vgpu_type=data["vgpu_type"],
+                kind=data["kind"],
+                gpu_index=data["index"],
+                gpu_model=data["gpu"],
+                profile=profile,
+                uuid=data["uuid"],
+                placement_start=data["placement_start"],
+                vgpu_type=data["vgpu_type"],
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"device {data.get('uuid')!r}: {exc}") from None
@@ -124,24 +139,45 @@ def usable_devices(state: GpuState) -> tuple[LiveDevice, ...]:
     model = state.catalog_gpu.name if state.catalog_gpu else state.name
     if state.vgpu is not None:
         kind = "vgpu" if state.mig_vgpu else "gpu"
-        return (LiveDevice(
-            kind=kind, gpu_index=state.index, gpu_model=model, profile=state.vgpu.profile,
-            uuid=state.vgpu.uuid, vgpu_type=state.vgpu.type_name,
-        ),)
+        return (
+            LiveDevice(
+                kind=kind,
+                gpu_index=state.index,
+                gpu_model=model,
+                profile=state.vgpu.profile,
+                uuid=state.vgpu.uuid,
+                vgpu_type=state.vgpu.type_name,
+            ),
+        )
     if state.mig_current:
         first: dict[int, Any] = {}
         for device in state.mig_devices:
             first.setdefault(device.gpu_instance_id, device)
-        ordered = sorted(first.values(), key=lambda d: (
-            -d.profile.compute_slices, -d.profile.memory_slices,
-            d.placement_start if d.placement_start is not None else 0, d.gpu_instance_id,
-        ))
+        ordered = sorted(
+            first.values(),
+            key=lambda d: (
+                -d.profile.compute_slices,
+                -d.profile.memory_slices,
+                d.placement_start if d.placement_start is not None else 0,
+                d.gpu_instance_id,
+            ),
+        )
         return tuple(
-            LiveDevice(kind="mig", gpu_index=state.index, gpu_model=model, profile=d.profile,
-                       uuid=d.uuid, placement_start=d.placement_start)
+            LiveDevice(
+                kind="mig",
+                gpu_index=state.index,
+                gpu_model=model,
+                profile=d.profile,
+                uuid=d.uuid,
+                placement_start=d.placement_start,
+            )
             for d in ordered
         )
-    return (LiveDevice(kind="gpu", gpu_index=state.index, gpu_model=model, profile=None, uuid=state.uuid),)
+    return (
+        LiveDevice(
+            kind="gpu", gpu_index=state.index, gpu_model=model, profile=None, uuid=state.uuid
+        ),
+    )
 
 
 def node_inventory(detection: Detection) -> tuple[LiveDevice, ...]:

@@ -47,7 +47,9 @@ from mlperf_mig.registry.nvml_state import GI_PROFILE_CAPS_GFX, read_nvml_state
 
 log = logging.getLogger(__name__)
 
-_MIG_UUID_RE = re.compile(r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+_MIG_UUID_RE = re.compile(
+    r"^MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I
+)
 _LEGACY_MIG_UUID_RE = re.compile(r"^MIG-(?P<gpu>GPU-[0-9a-f-]+)/(?P<gi>\d+)/(?P<ci>\d+)$", re.I)
 _GIB_TOLERANCE = 0.5  # nvidia-smi's GiB drifts by up to 0.25 between drivers
 _VIRTUALIZATION_MODES = {
@@ -58,7 +60,9 @@ _VIRTUALIZATION_MODES = {
     pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VSGA: "host-vsga",
 }
 _GUEST_NAME_PREFIX_RE = re.compile(r"^(?:GRID|NVIDIA)\s+", re.I)
-_TIME_SLICED_VGPU_RE = re.compile(r"^(?:grid_)?(?P<board>[a-z0-9]+)-(?P<framebuffer>\d+)[abcq]$", re.I)
+_TIME_SLICED_VGPU_RE = re.compile(
+    r"^(?:grid_)?(?P<board>[a-z0-9]+)-(?P<framebuffer>\d+)[abcq]$", re.I
+)
 _MIG_BACKED_BOARD_RE = re.compile(r"^(?:grid_)?(?P<board>[a-z0-9]+)-\d+-", re.I)
 
 # NVML_GPU_INSTANCE_PROFILE_* constants (NVIDIA/go-nvml `pkg/nvml/nvml.h`): the name without its
@@ -67,12 +71,23 @@ _MIG_BACKED_BOARD_RE = re.compile(r"^(?:grid_)?(?P<board>[a-z0-9]+)-\d+-", re.I)
 # `+me` profile; 3_SLICE_GFX (0x11, "gfx + media capable", CUDA 13.2.1 header) has no known name
 # suffix beyond +gfx. A constant not listed is recorded as `unknown 0x..`, never an error.
 GI_PROFILE_CONSTANTS: dict[int, tuple[str, tuple[str, ...]]] = {
-    0x00: ("1_SLICE", ()), 0x01: ("2_SLICE", ()), 0x02: ("3_SLICE", ()), 0x03: ("4_SLICE", ()),
-    0x04: ("7_SLICE", ()), 0x05: ("8_SLICE", ()), 0x06: ("6_SLICE", ()),
-    0x07: ("1_SLICE_REV1", ("me",)), 0x08: ("2_SLICE_REV1", ("me",)), 0x09: ("1_SLICE_REV2", ()),
-    0x0A: ("1_SLICE_GFX", ("gfx",)), 0x0B: ("2_SLICE_GFX", ("gfx",)), 0x0C: ("4_SLICE_GFX", ("gfx",)),
-    0x0D: ("1_SLICE_NO_ME", ("no-me",)), 0x0E: ("2_SLICE_NO_ME", ("no-me",)),
-    0x0F: ("1_SLICE_ALL_ME", ("me.all",)), 0x10: ("2_SLICE_ALL_ME", ("me.all",)),
+    0x00: ("1_SLICE", ()),
+    0x01: ("2_SLICE", ()),
+    0x02: ("3_SLICE", ()),
+    0x03: ("4_SLICE", ()),
+    0x04: ("7_SLICE", ()),
+    0x05: ("8_SLICE", ()),
+    0x06: ("6_SLICE", ()),
+    0x07: ("1_SLICE_REV1", ("me",)),
+    0x08: ("2_SLICE_REV1", ("me",)),
+    0x09: ("1_SLICE_REV2", ()),
+    0x0A: ("1_SLICE_GFX", ("gfx",)),
+    0x0B: ("2_SLICE_GFX", ("gfx",)),
+    0x0C: ("4_SLICE_GFX", ("gfx",)),
+    0x0D: ("1_SLICE_NO_ME", ("no-me",)),
+    0x0E: ("2_SLICE_NO_ME", ("no-me",)),
+    0x0F: ("1_SLICE_ALL_ME", ("me.all",)),
+    0x10: ("2_SLICE_ALL_ME", ("me.all",)),
     0x11: ("3_SLICE_GFX", ("gfx",)),
 }
 
@@ -94,8 +109,11 @@ def parse_mig_uuid(text: str) -> MigUuid:
     legacy = _LEGACY_MIG_UUID_RE.match(text)
     if legacy:
         return MigUuid(
-            text=text, legacy=True, gpu_uuid=legacy["gpu"],
-            gpu_instance_id=int(legacy["gi"]), compute_instance_id=int(legacy["ci"]),
+            text=text,
+            legacy=True,
+            gpu_uuid=legacy["gpu"],
+            gpu_instance_id=int(legacy["gi"]),
+            compute_instance_id=int(legacy["ci"]),
         )
     if _MIG_UUID_RE.match(text):
         return MigUuid(text=text, legacy=False)
@@ -142,7 +160,9 @@ class VgpuDevice:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data; GPU and profile by name."""
         return {
-            "type_name": self.type_name, "uuid": self.uuid, "time_sliced": self.time_sliced,
+            "type_name": self.type_name,
+            "uuid": self.uuid,
+            "time_sliced": self.time_sliced,
             "parent_gpu": self.parent_gpu.name if self.parent_gpu else None,
             "profile": self.profile.name if self.profile else None,
             "shared_instance": self.shared_instance.name if self.shared_instance else None,
@@ -164,7 +184,9 @@ class GpuState:
     shipped_gpu: Gpu | None
     mig_devices: tuple[MigDevice, ...] = attrs.field(converter=tuple)
     disagreements: tuple[str, ...] = attrs.field(converter=tuple)
-    virtualization: str | None = None  # "none", "passthrough", "vgpu" (a VM guest), ...; None: unknown
+    virtualization: str | None = (
+        None  # "none", "passthrough", "vgpu" (a VM guest), ...; None: unknown
+    )
     vgpu: VgpuDevice | None = None  # set inside a VM whose GPU is a vGPU
 
     @property
@@ -176,11 +198,15 @@ class GpuState:
         """Plain JSON-ready data; the GPU records by name."""
         layout = self.layout()
         return {
-            "index": self.index, "name": self.name, "uuid": self.uuid,
-            "pci_device_id": f"0x{self.pci_device_id:08X}", "memory_mib": self.memory_mib,
+            "index": self.index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "pci_device_id": f"0x{self.pci_device_id:08X}",
+            "memory_mib": self.memory_mib,
             "virtualization": self.virtualization,
             "vgpu": self.vgpu.to_dict() if self.vgpu else None,
-            "mig_current": self.mig_current, "mig_pending": self.mig_pending,
+            "mig_current": self.mig_current,
+            "mig_pending": self.mig_pending,
             "catalog_gpu": self.catalog_gpu.name if self.catalog_gpu else None,
             "shipped_gpu": self.shipped_gpu.name if self.shipped_gpu else None,
             "layout": str(layout) if layout else None,
@@ -216,8 +242,10 @@ class Detection:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
         return {
-            "message": self.message, "driver_version": self.driver_version,
-            "cuda_driver_version": self.cuda_driver_version, "nvml_version": self.nvml_version,
+            "message": self.message,
+            "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "nvml_version": self.nvml_version,
             "gpus": [g.to_dict() for g in self.gpus],
         }
 
@@ -236,8 +264,11 @@ def detection_from_state(state: Mapping[str, Any], catalog: Catalog) -> Detectio
     gpus = tuple(_gpu_state(i, gpu, catalog) for i, gpu in enumerate(state["gpus"]))
     message = "" if gpus else "the NVIDIA driver is loaded but reports no GPU"
     return Detection(
-        gpus=gpus, message=message, driver_version=state.get("driver_version"),
-        cuda_driver_version=state.get("cuda_driver_version"), nvml_version=state.get("nvml_version"),
+        gpus=gpus,
+        message=message,
+        driver_version=state.get("driver_version"),
+        cuda_driver_version=state.get("cuda_driver_version"),
+        nvml_version=state.get("nvml_version"),
     )
 
 
@@ -288,8 +319,11 @@ def _guest_vgpu(
     sliced = _TIME_SLICED_VGPU_RE.match(type_name)
     if sliced is not None:
         return VgpuDevice(
-            type_name=type_name, uuid=gpu["uuid"], time_sliced=True,
-            parent_gpu=_board_parent(sliced["board"], shipped, catalog) or shipped, profile=None,
+            type_name=type_name,
+            uuid=gpu["uuid"],
+            time_sliced=True,
+            parent_gpu=_board_parent(sliced["board"], shipped, catalog) or shipped,
+            profile=None,
         )
     board = _MIG_BACKED_BOARD_RE.match(type_name)
     # A board prefix two GPUs share (Blackwell `DC`: RTX PRO 6000 SE and 4500 SE) is resolved
@@ -298,20 +332,28 @@ def _guest_vgpu(
     share = mig_backed_share(type_name, by_pci, catalog=catalog)
     if share is not None:
         return VgpuDevice(
-            type_name=type_name, uuid=gpu["uuid"], time_sliced=True, parent_gpu=share[0],
-            profile=None, shared_instance=share[1],
+            type_name=type_name,
+            uuid=gpu["uuid"],
+            time_sliced=True,
+            parent_gpu=share[0],
+            profile=None,
+            shared_instance=share[1],
         )
     try:
         parent, profile = parse_vgpu_type(type_name, by_pci, catalog=catalog)
     except NameParseError as exc:
-        notes.append(f"the vGPU {gpu['name']!r} is neither a known MIG-backed nor a time-sliced "
-                     f"vGPU type ({exc})")
+        notes.append(
+            f"the vGPU {gpu['name']!r} is neither a known MIG-backed nor a time-sliced "
+            f"vGPU type ({exc})"
+        )
         return VgpuDevice(
             type_name=type_name, uuid=gpu["uuid"], time_sliced=False, parent_gpu=None, profile=None
         )
     if shipped is not None and shipped.name != parent.name:
-        notes.append(f"the vGPU type {type_name} belongs to {parent.name} but PCI ID "
-                     f"{gpu['pci_device_id']} is {shipped.name}; the vGPU type is used")
+        notes.append(
+            f"the vGPU type {type_name} belongs to {parent.name} but PCI ID "
+            f"{gpu['pci_device_id']} is {shipped.name}; the vGPU type is used"
+        )
     return VgpuDevice(
         type_name=type_name, uuid=gpu["uuid"], time_sliced=False, parent_gpu=parent, profile=profile
     )
@@ -332,16 +374,22 @@ def _effective_gpu(gpu: Mapping[str, Any], shipped: Gpu | None, notes: list[str]
     if shipped is None:
         return _gpu_from_live(gpu, live, notes)
     if not live:
-        notes.append("the driver lists no MIG profiles (MIG disabled on an older driver?); "
-                     "using the shipped table")
+        notes.append(
+            "the driver lists no MIG profiles (MIG disabled on an older driver?); "
+            "using the shipped table"
+        )
         return shipped
     merged = [_merge_profile(entry, shipped, notes) for entry in live]
     live_ids = {entry["id"] for entry in live}
     for profile in shipped.profiles:
         if profile.profile_id not in live_ids:
-            notes.append(f"shipped profile {profile.name} (ID {profile.profile_id}) is not offered "
-                         "by this driver; dropped")
-    return attrs.evolve(shipped, profiles=_without_clashing_aliases([p for p in merged if p is not None]))
+            notes.append(
+                f"shipped profile {profile.name} (ID {profile.profile_id}) is not offered "
+                "by this driver; dropped"
+            )
+    return attrs.evolve(
+        shipped, profiles=_without_clashing_aliases([p for p in merged if p is not None])
+    )
 
 
 def _without_clashing_aliases(profiles: list[Profile]) -> tuple[Profile, ...]:
@@ -375,23 +423,36 @@ def _merge_profile(entry: Mapping[str, Any], shipped: Gpu, notes: list[str]) -> 
     table = shipped.profile_by_id(entry["id"])
     placements = _live_placements(entry)
     if table is None:
-        notes.append(f"live profile {_live_name(entry)} (ID {entry['id']}) is not in the shipped "
-                     "table; added from live data")
+        notes.append(
+            f"live profile {_live_name(entry)} (ID {entry['id']}) is not in the shipped "
+            "table; added from live data"
+        )
         return _profile_from_live(entry, placements, notes)
     starts, size = placements or (table.placement_starts, table.placement_size)
     name = _live_name(entry)
     max_instances = entry["instanceCount"]
     if not shipped.nvml_instance_counts_reliable and max_instances != table.max_instances:
-        notes.append(f"{table.name}: NVML reports max {max_instances} instances, a known NVML bug "
-                     f"on this GPU; kept the shipped {table.max_instances}")
+        notes.append(
+            f"{table.name}: NVML reports max {max_instances} instances, a known NVML bug "
+            f"on this GPU; kept the shipped {table.max_instances}"
+        )
         max_instances = table.max_instances
     live = Profile(
-        name=name, profile_id=entry["id"], memory_slices=size,
-        compute_slices=entry["sliceCount"], max_instances=max_instances,
-        placement_starts=starts, placement_size=size, provenance="live",
-        sms=entry["multiprocessorCount"], memory_gib=round(entry["memorySizeMB"] / 1024, 2),
-        copy_engines=entry["copyEngineCount"], decoders=entry["decoderCount"],
-        encoders=entry["encoderCount"], jpeg_decoders=entry["jpegCount"], ofa=entry["ofaCount"],
+        name=name,
+        profile_id=entry["id"],
+        memory_slices=size,
+        compute_slices=entry["sliceCount"],
+        max_instances=max_instances,
+        placement_starts=starts,
+        placement_size=size,
+        provenance="live",
+        sms=entry["multiprocessorCount"],
+        memory_gib=round(entry["memorySizeMB"] / 1024, 2),
+        copy_engines=entry["copyEngineCount"],
+        decoders=entry["decoderCount"],
+        encoders=entry["encoderCount"],
+        jpeg_decoders=entry["jpegCount"],
+        ofa=entry["ofaCount"],
         nvml_constant=_constant_name(entry["constant"], name, notes),
         inferred_fields=() if placements else ("placement_starts", "placement_size"),
         note=table.note,
@@ -405,8 +466,19 @@ def _merge_profile(entry: Mapping[str, Any], shipped: Gpu, notes: list[str]) -> 
 
 
 _COMPARED = (
-    "name", "nvml_constant", "compute_slices", "memory_slices", "max_instances", "placement_starts",
-    "placement_size", "sms", "copy_engines", "decoders", "encoders", "jpeg_decoders", "ofa",
+    "name",
+    "nvml_constant",
+    "compute_slices",
+    "memory_slices",
+    "max_instances",
+    "placement_starts",
+    "placement_size",
+    "sms",
+    "copy_engines",
+    "decoders",
+    "encoders",
+    "jpeg_decoders",
+    "ofa",
 )
 
 
@@ -416,7 +488,8 @@ def profile_differences(table: Profile, live: Profile) -> list[tuple[str, Any, A
     found = [
         (field, getattr(table, field), getattr(live, field))
         for field in _COMPARED
-        if getattr(table, field) is not None and getattr(table, field) != getattr(live, field)
+        if getattr(table, field) is not None
+        and getattr(table, field) != getattr(live, field)
         and not (field == "name" and live.name.lower() in (n.lower() for n in table.names))
     ]
     both = table.memory_gib is not None and live.memory_gib is not None
@@ -428,8 +501,9 @@ def profile_differences(table: Profile, live: Profile) -> list[tuple[str, Any, A
 def _differences(table: Profile, live: Profile) -> list[str]:
     return [
         f"{table.name}: memory is {theirs} GiB live but {ours} GiB in the shipped table; live "
-        "value used" if field == "memory_gib" else
-        f"{table.name}: {field} is {theirs!r} live but {ours!r} in the shipped table; live value used"
+        "value used"
+        if field == "memory_gib"
+        else f"{table.name}: {field} is {theirs!r} live but {ours!r} in the shipped table; live value used"
         for field, ours, theirs in profile_differences(table, live)
     ]
 
@@ -443,12 +517,21 @@ def _profile_from_live(
     starts, size = placements
     name = _live_name(entry)
     return Profile(
-        name=name, profile_id=entry["id"], memory_slices=size,
-        compute_slices=entry["sliceCount"], max_instances=entry["instanceCount"],
-        placement_starts=starts, placement_size=size, provenance="live",
-        sms=entry["multiprocessorCount"], memory_gib=round(entry["memorySizeMB"] / 1024, 2),
-        copy_engines=entry["copyEngineCount"], decoders=entry["decoderCount"],
-        encoders=entry["encoderCount"], jpeg_decoders=entry["jpegCount"], ofa=entry["ofaCount"],
+        name=name,
+        profile_id=entry["id"],
+        memory_slices=size,
+        compute_slices=entry["sliceCount"],
+        max_instances=entry["instanceCount"],
+        placement_starts=starts,
+        placement_size=size,
+        provenance="live",
+        sms=entry["multiprocessorCount"],
+        memory_gib=round(entry["memorySizeMB"] / 1024, 2),
+        copy_engines=entry["copyEngineCount"],
+        decoders=entry["decoderCount"],
+        encoders=entry["encoderCount"],
+        jpeg_decoders=entry["jpegCount"],
+        ofa=entry["ofaCount"],
         nvml_constant=_constant_name(entry["constant"], name, notes),
         attributes=_live_attributes(entry, name, notes),
     )
@@ -459,8 +542,10 @@ def _constant_name(constant: int, name: str, notes: list[str]) -> str:
     constant this table does not know is kept as `unknown 0x12` and noted, not refused."""
     known = GI_PROFILE_CONSTANTS.get(constant)
     if known is None:
-        notes.append(f"live profile {name} has NVML profile constant 0x{constant:02X}, unknown to "
-                     "mlperf-mig (it knows 0x00-0x11); recorded, attributes taken from its name")
+        notes.append(
+            f"live profile {name} has NVML profile constant 0x{constant:02X}, unknown to "
+            "mlperf-mig (it knows 0x00-0x11); recorded, attributes taken from its name"
+        )
         return f"unknown 0x{constant:02X}"
     return known[0]
 
@@ -472,27 +557,39 @@ def _live_attributes(entry: Mapping[str, Any], name: str, notes: list[str]) -> t
     if attributes is None:
         known = GI_PROFILE_CONSTANTS.get(entry["constant"])
         attributes = known[1] if known else ()
-        notes.append(f"live profile name {name!r} is not <N>g.<GB>gb[+me|-me|+me.all|+gfx]; kept "
-                     f"as printed, attributes {list(attributes) or 'none'} from its NVML constant")
+        notes.append(
+            f"live profile name {name!r} is not <N>g.<GB>gb[+me|-me|+me.all|+gfx]; kept "
+            f"as printed, attributes {list(attributes) or 'none'} from its NVML constant"
+        )
     if (entry.get("capabilities") or 0) & GI_PROFILE_CAPS_GFX:
         attributes = (*attributes, "gfx")
     return ordered_attributes(attributes)
 
 
-def _gpu_from_live(gpu: Mapping[str, Any], live: list[Mapping[str, Any]], notes: list[str]) -> Gpu | None:
+def _gpu_from_live(
+    gpu: Mapping[str, Any], live: list[Mapping[str, Any]], notes: list[str]
+) -> Gpu | None:
     name = re.sub(r"^NVIDIA\s+", "", gpu["name"])
     profiles = [p for p in (_profile_from_live(e, _live_placements(e), notes) for e in live) if p]
     if not profiles:
-        notes.append(f"{name} (PCI {gpu['pci_device_id']}) is not in the catalog and NVML gives no "
-                     "MIG profiles with placements; add a data file for it (see systems/gpus/)")
+        notes.append(
+            f"{name} (PCI {gpu['pci_device_id']}) is not in the catalog and NVML gives no "
+            "MIG profiles with placements; add a data file for it (see systems/gpus/)"
+        )
         return None
-    notes.append(f"{name} (PCI {gpu['pci_device_id']}) is not in the catalog; its record was built "
-                 "from live NVML data (add a data file to keep it)")
+    notes.append(
+        f"{name} (PCI {gpu['pci_device_id']}) is not in the catalog; its record was built "
+        "from live NVML data (add a data file to keep it)"
+    )
     return Gpu(
-        name=name, nvml_names=(gpu["name"],), pci_device_ids=(int(gpu["pci_device_id"], 16),),
+        name=name,
+        nvml_names=(gpu["name"],),
+        pci_device_ids=(int(gpu["pci_device_id"], 16),),
         memory_slices=max(max(p.placement_starts) + p.placement_size for p in profiles),
         compute_slices=max(p.compute_slices for p in profiles),
-        profiles=tuple(profiles), provenance="live", sources=("live NVML data",),
+        profiles=tuple(profiles),
+        provenance="live",
+        sources=("live NVML data",),
     )
 
 
@@ -506,16 +603,23 @@ def _mig_devices(gpu: Mapping[str, Any], board: Gpu, notes: list[str]) -> tuple[
             notes.append(f"MIG device {entry['uuid']} matches no profile of {board.name}; left out")
             continue
         _check_legacy_uuid(entry, notes)
-        devices.append(MigDevice(
-            uuid=entry["uuid"], gpu_instance_id=entry["gpu_instance_id"],
-            compute_instance_id=entry["compute_instance_id"], profile=profile,
-            placement_start=instance["start"] if instance else None,
-            placement_size=instance["size"] if instance else None,
-            memory_mib=entry["memorySizeMB"], sms=entry["multiprocessorCount"],
-        ))
+        devices.append(
+            MigDevice(
+                uuid=entry["uuid"],
+                gpu_instance_id=entry["gpu_instance_id"],
+                compute_instance_id=entry["compute_instance_id"],
+                profile=profile,
+                placement_start=instance["start"] if instance else None,
+                placement_size=instance["size"] if instance else None,
+                memory_mib=entry["memorySizeMB"],
+                sms=entry["multiprocessorCount"],
+            )
+        )
     if gpu.get("gpu_instance_error"):
-        notes.append(f"GPU-instance details need more privileges ({gpu['gpu_instance_error']}); "
-                     "profiles matched by slice count and memory, placements unknown")
+        notes.append(
+            f"GPU-instance details need more privileges ({gpu['gpu_instance_error']}); "
+            "profiles matched by slice count and memory, placements unknown"
+        )
     return tuple(devices)
 
 
@@ -528,10 +632,15 @@ def _device_profile(
     if not candidates:
         return None
     memory_gib = entry["memorySizeMB"] / 1024
-    return min(candidates, key=lambda p: (
-        abs((p.memory_gib or 0) - memory_gib), (p.ofa or 0) != entry["sharedOfaCount"],
-        (p.decoders or 0) != entry["sharedDecoderCount"], not p.plain,
-    ))
+    return min(
+        candidates,
+        key=lambda p: (
+            abs((p.memory_gib or 0) - memory_gib),
+            (p.ofa or 0) != entry["sharedOfaCount"],
+            (p.decoders or 0) != entry["sharedDecoderCount"],
+            not p.plain,
+        ),
+    )
 
 
 def _check_legacy_uuid(entry: Mapping[str, Any], notes: list[str]) -> None:
@@ -542,5 +651,7 @@ def _check_legacy_uuid(entry: Mapping[str, Any], notes: list[str]) -> None:
         return
     ids = (entry["gpu_instance_id"], entry["compute_instance_id"])
     if uuid.legacy and (uuid.gpu_instance_id, uuid.compute_instance_id) != ids:
-        notes.append(f"legacy MIG UUID {uuid.text} names GPU instance {uuid.gpu_instance_id}/"
-                     f"compute instance {uuid.compute_instance_id} but NVML says {ids[0]}/{ids[1]}")
+        notes.append(
+            f"legacy MIG UUID {uuid.text} names GPU instance {uuid.gpu_instance_id}/"
+            f"compute instance {uuid.compute_instance_id} but NVML says {ids[0]}/{ids[1]}"
+        )

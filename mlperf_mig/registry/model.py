@@ -50,6 +50,7 @@ def name_attributes(name: str) -> tuple[str, ...] | None:
 def _attributes_from_name(profile: Profile) -> tuple[str, ...]:
     return name_attributes(profile.name) or ()
 
+
 _non_negative = v.and_(v.instance_of(int), v.ge(0))
 _positive = v.and_(v.instance_of(int), v.ge(1))
 _optional_count = v.optional(_non_negative)
@@ -200,7 +201,8 @@ class Gpu:
         shorthand = _SHORTHAND_RE.match(wanted)
         if shorthand:
             matches = [
-                p for p in self.profiles
+                p
+                for p in self.profiles
                 if p.compute_slices == int(shorthand["compute"]) and p.plain
             ]
             if len(matches) == 1:
@@ -281,8 +283,10 @@ class Placement:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
         return {
-            "profile": self.profile.name, "profile_id": self.profile.profile_id,
-            "start": self.start, "size": self.size,
+            "profile": self.profile.name,
+            "profile_id": self.profile.profile_id,
+            "start": self.start,
+            "size": self.size,
             "compute_slices": self.profile.compute_slices,
         }
 
@@ -321,9 +325,7 @@ class Layout:
 
     def spec(self, *, explicit_counts: bool = False) -> str:
         """The layout as a string: `3x2g.20gb+1g.10gb` (or `...+1x1g.10gb` with explicit counts)."""
-        parts = [
-            f"{n}x{p.name}" if n > 1 or explicit_counts else p.name for p, n in self.counts()
-        ]
+        parts = [f"{n}x{p.name}" if n > 1 or explicit_counts else p.name for p, n in self.counts()]
         return "+".join(parts)
 
     def __str__(self) -> str:

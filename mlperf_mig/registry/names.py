@@ -40,7 +40,9 @@ def resolve_gpu(gpu: Gpu | str, catalog: Catalog | None = None) -> Gpu:
     return (catalog or default_catalog()).get(gpu)
 
 
-def parse_layout(gpu: Gpu | str, spec: str | Sequence[str], catalog: Catalog | None = None) -> Layout:
+def parse_layout(
+    gpu: Gpu | str, spec: str | Sequence[str], catalog: Catalog | None = None
+) -> Layout:
     """Parse `3x2g.20gb+1g.10gb` (or `,` separators, or a list of names) into a Layout on `gpu`.
 
     Entries may be profile names (`+me` included), `Ng` when only one such profile exists, or
@@ -123,7 +125,9 @@ def parse_vgpu_type(
         share = mig_backed_share(name, board, catalog=catalog)
         what = (
             f"; it is a time-sliced share of one {share[1].name} instance (several VMs on one "
-            "MIG instance), which runs only with --shared" if share else ""
+            "MIG instance), which runs only with --shared"
+            if share
+            else ""
         )
         raise NameParseError(
             f"vGPU type {name!r} maps to MIG profile {profile_name}, which {board.name} does not "
@@ -149,7 +153,8 @@ def mig_backed_share(
     assert wanted is not None
     compute, memory = int(wanted["compute"]), int(wanted["memory"])
     same_kind = [
-        p for p in board.profiles
+        p
+        for p in board.profiles
         if p.compute_slices == compute and p.attributes == name_attributes(profile_name)
     ]
     if any(memory in (_profile_gb_of(n) for n in p.names) for p in same_kind):
@@ -167,7 +172,9 @@ def _profile_gb(profile: Profile) -> int:
     return _profile_gb_of(profile.name)
 
 
-def _vgpu_profile_name(name: str, gpu: Gpu | str | None, catalog: Catalog | None) -> tuple[Gpu, str]:
+def _vgpu_profile_name(
+    name: str, gpu: Gpu | str | None, catalog: Catalog | None
+) -> tuple[Gpu, str]:
     match = _VGPU_RE.match(name.strip())
     if match is None:
         raise NameParseError(
@@ -190,7 +197,8 @@ def _vgpu_board(name: str, board: str, gpu: Gpu | str | None, catalog: Catalog |
             )
         return wanted
     boards = [
-        g for g in (catalog or default_catalog())
+        g
+        for g in (catalog or default_catalog())
         if board.lower() in (p.lower() for p in g.vgpu_prefixes)
     ]
     if wanted is not None:
@@ -209,7 +217,7 @@ def _vgpu_board(name: str, board: str, gpu: Gpu | str | None, catalog: Catalog |
     if len(boards) > 1:
         raise NameParseError(
             f"vGPU board {board!r} in {name!r} is shared by {', '.join(g.name for g in boards)}; "
-            "pass the GPU too (for example --gpu \"RTX PRO 6000 Blackwell Server Edition\"); "
+            'pass the GPU too (for example --gpu "RTX PRO 6000 Blackwell Server Edition"); '
             "inside a VM discovery tells them apart by PCI device ID"
         )
     return boards[0]

@@ -16,12 +16,26 @@ from mlperf_mig.errors import DiscoveryError
 STATE_FORMAT = "mlperf-mig nvml state v1"
 
 PROFILE_INFO_FIELDS = (
-    "id", "sliceCount", "instanceCount", "multiprocessorCount", "copyEngineCount",
-    "decoderCount", "encoderCount", "jpegCount", "ofaCount", "memorySizeMB",
+    "id",
+    "sliceCount",
+    "instanceCount",
+    "multiprocessorCount",
+    "copyEngineCount",
+    "decoderCount",
+    "encoderCount",
+    "jpegCount",
+    "ofaCount",
+    "memorySizeMB",
 )
 ATTRIBUTE_FIELDS = (
-    "multiprocessorCount", "sharedCopyEngineCount", "sharedDecoderCount", "sharedEncoderCount",
-    "sharedJpegCount", "sharedOfaCount", "gpuInstanceSliceCount", "computeInstanceSliceCount",
+    "multiprocessorCount",
+    "sharedCopyEngineCount",
+    "sharedDecoderCount",
+    "sharedEncoderCount",
+    "sharedJpegCount",
+    "sharedOfaCount",
+    "gpuInstanceSliceCount",
+    "computeInstanceSliceCount",
     "memorySizeMB",
 )
 _NVML_GONE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission)
@@ -37,10 +51,16 @@ class c_nvmlGpuInstanceProfileInfo_v3_t(pynvml._PrintableStructure):
     (CAPS_P2P, CAPS_GFX). nvidia-ml-py 13.615 wraps only v2, so the v3 call is made here."""
 
     _fields_ = (
-        ("version", ctypes.c_uint), ("id", ctypes.c_uint), ("sliceCount", ctypes.c_uint),
-        ("instanceCount", ctypes.c_uint), ("multiprocessorCount", ctypes.c_uint),
-        ("copyEngineCount", ctypes.c_uint), ("decoderCount", ctypes.c_uint),
-        ("encoderCount", ctypes.c_uint), ("jpegCount", ctypes.c_uint), ("ofaCount", ctypes.c_uint),
+        ("version", ctypes.c_uint),
+        ("id", ctypes.c_uint),
+        ("sliceCount", ctypes.c_uint),
+        ("instanceCount", ctypes.c_uint),
+        ("multiprocessorCount", ctypes.c_uint),
+        ("copyEngineCount", ctypes.c_uint),
+        ("decoderCount", ctypes.c_uint),
+        ("encoderCount", ctypes.c_uint),
+        ("jpegCount", ctypes.c_uint),
+        ("ofaCount", ctypes.c_uint),
         ("memorySizeMB", ctypes.c_ulonglong),
         ("name", ctypes.c_char * pynvml.NVML_DEVICE_NAME_V2_BUFFER_SIZE),
         ("capabilities", ctypes.c_uint),
@@ -139,9 +159,7 @@ def _virtualization_mode(nvml: Any, handle: Any) -> int | None:
         return None
 
 
-def _read_profiles(
-    nvml: Any, handle: Any
-) -> tuple[list[dict[str, Any]], list[int], str | None]:
+def _read_profiles(nvml: Any, handle: Any) -> tuple[list[dict[str, Any]], list[int], str | None]:
     """GPU-instance profiles by NVML constant, the constants the driver called invalid, and the
     error that every constant gave when none answered (MIG off on a driver that cannot say).
 
@@ -179,7 +197,8 @@ def _profile_info(nvml: Any, handle: Any, constant: int, v3: list[bool]) -> tupl
     if v3[0]:
         try:
             info = (
-                gpu_instance_profile_info_v3(handle, constant) if nvml is pynvml
+                gpu_instance_profile_info_v3(handle, constant)
+                if nvml is pynvml
                 else nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant, version=3)
             )
             return info, int(info.capabilities)
@@ -196,9 +215,13 @@ def _read_placements(nvml: Any, handle: Any, profile_id: int) -> dict[str, Any]:
     """Possible placements of a profile ID: count query, then a caller-allocated array."""
     count = ctypes.c_uint(0)
     try:
-        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(
+            handle, profile_id, None, ctypes.byref(count)
+        )
         array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
-        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+        nvml.nvmlDeviceGetGpuInstancePossiblePlacements(
+            handle, profile_id, array, ctypes.byref(count)
+        )
     except pynvml.NVMLError as exc:
         return {"placements": None, "placements_error": nvml_error_name(exc)}
     return {"placements": [[p.start, p.size] for p in array[: count.value]]}
@@ -232,8 +255,10 @@ def _read_mig_devices(nvml: Any, handle: Any) -> dict[str, Any]:
             instance_error = nvml_error_name(exc)  # needs root on some drivers
             continue
         instances[gi] = {
-            "id": gi, "profile_id": int(info.profileId),
-            "start": int(info.placement.start), "size": int(info.placement.size),
+            "id": gi,
+            "profile_id": int(info.profileId),
+            "start": int(info.placement.start),
+            "size": int(info.placement.size),
         }
     state: dict[str, Any] = {
         "max_mig_device_count": slots,

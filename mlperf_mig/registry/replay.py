@@ -63,7 +63,9 @@ class RecordedNvml:
         try:
             state = json.loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise DataFileError(f"{file}: not a readable NVML state ({exc}); record it again") from None
+            raise DataFileError(
+                f"{file}: not a readable NVML state ({exc}); record it again"
+            ) from None
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
             raise DataFileError(
                 f"{file}: field format is not {STATE_FORMAT!r}; record the state with "
@@ -161,7 +163,8 @@ class RecordedNvml:
         if entry is None:
             raise nvml_error("NOT_SUPPORTED")
         info: Any = (
-            c_nvmlGpuInstanceProfileInfo_v3_t() if version == 3
+            c_nvmlGpuInstanceProfileInfo_v3_t()
+            if version == 3
             else pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
         )
         for field in PROFILE_INFO_FIELDS:
@@ -203,7 +206,9 @@ class RecordedNvml:
             raise nvml_error("NOT_FOUND")
         return _MigHandle(handle.index, index)
 
-    def nvmlDeviceGetGpuInstanceById(self, handle: _GpuHandle, gpu_instance_id: int) -> _GpuInstanceHandle:
+    def nvmlDeviceGetGpuInstanceById(
+        self, handle: _GpuHandle, gpu_instance_id: int
+    ) -> _GpuInstanceHandle:
         gpu = self._gpu(handle)
         if gpu.get("gpu_instance_error"):
             raise nvml_error(gpu["gpu_instance_error"])
@@ -212,7 +217,9 @@ class RecordedNvml:
         return _GpuInstanceHandle(handle.index, gpu_instance_id)
 
     def nvmlGpuInstanceGetInfo(self, handle: _GpuInstanceHandle) -> pynvml.c_nvmlGpuInstanceInfo_t:
-        entry = next(g for g in self._gpu(handle)["gpu_instances"] if g["id"] == handle.gpu_instance_id)
+        entry = next(
+            g for g in self._gpu(handle)["gpu_instances"] if g["id"] == handle.gpu_instance_id
+        )
         info = pynvml.c_nvmlGpuInstanceInfo_t()
         info.id, info.profileId = entry["id"], entry["profile_id"]
         info.placement.start, info.placement.size = entry["start"], entry["size"]

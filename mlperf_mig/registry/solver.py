@@ -101,7 +101,11 @@ def _check_all_media_engines(layout: Layout) -> None:
         )
 
 
-MEDIA_ENGINES = (("jpeg_decoders", "JPEG decoders"), ("ofa", "OFAs"), ("decoders", "video decoders"))
+MEDIA_ENGINES = (
+    ("jpeg_decoders", "JPEG decoders"),
+    ("ofa", "OFAs"),
+    ("decoders", "video decoders"),
+)
 
 
 def _whole_gpu_profile(gpu: Gpu) -> Profile:
@@ -179,8 +183,10 @@ def _search(profiles: Sequence[Profile]) -> _Search:
 def valid_layouts(gpu: Gpu) -> tuple[Layout, ...]:
     """Every non-empty multiset of `gpu`'s profiles that can be placed, most compute first."""
     layouts = [
-        layout for layout in _candidate_layouts(gpu)
-        if all_media_engines_conflict(layout) is None and media_engine_excess(layout) is None
+        layout
+        for layout in _candidate_layouts(gpu)
+        if all_media_engines_conflict(layout) is None
+        and media_engine_excess(layout) is None
         and _search(layout.profiles).placements
     ]
     return tuple(sorted(layouts, key=_listing_key))
@@ -191,7 +197,8 @@ def maximal_layouts(gpu: Gpu) -> tuple[Layout, ...]:
     layouts = valid_layouts(gpu)
     valid = {_count_key(layout.profiles) for layout in layouts}
     return tuple(
-        layout for layout in layouts
+        layout
+        for layout in layouts
         if not any(_count_key((*layout.profiles, p)) in valid for p in gpu.profiles)
     )
 
@@ -201,7 +208,11 @@ def _count_key(profiles: Sequence[Profile]) -> frozenset[tuple[str, int]]:
 
 
 def _listing_key(layout: Layout) -> tuple[int, int, tuple[tuple[int, int, bool, str], ...]]:
-    return (-layout.compute_slices, -layout.memory_slices, tuple(p.size_key for p in layout.profiles))
+    return (
+        -layout.compute_slices,
+        -layout.memory_slices,
+        tuple(p.size_key for p in layout.profiles),
+    )
 
 
 def _candidate_layouts(gpu: Gpu) -> list[Layout]:

@@ -38,12 +38,18 @@ def _load_study(path: Path, catalog: Catalog) -> tuple[StudyScenario, ...]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         reference = catalog.get(data["reference_gpu"])
-        scenarios = tuple(_scenario_from_data(entry, reference, catalog) for entry in data["scenarios"])
+        scenarios = tuple(
+            _scenario_from_data(entry, reference, catalog) for entry in data["scenarios"]
+        )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, MlperfMigError) as exc:
-        raise DataFileError(f"{path}: the study layouts cannot be read ({exc}); fix the data file") from None
+        raise DataFileError(
+            f"{path}: the study layouts cannot be read ({exc}); fix the data file"
+        ) from None
     numbers = [s.scenario for s in scenarios]
     if numbers != list(range(1, len(numbers) + 1)):
-        raise DataFileError(f"{path}: field scenarios must number the layouts 1, 2, 3, ...; got {numbers}")
+        raise DataFileError(
+            f"{path}: field scenarios must number the layouts 1, 2, 3, ...; got {numbers}"
+        )
     return scenarios
 
 
@@ -72,7 +78,9 @@ def study_layout(scenario: int, gpu: Gpu | str, catalog: Catalog | None = None) 
     to_gpu = resolve_gpu(gpu, catalog)
     reference = scenarios[scenario - 1].layout
     if reference.compute_slices > to_gpu.compute_slices:
-        fitting = [s.scenario for s in scenarios if s.layout.compute_slices <= to_gpu.compute_slices]
+        fitting = [
+            s.scenario for s in scenarios if s.layout.compute_slices <= to_gpu.compute_slices
+        ]
         raise LayoutError(
             f"study scenario {scenario} ({reference}) uses {reference.compute_slices} compute "
             f"slices but {to_gpu.name} has {to_gpu.compute_slices}, so it cannot carry this "
@@ -98,10 +106,15 @@ def nearest_layout(layout: Layout, gpu: Gpu) -> Layout | None:
     other attributes (+me, -me, +gfx) costs one more. So 7g.80gb on an A100 becomes 4g.96gb on a
     4-slice RTX PRO 6000, and 3x2g.20gb+1g.10gb four 1-slice instances. None if `gpu` has none.
     """
+
     def shares(target: Layout) -> list[tuple[float, float, tuple[str, ...]]]:
         board = target.gpu
         return [
-            (p.compute_slices / board.compute_slices, p.memory_slices / board.memory_slices, p.attributes)
+            (
+                p.compute_slices / board.compute_slices,
+                p.memory_slices / board.memory_slices,
+                p.attributes,
+            )
             for p in target.profiles
         ]
 
@@ -126,8 +139,10 @@ def _nearest_text(layout: Layout, gpu: Gpu) -> str:
     nearest = nearest_layout(layout, gpu)
     if nearest is None:
         return f"{gpu.name} has no valid layout"
-    return (f"the nearest valid translation on {gpu.name} is {nearest} (by shares of the GPU; "
-            f"`mlperf-mig layouts {gpu.name}` lists all)")
+    return (
+        f"the nearest valid translation on {gpu.name} is {nearest} (by shares of the GPU; "
+        f"`mlperf-mig layouts {gpu.name}` lists all)"
+    )
 
 
 def translate_layout(layout: Layout, gpu: Gpu) -> Layout:

@@ -72,7 +72,9 @@ def run_audits(
         folder: _spreads(plan, outdir, folder, outcomes, reference, performance or {})
         for folder in folders
     }
-    return {folder: _verdicts(plan, outdir, folder, outcomes, spreads[folder]) for folder in folders}, False
+    return {
+        folder: _verdicts(plan, outdir, folder, outcomes, spreads[folder]) for folder in folders
+    }, False
 
 
 def _score(folder: Path, loadgen_scenario: str) -> float | None:
@@ -121,7 +123,11 @@ def _spreads(
             # that used at least half their budget count: one that waits (a paced SUT) has no
             # use for the rest, and its part says nothing of the machine
             tests = (performance.get(folder), by_folder.get(folder), reference.get(folder))
-            parts = [min(t.cpu_per_s / share, 1.0) for t in tests if t is not None and t.cpu_per_s is not None]
+            parts = [
+                min(t.cpu_per_s / share, 1.0)
+                for t in tests
+                if t is not None and t.cpu_per_s is not None
+            ]
             parts = [p for p in parts if p >= CPU_BOUND_PART]
             cpu = max(parts) - min(parts) if len(parts) > 1 else None
             spread = max((s for s in (scores, cpu) if s is not None), default=None)

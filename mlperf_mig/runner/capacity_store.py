@@ -88,16 +88,25 @@ def _load(path: Path) -> _Loaded:
     if not isinstance(data, dict):
         _warn_once(
             "ignoring the capacity cache %s: it holds JSON %s, not a capacity cache object; it is "
-            "not overwritten: move it away to cache capacities again", path, type(data).__name__,
+            "not overwritten: move it away to cache capacities again",
+            path,
+            type(data).__name__,
         )
         return _Loaded({}, unwritable=f"it holds JSON {type(data).__name__}, not a capacity cache")
     if "version" in data:
         if data.get("version") != CACHE_VERSION or data.get("format") != CACHE_FORMAT:
             _warn_once(
                 "ignoring the capacity cache %s: format %r version %r, this mlperf-mig reads %r "
-                "version %d", path, data.get("format"), data.get("version"), CACHE_FORMAT, CACHE_VERSION,
+                "version %d",
+                path,
+                data.get("format"),
+                data.get("version"),
+                CACHE_FORMAT,
+                CACHE_VERSION,
             )
-            return _Loaded({}, unwritable=f"it is version {data.get('version')!r}, not {CACHE_VERSION}")
+            return _Loaded(
+                {}, unwritable=f"it is version {data.get('version')!r}, not {CACHE_VERSION}"
+            )
         raw = data.get("entries")
         if not isinstance(raw, dict):
             _warn_once("ignoring the capacity cache %s: its entries are not an object", path)
@@ -109,7 +118,10 @@ def _load(path: Path) -> _Loaded:
     if ignored:
         _warn_once(
             "capacity cache %s: ignoring %d entr%s whose qps is not a finite positive number (%s); "
-            "run `mlperf-mig capacity` again for them", path, len(ignored), "y" if len(ignored) == 1 else "ies",
+            "run `mlperf-mig capacity` again for them",
+            path,
+            len(ignored),
+            "y" if len(ignored) == 1 else "ies",
             ", ".join(repr(k) for k in ignored[:3]) + (", ..." if len(ignored) > 3 else ""),
         )
     return _Loaded(entries)

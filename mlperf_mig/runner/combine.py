@@ -56,7 +56,9 @@ def _check_distinct(runs: Sequence[RunResult]) -> None:
         seen[key] = run.outdir
 
 
-def combine_runs(runs: Sequence[RunResult], outdir: str | os.PathLike[str] | None = None) -> RunResult:
+def combine_runs(
+    runs: Sequence[RunResult], outdir: str | os.PathLike[str] | None = None
+) -> RunResult:
     """One RunResult whose instances are those of `runs`, renumbered, with their hosts kept."""
     from mlperf_mig import registry
 

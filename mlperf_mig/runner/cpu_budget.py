@@ -87,13 +87,21 @@ def emulated_cpu_budgets(
     if not ordered:
         raise ValueError("no CPUs to emulate the GPU on")
     if gpu_compute_slices <= 0 or any(s <= 0 for s in compute_slices):
-        raise ValueError(f"compute slices must be positive: {list(compute_slices)} of {gpu_compute_slices}")
-    whole = Fraction(len(ordered)) if whole_gpu_cpus is None else Fraction(whole_gpu_cpus).limit_denominator(1000)
+        raise ValueError(
+            f"compute slices must be positive: {list(compute_slices)} of {gpu_compute_slices}"
+        )
+    whole = (
+        Fraction(len(ordered))
+        if whole_gpu_cpus is None
+        else Fraction(whole_gpu_cpus).limit_denominator(1000)
+    )
     whole = min(whole, Fraction(len(ordered)) * gpu_compute_slices / max(1, sum(compute_slices)))
     if enforcement is None:
         enforcement = quota_support()[0]
     elif enforcement not in (CGROUP_QUOTA, DUTY_CYCLE):
-        raise ValueError(f"enforcement {enforcement!r}: expected {CGROUP_QUOTA!r} or {DUTY_CYCLE!r}")
+        raise ValueError(
+            f"enforcement {enforcement!r}: expected {CGROUP_QUOTA!r} or {DUTY_CYCLE!r}"
+        )
     budgets = []
     start = Fraction(0)
     for slices in compute_slices:
@@ -114,14 +122,17 @@ def emulated_cpu_budgets(
             )
         )
         start = end
-    return CpuBudgets(budgets=tuple(budgets), enforcement=enforcement, notes=tuple(_notes(budgets, enforcement)))
+    return CpuBudgets(
+        budgets=tuple(budgets), enforcement=enforcement, notes=tuple(_notes(budgets, enforcement))
+    )
 
 
 def _notes(budgets: Sequence[CpuBudget], enforcement: str) -> list[str]:
     notes = []
     if any(b.enforced_by != WHOLE_CPUS for b in budgets):
         how = (
-            "a cgroup CPU quota per worker" if enforcement == CGROUP_QUOTA
+            "a cgroup CPU quota per worker"
+            if enforcement == CGROUP_QUOTA
             else "a duty cycle inside each worker (the worker sleeps after each batch until its "
             f"CPU time is within its share; {quota_support()[1] if enforcement == DUTY_CYCLE else ''})"
         )
@@ -154,7 +165,10 @@ def _own_cpu_cgroup() -> tuple[Path, int] | None:
     for mount in mounts:
         fields = mount.split()
         sep = fields.index("-")
-        fstype, options = fields[sep + 1], fields[sep + 3].split(",") if len(fields) > sep + 3 else []
+        fstype, options = (
+            fields[sep + 1],
+            fields[sep + 3].split(",") if len(fields) > sep + 3 else [],
+        )
         root, point = fields[3], fields[4]
         if fstype == "cgroup" and "cpu" in options:
             path = next((p for c, p in memberships.items() if "cpu" in c.split(",")), None)
@@ -164,7 +178,7 @@ def _own_cpu_cgroup() -> tuple[Path, int] | None:
             continue
         if path is None or not path.startswith(root):
             continue
-        folder = Path(point) / path[len(root):].lstrip("/")
+        folder = Path(point) / path[len(root) :].lstrip("/")
         if folder.is_dir():
             return folder, 1 if fstype == "cgroup" else 2
     return None
@@ -246,7 +260,7 @@ def remove_stale_cgroups() -> None:
     if own is None:
         return
     for stale in own[0].glob(f"{CGROUP_PREFIX}[0-9]*"):
-        if not _pid_alive(stale.name[len(CGROUP_PREFIX):]):
+        if not _pid_alive(stale.name[len(CGROUP_PREFIX) :]):
             with contextlib.suppress(OSError):
                 stale.rmdir()  # only an empty cgroup can be removed
 
@@ -317,8 +331,14 @@ class DutyCycle:
     """A token bucket of CPU time: `share` CPU-seconds accrue per second (idle time earns at most
     a short burst ahead); `settle()` sleeps until the CPU this process used is paid for."""
 
-    def __init__(self, share: float, *, clock: Any = time.monotonic, cpu_clock: Any = time.process_time,
-                 sleep: Any = time.sleep) -> None:
+    def __init__(
+        self,
+        share: float,
+        *,
+        clock: Any = time.monotonic,
+        cpu_clock: Any = time.process_time,
+        sleep: Any = time.sleep,
+    ) -> None:
         self.share = share
         self._clock, self._cpu_clock, self._sleep = clock, cpu_clock, sleep
         self._lock = threading.Lock()

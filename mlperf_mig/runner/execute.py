@@ -52,7 +52,9 @@ def choose_rounds(plan: RunPlan, outdir: Path, stream: TextIO | None) -> Rounds:
     if plan.deployment.cluster is not None:
         from mlperf_mig.cluster.rounds import ClusterIndependentRounds, ClusterUnifiedRounds
 
-        return (ClusterUnifiedRounds if plan.mode == "unified" else ClusterIndependentRounds)(plan, outdir, stream)
+        return (ClusterUnifiedRounds if plan.mode == "unified" else ClusterIndependentRounds)(
+            plan, outdir, stream
+        )
     return (UnifiedRounds if plan.mode == "unified" else IndependentRounds)(plan, outdir, stream)
 
 
@@ -91,7 +93,9 @@ def _instance_runs(
                 gpu_index=slot.gpu_index,
                 cpu_share=slot.cpu_share,
                 cpu_budget=slot.cpu_budget,
-                cpu_used=None if perf is None or perf.cpu_per_s is None else round(perf.cpu_per_s, 4),
+                cpu_used=None
+                if perf is None or perf.cpu_per_s is None
+                else round(perf.cpu_per_s, 4),
             )
         )
     return runs
@@ -169,7 +173,9 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     def save(interrupted: bool) -> None:
         """results.json of what is known so far."""
         elapsed = time.monotonic() - began
-        _assemble(plan, rounds, known["performance"], known["accuracy"], interrupted, started_at, elapsed).save(outdir)
+        _assemble(
+            plan, rounds, known["performance"], known["accuracy"], interrupted, started_at, elapsed
+        ).save(outdir)
 
     def checkpoint(phase: str) -> Callable[[WorkerOutcome], None]:
         """Write results.json (marked incomplete) as each worker of `phase` finishes, so that
@@ -188,7 +194,9 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
         except KeyboardInterrupt:
             save(True)  # nothing measured yet, but the folder says what happened
             raise
-        performance, interrupted, telemetry = _performance_round(plan, rounds, recorder, checkpoint("performance"))
+        performance, interrupted, telemetry = _performance_round(
+            plan, rounds, recorder, checkpoint("performance")
+        )
     finally:
         if recorder is not None:
             recorder.close()
@@ -200,11 +208,15 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
     verdicts: dict[str, Any] = {}
     if plan.compliance and not interrupted:
         verdicts, interrupted = _compliance(plan, outdir, rounds, performance, accuracy)
-    result = _assemble(plan, rounds, performance, accuracy, interrupted, started_at, time.monotonic() - began)
+    result = _assemble(
+        plan, rounds, performance, accuracy, interrupted, started_at, time.monotonic() - began
+    )
     if verdicts:
         result = attrs.evolve(
             result,
-            instances=[attrs.evolve(i, compliance=verdicts.get(i.name, ())) for i in result.instances],
+            instances=[
+                attrs.evolve(i, compliance=verdicts.get(i.name, ())) for i in result.instances
+            ],
             layout_compliance=verdicts.get(LAYOUT_FOLDER, ()),
         )
     if baseline is not None:
@@ -213,7 +225,9 @@ def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = No
         base, source = result.total_throughput, "this run"
     else:
         base, source = find_baseline(plan, outdir)
-    result = attrs.evolve(result, baseline_throughput=base, baseline_source=source, telemetry=telemetry)
+    result = attrs.evolve(
+        result, baseline_throughput=base, baseline_source=source, telemetry=telemetry
+    )
     result.save(outdir)
     record_speeds(plan, result)  # the next plan's estimates and hang limit (runner/speed.py)
     if interrupted:
@@ -234,7 +248,10 @@ def _open_telemetry(plan: RunPlan) -> RunRecorder | None:
 
 
 def _performance_round(
-    plan: RunPlan, rounds: Rounds, recorder: RunRecorder | None, on_finish: Callable[[WorkerOutcome], None]
+    plan: RunPlan,
+    rounds: Rounds,
+    recorder: RunRecorder | None,
+    on_finish: Callable[[WorkerOutcome], None],
 ) -> tuple[dict[str, WorkerOutcome], bool, RunTelemetry | None]:
     """The performance round, sampled by the recorder (from the moment its workers start to
     the moment the last ends); the telemetry is summarised over the timed window the LoadGen
@@ -261,7 +278,12 @@ def _compliance(
     from mlperf_mig.runner.audits import REFERENCE_FOLDER, not_run, run_audits
 
     folders = rounds.folders([s.name for s in plan.slots])
-    ready = [f for f in folders if f in performance and performance[f].ok and f in accuracy and accuracy[f].ok]
+    ready = [
+        f
+        for f in folders
+        if f in performance and performance[f].ok and f in accuracy and accuracy[f].ok
+    ]
+
     def reference_round(names: list[str]) -> tuple[dict[str, WorkerOutcome], bool]:
         """The performance test again, into its own folder, bracketing the short audits."""
         again = copy.copy(rounds)
@@ -269,12 +291,19 @@ def _compliance(
         return again.run("performance", names)
 
     verdicts, interrupted = run_audits(
-        plan, outdir, rounds.run, rounds.instances_of(ready), ready,
-        reference_round=reference_round, performance=performance,
+        plan,
+        outdir,
+        rounds.run,
+        rounds.instances_of(ready),
+        ready,
+        reference_round=reference_round,
+        performance=performance,
     )
     for folder in folders:
         if folder not in ready and not interrupted:
-            verdicts[folder] = not_run(plan, outdir, folder, "its performance or accuracy run did not finish")
+            verdicts[folder] = not_run(
+                plan, outdir, folder, "its performance or accuracy run did not finish"
+            )
     return verdicts, interrupted
 
 
@@ -322,7 +351,8 @@ def _assemble(
         layout_status=layout.status,
         layout_error=layout.error,
         interrupted=interrupted,
-        hosts=tuple(dict.fromkeys(slot.host for slot in plan.slots if slot.host)) or (socket.gethostname(),),
+        hosts=tuple(dict.fromkeys(slot.host for slot in plan.slots if slot.host))
+        or (socket.gethostname(),),
         cluster=rounds.cluster_facts(performance),
         gpus=parts_to_dicts(plan.deployment.parts, plan.slots),
         host_notes=plan.host_notes,

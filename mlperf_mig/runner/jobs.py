@@ -84,8 +84,16 @@ class SupervisedRound:
         return self.supervisor.interrupted
 
 
-
-def instance_task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: Any, threads: int | None, profile: str | None) -> Any:
+def instance_task(
+    plan: RunPlan,
+    *,
+    name: str,
+    outdir: Path,
+    mode: str,
+    engine: Any,
+    threads: int | None,
+    profile: str | None,
+) -> Any:
     """The harness task of one instance in a round; `mode` is "performance", "accuracy" or an
     audit ("TEST01", "TEST04": a performance-mode test with its audit.config)."""
     from mlperf_mig.harness import InstanceTask, SettingsSpec
@@ -113,7 +121,10 @@ def instance_task(plan: RunPlan, *, name: str, outdir: Path, mode: str, engine: 
         cache_dir=plan.cache_dir,
         threads=threads,
         settings=SettingsSpec(
-            preset=plan.preset, overrides=overrides, user_conf=user_conf, profile=profile,
+            preset=plan.preset,
+            overrides=overrides,
+            user_conf=user_conf,
+            profile=profile,
             target_from=plan.target_from,
         ),
         dataset=plan.dataset,
@@ -175,5 +186,3 @@ def sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
     count = performance_count(resolved, source)
     extra = int(values.get("samples_per_query", 8)) if plan.loadgen_scenario == "MultiStream" else 0
     return input_layouts(benchmark), count, min(count + extra, source.total_count)
-
-

@@ -39,9 +39,15 @@ def check_scenario(name: str, value: object) -> int | str | tuple[str, ...]:
         return value
     if isinstance(value, str):
         if not value.strip():
-            raise SettingsError(f"{name} is empty; pass a study layout 1-8 or a layout such as 3x2g.20gb+1g.10gb")
+            raise SettingsError(
+                f"{name} is empty; pass a study layout 1-8 or a layout such as 3x2g.20gb+1g.10gb"
+            )
         return value
-    if isinstance(value, Sequence) and value and all(isinstance(p, str) and p.strip() for p in value):
+    if (
+        isinstance(value, Sequence)
+        and value
+        and all(isinstance(p, str) and p.strip() for p in value)
+    ):
         return tuple(value)
     raise SettingsError(
         f"{name} must be a study layout number 1-8, a layout string such as '3x2g.20gb+1g.10gb' or "
@@ -74,7 +80,11 @@ def _gpu_group(value: object) -> tuple[str, ...] | None:
     if value is None:
         return None
     names = value.split(",") if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n.strip() for n in names) or not names:
+    if (
+        not isinstance(names, list | tuple)
+        or not all(isinstance(n, str) and n.strip() for n in names)
+        or not names
+    ):
         raise SettingsError(
             f"gpu_group must name the nodes of one GPU, as 'ADDR,ADDR' or a list of node "
             f"addresses, host names or node IDs, got {_kind(value)}"
@@ -101,7 +111,9 @@ def _gpu_indices(value: object) -> str | tuple[int, ...] | None:
         )
     twice = sorted({i for i in value if list(value).count(i) > 1})
     if twice:
-        raise SettingsError(f"gpus names GPU {', '.join(map(str, twice))} twice; name each GPU once")
+        raise SettingsError(
+            f"gpus names GPU {', '.join(map(str, twice))} twice; name each GPU once"
+        )
     return tuple(value)
 
 
@@ -191,16 +203,22 @@ def _optional_path(instance: object, attribute: attrs.Attribute, value: object) 
     if value is None:
         return
     if not isinstance(value, str):
-        raise SettingsError(f"{attribute.name} must be a path (str or os.PathLike) or None, got {_kind(value)}")
+        raise SettingsError(
+            f"{attribute.name} must be a path (str or os.PathLike) or None, got {_kind(value)}"
+        )
     if not value:
-        raise SettingsError(f"{attribute.name} is an empty path; pass a file or folder name, or leave it out")
+        raise SettingsError(
+            f"{attribute.name} is an empty path; pass a file or folder name, or leave it out"
+        )
 
 
 def _outdir(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is None:
         return
     if not isinstance(value, str):
-        raise SettingsError(f"outdir must be a path (str or os.PathLike) or None, got {_kind(value)}")
+        raise SettingsError(
+            f"outdir must be a path (str or os.PathLike) or None, got {_kind(value)}"
+        )
     check_output_path("outdir", value)
 
 
@@ -239,7 +257,9 @@ def _cpus(value: object) -> tuple[int, ...] | None:
         return None
     ok = isinstance(value, Sequence) and not isinstance(value, str) and value
     if not ok or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
-        raise SettingsError(f"cpus must be a non-empty list of CPU numbers (or None), got {_kind(value)}")
+        raise SettingsError(
+            f"cpus must be a non-empty list of CPU numbers (or None), got {_kind(value)}"
+        )
     return tuple(value)
 
 
@@ -248,7 +268,9 @@ def _worker_entry(instance: object, attribute: attrs.Attribute, value: object) -
         return
     module, sep, function = value.partition(":") if isinstance(value, str) else ("", "", "")
     if not (sep and module and function):
-        raise SettingsError(f"worker_entry must be 'package.module:function' (or None), got {_kind(value)}")
+        raise SettingsError(
+            f"worker_entry must be 'package.module:function' (or None), got {_kind(value)}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -300,7 +322,11 @@ class RunOptions:
                 f"gpus={list(self.gpus)} picks GPUs of one host, but a cluster's nodes number their "  # type: ignore[arg-type]
                 "GPUs each from 0; pass gpus='all' / --gpus all (every GPU of every node)"
             )
-        if self.cluster is not None and self.gpus is None and (self.gpu_count is not None or self.layouts):
+        if (
+            self.cluster is not None
+            and self.gpus is None
+            and (self.gpu_count is not None or self.layouts)
+        ):
             raise ClusterError(
                 "gpu_count and layouts on a cluster are per GPU of every node: add gpus='all' / "
                 "--gpus all, or drop --gpu-count / --layout"
@@ -312,7 +338,11 @@ class RunOptions:
                     "was given; add --cluster ADDRESS or drop --gpu-group"
                 )
             return
-        given = {"shared": self.shared, "nvml_source": self.nvml_source is not None, "cpus": self.cpus is not None}
+        given = {
+            "shared": self.shared,
+            "nvml_source": self.nvml_source is not None,
+            "cpus": self.cpus is not None,
+        }
         for name in (n for n, on in given.items() if on):
             raise ClusterError(
                 f"{name} cannot be combined with a cluster: instances on different nodes cannot "

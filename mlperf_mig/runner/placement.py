@@ -50,7 +50,9 @@ class InstanceSlot:
     threads: int | None = None
     node: str | None = None  # the Ray node it runs on (cluster runs); None: this host
     host: str | None = None  # that node's host name
-    gpu_index: int | None = None  # the GPU it is a slice of (NVML index on its node; emulated 0..N-1)
+    gpu_index: int | None = (
+        None  # the GPU it is a slice of (NVML index on its node; emulated 0..N-1)
+    )
     # emulated: CPU-seconds per second it may use, and how that is enforced (runner/cpu_budget.py)
     cpu_share: float | None = None
     cpu_budget: str | None = None
@@ -110,7 +112,9 @@ class Deployment:
             return self.gpus
         return (
             GpuPart(
-                index=self.gpu_index or 0, layout=self.layout, partitioning=self.partitioning,
+                index=self.gpu_index or 0,
+                layout=self.layout,
+                partitioning=self.partitioning,
                 scenario=self.scenario,
             ),
         )
@@ -193,7 +197,9 @@ def resolve_layout(scenario: ScenarioSpec, gpu: Any, catalog: Any) -> tuple[Any,
         return registry.study_layout(number, gpu), number
     if isinstance(scenario, str):
         text = scenario.strip()
-        if re.fullmatch(r"[+-]?[0-9]+", text):  # ASCII digits only: int() refuses "²", isdigit() not
+        if re.fullmatch(
+            r"[+-]?[0-9]+", text
+        ):  # ASCII digits only: int() refuses "²", isdigit() not
             number = _study_number(int(text))
             return registry.study_layout(number, gpu), number
         if text.lower() in _LOADGEN_SCENARIO_NAMES:
@@ -241,7 +247,11 @@ def emulated_cpu_sets(
 
 
 def emulated_deployment(
-    layout: Any, scenario: int | None, cpus: Sequence[int] | None = None, *, whole_gpu_cpus: float | None = None
+    layout: Any,
+    scenario: int | None,
+    cpus: Sequence[int] | None = None,
+    *,
+    whole_gpu_cpus: float | None = None,
 ) -> Deployment:
     """Emulated partitions on this machine's CPUs (or `cpus`, for tests): each instance gets CPU
     time in proportion to its compute slices of the GPU (runner/cpu_budget.py)."""
@@ -250,7 +260,10 @@ def emulated_deployment(
     available = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
     profiles = list(layout.profiles)
     budgets = emulated_cpu_budgets(
-        [p.compute_slices for p in profiles], layout.gpu.compute_slices, available, whole_gpu_cpus=whole_gpu_cpus
+        [p.compute_slices for p in profiles],
+        layout.gpu.compute_slices,
+        available,
+        whole_gpu_cpus=whole_gpu_cpus,
     )
     starts = solved_starts(layout)
     slots = tuple(
@@ -265,7 +278,11 @@ def emulated_deployment(
         for i, (p, budget, start) in enumerate(zip(profiles, budgets.budgets, starts))
     )
     return Deployment(
-        partitioning="emulated", layout=layout, scenario=scenario, gpu_index=None, slots=slots,
+        partitioning="emulated",
+        layout=layout,
+        scenario=scenario,
+        gpu_index=None,
+        slots=slots,
         notes=budgets.notes,
     )
 
@@ -301,7 +318,13 @@ def live_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deploy
         for i, (profile, device) in enumerate(zip(layout.profiles, devices))
     )
     partitioning = "vgpu" if gpu_state.vgpu is not None else "mig"
-    return Deployment(partitioning=partitioning, layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=slots)
+    return Deployment(
+        partitioning=partitioning,
+        layout=layout,
+        scenario=scenario,
+        gpu_index=gpu_state.index,
+        slots=slots,
+    )
 
 
 def shared_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deployment:
@@ -317,7 +340,11 @@ def shared_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Depl
         for i, (p, start) in enumerate(zip(layout.profiles, solved_starts(layout)))
     )
     return Deployment(
-        partitioning="shared", layout=layout, scenario=scenario, gpu_index=gpu_state.index, slots=slots
+        partitioning="shared",
+        layout=layout,
+        scenario=scenario,
+        gpu_index=gpu_state.index,
+        slots=slots,
     )
 
 
@@ -349,17 +376,23 @@ def choose_deployment(
     """Resolve the layout and decide where its instances run (see the module docstring)."""
     if emulate or detection is None or not detection.gpus:
         if shared:
-            why = "emulate=True" if emulate else (getattr(detection, "message", "") or "no GPU found")
+            why = (
+                "emulate=True" if emulate else (getattr(detection, "message", "") or "no GPU found")
+            )
             raise PlacementError(
                 f"shared=True asks the instances to time-share a GPU, but they would run on "
                 f"emulated CPU partitions ({why}); drop shared / --shared to emulate, or run on a "
                 "machine with the GPU"
             )
         if not emulate and detection is not None and detection.message:
-            log.info("no GPU to run on (%s): emulating MIG partitions on the CPU", detection.message)
+            log.info(
+                "no GPU to run on (%s): emulating MIG partitions on the CPU", detection.message
+            )
         layout, number = resolve_layout(scenario, resolve_gpu(gpu, catalog), catalog)
         return emulated_deployment(layout, number, cpus)
-    return gpu_deployment(scenario, _live_gpu(detection, gpu, catalog), catalog=catalog, shared=shared)
+    return gpu_deployment(
+        scenario, _live_gpu(detection, gpu, catalog), catalog=catalog, shared=shared
+    )
 
 
 def gpu_deployment(scenario: ScenarioSpec, state: Any, *, catalog: Any, shared: bool) -> Deployment:

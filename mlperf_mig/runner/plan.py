@@ -56,7 +56,9 @@ class EngineRequest:
 
     def spec_options(self) -> dict[str, Any]:
         """The keyword arguments of `EngineSpec.create` that this request fixes."""
-        return attrs.asdict(self, filter=lambda a, _: a.name not in ("key", "benchmark", "env", "cpus"))
+        return attrs.asdict(
+            self, filter=lambda a, _: a.name not in ("key", "benchmark", "env", "cpus")
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -160,7 +162,9 @@ class RunPlan:
                 "profile": slot.profile,
                 "compute slices": slot.compute_slices,
                 "device": slot.device,
-                "CPU share": None if slot.cpu_share is None else f"{slot.cpu_share:.3g} CPU ({slot.cpu_budget})",
+                "CPU share": None
+                if slot.cpu_share is None
+                else f"{slot.cpu_share:.3g} CPU ({slot.cpu_budget})",
                 "threads": slot.threads,
                 "engine": self.engine_of[slot.name],
                 "folder": str(Path(self.outdir) / slot.name),
@@ -179,7 +183,9 @@ class RunPlan:
         return local if self.deployment.cluster is None else (local[0], "host", "node", *local[1:])
 
     def header(self) -> list[str]:
-        scenario = f"study scenario {self.deployment.scenario}: " if self.deployment.scenario else ""
+        scenario = (
+            f"study scenario {self.deployment.scenario}: " if self.deployment.scenario else ""
+        )
         parts = self.deployment.parts
         where = f"{len(parts)} GPUs ({self.gpu})" if len(parts) > 1 else self.gpu
         lines = [
@@ -197,7 +203,9 @@ class RunPlan:
         ]
         if self.target_from is not None:
             target = dict(self.overrides).get("target_qps")
-            lines.append(f"note: Server target {target:.4g} QPS per instance from {self.target_from}")
+            lines.append(
+                f"note: Server target {target:.4g} QPS per instance from {self.target_from}"
+            )
         lines.extend(f"note: {note}" for note in self.host_notes)
         if self.deployment.emulated:
             lines.append(f"note: {EMULATED_LABEL}")
@@ -279,8 +287,15 @@ def default_outdir(kind: str = "run", now: dt.datetime | None = None) -> Path:
 
 
 def _engine_requests(
-    deployment: Deployment, *, benchmark: str, backend: str, precision: str | None, variant: str,
-    model_path: str | None, loadgen_scenario: str, cache_dir: str | None,
+    deployment: Deployment,
+    *,
+    benchmark: str,
+    backend: str,
+    precision: str | None,
+    variant: str,
+    model_path: str | None,
+    loadgen_scenario: str,
+    cache_dir: str | None,
 ) -> tuple[tuple[EngineRequest, ...], dict[str, str]]:
     """One engine per distinct profile on MIG, one for a shared GPU, one for all CPU partitions."""
     from mlperf_mig.engines import backend_class
@@ -289,7 +304,10 @@ def _engine_requests(
         return (), {slot.name: "null" for slot in deployment.slots}
     requests: dict[str, EngineRequest] = {}
     engine_of = {}
-    part_of = {slot.name: next((p for p in deployment.parts if p.holds(slot)), deployment.parts[0]) for slot in deployment.slots}
+    part_of = {
+        slot.name: next((p for p in deployment.parts if p.holds(slot)), deployment.parts[0])
+        for slot in deployment.slots
+    }
     models = len({p.name for p in deployment.parts}) > 1  # engines are per GPU model and profile
     for slot in deployment.slots:
         part = part_of[slot.name]
@@ -320,7 +338,9 @@ def _engine_requests(
     return tuple(requests.values()), engine_of
 
 
-def expected_seconds(benchmark: str, loadgen_scenario: str, preset: str, overrides: Mapping[str, float]) -> float:
+def expected_seconds(
+    benchmark: str, loadgen_scenario: str, preset: str, overrides: Mapping[str, float]
+) -> float:
     """About how long one instance's LoadGen test lasts (s): what the progress display expects."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import expected_test_seconds
@@ -421,7 +441,10 @@ def _with_estimates(plan: RunPlan, timeout_s: float | None) -> RunPlan:
     performance, accuracy, source = estimates(plan)
     run_s = timeout_s if timeout_s is not None else hang_limit(performance, accuracy)
     return attrs.evolve(
-        plan, expected_s=performance, accuracy_s=accuracy, expected_from=source,
+        plan,
+        expected_s=performance,
+        accuracy_s=accuracy,
+        expected_from=source,
         timeouts=attrs.evolve(plan.timeouts, run_s=run_s),
     )
 
@@ -435,13 +458,25 @@ def _fit_host(
     from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
 
     bench = get_benchmark(benchmark)
-    spec = SettingsSpec(preset=options.preset, overrides=dict(options.settings), user_conf=options.user_conf, profile=None)
-    given = int(resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0).values.get(
-        "performance_sample_count_override", 0
-    ))
+    spec = SettingsSpec(
+        preset=options.preset,
+        overrides=dict(options.settings),
+        user_conf=options.user_conf,
+        profile=None,
+    )
+    given = int(
+        resolve_settings(spec, bench, loadgen_scenario, calibrated_target=1.0).values.get(
+            "performance_sample_count_override", 0
+        )
+    )
     fewer, note = fit_host(
-        deployment, runs_model=backend_class(backend).runs_model, mode=options.mode, benchmark=bench,
-        samples=given or bench.performance_sample_count, samples_given=given > 0, preset=options.preset,
+        deployment,
+        runs_model=backend_class(backend).runs_model,
+        mode=options.mode,
+        benchmark=bench,
+        samples=given or bench.performance_sample_count,
+        samples_given=given > 0,
+        preset=options.preset,
     )
     if fewer is None:
         return options.settings, ()
@@ -480,26 +515,43 @@ def _cluster_deployment(options: RunOptions, catalog: Any) -> Deployment:
             inventories = [attrs.evolve(inv, devices=()) for inv in inventories]
         if options.gpus == "all":
             return cluster_system_deployment(
-                options.scenario, layouts=dict(options.layouts), inventories=inventories,
-                cluster=str(session.spec), gpu=options.gpu, gpu_count=options.gpu_count, catalog=catalog,
+                options.scenario,
+                layouts=dict(options.layouts),
+                inventories=inventories,
+                cluster=str(session.spec),
+                gpu=options.gpu,
+                gpu_count=options.gpu_count,
+                catalog=catalog,
             )
         return cluster_deployment(
-            options.scenario, inventories=inventories, cluster=str(session.spec), gpu=options.gpu,
-            gpu_group=options.gpu_group, catalog=catalog,
+            options.scenario,
+            inventories=inventories,
+            cluster=str(session.spec),
+            gpu=options.gpu,
+            gpu_group=options.gpu_group,
+            catalog=catalog,
         )
 
 
-def _check_engine_input(*, backend: str, precision: str | None, variant: str, model_path: str | None) -> None:
+def _check_engine_input(
+    *, backend: str, precision: str | None, variant: str, model_path: str | None
+) -> None:
     """Refuse what the engine build would refuse, before the run folder and workers exist, and
     engine options the null backend would ignore."""
     from mlperf_mig.engines import PRECISIONS, VARIANTS
 
     if precision is not None and precision not in PRECISIONS:
-        raise PrecisionError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+        raise PrecisionError(
+            f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
+        )
     if variant not in VARIANTS:
-        raise ModelFileError(f"unknown model variant {variant!r}; expected one of {', '.join(VARIANTS)}")
+        raise ModelFileError(
+            f"unknown model variant {variant!r}; expected one of {', '.join(VARIANTS)}"
+        )
     if model_path is not None and not Path(model_path).is_file():
-        raise ModelFileError(f"model file {model_path!r} does not exist; pass the path of an ONNX file")
+        raise ModelFileError(
+            f"model file {model_path!r} does not exist; pass the path of an ONNX file"
+        )
     from mlperf_mig.engines import backend_class
 
     engine_options = precision is not None or model_path is not None
@@ -510,7 +562,9 @@ def _check_engine_input(*, backend: str, precision: str | None, variant: str, mo
         )
 
 
-def _check_run_input(deployment: Deployment, options: RunOptions, *, benchmark: str, loadgen_scenario: str) -> None:
+def _check_run_input(
+    deployment: Deployment, options: RunOptions, *, benchmark: str, loadgen_scenario: str
+) -> None:
     """Refuse what every worker would refuse, so that bad input is one line and exit 2 rather
     than a failed run: the user.conf, settings (for each distinct profile), dataset files."""
     from mlperf_mig.benchmark import get_benchmark

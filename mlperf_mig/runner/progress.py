@@ -96,7 +96,13 @@ class ProgressDisplay:
         if self._tty:
             tqdm = tqdm_class(self._stream)
             self._bars = [
-                tqdm(total=None, file=self._stream, bar_format="{desc}", leave=False, dynamic_ncols=True)
+                tqdm(
+                    total=None,
+                    file=self._stream,
+                    bar_format="{desc}",
+                    leave=False,
+                    dynamic_ncols=True,
+                )
                 for _ in self._names
             ]
         elif self._kind == NOTEBOOK_LINE:
@@ -109,7 +115,9 @@ class ProgressDisplay:
     def event(self, name: str, what: str) -> None:
         """A worker changed state: started, ready, ok, raised, crashed, hung, interrupted."""
         self._state[name] = what
-        if what == "ready" and all(s != "starting" and s != "started" for s in self._state.values()):
+        if what == "ready" and all(
+            s != "starting" and s != "started" for s in self._state.values()
+        ):
             self._released = time.monotonic()
         if self._kind == PLAIN and what != "started":
             self._print(f"[{self._phase}] {name}: {what}")
@@ -155,7 +163,9 @@ class ProgressDisplay:
 
     def _draw(self, force: bool = False) -> None:
         now = time.monotonic()
-        interval = {PLAIN: _PLAIN_INTERVAL_S, NOTEBOOK_LINE: _NOTEBOOK_INTERVAL_S}.get(self._kind, _TTY_INTERVAL_S)
+        interval = {PLAIN: _PLAIN_INTERVAL_S, NOTEBOOK_LINE: _NOTEBOOK_INTERVAL_S}.get(
+            self._kind, _TTY_INTERVAL_S
+        )
         if not force and now - self._last_draw < interval:
             return
         if self._kind == PLAIN and force:

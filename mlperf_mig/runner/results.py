@@ -187,7 +187,9 @@ class InstanceRun:
             "instance": self.name,
             "gpu": self.gpu_index,
             "profile": self.profile,
-            "device": self.device if self.cpu_share is None else f"{self.device} ({self.cpu_share:.3g} CPU)",
+            "device": self.device
+            if self.cpu_share is None
+            else f"{self.device} ({self.cpu_share:.3g} CPU)",
             "host": self.host,
             "status": self.status if self.status != "ok" else _status_word(self),
             "valid": validity_word(self.performance),
@@ -197,7 +199,9 @@ class InstanceRun:
             "p99 ms": result_p99_ms(self.performance),
             "accuracy": accuracy_cell(self.accuracy),
             "compliance": compliance_cell(self.compliance),
-            "error": self.error or self.accuracy_error or result_error(self.performance, self.accuracy),
+            "error": self.error
+            or self.accuracy_error
+            or result_error(self.performance, self.accuracy),
         }
 
 
@@ -221,8 +225,12 @@ def _check_names(fields: Mapping[str, Any], source: str) -> None:
                 "edited or is not one this tool wrote: fix that field or write the run again"
             )
     instances = fields.get("instances")
-    if not isinstance(instances, (list, tuple)) or not all(isinstance(i, Mapping) for i in instances):
-        raise UntrustedPathError(f"{source!r}: instances is not a list of instances; write the run again")
+    if not isinstance(instances, (list, tuple)) or not all(
+        isinstance(i, Mapping) for i in instances
+    ):
+        raise UntrustedPathError(
+            f"{source!r}: instances is not a list of instances; write the run again"
+        )
     for instance in instances:
         safe_name(instance.get("name"), "instance name", source)
 
@@ -238,8 +246,10 @@ def _gpus_from(data: object, source: str) -> tuple[dict[str, Any], ...]:
     for entry in data:
         ok = (
             isinstance(entry, Mapping)
-            and isinstance(entry.get("index"), int) and not isinstance(entry.get("index"), bool)
-            and isinstance(entry.get("name"), str) and isinstance(entry.get("layout"), str)
+            and isinstance(entry.get("index"), int)
+            and not isinstance(entry.get("index"), bool)
+            and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("layout"), str)
             and isinstance(entry.get("instances"), list)
             and all(isinstance(n, str) for n in entry["instances"])
         )
@@ -261,7 +271,11 @@ def _telemetry_from(data: object, source: str) -> RunTelemetry | None:
 
 
 def _status_word(instance: InstanceRun) -> str:
-    return "failed" if result_error(instance.performance, instance.accuracy) else _accuracy_word(instance)
+    return (
+        "failed"
+        if result_error(instance.performance, instance.accuracy)
+        else _accuracy_word(instance)
+    )
 
 
 def _accuracy_word(instance: InstanceRun) -> str:
@@ -350,7 +364,10 @@ class RunResult:
     def ok(self) -> bool:
         """Every worker ended normally (validity aside)."""
         statuses_ok = all(i.ok for i in self.instances) and not self.interrupted
-        layout_ok = self.layout_status == "ok" and result_error(self.layout_result, self.layout_accuracy) is None
+        layout_ok = (
+            self.layout_status == "ok"
+            and result_error(self.layout_result, self.layout_accuracy) is None
+        )
         return statuses_ok and (self.mode != "unified" or layout_ok)
 
     @property
@@ -358,9 +375,11 @@ class RunResult:
         """Every worker finished and every INVALID result is a quick preset's short Offline run."""
         if not self.ok or self.all_valid:
             return False
-        results = [self.layout_result] if self.mode == "unified" else [
-            i.performance for i in self.instances
-        ]
+        results = (
+            [self.layout_result]
+            if self.mode == "unified"
+            else [i.performance for i in self.instances]
+        )
         return all(r is not None and (r.valid or r.invalid_by_design) for r in results)
 
     @property
@@ -399,7 +418,11 @@ class RunResult:
         """Total throughput over the layout's mean power in the common timed window (GPU board
         energy, not wall power; the CPU package's for emulated runs where readable); None where
         no energy was measured."""
-        return None if self.telemetry is None else self.telemetry.samples_per_joule(self.total_throughput)
+        return (
+            None
+            if self.telemetry is None
+            else self.telemetry.samples_per_joule(self.total_throughput)
+        )
 
     def utilisation(self, name: str) -> float | None:
         """Mean activity of instance `name` over the timed window, in % (see telemetry notes)."""
@@ -423,7 +446,9 @@ class RunResult:
             if self.mode == "unified":
                 served = sum(i.dispatched_samples or 0 for i in members)
                 row["served_samples"] = served
-                row["subtotal"] = None if total is None or not served_all else total * served / served_all
+                row["subtotal"] = (
+                    None if total is None or not served_all else total * served / served_all
+                )
             else:
                 values = [i.throughput for i in members if i.throughput is not None]
                 row["served_samples"] = None
@@ -443,9 +468,14 @@ class RunResult:
             )
         return [
             attrs.evolve(
-                self, gpu=gpu["name"], layout=gpu["layout"], partitioning=gpu.get("partitioning") or self.partitioning,
-                instances=[i for i in self.instances if i.name in gpu["instances"]], gpus=(gpu,),
-                outdir=f"{self.outdir} (GPU {gpu['index']})", cluster=None,
+                self,
+                gpu=gpu["name"],
+                layout=gpu["layout"],
+                partitioning=gpu.get("partitioning") or self.partitioning,
+                instances=[i for i in self.instances if i.name in gpu["instances"]],
+                gpus=(gpu,),
+                outdir=f"{self.outdir} (GPU {gpu['index']})",
+                cluster=None,
             )
             for gpu in self.gpus
         ]
@@ -471,8 +501,13 @@ class RunResult:
                 "compliance '(short)': quick-preset audits, shorter than the official 10-minute "
                 "runs; preset='submission' runs them in full"
             )
-        if any(i.performance and i.performance.target_source == "capacity cache" for i in self.instances):
-            labels.append("Server target from the capacity cache (mlperf-mig capacity); --set target_qps overrides it")
+        if any(
+            i.performance and i.performance.target_source == "capacity cache"
+            for i in self.instances
+        ):
+            labels.append(
+                "Server target from the capacity cache (mlperf-mig capacity); --set target_qps overrides it"
+            )
         measured = [self.layout_result, *(i.performance for i in self.instances)]
         if any(r is not None and r.target_source == "cached calibration" for r in measured):
             labels.append(
@@ -492,9 +527,12 @@ class RunResult:
     def _invalid_notes(self) -> list[str]:
         """Why each INVALID LoadGen result is invalid, in LoadGen's words (a quick preset's short
         Offline run is explained once, by BY_DESIGN_LABEL)."""
-        results = [("layout", self.layout_result)] + [(i.name, i.performance) for i in self.instances]
+        results = [("layout", self.layout_result)] + [
+            (i.name, i.performance) for i in self.instances
+        ]
         return [
-            f"{name} valid NO: " + ("; ".join(r.invalid_reasons) or "LoadGen gave no reason (see its detail log)")
+            f"{name} valid NO: "
+            + ("; ".join(r.invalid_reasons) or "LoadGen gave no reason (see its detail log)")
             for name, r in results
             if r is not None and not r.valid and not r.invalid_by_design
         ]
@@ -503,14 +541,17 @@ class RunResult:
         """Emulated instances that used clearly less CPU than their budget: the machine was busy,
         so their throughput is low by about as much and the slice proportions are not kept."""
         short = [
-            i for i in self.instances
+            i
+            for i in self.instances
             if i.cpu_share and i.cpu_used is not None and i.cpu_used < SHORTFALL * i.cpu_share
         ]
         if not short:
             return []
         return [
             "proportion not kept: "
-            + ", ".join(f"{i.name} used {i.cpu_used:.2f} of its {i.cpu_share:.3g} CPU" for i in short)
+            + ", ".join(
+                f"{i.name} used {i.cpu_used:.2f} of its {i.cpu_share:.3g} CPU" for i in short
+            )
             + " (other processes held the CPUs); run on a quieter machine or give fewer CPUs (cpus=)"
         ]
 
@@ -568,7 +609,8 @@ class RunResult:
                 "p99 ms": result_p99_ms(self.layout_result),
                 "accuracy": accuracy_cell(self.layout_accuracy),
                 "compliance": compliance_cell(self.layout_compliance),
-                "error": self.layout_error or result_error(self.layout_result, self.layout_accuracy),
+                "error": self.layout_error
+                or result_error(self.layout_result, self.layout_accuracy),
                 "samples/J": self.samples_per_joule,
             }
         )
@@ -585,7 +627,12 @@ class RunResult:
             elif "gpu" in row and row.get("throughput") is not None:
                 gpu = next((g for g in self.telemetry.gpus if g.index == row["gpu"]), None)
                 window = self.telemetry.window
-                if gpu is not None and gpu.energy_j and window is not None and window.duration_s > 0:
+                if (
+                    gpu is not None
+                    and gpu.energy_j
+                    and window is not None
+                    and window.duration_s > 0
+                ):
                     row["samples/J"] = row["throughput"] * window.duration_s / gpu.energy_j
         return rows
 
@@ -619,7 +666,12 @@ class RunResult:
                 "(ratio of the totals of one run each: the noise it rests on is not measured, so "
                 "it is not called significant; repeats=3 measures it)"
             )
-        return lines + [f"note: {label}" for label in self.labels()] + self._cluster_notes() + self._telemetry_notes()
+        return (
+            lines
+            + [f"note: {label}" for label in self.labels()]
+            + self._cluster_notes()
+            + self._telemetry_notes()
+        )
 
     def _instance_telemetry(self, name: str) -> dict[str, Any]:
         """An instance's telemetry columns for to_pandas (empty without telemetry)."""
@@ -647,7 +699,9 @@ class RunResult:
         if self.cluster is None:
             return []
         c = self.cluster
-        what = f"{len(self.gpus)} GPUs" if self.multi_gpu else "one GPU"  # a whole system: every GPU of every node
+        what = (
+            f"{len(self.gpus)} GPUs" if self.multi_gpu else "one GPU"
+        )  # a whole system: every GPU of every node
         lines = [
             f"note: ran on Ray cluster {c['cluster']} over {len(c['nodes'])} node(s); the instances "
             f"are slices of {what} by {c['grouping']} grouping"
@@ -718,11 +772,15 @@ class RunResult:
         fields["gpus"] = _gpus_from(fields.get("gpus", ()), source)
         notes = fields.get("host_notes", ())
         if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
-            raise UntrustedPathError(f"{source!r}: host_notes is not a list of texts; write the run again")
+            raise UntrustedPathError(
+                f"{source!r}: host_notes is not a list of texts; write the run again"
+            )
         fields["telemetry"] = _telemetry_from(fields.get("telemetry"), source)
         notes = fields.get("emulation_notes", ())
         if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
-            raise UntrustedPathError(f"{source!r}: emulation_notes is not a list of texts; write the run again")
+            raise UntrustedPathError(
+                f"{source!r}: emulation_notes is not a list of texts; write the run again"
+            )
         return cls(**fields)
 
     def to_json(self) -> str:
@@ -750,7 +808,12 @@ class RunResult:
             raise OutputDirError(
                 f"{str(file)!r} does not exist; pass a run folder written by mlperf-mig run"
             ) from None
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON, missing or malformed fields
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+        ) as exc:  # JSON, missing or malformed fields
             reason = exc.args[0] if exc.args else exc  # attrs validators add more arguments
             raise OutputDirError(
                 f"{str(file)!r} is not a results file of mlperf-mig ({reason})"
@@ -781,7 +844,9 @@ class RunResult:
             "all_valid": self.all_valid,
             "samples_per_joule": self.samples_per_joule,
         }
-        rows = [{**run_columns, **i.row(), **self._instance_telemetry(i.name)} for i in self.instances]
+        rows = [
+            {**run_columns, **i.row(), **self._instance_telemetry(i.name)} for i in self.instances
+        ]
         return pandas.DataFrame(rows)
 
 
@@ -813,7 +878,9 @@ def html_table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str]) -> str
     columns = list(columns)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell_text(row.get(c)))}</td>" for c in columns) + "</tr>"
+        "<tr>"
+        + "".join(f"<td>{html.escape(cell_text(row.get(c)))}</td>" for c in columns)
+        + "</tr>"
         for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

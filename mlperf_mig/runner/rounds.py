@@ -135,9 +135,10 @@ class Rounds(abc.ABC):
         """What results.json says of the cluster the round ran on; None for local rounds."""
         return None
 
-
     @abc.abstractmethod
-    def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
+    def run(
+        self, mode: str, names: list[str], on_finish: OnFinish | None = None
+    ) -> tuple[dict[str, WorkerOutcome], bool]:
         """One round (`mode`: performance, accuracy or an audit) of the instances `names`; the
         outcomes by folder, and whether the run was interrupted."""
 
@@ -154,14 +155,18 @@ class Rounds(abc.ABC):
         """The instances to run so that `folders` get a round's results."""
 
     @abc.abstractmethod
-    def layout(self, performance: Mapping[str, WorkerOutcome], accuracy: Mapping[str, WorkerOutcome]) -> LayoutOutcome:
+    def layout(
+        self, performance: Mapping[str, WorkerOutcome], accuracy: Mapping[str, WorkerOutcome]
+    ) -> LayoutOutcome:
         """What the layout as a whole came to, beyond each instance's own outcome."""
 
 
 class IndependentRounds(Rounds):
     """The study's method: one worker with its own LoadGen per instance, released together."""
 
-    def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
+    def run(
+        self, mode: str, names: list[str], on_finish: OnFinish | None = None
+    ) -> tuple[dict[str, WorkerOutcome], bool]:
         """One round of the instances `names`; returns the outcomes by folder, and whether the
         run was interrupted."""
         plan = self.plan
@@ -193,7 +198,9 @@ class IndependentRounds(Rounds):
         """The instances to run so that `folders` get a round's results."""
         return list(folders)
 
-    def layout(self, performance: Mapping[str, WorkerOutcome], accuracy: Mapping[str, WorkerOutcome]) -> LayoutOutcome:
+    def layout(
+        self, performance: Mapping[str, WorkerOutcome], accuracy: Mapping[str, WorkerOutcome]
+    ) -> LayoutOutcome:
         """Independent instances have no layout-wide result."""
         return LayoutOutcome()
 
@@ -201,7 +208,9 @@ class IndependentRounds(Rounds):
 class UnifiedRounds(Rounds):
     """One LoadGen for the layout, dispatching to one serving worker per instance."""
 
-    def run(self, mode: str, names: list[str], on_finish: OnFinish | None = None) -> tuple[dict[str, WorkerOutcome], bool]:
+    def run(
+        self, mode: str, names: list[str], on_finish: OnFinish | None = None
+    ) -> tuple[dict[str, WorkerOutcome], bool]:
         """The coordinator and every instance's serving worker (`names` is not a choice here:
         the layout is served by all its instances)."""
         from mlperf_mig.harness.instance import batch_size_of
@@ -209,11 +218,23 @@ class UnifiedRounds(Rounds):
 
         plan, outdir = self.plan, self.outdir
         layout_task = instance_task(
-            plan, name=LAYOUT_FOLDER, outdir=outdir, mode=mode, engine=None, threads=None, profile=None
+            plan,
+            name=LAYOUT_FOLDER,
+            outdir=outdir,
+            mode=mode,
+            engine=None,
+            threads=None,
+            profile=None,
         )
         layouts, performance_count, capacity = sample_capacity(plan, layout_task)
         tasks = [self.task(slot, mode) for slot in plan.slots]
-        round_ = SupervisedRound(plan, mode, [LAYOUT_FOLDER, *(s.name for s in plan.slots)], self.stream, on_finish=on_finish)
+        round_ = SupervisedRound(
+            plan,
+            mode,
+            [LAYOUT_FOLDER, *(s.name for s in plan.slots)],
+            self.stream,
+            on_finish=on_finish,
+        )
         with SharedSamples(layouts, capacity) as samples:
             pipes = [round_.supervisor.context.Pipe() for _ in plan.slots]
             coordinator = WorkerJob(
@@ -239,7 +260,9 @@ class UnifiedRounds(Rounds):
                 WorkerJob(
                     name=slot.name,
                     entry=plan.worker_entry or SERVE_ENTRY,
-                    payload=ServeJob(task=task, samples=samples.specs, link=b, batch_size=batch_size_of(task)),
+                    payload=ServeJob(
+                        task=task, samples=samples.specs, link=b, batch_size=batch_size_of(task)
+                    ),
                     log_path=str(outdir / slot.name / "worker.log"),
                     env=instance_env(slot),
                     cpus=slot.cpus,
@@ -252,7 +275,9 @@ class UnifiedRounds(Rounds):
                     a.close()
                     b.close()
 
-            outcomes = round_.run([coordinator, *workers], after_start=close_parent_ends, lead=LAYOUT_FOLDER)
+            outcomes = round_.run(
+                [coordinator, *workers], after_start=close_parent_ends, lead=LAYOUT_FOLDER
+            )
         return outcomes, round_.interrupted
 
     def folders(self, names: list[str]) -> list[str]:
@@ -271,7 +296,9 @@ class UnifiedRounds(Rounds):
         """The layout's folder is served by all the instances."""
         return [s.name for s in self.plan.slots] if folders else []
 
-    def layout(self, performance: Mapping[str, WorkerOutcome], accuracy: Mapping[str, WorkerOutcome]) -> LayoutOutcome:
+    def layout(
+        self, performance: Mapping[str, WorkerOutcome], accuracy: Mapping[str, WorkerOutcome]
+    ) -> LayoutOutcome:
         """The layout's results; a lost serving worker is a degraded layout, not a failed one."""
         coordinator = performance.get(LAYOUT_FOLDER)
         coordinator_acc = accuracy.get(LAYOUT_FOLDER)
@@ -302,5 +329,9 @@ def _reraise_build_failure(key: str, outcome: WorkerOutcome) -> None:
         cls = getattr(errors, kind, None)
         if isinstance(cls, type) and issubclass(cls, errors.MlperfMigError):
             raise cls(message)
-        raise WorkerError(f"engine build {key!r} raised {outcome.error}; traceback:\n{outcome.traceback}")
-    raise WorkerError(f"engine build {key!r} {outcome.status}: {outcome.error}; log tail:\n{outcome.log_tail}")
+        raise WorkerError(
+            f"engine build {key!r} raised {outcome.error}; traceback:\n{outcome.traceback}"
+        )
+    raise WorkerError(
+        f"engine build {key!r} {outcome.status}: {outcome.error}; log tail:\n{outcome.log_tail}"
+    )

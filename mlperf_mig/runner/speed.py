@@ -30,7 +30,9 @@ HANG_FACTOR = 5.0
 MIN_HANG_S = 600.0
 
 
-def speed_key(*, benchmark: str, variant: str, backend: str, precision: str | None, where: str) -> str:
+def speed_key(
+    *, benchmark: str, variant: str, backend: str, precision: str | None, where: str
+) -> str:
     """The cache key of an engine's speed: `where` is "cpu" (per CPU-second) or the GPU and profile."""
     return "|".join(["speed", benchmark, variant, backend, precision or "default", where])
 
@@ -40,16 +42,25 @@ def _where(plan: Any, slot: Any) -> str:
 
 
 def _key(plan: Any, slot: Any) -> str:
-    return speed_key(benchmark=plan.benchmark, variant=plan.variant, backend=plan.backend,
-                     precision=plan.precision, where=_where(plan, slot))
+    return speed_key(
+        benchmark=plan.benchmark,
+        variant=plan.variant,
+        backend=plan.backend,
+        precision=plan.precision,
+        where=_where(plan, slot),
+    )
 
 
-def slot_speed(plan: Any, slot: Any, measured: dict[str, dict[str, Any]]) -> tuple[float | None, str]:
+def slot_speed(
+    plan: Any, slot: Any, measured: dict[str, dict[str, Any]]
+) -> tuple[float | None, str]:
     """Samples per second the slot's engine should deliver here, and where that comes from."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import load_settings_data, profile_target
 
-    scale = (slot.cpu_share or float(len(slot.cpus or ()) or 1)) if plan.deployment.emulated else 1.0
+    scale = (
+        (slot.cpu_share or float(len(slot.cpus or ()) or 1)) if plan.deployment.emulated else 1.0
+    )
     entry = measured.get(_key(plan, slot))
     if entry is not None:
         return entry["qps"] * scale, "measured here"
@@ -58,7 +69,9 @@ def slot_speed(plan: Any, slot: Any, measured: dict[str, dict[str, Any]]) -> tup
     try:
         data = load_settings_data(get_benchmark(plan.benchmark))
         if plan.deployment.emulated:
-            return profile_target(data, "Offline", None) / TABLE_CPUS * scale, "the data file's CPU target"
+            return profile_target(
+                data, "Offline", None
+            ) / TABLE_CPUS * scale, "the data file's CPU target"
         return profile_target(data, "Offline", slot.profile), "the data file's profile target"
     except MlperfMigError:
         return None, "not measured here yet"
@@ -72,9 +85,14 @@ def test_seconds(plan: Any, speed: float | None, *, accuracy: bool) -> float:
     benchmark = get_benchmark(plan.benchmark)
     overrides = dict(plan.overrides)
     base = expected_test_seconds(benchmark, plan.loadgen_scenario, plan.preset, overrides)
-    values = {**preset_values(load_settings_data(benchmark), plan.preset, plan.loadgen_scenario), **overrides}
+    values = {
+        **preset_values(load_settings_data(benchmark), plan.preset, plan.loadgen_scenario),
+        **overrides,
+    }
     if accuracy:
-        samples = values.get("accuracy_sample_count_override") or values.get("performance_sample_count_override")
+        samples = values.get("accuracy_sample_count_override") or values.get(
+            "performance_sample_count_override"
+        )
         return float(samples) / speed if speed and samples else base
     if speed is None or plan.loadgen_scenario == "Offline":
         return base  # the quick Offline query is sized from the measured speed
@@ -91,7 +109,11 @@ def estimates(plan: Any) -> tuple[float, float | None, str]:
     speeds = [slot_speed(plan, slot, measured) for slot in plan.slots]
     known = [(s, why) for s, why in speeds if s]
     if not known:
-        return test_seconds(plan, None, accuracy=False), None, "the settings alone (engine speed not measured here yet)"
+        return (
+            test_seconds(plan, None, accuracy=False),
+            None,
+            "the settings alone (engine speed not measured here yet)",
+        )
     slowest, why = min(known)
     perf = test_seconds(plan, slowest, accuracy=False)
     acc = test_seconds(plan, slowest, accuracy=True) if plan.accuracy else None
@@ -116,8 +138,11 @@ def record_speeds(plan: Any, result: Any) -> None:
             if not used:
                 continue
             rate = rate / used
-        entry = {"qps": rate, "folder": plan.outdir,
-                 "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+        entry = {
+            "qps": rate,
+            "folder": plan.outdir,
+            "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
         try:
             store_capacity(_key(plan, slot), entry, plan.cache_dir)
         except MlperfMigError as exc:

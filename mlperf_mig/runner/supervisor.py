@@ -194,7 +194,9 @@ class WorkerOutcome:
     error: str | None = None
     traceback: str | None = None
     log_tail: str | None = None
-    started_ns: int | None = None  # cluster runs: when the node released its LoadGen test (its clock)
+    started_ns: int | None = (
+        None  # cluster runs: when the node released its LoadGen test (its clock)
+    )
     cpu_per_s: float | None = None  # CPU-seconds per second the worker used once released
 
     @property
@@ -255,8 +257,14 @@ def main_module_hidden_if_unimportable() -> Iterator[None]:
 
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    by_name = getattr(getattr(main, "__spec__", None), "name", None)  # `python -m`: re-imported by name
-    full = path if path is None or os.path.isabs(path) else os.path.join(process.ORIGINAL_DIR or "", path)
+    by_name = getattr(
+        getattr(main, "__spec__", None), "name", None
+    )  # `python -m`: re-imported by name
+    full = (
+        path
+        if path is None or os.path.isabs(path)
+        else os.path.join(process.ORIGINAL_DIR or "", path)
+    )
     if main is None or path is None or by_name is not None or os.path.isfile(full):
         yield
         return
@@ -413,8 +421,7 @@ class Supervisor:
         clock = RoundClock(self.timeouts, lead=self._lead)
         while any(w.outcome is None for w in workers):
             if not clock.released and all(
-                w.ready or w.outcome is not None or not w.job.wait_at_barrier
-                for w in workers
+                w.ready or w.outcome is not None or not w.job.wait_at_barrier for w in workers
             ):
                 release.close()  # never blocks, whoever died at the barrier
                 clock.release()

@@ -62,8 +62,13 @@ def choose_system(options: RunOptions, *, catalog: Any, detection: Any | None) -
     if not wants_system(options):
         return as_one_gpu(
             choose_deployment(
-                options.scenario, gpu=options.gpu, catalog=catalog, detection=detection,
-                shared=options.shared, emulate=options.emulate, cpus=options.cpus,
+                options.scenario,
+                gpu=options.gpu,
+                catalog=catalog,
+                detection=detection,
+                shared=options.shared,
+                emulate=options.emulate,
+                cpus=options.cpus,
             )
         )
     emulating = options.emulate or detection is None or not detection.gpus
@@ -87,8 +92,16 @@ def choose_system(options: RunOptions, *, catalog: Any, detection: Any | None) -
                 "--shared to let its instances time-share the whole GPU (labelled shared)"
             )
         deployments.append(
-            (state.index, _on_gpu(state.index, state.name, lambda s=state, sc=scenario: gpu_deployment(
-                sc, s, catalog=catalog, shared=options.shared)))
+            (
+                state.index,
+                _on_gpu(
+                    state.index,
+                    state.name,
+                    lambda s=state, sc=scenario: gpu_deployment(
+                        sc, s, catalog=catalog, shared=options.shared
+                    ),
+                ),
+            )
         )
     return join_gpus(deployments)
 
@@ -119,8 +132,12 @@ def join_gpus(deployments: Sequence[tuple[int, Deployment]]) -> Deployment:
             slots.append(attrs.evolve(slot, index=len(slots), name=name, gpu_index=gpu_index))
         parts.append(
             GpuPart(
-                index=gpu_index, layout=deployment.layout, partitioning=deployment.partitioning,
-                scenario=deployment.scenario, node=node, host=host,
+                index=gpu_index,
+                layout=deployment.layout,
+                partitioning=deployment.partitioning,
+                scenario=deployment.scenario,
+                node=node,
+                host=host,
             )
         )
     first = deployments[0][1]
@@ -153,10 +170,14 @@ def _emulated_system(options: RunOptions, catalog: Any, why_no_gpu: str) -> Depl
             "drop shared / --shared to emulate, or run on a machine with the GPU"
         )
     count = options.gpu_count or 1
-    selected = _selected_indices(options, range(count), lambda: (
-        f"the run emulates {count} GPU{'s' if count > 1 else ''} ({_span(count)})",
-        f"pass indices {_span(count)}, or raise gpu_count / --gpu-count",
-    ))
+    selected = _selected_indices(
+        options,
+        range(count),
+        lambda: (
+            f"the run emulates {count} GPU{'s' if count > 1 else ''} ({_span(count)})",
+            f"pass indices {_span(count)}, or raise gpu_count / --gpu-count",
+        ),
+    )
     model = resolve_gpu(options.gpu, catalog)
     available = sorted(os.sched_getaffinity(0)) if options.cpus is None else list(options.cpus)
     shares = emulated_gpu_cpus(len(selected), available)
@@ -168,7 +189,9 @@ def _emulated_system(options: RunOptions, catalog: Any, why_no_gpu: str) -> Depl
 
         def on_cpus(sc: ScenarioSpec = scenario, cpus: tuple[int, ...] = share) -> Deployment:
             layout, number = resolve_layout(sc, model, catalog)
-            return emulated_deployment(layout, number, cpus=cpus, whole_gpu_cpus=min(whole_gpu_cpus, len(cpus)))
+            return emulated_deployment(
+                layout, number, cpus=cpus, whole_gpu_cpus=min(whole_gpu_cpus, len(cpus))
+            )
 
         deployments.append((index, _on_gpu(index, model.name, on_cpus)))
     return join_gpus(deployments)
@@ -179,16 +202,24 @@ def _selected_states(options: RunOptions, detection: Any, catalog: Any) -> list[
     states = {s.index: s for s in detection.gpus}
     if options.gpu is not None:
         wanted = catalog.get(options.gpu).name
-        states = {i: s for i, s in states.items() if s.catalog_gpu is not None and s.catalog_gpu.name == wanted}
+        states = {
+            i: s
+            for i, s in states.items()
+            if s.catalog_gpu is not None and s.catalog_gpu.name == wanted
+        }
         if not states:
             raise PlacementError(
                 f"gpu={options.gpu!r} asked for, but this machine has {_gpu_list(detection.gpus)}; "
                 "omit gpu= to use them, or pass emulate=True / --emulate to emulate that GPU"
             )
-    chosen = _selected_indices(options, sorted(states), lambda: (
-        f"this machine has {_gpu_list(states.values())}",
-        f"pass some of {', '.join(map(str, sorted(states)))}",
-    ))
+    chosen = _selected_indices(
+        options,
+        sorted(states),
+        lambda: (
+            f"this machine has {_gpu_list(states.values())}",
+            f"pass some of {', '.join(map(str, sorted(states)))}",
+        ),
+    )
     return [states[i] for i in chosen]
 
 
@@ -264,7 +295,9 @@ class HostMemory:
     def most_instances(self, mode: str) -> int:
         """The most instances this host holds with this sample count."""
         if mode == "unified":
-            return max(0, int((self.budget - self.samples * self.sample_bytes) // self.worker_bytes) - 1)
+            return max(
+                0, int((self.budget - self.samples * self.sample_bytes) // self.worker_bytes) - 1
+            )
         return int(self.budget // (self.worker_bytes + self.samples * self.sample_bytes))
 
 
@@ -281,7 +314,9 @@ def host_memory(
     from mlperf_mig.harness.samples import input_layouts
     from mlperf_mig.harness.settings import machine_memory_bytes
 
-    sample_bytes = sum(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize for t in input_layouts(benchmark))
+    sample_bytes = sum(
+        int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize for t in input_layouts(benchmark)
+    )
     unified = mode == "unified"
     return HostMemory(
         workers=len(deployment.slots) + (1 if unified else 0),
@@ -294,8 +329,14 @@ def host_memory(
 
 
 def fit_host(
-    deployment: Deployment, *, runs_model: bool, mode: str, benchmark: Any, samples: int,
-    samples_given: bool, preset: str,
+    deployment: Deployment,
+    *,
+    runs_model: bool,
+    mode: str,
+    benchmark: Any,
+    samples: int,
+    samples_given: bool,
+    preset: str,
 ) -> tuple[int | None, str | None]:
     """Refuse more instances than this host can start; for a quick run whose instances'
     sample sets alone would not fit, the performance sample count that fits (with the note that
@@ -303,13 +344,17 @@ def fit_host(
     files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     workers = len(deployment.slots) + (1 if mode == "unified" else 0)
     if files != resource.RLIM_INFINITY and workers * FILES_PER_WORKER + FILES_RESERVED > files:
-        most = max(0, (files - FILES_RESERVED) // FILES_PER_WORKER - (1 if mode == "unified" else 0))
+        most = max(
+            0, (files - FILES_RESERVED) // FILES_PER_WORKER - (1 if mode == "unified" else 0)
+        )
         raise SettingsError(
             f"{len(deployment.slots)} instances on {len(deployment.parts)} GPU(s), but this host "
             f"can start at most {most} ({files} open files, ulimit -n, at {FILES_PER_WORKER} per "
             "worker); raise ulimit -n, select fewer GPUs (--gpus), or spread them over nodes with --cluster"
         )
-    memory = host_memory(deployment, runs_model=runs_model, mode=mode, benchmark=benchmark, samples=samples)
+    memory = host_memory(
+        deployment, runs_model=runs_model, mode=mode, benchmark=benchmark, samples=samples
+    )
     if memory.need() <= memory.budget:
         return None, None
     fit = min(memory.samples_that_fit(), samples)
@@ -383,4 +428,3 @@ def parts_to_dicts(parts: Sequence[GpuPart], slots: Sequence[InstanceSlot]) -> l
         }
         for part in parts
     ]
-

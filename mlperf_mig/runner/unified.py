@@ -94,7 +94,9 @@ class SharedSamples:
             raise
         self.specs = tuple(specs)
         self.nbytes = sum(b.size for b in self._blocks)
-        log.info("shared samples: %s (%d bytes)", " ".join(b.name for b in self._blocks), self.nbytes)
+        log.info(
+            "shared samples: %s (%d bytes)", " ".join(b.name for b in self._blocks), self.nbytes
+        )
 
     def close(self) -> None:
         """Release and unlink every block (the workers' mappings stay valid until they exit)."""
@@ -497,7 +499,9 @@ def combined_target(loadgen_scenario: str, targets: Sequence[float | None]) -> f
     return min(known)
 
 
-def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progress: Callable[[int], None]) -> dict[str, Any]:
+def coordinate(
+    job: CoordinatorJob, *, before_start: Callable[[], None], progress: Callable[[int], None]
+) -> dict[str, Any]:
     """Worker entry of the coordinator: run the layout's LoadGen test over the instance workers."""
     from mlperf_mig.harness.loadgen_test import LoadGenTest
 
@@ -506,7 +510,11 @@ def coordinate(job: CoordinatorJob, *, before_start: Callable[[], None], progres
 
 
 def _coordinate(
-    job: CoordinatorJob, test: LoadGenTest, *, before_start: Callable[[], None], progress: Callable[[int], None]
+    job: CoordinatorJob,
+    test: LoadGenTest,
+    *,
+    before_start: Callable[[], None],
+    progress: Callable[[int], None],
 ) -> dict[str, Any]:
     import mlperf_loadgen as lg
 
@@ -519,12 +527,21 @@ def _coordinate(
 
     source = test.source
     targets, rows_only, cached = _collect_targets(job, job.ready_timeout_s)
-    calibrated = combined_target(test.task.loadgen_scenario, list(targets.values())) if test.calibrates else None
+    calibrated = (
+        combined_target(test.task.loadgen_scenario, list(targets.values()))
+        if test.calibrates
+        else None
+    )
     # a layout target made (in part) of targets an earlier run measured says so
-    cached_keys = [cached[w] for w, t in targets.items() if t is not None and w in cached] if calibrated else []
+    cached_keys = (
+        [cached[w] for w, t in targets.items() if t is not None and w in cached]
+        if calibrated
+        else []
+    )
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
     library = SampleLibrary(arrays, total_count=source.total_count)
     last_progress = [0.0]
+
     def complete(ids: Sequence[int], blob: bytes, item_size: int) -> None:
         if blob and item_size == item_bytes and len(ids) <= len(pool):
             staging.reshape(-1).view(np.uint8)[: len(blob)] = np.frombuffer(blob, dtype=np.uint8)
@@ -535,7 +552,10 @@ def _coordinate(
             base = 0 if keep is None else keep.ctypes.data
             response = lg.QuerySampleResponse
             lg.QuerySamplesComplete(
-                [response(qid, base + k * item_size if item_size else 0, item_size) for k, qid in enumerate(ids)]
+                [
+                    response(qid, base + k * item_size if item_size else 0, item_size)
+                    for k, qid in enumerate(ids)
+                ]
             )
         now = time.monotonic()
         if now - last_progress[0] >= _PROGRESS_INTERVAL_S:
@@ -550,7 +570,9 @@ def _coordinate(
         batch_size=job.batch_size,
         complete=complete,
         reply_timeout_s=job.reply_timeout_s,
-        largest_batch=_largest_chunk(job.batch_size, np.empty(shape, dtype=dtype).nbytes) if offline else None,
+        largest_batch=_largest_chunk(job.batch_size, np.empty(shape, dtype=dtype).nbytes)
+        if offline
+        else None,
         rows_only=[i in rows_only for i in range(len(job.links))],
     )
     # A reply holds at most a worker's window and one batch more. Replies are completed one at
@@ -570,7 +592,9 @@ def _coordinate(
             order = contiguous_order(rows)
             # arrays: the dispatcher makes lists of each batch's ids as it sends them
             dispatcher.submit(
-                np.fromiter(ids, dtype=np.uint64, count=len(ids))[order], rows[order], index_array[order]
+                np.fromiter(ids, dtype=np.uint64, count=len(ids))[order],
+                rows[order],
+                index_array[order],
             )
             return
         dispatcher.submit(ids, library.slots(indices), indices)
@@ -590,7 +614,9 @@ def _coordinate(
         flush=lambda: None,
         # generated samples come from the cache folder when an earlier run kept them (a copy
         # into the shared arrays; harness/reuse.py)
-        load=lambda indices: WorkCache.for_cache_dir(test.task.cache_dir).load_samples(library, indices, source),
+        load=lambda indices: WorkCache.for_cache_dir(test.task.cache_dir).load_samples(
+            library, indices, source
+        ),
         unload=library.unload,
         abort=lambda exc: dispatcher.abort(f"{type(exc).__name__}: {exc}"),
         calibrated_target=calibrated,
@@ -608,7 +634,9 @@ def _coordinate(
     if cached_keys and target_was_wrong(result):  # the next run measures every instance again
         work = WorkCache.for_cache_dir(test.task.cache_dir)
         for key in cached_keys:
-            work.forget_key(key, f"the layout's test was INVALID: {'; '.join(result.invalid_reasons)}")
+            work.forget_key(
+                key, f"the layout's test was INVALID: {'; '.join(result.invalid_reasons)}"
+            )
     return {
         "result": result.to_dict(),
         "served": dict(zip(job.names, dispatcher.served)),
@@ -661,7 +689,9 @@ def serve_instance(
         return _run_in_batches(
             rows,
             job.batch_size,
-            lambda part, out: response_payload(benchmark, backend.run(gather(part, consecutive)), out),
+            lambda part, out: response_payload(
+                benchmark, backend.run(gather(part, consecutive)), out
+            ),
             payloads[0],
         )
 

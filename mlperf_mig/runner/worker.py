@@ -149,7 +149,10 @@ class _Channel:
         if self._released is not None:
             # CPU-seconds per second this process (every thread) used from the barrier's release:
             # an emulated instance's budget is checked against it
-            cpu, wall = time.process_time() - self._released[0], time.monotonic() - self._released[1]
+            cpu, wall = (
+                time.process_time() - self._released[0],
+                time.monotonic() - self._released[1],
+            )
             if wall > 0:
                 self._conn.send(("usage", cpu / wall))
         self._conn.send(("done", _plain(value)))
@@ -168,7 +171,10 @@ def _take_runner_state(state: RunnerState, job: WorkerJob) -> None:
 
 
 def worker_main(
-    conn: Connection, barrier: Connection, job: WorkerJob, ready_timeout_s: float,
+    conn: Connection,
+    barrier: Connection,
+    job: WorkerJob,
+    ready_timeout_s: float,
     state: RunnerState,
 ) -> None:
     """Entry point of a worker: set the process up, run the entry, report, exit."""

@@ -47,7 +47,9 @@ ENERGY_NOTE = (
     "power above idle, from its share of the board energy in the measured runs); GPU board energy, "
     "not wall power (CPU package energy for emulated runs)"
 )
-EMULATED_ADVICE = "emulated advice: predicted from CPU partitions standing in for MIG slices, not from a GPU"
+EMULATED_ADVICE = (
+    "emulated advice: predicted from CPU partitions standing in for MIG slices, not from a GPU"
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -112,7 +114,9 @@ def _measure(value: object, source: str, field: str, limit: float = MEASURE_LIMI
 def _p99_ms(result: Any, source: str, field: str) -> float | None:
     if result is None:
         return None
-    _measure(result.latency_ns.get("99.00"), source, f"{field}.latency_ns.99.00", MEASURE_LIMIT * 1e6)
+    _measure(
+        result.latency_ns.get("99.00"), source, f"{field}.latency_ns.99.00", MEASURE_LIMIT * 1e6
+    )
     return result_p99_ms(result)
 
 
@@ -137,13 +141,21 @@ def _instance_powers(run: Any) -> tuple[float | None, list[float | None]]:
     (by activity x slices), or by compute slices where no activity was measured."""
     telemetry = getattr(run, "telemetry", None)
     window = None if telemetry is None else telemetry.window
-    if window is None or telemetry.energy_j is None or telemetry.idle_power_w is None or window.duration_s <= 0:
+    if (
+        window is None
+        or telemetry.energy_j is None
+        or telemetry.idle_power_w is None
+        or window.duration_s <= 0
+    ):
         return None, [None] * len(run.instances)
     source = str(Path(run.outdir) / RESULTS_FILE)
     energy = _measure(telemetry.energy_j, source, "telemetry.layout.energy_j")
     idle = _measure(telemetry.idle_power_w, source, "telemetry.layout.idle_power_w")
     above = max(0.0, energy / window.duration_s - idle)  # type: ignore[operator]
-    shares = [None if (t := telemetry.instance(i.name)) is None else t.energy_share_j for i in run.instances]
+    shares = [
+        None if (t := telemetry.instance(i.name)) is None else t.energy_share_j
+        for i in run.instances
+    ]
     if all(s is not None for s in shares) and sum(shares) > 0:  # type: ignore[arg-type]
         weights = [float(s) for s in shares]  # type: ignore[arg-type]
     else:
@@ -158,7 +170,9 @@ def measurements_from(
     """Measurements from runs and repeated runs (one entry per layout, as a sweep has them);
     `compute_slices` is the GPU's, to tell full layouts; `capacities`: profile -> Server QPS."""
     if not layouts:
-        raise SettingsError("the advisor got no runs; pass a folder written by mlperf-mig run or sweep")
+        raise SettingsError(
+            "the advisor got no runs; pass a folder written by mlperf-mig run or sweep"
+        )
     samples: dict[str, dict[str, list[float]]] = {}
 
     def add(profile: str, key: str, value: float | None) -> None:
@@ -175,7 +189,9 @@ def measurements_from(
             continue
         values = {id(run): _checked_run(run) for run in runs}
         labels += [label for label in runs[0].labels() if label not in labels]
-        measured[runs[0].layout] = tuple(r.total_throughput for r in runs if r.total_throughput is not None)
+        measured[runs[0].layout] = tuple(
+            r.total_throughput for r in runs if r.total_throughput is not None
+        )
         if runs[0].scenario is not None:
             scenarios[runs[0].layout] = runs[0].scenario
         full = sum(i.compute_slices for i in runs[0].instances) == compute_slices
@@ -211,9 +227,16 @@ def measurements_from(
         for name, values in samples.items()
     }
     return Measurements(
-        gpu=first.gpu, benchmark=first.benchmark, loadgen_scenario=first.loadgen_scenario,
-        unit=first.throughput_unit, emulated=first.emulated, profiles=profiles, labels=tuple(labels),
-        measured=measured, scenarios=scenarios, idle_power_w=tuple(idle_powers),
+        gpu=first.gpu,
+        benchmark=first.benchmark,
+        loadgen_scenario=first.loadgen_scenario,
+        unit=first.throughput_unit,
+        emulated=first.emulated,
+        profiles=profiles,
+        labels=tuple(labels),
+        measured=measured,
+        scenarios=scenarios,
+        idle_power_w=tuple(idle_powers),
     )
 
 
@@ -250,7 +273,8 @@ class Prediction:
             "rank": rank,
             "layout": self.layout,
             "instances": self.instances,
-            "predicted total": f"{self.total:,.2f}" + ("" if self.half is None else f" ± {self.half:,.2f}"),
+            "predicted total": f"{self.total:,.2f}"
+            + ("" if self.half is None else f" ± {self.half:,.2f}"),
             "worst p99 ms": self.worst_p99_ms,
             "capacity": self.capacity,
             "samples/J": self.samples_per_joule,
@@ -263,7 +287,12 @@ class Estimator:
     `alone_only`), alone otherwise, or inferred from a profile with the same compute slices."""
 
     def __init__(
-        self, measurements: Measurements, gpu: Any, *, alone_only: bool = False, lone_error: float | None = None
+        self,
+        measurements: Measurements,
+        gpu: Any,
+        *,
+        alone_only: bool = False,
+        lone_error: float | None = None,
     ) -> None:
         self._m = measurements
         self._gpu = gpu
@@ -277,7 +306,11 @@ class Estimator:
             return None
         alone = measure.alone if self._alone_only else measure.alone + measure.isolated
         if measure.in_layout and not self._alone_only:
-            return Rate(summary=summarize(measure.in_layout), p99=summarize(measure.p99_in_layout), source="in layout")  # type: ignore[arg-type]
+            return Rate(
+                summary=summarize(measure.in_layout),
+                p99=summarize(measure.p99_in_layout),
+                source="in layout",
+            )  # type: ignore[arg-type]
         if alone:
             return Rate(summary=summarize(alone), p99=summarize(measure.p99_alone), source="alone")  # type: ignore[arg-type]
         return None
@@ -325,12 +358,15 @@ class Estimator:
         # a lone run of a profile that fills the GPU (7g) is a measured full layout
         whole = {p.name for p in layout.profiles if p.compute_slices >= self._gpu.compute_slices}
         lone = [
-            (n, r) for n, r in rates
+            (n, r)
+            for n, r in rates
             if n not in whole and r.source != "in layout" and not r.source.endswith("(in layout)")
         ]
         lone_half = sum(r.summary.mean for _, r in lone) * (self._lone_error or 0.0)
         p99s = [r.p99.mean for _, r in rates if r.p99 is not None]
-        capacities = [self._m.profiles[n].capacity if n in self._m.profiles else None for n, _ in rates]
+        capacities = [
+            self._m.profiles[n].capacity if n in self._m.profiles else None for n, _ in rates
+        ]
         sources = tuple(dict.fromkeys(f"{n}: {r.source}" for n, r in rates))
         total = sum(r.summary.mean for _, r in rates)
         return Prediction(
@@ -356,7 +392,11 @@ class Constraints:
     max_p99_ms: float | None = None
 
     def text(self) -> str:
-        parts = [f"{k}={v if not isinstance(v, tuple) else ','.join(v)}" for k, v in attrs.asdict(self).items() if v is not None]
+        parts = [
+            f"{k}={v if not isinstance(v, tuple) else ','.join(v)}"
+            for k, v in attrs.asdict(self).items()
+            if v is not None
+        ]
         return ", ".join(parts) or "none"
 
     def allows(self, prediction: Prediction) -> bool:
@@ -369,7 +409,9 @@ class Constraints:
         ):
             return False
         if self.max_p99_ms is not None:
-            return prediction.worst_p99_ms is not None and prediction.worst_p99_ms <= self.max_p99_ms
+            return (
+                prediction.worst_p99_ms is not None and prediction.worst_p99_ms <= self.max_p99_ms
+            )
         return True
 
 
@@ -382,22 +424,36 @@ def _count(name: str, value: object) -> int | None:
 
 
 def check_constraints(
-    gpu: Any, *, min_instances: object = None, max_instances: object = None,
-    profiles_allowed: object = None, max_p99_ms: object = None,
+    gpu: Any,
+    *,
+    min_instances: object = None,
+    max_instances: object = None,
+    profiles_allowed: object = None,
+    max_p99_ms: object = None,
 ) -> Constraints:
     """The constraints, each checked: counts, profile names of `gpu`, a positive latency."""
     allowed = None
     if profiles_allowed is not None:
-        names = profiles_allowed.split(",") if isinstance(profiles_allowed, str) else profiles_allowed
-        if not isinstance(names, Iterable) or not all(isinstance(n, str) and n.strip() for n in names):
+        names = (
+            profiles_allowed.split(",") if isinstance(profiles_allowed, str) else profiles_allowed
+        )
+        if not isinstance(names, Iterable) or not all(
+            isinstance(n, str) and n.strip() for n in names
+        ):
             raise SettingsError(
                 f"profiles_allowed must list MIG profile names such as '2g.20gb,1g.10gb', got {profiles_allowed!r}"
             )
-        allowed = tuple(gpu.profile(n.strip()).name for n in names)  # UnknownProfileError names the known ones
+        allowed = tuple(
+            gpu.profile(n.strip()).name for n in names
+        )  # UnknownProfileError names the known ones
     if max_p99_ms is not None and (
-        isinstance(max_p99_ms, bool) or not isinstance(max_p99_ms, (int, float)) or not max_p99_ms > 0
+        isinstance(max_p99_ms, bool)
+        or not isinstance(max_p99_ms, (int, float))
+        or not max_p99_ms > 0
     ):
-        raise SettingsError(f"max_p99_ms must be a positive number of milliseconds (or None), got {max_p99_ms!r}")
+        raise SettingsError(
+            f"max_p99_ms must be a positive number of milliseconds (or None), got {max_p99_ms!r}"
+        )
     return Constraints(
         min_instances=_count("min_instances", min_instances),
         max_instances=_count("max_instances", max_instances),
@@ -483,15 +539,21 @@ class Advice:
                 "of its rate to the ± range, and layouts rank by the low end of that range"
             )
         if self.winner.lone_inputs:
-            known = "" if self.lone_error is not None else (
-                " (no validation measured how far off that is: measure a multi-instance layout)"
+            known = (
+                ""
+                if self.lone_error is not None
+                else (
+                    " (no validation measured how far off that is: measure a multi-instance layout)"
+                )
             )
             notes.append(
                 f"the winner rests on lone runs for {', '.join(self.winner.lone_inputs)}{known}; "
                 + ("; ".join(self.settle) if self.settle else "no valid full layout holds them")
             )
         if self.skipped:
-            notes.append(f"{len(self.skipped)} layout(s) not predicted: {next(iter(self.skipped.values()))}")
+            notes.append(
+                f"{len(self.skipped)} layout(s) not predicted: {next(iter(self.skipped.values()))}"
+            )
         if self.objective == "samples_per_joule":
             notes.append(ENERGY_NOTE)
         return notes + [f"note: {label}" for label in self.labels]
@@ -503,7 +565,9 @@ class Advice:
 
     def validation_text(self) -> list[str]:
         if not self.validation:
-            return ["validation: no multi-instance layout was measured next to single-profile layouts"]
+            return [
+                "validation: no multi-instance layout was measured next to single-profile layouts"
+            ]
         return [
             "validation: multi-instance layouts predicted from the single-profile layouts alone "
             "(no interference), against their measured mean totals:",
@@ -512,8 +576,14 @@ class Advice:
 
     def table(self) -> str:
         return "\n".join(
-            [self.title(), text_table(self.rows(), self.columns()), *self.notes(), *self.validation_text(),
-             "mig-parted config of the winner:", self.mig_parted.rstrip()]
+            [
+                self.title(),
+                text_table(self.rows(), self.columns()),
+                *self.notes(),
+                *self.validation_text(),
+                "mig-parted config of the winner:",
+                self.mig_parted.rstrip(),
+            ]
         )
 
     def __str__(self) -> str:
@@ -537,7 +607,9 @@ class Advice:
             "constraints": attrs.asdict(self.constraints),
             "considered": self.considered,
             "predicted": self.predicted,
-            "ranking": [p.row(k) | {"total": p.total, "half": p.half} for k, p in enumerate(self.ranking, 1)],
+            "ranking": [
+                p.row(k) | {"total": p.total, "half": p.half} for k, p in enumerate(self.ranking, 1)
+            ],
             "placements": list(self.placements),
             "mig_parted": self.mig_parted,
             "labels": list(self.labels),
@@ -554,11 +626,18 @@ def _settling_runs(gpu: Any, winner: Prediction) -> list[str]:
         return []
     full = list(registry.maximal_layouts(gpu))
     runs = []
-    if winner.layout_obj in full or sum(p.compute_slices for p in winner.layout_obj.profiles) == gpu.compute_slices:
-        runs.append(f"`mlperf-mig run --scenario {winner.layout}` measures them in the winner itself")
+    if (
+        winner.layout_obj in full
+        or sum(p.compute_slices for p in winner.layout_obj.profiles) == gpu.compute_slices
+    ):
+        runs.append(
+            f"`mlperf-mig run --scenario {winner.layout}` measures them in the winner itself"
+        )
         return runs
     for name in winner.lone_inputs:
-        holding = next((layout for layout in full if any(p.name == name for p in layout.profiles)), None)
+        holding = next(
+            (layout for layout in full if any(p.name == name for p in layout.profiles)), None
+        )
         if holding is not None:
             runs.append(f"`mlperf-mig run --scenario {holding}` measures {name} in a full layout")
     return runs
@@ -619,7 +698,8 @@ def advise_from(
             "per profile first, or pick objective throughput"
         )
     if objective == "samples_per_joule" and not (
-        measurements.idle_power_w and any(m.power_alone or m.power_in_layout for m in measurements.profiles.values())
+        measurements.idle_power_w
+        and any(m.power_alone or m.power_in_layout for m in measurements.profiles.values())
     ):
         raise SettingsError(
             "objective 'samples_per_joule' needs runs whose telemetry measured energy (GPU board "
@@ -658,10 +738,21 @@ def advise_from(
     if measurements.emulated:
         labels = [EMULATED_ADVICE, *(label for label in labels if label != EMULATED_LABEL)]
     return Advice(
-        gpu=gpu.name, benchmark=measurements.benchmark, loadgen_scenario=measurements.loadgen_scenario,
-        unit=measurements.unit, objective=objective, constraints=constraints, considered=len(layouts),
-        predicted=len(predictions), ranking=ranking, skipped=skipped, placements=placements,
-        mig_parted=plan.mig_parted_config(), labels=tuple(labels), validation=validation,
-        settle=tuple(_settling_runs(gpu, ranking[0])), lone_error=lone_error,
+        gpu=gpu.name,
+        benchmark=measurements.benchmark,
+        loadgen_scenario=measurements.loadgen_scenario,
+        unit=measurements.unit,
+        objective=objective,
+        constraints=constraints,
+        considered=len(layouts),
+        predicted=len(predictions),
+        ranking=ranking,
+        skipped=skipped,
+        placements=placements,
+        mig_parted=plan.mig_parted_config(),
+        labels=tuple(labels),
+        validation=validation,
+        settle=tuple(_settling_runs(gpu, ranking[0])),
+        lone_error=lone_error,
         top=top,
     )

@@ -52,8 +52,16 @@ def advise(
         from mlperf_mig.api import sweep
 
         report = sweep(
-            range(1, 9), benchmark=benchmark or "resnet50", gpu=gpu, outdir=outdir, variant=variant,
-            backend=backend, preset=preset, repeats=repeats, accuracy=False, progress=progress,
+            range(1, 9),
+            benchmark=benchmark or "resnet50",
+            gpu=gpu,
+            outdir=outdir,
+            variant=variant,
+            backend=backend,
+            preset=preset,
+            repeats=repeats,
+            accuracy=False,
+            progress=progress,
         )
         layouts = list(report.layouts)
     else:
@@ -75,10 +83,15 @@ def advise(
         )
     board = registry.default_catalog().get(first.gpu)
     constraints = check_constraints(
-        board, min_instances=min_instances, max_instances=max_instances,
-        profiles_allowed=profiles_allowed, max_p99_ms=max_p99_ms,
+        board,
+        min_instances=min_instances,
+        max_instances=max_instances,
+        profiles_allowed=profiles_allowed,
+        max_p99_ms=max_p99_ms,
     )
-    measurements = measurements_from(layouts, board.compute_slices, getattr(report, "capacities", None))
+    measurements = measurements_from(
+        layouts, board.compute_slices, getattr(report, "capacities", None)
+    )
     advice = advise_from(measurements, objective=objective, constraints=constraints, top=top)
     if not systems:
         return advice
@@ -106,9 +119,15 @@ def _per_gpu(layouts: list[Any], gpu: str | None) -> tuple[list[Any], list[Any]]
 def _per_gpu_label(systems: list[Any], advice: Any) -> str:
     """What advice from a whole system means for the system."""
     counts = sorted({len(run.gpus) for run in systems})
-    each = ", ".join(f"{run.layout}: " + "; ".join(
-        f"GPU {g['index']} {g['subtotal']:,.0f}" for g in run.gpu_rows() if g["subtotal"] is not None
-    ) for run in systems)
+    each = ", ".join(
+        f"{run.layout}: "
+        + "; ".join(
+            f"GPU {g['index']} {g['subtotal']:,.0f}"
+            for g in run.gpu_rows()
+            if g["subtotal"] is not None
+        )
+        for run in systems
+    )
     return (
         f"measured on whole systems ({each}); each GPU's instances are read as a run of its layout, "
         f"and the advice is per GPU: a system of {'/'.join(map(str, counts))} GPUs carrying the "

@@ -41,7 +41,11 @@ log = logging.getLogger(__name__)
 
 PathArg = str | os.PathLike[str]
 CONFIRM_TRIES = 3
-SHORT_RUN_REASONS = ("early stopping condition not met", MIN_DURATION_REASON, "min query count not met")
+SHORT_RUN_REASONS = (
+    "early stopping condition not met",
+    MIN_DURATION_REASON,
+    "min query count not met",
+)
 QUICK_CONFIRM_LABEL = (
     "confirmed by the latency bound: a quick-preset run is too short for LoadGen's early-stopping "
     "and duration rules (preset='submission' confirms with LoadGen's full verdict)"
@@ -68,7 +72,9 @@ class Probe:
     def row(self) -> dict[str, Any]:
         verdict = "pass" if self.passed else "fail"
         if self.inconclusive:
-            verdict = "inconclusive" + ("" if self.spread is None else f" (p99 spread {self.spread:.0%})")
+            verdict = "inconclusive" + (
+                "" if self.spread is None else f" (p99 spread {self.spread:.0%})"
+            )
         return {
             "run": "confirm" if self.confirm else "probe",
             "target QPS": self.target_qps,
@@ -117,7 +123,9 @@ class CapacityResult:
                 "lies between them (raise max_steps or tolerance)"
             )
         if not self.confirmed:
-            labels.append("PARTIAL: the confirming run was INVALID at every step down; not confirmed")
+            labels.append(
+                "PARTIAL: the confirming run was INVALID at every step down; not confirmed"
+            )
         if self.confirmed and self.preset != "submission":
             labels.append(QUICK_CONFIRM_LABEL)
         noisy = [p for p in self.probes if p.inconclusive]
@@ -143,9 +151,12 @@ class CapacityResult:
     def table(self) -> str:
         columns = ["run", "target QPS", "p99 ms", "bound ms", "verdict", "why"]
         return "\n".join(
-            [self.title(), text_table([p.row() for p in self.probes], columns),
-             *(f"note: {label}" for label in self.labels()),
-             *([self.cache_note] if self.cache_note else [])]
+            [
+                self.title(),
+                text_table([p.row() for p in self.probes], columns),
+                *(f"note: {label}" for label in self.labels()),
+                *([self.cache_note] if self.cache_note else []),
+            ]
         )
 
     def store(self, cache_dir: PathArg | None = None) -> CapacityResult:
@@ -155,7 +166,9 @@ class CapacityResult:
             note = "not cached: a partial search never replaces a cached capacity"
         else:
             entry = {
-                "qps": self.qps, "bracket_closed": self.bracket_closed, "folder": self.outdir,
+                "qps": self.qps,
+                "bracket_closed": self.bracket_closed,
+                "folder": self.outdir,
                 "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             }
             try:
@@ -202,16 +215,30 @@ def _probe(run: Any, target: float, *, confirm: bool, quick: bool) -> Probe:
         reasons = logged + tuple(r for r in reasons if r not in logged)
     if not run.ok:
         reasons = (instance.error or "the run failed",)
-    return Probe(target_qps=target, passed=passed, p99_ms=p99, bound_ms=bound, reasons=reasons,
-                 folder=run.outdir, confirm=confirm)
+    return Probe(
+        target_qps=target,
+        passed=passed,
+        p99_ms=p99,
+        bound_ms=bound,
+        reasons=reasons,
+        folder=run.outdir,
+        confirm=confirm,
+    )
 
 
 def _positive(name: str, value: object, *, integer: bool = False) -> None:
     if value is None:
         return
     kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type]
-        raise SettingsError(f"{name} must be a positive {'whole ' if integer else ''}number, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kind)
+        or not math.isfinite(value)
+        or value <= 0
+    ):  # type: ignore[arg-type]
+        raise SettingsError(
+            f"{name} must be a positive {'whole ' if integer else ''}number, got {value!r}"
+        )
 
 
 def capacity(
@@ -255,22 +282,40 @@ def capacity(
 
     for name, value in (("low_qps", low_qps), ("tolerance", tolerance)):
         _positive(name, value)
-    for name, value in (("probe_ms", probe_ms), ("confirm_ms", confirm_ms), ("max_steps", max_steps)):
+    for name, value in (
+        ("probe_ms", probe_ms),
+        ("confirm_ms", confirm_ms),
+        ("max_steps", max_steps),
+    ):
         _positive(name, value, integer=True)
     if outdir is not None:
         check_output_path("outdir (--outdir)", os.fspath(outdir))
     cache_file(cache_dir)  # an empty cache folder name is refused before any run
     root = Path(outdir) if outdir is not None else default_outdir("capacity")
     common = {
-        "benchmark": benchmark, "gpu": gpu, "backend": backend, "precision": precision, "preset": preset,
-        "variant": variant, "emulate": emulate, "accuracy": False, "cache_dir": cache_dir, "progress": progress,
+        "benchmark": benchmark,
+        "gpu": gpu,
+        "backend": backend,
+        "precision": precision,
+        "preset": preset,
+        "variant": variant,
+        "emulate": emulate,
+        "accuracy": False,
+        "cache_dir": cache_dir,
+        "progress": progress,
     }
     extra = dict(settings or {})
     probes: list[Probe] = []
 
     def once(target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
-        overrides = {**extra, "target_qps": target, **({"min_duration": duration} if duration else {})}
-        result = run([profile], loadgen_scenario="Server", outdir=root / folder, settings=overrides, **common)
+        overrides = {
+            **extra,
+            "target_qps": target,
+            **({"min_duration": duration} if duration else {}),
+        }
+        result = run(
+            [profile], loadgen_scenario="Server", outdir=root / folder, settings=overrides, **common
+        )
         return _probe(result, target, confirm=confirm, quick=preset != "submission")
 
     def server(target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
@@ -281,11 +326,22 @@ def capacity(
             again = once(target, f"{folder}-again", duration, confirm=False)
             if again.passed:
                 probe = attrs.evolve(
-                    probe, inconclusive=True, spread=relative_spread([probe.p99_ms, again.p99_ms]),
-                    reasons=(*probe.reasons, f"passed when repeated (p99 {again.p99_ms:.2f} ms, {again.folder})"),
+                    probe,
+                    inconclusive=True,
+                    spread=relative_spread([probe.p99_ms, again.p99_ms]),
+                    reasons=(
+                        *probe.reasons,
+                        f"passed when repeated (p99 {again.p99_ms:.2f} ms, {again.folder})",
+                    ),
                 )
         probes.append(probe)
-        log.info("capacity %s: %s %.4g QPS -> %s", profile, folder, target, "pass" if probe.passed else "fail")
+        log.info(
+            "capacity %s: %s %.4g QPS -> %s",
+            profile,
+            folder,
+            target,
+            "pass" if probe.passed else "fail",
+        )
         return probe
 
     if low_qps is None:
@@ -339,12 +395,26 @@ def capacity(
     # cache entry is what a new search replaces, and it must not refuse the answer)
     last = {**extra, "target_qps": low, **({"min_duration": confirm_ms} if confirm_ms else {})}
     the_plan = plan_of(
-        [profile], loadgen_scenario="Server", settings=last, **{k: v for k, v in common.items() if k != "progress"}
+        [profile],
+        loadgen_scenario="Server",
+        settings=last,
+        **{k: v for k, v in common.items() if k != "progress"},
     )
     key = plan_key(the_plan, profile)
     result = CapacityResult(
-        benchmark=the_plan.benchmark, profile=profile, gpu=the_plan.gpu, emulated=the_plan.deployment.emulated,
-        backend=the_plan.backend, preset=preset, qps=low, confirmed=confirmed, bracket_closed=closed, probes=tuple(probes),
-        outdir=str(root), key=key, passed_qps=passed_qps, failed_qps=high,
+        benchmark=the_plan.benchmark,
+        profile=profile,
+        gpu=the_plan.gpu,
+        emulated=the_plan.deployment.emulated,
+        backend=the_plan.backend,
+        preset=preset,
+        qps=low,
+        confirmed=confirmed,
+        bracket_closed=closed,
+        probes=tuple(probes),
+        outdir=str(root),
+        key=key,
+        passed_qps=passed_qps,
+        failed_qps=high,
     )
     return result.store(cache_dir) if store else result

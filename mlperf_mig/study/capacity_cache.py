@@ -24,8 +24,15 @@ log = logging.getLogger(__name__)
 
 
 def capacity_key(
-    *, gpu: str, emulated: bool, profile: str, benchmark: str, backend: str, precision: str | None,
-    preset: str, variant: str,
+    *,
+    gpu: str,
+    emulated: bool,
+    profile: str,
+    benchmark: str,
+    backend: str,
+    precision: str | None,
+    preset: str,
+    variant: str,
 ) -> str:
     where = f"{gpu} [emulated]" if emulated else gpu
     return "|".join([where, profile, benchmark, backend, precision or "default", preset, variant])
@@ -34,8 +41,14 @@ def capacity_key(
 def plan_key(plan: Any, profile: str) -> str:
     """The cache key of `profile` under the settings of a RunPlan."""
     return capacity_key(
-        gpu=plan.gpu, emulated=plan.deployment.emulated, profile=profile, benchmark=plan.benchmark,
-        backend=plan.backend, precision=plan.precision, preset=plan.preset, variant=plan.variant,
+        gpu=plan.gpu,
+        emulated=plan.deployment.emulated,
+        profile=profile,
+        benchmark=plan.benchmark,
+        backend=plan.backend,
+        precision=plan.precision,
+        preset=plan.preset,
+        variant=plan.variant,
     )
 
 
@@ -74,8 +87,11 @@ def with_cached_capacity(options: RunOptions, the_plan: RunPlan) -> tuple[RunOpt
     settings = {**dict(options.settings), "target_qps": target}
     resolve_settings(
         SettingsSpec(preset=options.preset, overrides=settings, target_from=origin),
-        get_benchmark(the_plan.benchmark), "Server",
+        get_benchmark(the_plan.benchmark),
+        "Server",
     )
-    log.info("Server target %.4g QPS per instance: the cached capacity (mlperf-mig capacity)", target)
+    log.info(
+        "Server target %.4g QPS per instance: the cached capacity (mlperf-mig capacity)", target
+    )
     options = attrs.evolve(options, settings=settings)
     return options, attrs.evolve(make_plan(options), target_from=origin)

@@ -33,7 +33,9 @@ from mlperf_mig.runner.stats import Change, Summary
 CHART_NAME = "throughput"
 PLOT_INSTALL = "pip install -e '.[plot]'"  # matplotlib, as the README says to install it
 ERROR_BAR_NOTE = "error bars: 95% confidence interval of the mean total (Student's t)"
-RANGE_BAR_NOTE = "error bars of layouts with 2 repeats: min-max of the totals (too few for an interval)"
+RANGE_BAR_NOTE = (
+    "error bars of layouts with 2 repeats: min-max of the totals (too few for an interval)"
+)
 # The value axis ends this far above the tallest bar; an error bar may stretch it up to
 # AXIS_MAX_OVER_BARS times the tallest bar, and is cut there (its end written as a number).
 AXIS_HEADROOM = 1.1
@@ -127,7 +129,11 @@ def gpu_bars(layout: RunResult | StudiedLayout) -> list[Bar]:
         return []
     if hasattr(layout, "alone"):
         whole = chart_bar(layout)
-        values = dict(zip((i.name for i in first.instances), (v for _, v in whole.stack))) if whole else {}
+        values = (
+            dict(zip((i.name for i in first.instances), (v for _, v in whole.stack)))
+            if whole
+            else {}
+        )
     else:
         values = {i.name: v for i, (_, v) in zip(first.instances, _stack_values(first))}
     profile = {i.name: i.profile for i in first.instances}
@@ -141,7 +147,11 @@ def gpu_bars(layout: RunResult | StudiedLayout) -> list[Bar]:
             subtotal = layout.gpu_subtotals(position)
             if subtotal is None:
                 continue
-            bars.append(Bar(label, stack, subtotal.mean, subtotal.error_bar(), None, subtotal.shows_interval))
+            bars.append(
+                Bar(
+                    label, stack, subtotal.mean, subtotal.error_bar(), None, subtotal.shows_interval
+                )
+            )
         elif gpu["subtotal"] is not None:
             bars.append(Bar(label, stack, gpu["subtotal"], None, None))
     return bars
@@ -190,7 +200,7 @@ def figure_svg(draw: Any, width: float) -> str:
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg")
     text = buffer.getvalue()
-    return text[text.index("<svg"):]  # inline in HTML: no XML prolog or DOCTYPE
+    return text[text.index("<svg") :]  # inline in HTML: no XML prolog or DOCTYPE
 
 
 def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Path, Path]:
@@ -217,7 +227,16 @@ def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Pat
 
 def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
     """The seed study's figure on `axes`: totals per layout stacked by instance, error bars."""
-    palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+    palette = [
+        "#4C72B0",
+        "#DD8452",
+        "#55A868",
+        "#C44E52",
+        "#8172B3",
+        "#937860",
+        "#DA8BC3",
+        "#8C8C8C",
+    ]
     profiles = sorted({p for bar in bars for p, _ in bar.stack})
     colour = {p: palette[k % len(palette)] for k, p in enumerate(profiles)}
     labelled: set[str] = set()

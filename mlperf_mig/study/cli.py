@@ -18,28 +18,64 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "advise", help="rank every valid MIG layout of the GPU from per-profile measurements"
     )
-    parser.add_argument("--from", dest="from_dir", default=None, metavar="DIR",
-                        help="a sweep (or run) folder to read measurements from; without it the "
-                        "study's layouts 1-8 are measured first")
-    parser.add_argument("--benchmark", default=None, help="resnet50 or bert (default: the folder's)")
+    parser.add_argument(
+        "--from",
+        dest="from_dir",
+        default=None,
+        metavar="DIR",
+        help="a sweep (or run) folder to read measurements from; without it the "
+        "study's layouts 1-8 are measured first",
+    )
+    parser.add_argument(
+        "--benchmark", default=None, help="resnet50 or bert (default: the folder's)"
+    )
     parser.add_argument("--gpu", default=None, help="the GPU (default: the folder's)")
-    parser.add_argument("--objective", default="throughput",
-                        choices=("throughput", "instances", "capacity", "p99", "samples_per_joule"),
-                        help="what to rank by (samples_per_joule: GPU board energy from the runs' telemetry, not wall power)")
-    parser.add_argument("--min-instances", type=whole_number, default=None, metavar="N",
-                        help="only layouts of at least N instances")
-    parser.add_argument("--max-instances", type=whole_number, default=None, metavar="N",
-                        help="only layouts of at most N instances")
-    parser.add_argument("--profiles-allowed", default=None, metavar="P,P",
-                        help="only layouts made of these MIG profiles, e.g. 2g.20gb,1g.10gb")
-    parser.add_argument("--max-p99-ms", type=decimal_number, default=None, metavar="MS",
-                        help="only layouts whose predicted p99 latency is at most MS milliseconds")
+    parser.add_argument(
+        "--objective",
+        default="throughput",
+        choices=("throughput", "instances", "capacity", "p99", "samples_per_joule"),
+        help="what to rank by (samples_per_joule: GPU board energy from the runs' telemetry, not wall power)",
+    )
+    parser.add_argument(
+        "--min-instances",
+        type=whole_number,
+        default=None,
+        metavar="N",
+        help="only layouts of at least N instances",
+    )
+    parser.add_argument(
+        "--max-instances",
+        type=whole_number,
+        default=None,
+        metavar="N",
+        help="only layouts of at most N instances",
+    )
+    parser.add_argument(
+        "--profiles-allowed",
+        default=None,
+        metavar="P,P",
+        help="only layouts made of these MIG profiles, e.g. 2g.20gb,1g.10gb",
+    )
+    parser.add_argument(
+        "--max-p99-ms",
+        type=decimal_number,
+        default=None,
+        metavar="MS",
+        help="only layouts whose predicted p99 latency is at most MS milliseconds",
+    )
     parser.add_argument("--top", type=whole_number, default=5, help="layouts shown (default 5)")
     parser.add_argument("--outdir", default=None, help="sweep folder when measuring first")
-    parser.add_argument("--variant", default="full", choices=("full", "tiny"),
-                        help="model size when measuring first: full (official shapes) or tiny (seconds on a CPU)")
-    parser.add_argument("--backend", default="auto",
-                        help="backend when measuring first: auto, tensorrt, onnxruntime or null (default auto)")
+    parser.add_argument(
+        "--variant",
+        default="full",
+        choices=("full", "tiny"),
+        help="model size when measuring first: full (official shapes) or tiny (seconds on a CPU)",
+    )
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        help="backend when measuring first: auto, tensorrt, onnxruntime or null (default auto)",
+    )
     parser.add_argument("--json", action="store_true", help="print the advice as JSON")
     parser.set_defaults(handler=_advise)
 
@@ -48,10 +84,18 @@ def _advise(args: argparse.Namespace) -> int:
     from mlperf_mig.study.api import advise
 
     advice = advise(
-        args.benchmark, args.gpu, args.objective, from_dir=args.from_dir,
-        min_instances=args.min_instances, max_instances=args.max_instances,
-        profiles_allowed=args.profiles_allowed, max_p99_ms=args.max_p99_ms, top=args.top,
-        outdir=args.outdir, variant=args.variant, backend=args.backend,
+        args.benchmark,
+        args.gpu,
+        args.objective,
+        from_dir=args.from_dir,
+        min_instances=args.min_instances,
+        max_instances=args.max_instances,
+        profiles_allowed=args.profiles_allowed,
+        max_p99_ms=args.max_p99_ms,
+        top=args.top,
+        outdir=args.outdir,
+        variant=args.variant,
+        backend=args.backend,
     )
     print(json.dumps(advice.to_dict(), indent=2) if args.json else advice.table())
     return EXIT_OK
@@ -61,26 +105,68 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
     from mlperf_mig._cli_args import add_settings_option
 
     parser = subparsers.add_parser(
-        "capacity", help="the highest Server target QPS of one instance of a profile within the latency bound"
+        "capacity",
+        help="the highest Server target QPS of one instance of a profile within the latency bound",
     )
-    parser.add_argument("--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)")
+    parser.add_argument(
+        "--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)"
+    )
     parser.add_argument("--profile", default="1g.10gb", help="the MIG profile (default 1g.10gb)")
-    parser.add_argument("--gpu", default=None, help="GPU to emulate without a GPU (default A100-SXM4-80GB)")
-    parser.add_argument("--backend", default="auto",
-                        help="auto, tensorrt, onnxruntime or null (default auto: TensorRT on a GPU, else ONNX Runtime)")
-    parser.add_argument("--precision", default=None,
-                        help="engine precision, e.g. fp16 or int8 (default: the backend's)")
-    parser.add_argument("--preset", default="quick",
-                        help="quick (short runs) or submission (LoadGen's official rules) (default quick)")
-    parser.add_argument("--variant", default="full", choices=("full", "tiny"),
-                        help="full (official shapes) or tiny (seconds on a CPU) (default full)")
-    parser.add_argument("--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU")
-    parser.add_argument("--low-qps", type=decimal_number, default=None, metavar="QPS",
-                        help="first target; a failure there is an error (default: a quarter of an Offline run)")
-    parser.add_argument("--probe-ms", type=whole_number, default=2000, help="min_duration of each probe (default 2000)")
-    parser.add_argument("--confirm-ms", type=whole_number, default=None, help="min_duration of the confirming run (default: the preset's)")
-    parser.add_argument("--tolerance", type=decimal_number, default=0.1, help="bracket width at which to stop (default 0.1)")
-    parser.add_argument("--max-steps", type=whole_number, default=12, help="most probes (default 12)")
+    parser.add_argument(
+        "--gpu", default=None, help="GPU to emulate without a GPU (default A100-SXM4-80GB)"
+    )
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        help="auto, tensorrt, onnxruntime or null (default auto: TensorRT on a GPU, else ONNX Runtime)",
+    )
+    parser.add_argument(
+        "--precision",
+        default=None,
+        help="engine precision, e.g. fp16 or int8 (default: the backend's)",
+    )
+    parser.add_argument(
+        "--preset",
+        default="quick",
+        help="quick (short runs) or submission (LoadGen's official rules) (default quick)",
+    )
+    parser.add_argument(
+        "--variant",
+        default="full",
+        choices=("full", "tiny"),
+        help="full (official shapes) or tiny (seconds on a CPU) (default full)",
+    )
+    parser.add_argument(
+        "--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU"
+    )
+    parser.add_argument(
+        "--low-qps",
+        type=decimal_number,
+        default=None,
+        metavar="QPS",
+        help="first target; a failure there is an error (default: a quarter of an Offline run)",
+    )
+    parser.add_argument(
+        "--probe-ms",
+        type=whole_number,
+        default=2000,
+        help="min_duration of each probe (default 2000)",
+    )
+    parser.add_argument(
+        "--confirm-ms",
+        type=whole_number,
+        default=None,
+        help="min_duration of the confirming run (default: the preset's)",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=decimal_number,
+        default=0.1,
+        help="bracket width at which to stop (default 0.1)",
+    )
+    parser.add_argument(
+        "--max-steps", type=whole_number, default=12, help="most probes (default 12)"
+    )
     add_settings_option(parser)
     parser.add_argument("--outdir", default=None, help="folder of the search's runs")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -92,10 +178,22 @@ def _capacity(args: argparse.Namespace) -> int:
     from mlperf_mig.study.capacity import capacity
 
     result = capacity(
-        args.benchmark, args.profile, args.gpu, backend=args.backend, precision=args.precision,
-        preset=args.preset, variant=args.variant, emulate=args.emulate, low_qps=args.low_qps,
-        probe_ms=args.probe_ms, confirm_ms=args.confirm_ms, tolerance=args.tolerance,
-        max_steps=args.max_steps, settings=parse_overrides(args.set), outdir=args.outdir, progress=False,
+        args.benchmark,
+        args.profile,
+        args.gpu,
+        backend=args.backend,
+        precision=args.precision,
+        preset=args.preset,
+        variant=args.variant,
+        emulate=args.emulate,
+        low_qps=args.low_qps,
+        probe_ms=args.probe_ms,
+        confirm_ms=args.confirm_ms,
+        tolerance=args.tolerance,
+        max_steps=args.max_steps,
+        settings=parse_overrides(args.set),
+        outdir=args.outdir,
+        progress=False,
         store=False,
     )
     # the answer first: a cache write that fails (or hangs on a lock) must not lose it

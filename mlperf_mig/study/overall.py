@@ -32,8 +32,13 @@ class OverallProgress:
             return
         tqdm = tqdm_class(stream)
         self._bar = tqdm(
-            total=total, desc=description, unit="round", file=stream, disable=not live_stream(stream),
-            dynamic_ncols=True, leave=True,
+            total=total,
+            desc=description,
+            unit="round",
+            file=stream,
+            disable=not live_stream(stream),
+            dynamic_ncols=True,
+            leave=True,
         )
 
     @property

@@ -208,7 +208,9 @@ class IndexFile:
     def folders(self, field: str, *, required: bool = True) -> list[Path]:
         """The folders a field lists, each inside this index's folder (a missing or empty list
         is refused when `required`)."""
-        return self.folder_list(field, self.data.get(field, _MISSING if required else []), required=required)
+        return self.folder_list(
+            field, self.data.get(field, _MISSING if required else []), required=required
+        )
 
     def folder_list(self, field: str, value: Any, *, required: bool = True) -> list[Path]:
         if not isinstance(value, list):
@@ -236,7 +238,9 @@ class IndexFile:
 
     def run(self, field: str, folder: Path) -> RunResult:
         """The run in `folder` (checked by `inside`), as the run of that folder."""
-        results = self.inside(field, os.path.join(os.path.relpath(folder, self.folder), RESULTS_FILE))
+        results = self.inside(
+            field, os.path.join(os.path.relpath(folder, self.folder), RESULTS_FILE)
+        )
         return attrs.evolve(RunResult.load(results), outdir=str(folder))
 
 
@@ -278,8 +282,13 @@ def alone_plan(plan: RunPlan, profile: str, outdir: Path) -> RunPlan:
     layout = registry.parse_layout(part.layout.gpu, [profile])
     gpus = (attrs.evolve(part, layout=layout, scenario=None),) if plan.deployment.gpus else ()
     deployment = attrs.evolve(
-        plan.deployment, layout=layout, scenario=None, slots=(slot,), gpus=gpus,
-        partitioning=part.partitioning, gpu_index=part.index if plan.deployment.gpus else plan.deployment.gpu_index,
+        plan.deployment,
+        layout=layout,
+        scenario=None,
+        slots=(slot,),
+        gpus=gpus,
+        partitioning=part.partitioning,
+        gpu_index=part.index if plan.deployment.gpus else plan.deployment.gpu_index,
     )
     key = plan.engine_of[slot.name]
     return attrs.evolve(
@@ -304,7 +313,8 @@ def study_plans(plan: RunPlan, repeats: int, isolation: bool) -> list[tuple[str 
     the repeats, then the alone runs."""
     root = Path(plan.outdir)
     jobs: list[tuple[str | None, RunPlan]] = [
-        (None, attrs.evolve(plan, outdir=str(root / repeat_folder(k)))) for k in range(1, repeats + 1)
+        (None, attrs.evolve(plan, outdir=str(root / repeat_folder(k))))
+        for k in range(1, repeats + 1)
     ]
     if isolation:
         for profile in distinct_profiles(plan):
@@ -353,8 +363,11 @@ def run_study(
             else:
                 alone.setdefault(profile, []).append(result)
         study = RepeatedRun(
-            outdir=str(root), runs=runs, alone={p: tuple(r) for p, r in alone.items()},
-            isolation=isolation, resumed=resumed,
+            outdir=str(root),
+            runs=runs,
+            alone={p: tuple(r) for p, r in alone.items()},
+            isolation=isolation,
+            resumed=resumed,
         )
         study = study.with_baseline(baseline)
         study.save()
@@ -373,7 +386,9 @@ def find_study_baseline(plan: RunPlan) -> RepeatedRun | RunResult | None:
                 continue  # no link is followed out of the folder next to ours
             try:
                 other: RepeatedRun | RunResult = (
-                    RepeatedRun.load(candidate.parent) if name == REPEATS_FILE else RunResult.load(candidate)
+                    RepeatedRun.load(candidate.parent)
+                    if name == REPEATS_FILE
+                    else RunResult.load(candidate)
                 )
             except MlperfMigError:
                 continue
@@ -424,7 +439,9 @@ class RepeatedRun:
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.runs) and all(r.ok for runs in self.alone.values() for r in runs)
+        return all(r.ok for r in self.runs) and all(
+            r.ok for runs in self.alone.values() for r in runs
+        )
 
     @property
     def all_valid(self) -> bool:
@@ -498,7 +515,9 @@ class RepeatedRun:
         )
 
     def title(self) -> str:
-        return f"{self.first.title()}, {self.repeats} repeat(s)" + (", with isolation" if self.isolation else "")
+        return f"{self.first.title()}, {self.repeats} repeat(s)" + (
+            ", with isolation" if self.isolation else ""
+        )
 
     def summary_row(self) -> dict[str, Any]:
         """One row for tables of several layouts (sweeps)."""
@@ -536,7 +555,9 @@ class RepeatedRun:
     def _per_gpu_means(self) -> str:
         rows = self.first.gpu_rows()
         means = [self.gpu_subtotals(k) for k in range(len(rows))]
-        return gpu_subtotals_text([{**r, "subtotal": None if m is None else m.mean} for r, m in zip(rows, means)])
+        return gpu_subtotals_text(
+            [{**r, "subtotal": None if m is None else m.mean} for r, m in zip(rows, means)]
+        )
 
     def instance_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -549,15 +570,25 @@ class RepeatedRun:
                 "device": instance.device,
                 "valid": _joined(r.instances[index].row()["valid"] for r in self.runs),
                 "throughput": None if throughput is None else throughput.text(),
-                "min-max": None if throughput is None else f"{throughput.min:,.2f}-{throughput.max:,.2f}",
+                "min-max": None
+                if throughput is None
+                else f"{throughput.min:,.2f}-{throughput.max:,.2f}",
                 "p99 ms": None if p99 is None else p99.text(),
-                "util %": self._summary_text([r.utilisation(instance.name) for r in self.runs if r.ok]),
+                "util %": self._summary_text(
+                    [r.utilisation(instance.name) for r in self.runs if r.ok]
+                ),
             }
             if self.isolation:
-                for what, column in (("throughput", "vs alone: throughput"), ("p99", "vs alone: p99")):
+                for what, column in (
+                    ("throughput", "vs alone: throughput"),
+                    ("p99", "vs alone: p99"),
+                ):
                     change = self.interference(index, what)
                     row[column] = (
-                        "alone already" if len(self.first.instances) == 1 else None if change is None
+                        "alone already"
+                        if len(self.first.instances) == 1
+                        else None
+                        if change is None
                         else change.text()
                     )
             rows.append(row)
@@ -587,7 +618,9 @@ class RepeatedRun:
                     "instance": f"GPU {gpu['index']} subtotal",
                     "profile": gpu["layout"],
                     "throughput": None if subtotal is None else subtotal.text(),
-                    "min-max": None if subtotal is None else f"{subtotal.min:,.2f}-{subtotal.max:,.2f}",
+                    "min-max": None
+                    if subtotal is None
+                    else f"{subtotal.min:,.2f}-{subtotal.max:,.2f}",
                 }
             )
         return grouped
@@ -619,7 +652,9 @@ class RepeatedRun:
         if measured:
             lines.append(
                 "note: util % and samples/J over the repeats as throughput is; what they measure: "
-                + "; ".join(dict.fromkeys(i.util_metric for r in measured for i in r.telemetry.instances))
+                + "; ".join(
+                    dict.fromkeys(i.util_metric for r in measured for i in r.telemetry.instances)
+                )
                 + f"; samples/J from {measured[0].telemetry.energy_label}"
             )
         changes = self.changes()
@@ -635,7 +670,8 @@ class RepeatedRun:
         if self.isolation:
             changes += [
                 self.interference(i, what)
-                for i in range(len(self.first.instances)) for what in ("throughput", "p99")
+                for i in range(len(self.first.instances))
+                for what in ("throughput", "p99")
             ]
         return [c for c in changes if c is not None]
 
@@ -646,7 +682,9 @@ class RepeatedRun:
         return any(max(c.sizes) >= 2 and not c.shows_interval for c in self.changes())
 
     def table(self) -> str:
-        return "\n".join([self.title(), text_table(self.instance_rows(), self.columns()), *self.footer()])
+        return "\n".join(
+            [self.title(), text_table(self.instance_rows(), self.columns()), *self.footer()]
+        )
 
     def to_markdown(self) -> str:
         notes = "\n".join(f"- {line}" for line in self.footer())
@@ -664,7 +702,10 @@ class RepeatedRun:
 
     def to_pandas(self) -> Any:
         """One row per instance (and the total) as the table shows it, with the layout (needs pandas)."""
-        rows = [{"layout": self.first.layout, "repeats": self.repeats, **row} for row in self.instance_rows()]
+        rows = [
+            {"layout": self.first.layout, "repeats": self.repeats, **row}
+            for row in self.instance_rows()
+        ]
         return require_pandas().DataFrame(rows)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
@@ -679,7 +720,8 @@ class RepeatedRun:
             "schema": SCHEMA,
             "runs": [relative_to(root, r.outdir, "the repeat") for r in self.runs],
             "alone": {
-                p: [relative_to(root, r.outdir, "the alone run") for r in runs] for p, runs in self.alone.items()
+                p: [relative_to(root, r.outdir, "the alone run") for r in runs]
+                for p, runs in self.alone.items()
             },
             "isolation": self.isolation,
             "resumed": list(self.resumed),
@@ -715,7 +757,9 @@ class RepeatedRun:
             raise index.wrong("schema", schema, f"1 or {SCHEMA} (a newer mlperf-mig wrote it?)")
         runs = index.folders("runs")
         alone = {
-            safe_name(profile, "the profile of an alone run", index.path): index.folder_list(f"alone[{profile!r}]", folders)
+            safe_name(profile, "the profile of an alone run", index.path): index.folder_list(
+                f"alone[{profile!r}]", folders
+            )
             for profile, folders in index.mapping("alone").items()
         }
         isolation = index.flag("isolation")

@@ -69,7 +69,9 @@ def _layout_name(layout: Any) -> str:
     return f"S{layout.scenario}" if layout.scenario else layout.layout
 
 
-def change_points(layouts: Sequence[Any]) -> list[tuple[str, float, tuple[float, float] | None, bool]]:
+def change_points(
+    layouts: Sequence[Any],
+) -> list[tuple[str, float, tuple[float, float] | None, bool]]:
     """(layout, ratio to layout 1, (low, high) ratios of its error bar or None, whether that
     bar is the 95% interval rather than the min-max range) of every layout with a change."""
     points = []
@@ -81,7 +83,11 @@ def change_points(layouts: Sequence[Any]) -> list[tuple[str, float, tuple[float,
             bar = None
             if change.shows_interval:
                 bar = (1 + change.low, 1 + change.high)
-            elif change.range_low is not None and change.range_high is not None and max(change.sizes) >= 2:
+            elif (
+                change.range_low is not None
+                and change.range_high is not None
+                and max(change.sizes) >= 2
+            ):
                 bar = (1 + change.range_low, 1 + change.range_high)
             points.append((_layout_name(layout), change.ratio, bar, change.shows_interval))
         elif layout.scenario != 1 and layout.change_vs_baseline is not None:
@@ -102,11 +108,23 @@ def _change_figure(layouts: Sequence[Any]) -> str | None:
         axes = figure.add_subplot()
         xs = range(len(points))
         ratios = [p[1] for p in points]
-        axes.bar(xs, [r - 1 for r in ratios], bottom=1, color=["#55A868" if r >= 1 else "#C44E52" for r in ratios])
+        axes.bar(
+            xs,
+            [r - 1 for r in ratios],
+            bottom=1,
+            color=["#55A868" if r >= 1 else "#C44E52" for r in ratios],
+        )
         ends = [*ratios]
         for x, (_, ratio, bar, _interval) in zip(xs, points):
             if bar is not None and bar[0] > 0:
-                axes.errorbar(x, ratio, yerr=[[ratio - bar[0]], [bar[1] - ratio]], color="black", capsize=4, linewidth=1)
+                axes.errorbar(
+                    x,
+                    ratio,
+                    yerr=[[ratio - bar[0]], [bar[1] - ratio]],
+                    color="black",
+                    capsize=4,
+                    linewidth=1,
+                )
                 ends += list(bar)
         axes.set_yscale("log")
         low, high = min([*ends, 1.0]), max([*ends, 1.0])
@@ -115,8 +133,15 @@ def _change_figure(layouts: Sequence[Any]) -> str | None:
         axes.set_xticks(list(xs), [p[0] for p in points], fontsize=9)
         axes.tick_params(axis="y", labelsize=9)
         axes.set_ylabel("total / MIG scenario 1's total (log scale)", fontsize=9)
-        kinds = {"95% interval (log scale, Welch)" if p[3] else "min-max range (under 3 repeats)" for p in points if p[2]}
-        axes.set_title("ratio to layout 1" + (f"; error bars: {', '.join(sorted(kinds))}" if kinds else ""), fontsize=10)
+        kinds = {
+            "95% interval (log scale, Welch)" if p[3] else "min-max range (under 3 repeats)"
+            for p in points
+            if p[2]
+        }
+        axes.set_title(
+            "ratio to layout 1" + (f"; error bars: {', '.join(sorted(kinds))}" if kinds else ""),
+            fontsize=10,
+        )
 
     return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
 
@@ -127,10 +152,14 @@ def _figures(layouts: Sequence[Any]) -> str:
         return "<p>No layout produced a throughput: no figures.</p>"
     try:
         first = _first_run(layouts[0])
-        one = figure_svg(lambda f: draw_bars(f.add_subplot(), bars, first), max(6.0, 1.3 * len(bars) + 2.0))
+        one = figure_svg(
+            lambda f: draw_bars(f.add_subplot(), bars, first), max(6.0, 1.3 * len(bars) + 2.0)
+        )
         two = _change_figure(layouts)
     except ImportError:
-        return f"<p>Figures not drawn: matplotlib is not installed ({html.escape(PLOT_INSTALL)}).</p>"
+        return (
+            f"<p>Figures not drawn: matplotlib is not installed ({html.escape(PLOT_INSTALL)}).</p>"
+        )
     parts = [f"<h2>Figure 1: total throughput per layout, stacked by instance</h2>{one}"]
     parts += _gpu_figures(layouts)
     if two is not None:
@@ -148,8 +177,13 @@ def _gpu_figures(layouts: Sequence[Any]) -> list[str]:
         bars = gpu_bars(layout)
         if bars:
             first = _first_run(layout)
-            svg = figure_svg(lambda f, b=bars, r=first: draw_bars(f.add_subplot(), b, r), max(6.0, 1.1 * len(bars) + 2.0))
-            figures.append(f"<h2>Per GPU: {html.escape(_layout_name(layout))}, stacked by instance</h2>{svg}")
+            svg = figure_svg(
+                lambda f, b=bars, r=first: draw_bars(f.add_subplot(), b, r),
+                max(6.0, 1.1 * len(bars) + 2.0),
+            )
+            figures.append(
+                f"<h2>Per GPU: {html.escape(_layout_name(layout))}, stacked by instance</h2>{svg}"
+            )
     return figures
 
 
@@ -164,7 +198,11 @@ def _samples_per_joule(layout: Any) -> tuple[float, str] | None:
 
 def _energy_figure(layouts: Sequence[Any]) -> str | None:
     """Samples per joule of every layout that measured energy (None when none did)."""
-    points = [(_layout_name(layout), found) for layout in layouts if (found := _samples_per_joule(layout)) is not None]
+    points = [
+        (_layout_name(layout), found)
+        for layout in layouts
+        if (found := _samples_per_joule(layout)) is not None
+    ]
     if not points:
         return None
 
@@ -174,7 +212,10 @@ def _energy_figure(layouts: Sequence[Any]) -> str | None:
         axes.set_xticks(range(len(points)), [p[0] for p in points], fontsize=9)
         axes.set_ylabel("samples per joule", fontsize=9)
         labels = sorted({p[1][1] for p in points})
-        axes.set_title(f"samples/J: throughput / mean power over the timed window ({'; '.join(labels)})", fontsize=9)
+        axes.set_title(
+            f"samples/J: throughput / mean power over the timed window ({'; '.join(labels)})",
+            fontsize=9,
+        )
 
     return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
 
@@ -201,9 +242,17 @@ def _layout_parts(layout: Any) -> tuple[str, str, list[str]]:
     """(title, per-instance table, notes) of one layout's section; a note reads as the sweep's
     notes do (no "note: " in front), so that one said there is not said again."""
     if hasattr(layout, "alone"):
-        title, table, notes = layout.title(), html_table(layout.instance_rows(), layout.columns()), layout.footer()
+        title, table, notes = (
+            layout.title(),
+            html_table(layout.instance_rows(), layout.columns()),
+            layout.footer(),
+        )
     else:
-        title, table, notes = layout.title(), html_table(layout.instance_rows(), layout._columns()), layout._footer()
+        title, table, notes = (
+            layout.title(),
+            html_table(layout.instance_rows(), layout._columns()),
+            layout._footer(),
+        )
     return title, table, [line.removeprefix("note: ") for line in notes]
 
 
@@ -223,17 +272,21 @@ def shared_notes(
             continue
         shared.append(line if len(who) == len(names) else f"{line} (layouts {', '.join(who)})")
     own = [
-        [line for line in lines if line not in already and len(holders[line]) < 2] for lines in notes
+        [line for line in lines if line not in already and len(holders[line]) < 2]
+        for lines in notes
     ]
     return shared, own
 
 
 def _layout_sections(layouts: Sequence[Any], shown: Iterable[str] = ()) -> str:
     parts = [_layout_parts(layout) for layout in layouts]
-    shared, own = shared_notes([_layout_name(layout) for layout in layouts], [p[2] for p in parts], shown)
+    shared, own = shared_notes(
+        [_layout_name(layout) for layout in layouts], [p[2] for p in parts], shown
+    )
     head = f"<p>Notes for the layouts below:</p>{_labels(shared)}" if shared else ""
     return head + "".join(
-        f"<h3>{html.escape(title)}</h3>{table}{_labels(notes)}" for (title, table, _), notes in zip(parts, own)
+        f"<h3>{html.escape(title)}</h3>{table}{_labels(notes)}"
+        for (title, table, _), notes in zip(parts, own)
     )
 
 
@@ -246,7 +299,8 @@ def _advisor_section(layouts: Sequence[Any], advice: Any) -> str:
             return f"<h2>Advisor</h2><p>No advice from these runs: {html.escape(str(exc))}</p>"
     validation = (
         html_table(advice.validation_rows(), advice.VALIDATION_COLUMNS)
-        if advice.validation else "<p>No multi-instance layout to validate against.</p>"
+        if advice.validation
+        else "<p>No multi-instance layout to validate against.</p>"
     )
     return (
         f"<h2>Advisor: every valid layout, ranked</h2><p>{html.escape(advice.title())}</p>"
@@ -305,7 +359,10 @@ def _report_folders(report: Any, sources: Iterable[str | os.PathLike[str]]) -> l
     for layout in _layouts(report):
         folders.append(Path(layout.outdir))
         if hasattr(layout, "alone"):
-            folders += [Path(r.outdir) for r in [*layout.runs, *(r for rs in layout.alone.values() for r in rs)]]
+            folders += [
+                Path(r.outdir)
+                for r in [*layout.runs, *(r for rs in layout.alone.values() for r in rs)]
+            ]
     return list(dict.fromkeys(folder.resolve() for folder in folders if folder.is_dir()))
 
 
@@ -326,7 +383,10 @@ def _read_files(folders: Iterable[Path]) -> set[tuple[int, int]]:
 
 
 def check_html_target(
-    report: Any, path: str | os.PathLike[str], *, sources: Iterable[str | os.PathLike[str]] = (),
+    report: Any,
+    path: str | os.PathLike[str],
+    *,
+    sources: Iterable[str | os.PathLike[str]] = (),
     mkdir: bool = False,
 ) -> HtmlWritten:
     """Where the HTML report of `report` may go, or OutputDirError in one line saying why not.
@@ -337,7 +397,9 @@ def check_html_target(
     """
     text = os.fspath(path)
     if not text:
-        raise OutputDirError("the HTML report's file name is empty; pass a file name such as report.html")
+        raise OutputDirError(
+            "the HTML report's file name is empty; pass a file name such as report.html"
+        )
     target = Path(text)
     try:
         info = os.lstat(target)
@@ -396,8 +458,12 @@ def _check_folder(target: Path, text: str, mkdir: bool) -> None:
 
 
 def write_html(
-    report: Any, path: str | os.PathLike[str], *, advice: Any = None,
-    sources: Iterable[str | os.PathLike[str]] = (), mkdir: bool = False,
+    report: Any,
+    path: str | os.PathLike[str],
+    *,
+    advice: Any = None,
+    sources: Iterable[str | os.PathLike[str]] = (),
+    mkdir: bool = False,
 ) -> HtmlWritten:
     """Check `path` (`check_html_target`), then write the report there atomically (readers see
     the old file or the whole new one; the mode follows the umask)."""
@@ -408,7 +474,9 @@ def write_html(
     return attrs.evolve(written, text=text)
 
 
-def write_report(report: Any, path: str | os.PathLike[str] | None = None, *, advice: Any = None) -> str:
+def write_report(
+    report: Any, path: str | os.PathLike[str] | None = None, *, advice: Any = None
+) -> str:
     """`report_html(report)`, written to `path` when given by `write_html`'s rules (a replaced
     file is logged as a warning); returns the text."""
     if path is None:

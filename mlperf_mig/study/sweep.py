@@ -76,11 +76,26 @@ SINGLE_RUN_CHANGE_NOTE = (
     "--repeats 3 measures it and gives intervals"
 )
 _COLUMNS = (
-    "MIG scenario", "layout", "partitioning", "instances", "total", "unit", "all valid", "vs MIG scenario 1"
+    "MIG scenario",
+    "layout",
+    "partitioning",
+    "instances",
+    "total",
+    "unit",
+    "all valid",
+    "vs MIG scenario 1",
 )
 _STUDY_COLUMNS = (
-    "MIG scenario", "layout", "partitioning", "instances", "repeats", "total", "min-max", "unit",
-    "all valid", "vs MIG scenario 1",
+    "MIG scenario",
+    "layout",
+    "partitioning",
+    "instances",
+    "repeats",
+    "total",
+    "min-max",
+    "unit",
+    "all valid",
+    "vs MIG scenario 1",
 )
 
 
@@ -131,7 +146,9 @@ class SweepResult:
 
     def columns(self) -> tuple[str, ...]:
         columns = _STUDY_COLUMNS if self.studies else _COLUMNS
-        if any(run.multi_gpu for run in [*self.runs, *(study.first for study in self.studies)]):  # each GPU's subtotal
+        if any(
+            run.multi_gpu for run in [*self.runs, *(study.first for study in self.studies)]
+        ):  # each GPU's subtotal
             columns = (*columns, PER_GPU_COLUMN)
         if any(run.samples_per_joule is not None for run in self.runs):  # telemetry measured energy
             columns = (*columns, "samples/J")
@@ -147,9 +164,13 @@ class SweepResult:
             notes.append(EMULATED_LABEL)
         if any(run.invalid_by_design for run in self.runs):
             notes.append(BY_DESIGN_LABEL)
-        labels = sorted({run.telemetry.energy_label for run in self.runs if run.samples_per_joule is not None})
+        labels = sorted(
+            {run.telemetry.energy_label for run in self.runs if run.samples_per_joule is not None}
+        )
         if labels:
-            notes.append(f"samples/J: total throughput / mean power over the common timed window ({'; '.join(labels)})")
+            notes.append(
+                f"samples/J: total throughput / mean power over the common timed window ({'; '.join(labels)})"
+            )
         if self.studies:
             notes.append(self.studies[0].interval_note())
             notes.append(f"vs MIG scenario 1: the mean total over scenario 1's; {CHANGE_NOTE}")
@@ -185,7 +206,11 @@ class SweepResult:
 
     def table(self) -> str:
         return "\n".join(
-            [self.title(), text_table(self.rows(), self.columns()), *(f"note: {n}" for n in self._notes())]
+            [
+                self.title(),
+                text_table(self.rows(), self.columns()),
+                *(f"note: {n}" for n in self._notes()),
+            ]
         )
 
     def to_markdown(self) -> str:
@@ -225,12 +250,16 @@ class SweepResult:
     def to_dict(self) -> dict[str, Any]:
         """sweep.json: every folder and file relative to the sweep's folder (a copy names no
         path of the original)."""
+
         def relative(path: str | None, what: str) -> str | None:
             return None if path is None else relative_to(self.outdir, path, what)
 
         return {
             "runs": [relative_to(self.outdir, run.outdir, "the layout's run") for run in self.runs],
-            "studies": [relative_to(self.outdir, study.outdir, "the layout's study") for study in self.studies],
+            "studies": [
+                relative_to(self.outdir, study.outdir, "the layout's study")
+                for study in self.studies
+            ],
             "capacities": dict(self.capacities),
             "resumed": list(self.resumed),
             "chart_png": relative(self.chart_png, "the chart"),
@@ -273,7 +302,9 @@ def _capacities(index: IndexFile) -> dict[str, float]:
     for profile, qps in index.mapping("capacities").items():
         name = safe_name(profile, "the profile of a capacity", index.path)
         if not finite_number(qps) or qps <= 0:
-            raise index.wrong(f"capacities[{profile!r}]", qps, "a finite positive number of queries per second")
+            raise index.wrong(
+                f"capacities[{profile!r}]", qps, "a finite positive number of queries per second"
+            )
         capacities[name] = float(qps)
     return capacities
 
@@ -284,7 +315,9 @@ def load_report(folder: str | os.PathLike[str]) -> RunResult | RepeatedRun | Swe
     throughputs). A folder that holds more than one of them is refused: which one it is
     cannot be told."""
     path = Path(folder)
-    present = [name for name in FOLDER_KINDS if (path / name).exists() or (path / name).is_symlink()]
+    present = [
+        name for name in FOLDER_KINDS if (path / name).exists() or (path / name).is_symlink()
+    ]
     if len(present) > 1:
         kinds = " and ".join(f"{FOLDER_KINDS[n]} ({n})" for n in present)
         raise OutputDirError(
@@ -315,7 +348,9 @@ def _reportable(run: RunResult, folder: Path) -> RunResult:
     is not a number (a hand-edited or foreign file)."""
     where = str(folder / RESULTS_FILE)
     if not run.instances:
-        raise OutputDirError(f"{where!r} lists no instances; pass a run folder written by mlperf-mig run")
+        raise OutputDirError(
+            f"{where!r} lists no instances; pass a run folder written by mlperf-mig run"
+        )
     results = [run.layout_result, *(i.performance for i in run.instances)]
     for result in results:
         value = None if result is None else result.throughput
@@ -381,14 +416,20 @@ def run_sweep(
     folder = Path(outdir).absolute() if outdir is not None else default_outdir("sweep")
     plans = plan_sweep(scenarios, options, folder)
     check_sweep_folders(folder, plans, options)
-    jobs = [job for plan in plans for _, job in study_plans(plan, options.repeats, options.isolation)]
+    jobs = [
+        job for plan in plans for _, job in study_plans(plan, options.repeats, options.isolation)
+    ]
     bar = OverallProgress(sum(rounds_of(j) for j in jobs), progress=progress, description="sweep")
     try:
         with claim_folder(folder, refuse=None):
             refuse_other_kinds(folder, SWEEP_FILE, "a sweep")
-            capacities = {p: q for plan in plans for p, q in plan_capacities(plan, options.cache_dir).items()}
+            capacities = {
+                p: q for plan in plans for p, q in plan_capacities(plan, options.cache_dir).items()
+            }
             if options.studied:
-                return _run_studies(plans, options, folder, resume, chart, progress, bar, capacities)
+                return _run_studies(
+                    plans, options, folder, resume, chart, progress, bar, capacities
+                )
             runs: list[RunResult] = []
             resumed: list[str] = []
             for plan in plans:
@@ -404,7 +445,8 @@ def run_sweep(
                     runs.append(bar.run(plan.layout, plan, lambda p: execute(p, progress=progress)))
             runs = _with_baseline(runs)
             return _finish(
-                SweepResult(runs=runs, outdir=str(folder), resumed=resumed, capacities=capacities), chart
+                SweepResult(runs=runs, outdir=str(folder), resumed=resumed, capacities=capacities),
+                chart,
             )
     finally:
         bar.close()
@@ -425,23 +467,33 @@ def check_sweep_folders(folder: Path, plans: Sequence[RunPlan], options: RunOpti
 
 
 def _run_studies(
-    plans: Sequence[RunPlan], options: RunOptions, folder: Path, resume: bool, chart: bool,
-    progress: bool | TextIO, bar: OverallProgress, capacities: dict[str, float],
+    plans: Sequence[RunPlan],
+    options: RunOptions,
+    folder: Path,
+    resume: bool,
+    chart: bool,
+    progress: bool | TextIO,
+    bar: OverallProgress,
+    capacities: dict[str, float],
 ) -> SweepResult:
     studies = [
         run_study(
-            plan, repeats=options.repeats, isolation=options.isolation,
-            execute=lambda p: execute(p, progress=progress), bar=bar, resume=resume,
+            plan,
+            repeats=options.repeats,
+            isolation=options.isolation,
+            execute=lambda p: execute(p, progress=progress),
+            bar=bar,
+            resume=resume,
         )
         for plan in plans
     ]
     studies = _studies_with_baseline(studies)
-    resumed = [
-        f"{Path(s.outdir).name}/{sub}" for s in studies for sub in s.resumed
-    ]
+    resumed = [f"{Path(s.outdir).name}/{sub}" for s in studies for sub in s.resumed]
     runs = [run for study in studies for run in study.runs]
     return _finish(
-        SweepResult(runs=runs, studies=studies, outdir=str(folder), resumed=resumed, capacities=capacities),
+        SweepResult(
+            runs=runs, studies=studies, outdir=str(folder), resumed=resumed, capacities=capacities
+        ),
         chart,
     )
 
@@ -455,7 +507,9 @@ def _finish(result: SweepResult, chart: bool) -> SweepResult:
     return result
 
 
-def plan_sweep(scenarios: Iterable[ScenarioSpec], options: RunOptions, folder: Path) -> list[RunPlan]:
+def plan_sweep(
+    scenarios: Iterable[ScenarioSpec], options: RunOptions, folder: Path
+) -> list[RunPlan]:
     """The plan of every layout of a sweep, in order; an empty list, a layout that does not
     resolve and a layout given twice are refused here, before the first one runs."""
     if isinstance(scenarios, (str, bytes)) or not isinstance(scenarios, Iterable):
@@ -465,11 +519,15 @@ def plan_sweep(scenarios: Iterable[ScenarioSpec], options: RunOptions, folder: P
         )
     specs = [check_scenario("scenarios item", s) for s in scenarios]
     if not specs:
-        raise SettingsError("scenarios is empty; pass study layouts such as range(1, 9) or [1, 6, 7]")
+        raise SettingsError(
+            "scenarios is empty; pass study layouts such as range(1, 9) or [1, 6, 7]"
+        )
     plans: list[RunPlan] = []
     seen: dict[str, ScenarioSpec] = {}
     for spec in specs:
-        layout_options = attrs.evolve(options, scenario=spec, outdir=str(folder / layout_folder(spec)))
+        layout_options = attrs.evolve(
+            options, scenario=spec, outdir=str(folder / layout_folder(spec))
+        )
         _, plan = with_cached_capacity(layout_options, make_plan(layout_options))
         if plan.layout in seen:
             raise SettingsError(

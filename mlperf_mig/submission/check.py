@@ -64,9 +64,12 @@ def _tree(top: Path, version: str) -> Iterator[Finding]:
     divisions = [p for p in _children(top) if p.is_dir() and p.name in rules.VALID_DIVISIONS]
     for entry in _children(top):
         if entry not in divisions and not entry.name.startswith("."):  # .git of a results repo
-            yield entry, (
-                f"unexpected entry at the top of the tree; expected only "
-                f"{', '.join(rules.VALID_DIVISIONS)} folders"
+            yield (
+                entry,
+                (
+                    f"unexpected entry at the top of the tree; expected only "
+                    f"{', '.join(rules.VALID_DIVISIONS)} folders"
+                ),
             )
     if not divisions:
         yield top, "no division folder (closed/ or open/) in the tree"
@@ -118,9 +121,10 @@ def _system_description(
         return None, [(path, f"not a readable JSON file ({exc})")]
     if not isinstance(description, dict):
         return None, [(path, "must hold a JSON object")]
-    return description, [(path, m) for m in system_description_problems(
-        description, division=division, submitter=submitter
-    )]
+    return description, [
+        (path, m)
+        for m in system_description_problems(description, division=division, submitter=submitter)
+    ]
 
 
 def system_description_problems(
@@ -163,7 +167,9 @@ def _whole_number(value: Any) -> bool:
     if isinstance(value, int):
         return True
     digits = value.strip().lstrip("+-") if isinstance(value, str) else ""
-    return digits.isascii() and digits.isdigit()  # isdigit alone takes '²' and other scripts' digits
+    return (
+        digits.isascii() and digits.isdigit()
+    )  # isdigit alone takes '²' and other scripts' digits
 
 
 def _network_problems(description: dict[str, Any], division: str) -> list[str]:
@@ -178,7 +184,9 @@ def _network_problems(description: dict[str, Any], division: str) -> list[str]:
         ]
     problems = []
     if flag.lower() == "true" and division == "closed":
-        problems.append(f'{rules.NETWORK_FIELD} is "true"; a network-mode system belongs in network/')
+        problems.append(
+            f'{rules.NETWORK_FIELD} is "true"; a network-mode system belongs in network/'
+        )
     if flag.lower() == "true":
         problems += [
             f"field {k!r} is missing (network-mode systems need it)"
@@ -194,17 +202,23 @@ def _system_results(
     for benchmark in _children(system):
         model = rules.mlperf_model(benchmark.name)
         if not benchmark.is_dir() or model is None:
-            yield benchmark, (
-                f"unknown benchmark folder {benchmark.name!r}; expected one of "
-                f"{', '.join(rules.BENCHMARK_FOLDERS)}"
+            yield (
+                benchmark,
+                (
+                    f"unknown benchmark folder {benchmark.name!r}; expected one of "
+                    f"{', '.join(rules.BENCHMARK_FOLDERS)}"
+                ),
             )
             continue
         scenarios = []
         for scenario in _children(benchmark):
             if not scenario.is_dir() or scenario.name not in rules.SCENARIOS:
-                yield scenario, (
-                    f"unknown scenario folder {scenario.name!r}; expected one of "
-                    f"{', '.join(rules.SCENARIOS)} (LoadGen scenario names, case as written)"
+                yield (
+                    scenario,
+                    (
+                        f"unknown scenario folder {scenario.name!r}; expected one of "
+                        f"{', '.join(rules.SCENARIOS)} (LoadGen scenario names, case as written)"
+                    ),
                 )
                 continue
             scenarios.append(scenario.name)
@@ -220,16 +234,22 @@ def _required_scenarios(
     key = "datacenter,edge" if "," in system_type else system_type
     required = rules.REQUIRED_SCENARIOS.get(key, {}).get(model)
     if required is None:
-        yield benchmark, f"{model} is not a closed-division benchmark for system_type {system_type!r}"
+        yield (
+            benchmark,
+            f"{model} is not a closed-division benchmark for system_type {system_type!r}",
+        )
         return
     missing = [s for s in required if s not in present]
     if missing:
         yield benchmark, f"closed division needs the scenarios {', '.join(missing)} as well"
     for scenario in present:
         if scenario not in required:
-            yield benchmark / scenario, (
-                f"{scenario} is not a closed-division scenario of {model} for system_type "
-                f"{system_type!r} (the checker allows {', '.join(required)})"
+            yield (
+                benchmark / scenario,
+                (
+                    f"{scenario} is not a closed-division scenario of {model} for system_type "
+                    f"{system_type!r} (the checker allows {', '.join(required)})"
+                ),
             )
 
 
@@ -256,9 +276,12 @@ def _compliance(folder: Path, model: str, division: str, version: str) -> Iterat
         if test.is_dir():
             yield from _audit(test, audit, model, division, version)
         elif division == "closed":
-            yield test, (
-                f"missing; the closed division needs the {audit} compliance audit of every "
-                f"{model} result (mlperf-mig run ... --compliance)"
+            yield (
+                test,
+                (
+                    f"missing; the closed division needs the {audit} compliance audit of every "
+                    f"{model} result (mlperf-mig run ... --compliance)"
+                ),
             )
 
 
@@ -268,7 +291,9 @@ def _audit(test: Path, audit: str, model: str, division: str, version: str) -> I
         if not path.is_file():
             yield path, "missing"
             continue
-        lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        lines = [
+            line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+        ]
         if name == "verify_performance.txt" and not any(rules.PASS_LINE in line for line in lines):
             yield path, f"no {rules.PASS_LINE} line: the audit's performance check failed"
         elif name == "verify_accuracy.txt" and rules.PASS_LINE not in lines:
@@ -279,7 +304,11 @@ def _audit(test: Path, audit: str, model: str, division: str, version: str) -> I
             yield detail, f"not a {audit} audit log: {message}"
         if division == "closed":
             for message in performance_problems(
-                detail_log, model=model, scenario=test.parent.name, division=division, version=version
+                detail_log,
+                model=model,
+                scenario=test.parent.name,
+                division=division,
+                version=version,
             ):
                 yield detail, message
 
@@ -289,9 +318,12 @@ def _audit(test: Path, audit: str, model: str, division: str, version: str) -> I
 def _test01_accuracy_fallback(folder: Path, model: str) -> Iterator[Finding]:
     """TEST01 whose payloads differ: accuracy/ must show the metric of both runs agreeing."""
     if not folder.is_dir():
-        yield folder, (
-            "missing; TEST01's verify_accuracy.txt has no TEST PASS line, so the checker compares "
-            "baseline_accuracy.txt and compliance_accuracy.txt here"
+        yield (
+            folder,
+            (
+                "missing; TEST01's verify_accuracy.txt has no TEST PASS line, so the checker compares "
+                "baseline_accuracy.txt and compliance_accuracy.txt here"
+            ),
         )
         return
     yield from _file_set(folder, rules.TEST01_ACC_FILES, ())
@@ -309,7 +341,10 @@ def _test01_accuracy_fallback(folder: Path, model: str) -> Iterator[Finding]:
     delta = abs(1 - values["baseline_accuracy.txt"] / values["compliance_accuracy.txt"]) * 100
     allowed = rules.ACCURACY_DELTA_PERCENT[model]
     if delta > allowed:
-        yield folder, f"the audit's accuracy differs from the accuracy run's by {delta:.3f}% (at most {allowed}%)"
+        yield (
+            folder,
+            f"the audit's accuracy differs from the accuracy run's by {delta:.3f}% (at most {allowed}%)",
+        )
 
 
 def _measurements(folder: Path) -> list[str]:
@@ -377,7 +412,9 @@ def performance_problems(
     required_count = rules.PERFORMANCE_SAMPLE_COUNT[model]
     count = detail.get("effective_performance_sample_count") or 0
     if count < required_count:
-        problems.append(f"performance_sample_count is {count}; the checker needs >= {required_count}")
+        problems.append(
+            f"performance_sample_count is {count}; the checker needs >= {required_count}"
+        )
     duration = detail.get("effective_min_duration_ms") or 0
     if duration < rules.MIN_DURATION_MS:
         problems.append(
@@ -406,11 +443,15 @@ def _scenario_rule_problems(detail: DetailLog, model: str, division: str) -> lis
     validity = detail.get("result_validity")
     if division == "closed" and validity != "VALID":
         reason = str(detail.get("result_invalid_reason") or "").strip()
-        problems.append(f"closed division needs a VALID LoadGen result, the log says {validity} {reason}".strip())
+        problems.append(
+            f"closed division needs a VALID LoadGen result, the log says {validity} {reason}".strip()
+        )
     per_query = detail.get("effective_samples_per_query") or 0
     minimum = rules.OFFLINE_MIN_SAMPLES_PER_QUERY[model]
     if scenario == "Offline" and division == "closed" and per_query < minimum:
-        problems.append(f"closed Offline needs >= {minimum} samples per query, the log has {per_query}")
+        problems.append(
+            f"closed Offline needs >= {minimum} samples per query, the log has {per_query}"
+        )
     return problems
 
 
@@ -459,9 +500,12 @@ def _accuracy(folder: Path, model: str, division: str) -> Iterator[Finding]:
     acc_log = folder / "mlperf_log_accuracy.json"
     acc_txt = folder / "accuracy.txt"
     if acc_log.is_file() and acc_log.stat().st_size > rules.MAX_ACCURACY_LOG_SIZE:
-        yield acc_log, (
-            f"not truncated ({acc_log.stat().st_size} bytes; at most "
-            f"{rules.MAX_ACCURACY_LOG_SIZE}); keep the full log elsewhere"
+        yield (
+            acc_log,
+            (
+                f"not truncated ({acc_log.stat().st_size} bytes; at most "
+                f"{rules.MAX_ACCURACY_LOG_SIZE}); keep the full log elsewhere"
+            ),
         )
     if acc_txt.is_file():
         lines = acc_txt.read_text(encoding="utf-8", errors="replace").splitlines()

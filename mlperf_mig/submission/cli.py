@@ -65,8 +65,12 @@ def _check(args: argparse.Namespace) -> int:
     from mlperf_mig.submission.check import check_submission
 
     if len(args.paths) != 2:
-        raise SubmissionError("`submission check` takes exactly one folder: mlperf-mig submission check DIR")
-    writer_options = [f"--{n}" for n in ("division", "submitter", "outdir", "overrides") if getattr(args, n)]
+        raise SubmissionError(
+            "`submission check` takes exactly one folder: mlperf-mig submission check DIR"
+        )
+    writer_options = [
+        f"--{n}" for n in ("division", "submitter", "outdir", "overrides") if getattr(args, n)
+    ]
     if writer_options:
         raise SubmissionError(f"`submission check` does not take {', '.join(writer_options)}")
     problems = check_submission(args.paths[1], version=args.version)
@@ -98,7 +102,9 @@ def _write(args: argparse.Namespace) -> int:
         bert_folder=args.bert_folder,
         version=args.version,
     )
-    print(f"wrote {len(tree.results)} result(s) of {len(tree.systems)} system(s) to {tree.submitter_dir}")
+    print(
+        f"wrote {len(tree.results)} result(s) of {len(tree.systems)} system(s) to {tree.submitter_dir}"
+    )
     for system in tree.systems:
         print(f"  {system}")
     return 0

@@ -73,7 +73,9 @@ def cpu_fields(cpuinfo: str) -> dict[str, Any]:
     if mhz:
         fields["host_processor_frequency"] = f"{float(mhz):.0f} MHz (current)"
     if entries.get("cache size"):
-        fields["host_processor_caches"] = f"{entries['cache size'][0]} (last level, per /proc/cpuinfo)"
+        fields["host_processor_caches"] = (
+            f"{entries['cache size'][0]} (last level, per /proc/cpuinfo)"
+        )
     return fields
 
 
@@ -144,7 +146,9 @@ def network_fields(sys_net: Path) -> dict[str, Any]:
         if not (interface / "device").exists():
             continue
         speed = _read(interface / "speed").strip()
-        rate = f"{int(speed) / 1000:g} Gb/s" if speed.isdigit() and int(speed) > 0 else "speed unknown"
+        rate = (
+            f"{int(speed) / 1000:g} Gb/s" if speed.isdigit() and int(speed) > 0 else "speed unknown"
+        )
         nics.append(f"{interface.name} ({rate})")
     if not nics:
         return {}

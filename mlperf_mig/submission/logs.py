@@ -38,7 +38,9 @@ class DetailLog:
         except OSError as exc:
             raise SubmissionError(f"{log_path}: cannot be read ({exc.strerror or exc})") from None
         if not lines or not lines[0].startswith(MARKER):
-            raise SubmissionError(f"{log_path}: not a LoadGen detail log (first line lacks {MARKER})")
+            raise SubmissionError(
+                f"{log_path}: not a LoadGen detail log (first line lacks {MARKER})"
+            )
         values: dict[str, Any] = {}
         errors: list[str] = []
         invalid: list[int] = []

@@ -64,7 +64,9 @@ def system_notes(run: RunResult, instance: InstanceRun | None) -> list[str]:
     if run.telemetry is not None:
         from mlperf_mig.telemetry.report import system_notes as telemetry_notes
 
-        notes += telemetry_notes(run.telemetry, run.samples_per_joule, None if instance is None else instance.name)
+        notes += telemetry_notes(
+            run.telemetry, run.samples_per_joule, None if instance is None else instance.name
+        )
     ran_on = sorted({instance.host} if instance is not None and instance.host else set(run.hosts))
     here = socket.gethostname()
     if ran_on and ran_on != [here]:

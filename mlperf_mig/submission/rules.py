@@ -80,8 +80,12 @@ ACCURACY_TARGETS = {"resnet": 76.46 * 0.99, "bert-99": 90.874 * 0.99, "bert-99.9
 # constants.py ACC_PATTERN["acc"] and ["F1"]: what the reference accuracy scripts print.
 ACCURACY_PATTERNS = {
     "resnet": re.compile(r"^(?:\{\"accuracy|accuracy)[\": ]*=?\s*([\d\.]+).*"),
-    "bert-99": re.compile(r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"),
-    "bert-99.9": re.compile(r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"),
+    "bert-99": re.compile(
+        r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"
+    ),
+    "bert-99.9": re.compile(
+        r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"
+    ),
 }
 HASH_LINE = re.compile(r"^hash=([\w\d]+)$")
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -135,7 +139,11 @@ REQUIRED_SCENARIO_FILES = ("measurements.json", "user.conf", "README.md")
 
 # Compliance audits (reference/mlperf.md section 5): which the closed division needs per model
 # (the checker's models_TEST01 / models_TEST04), in <scenario>/<TEST>/ since v6.0.
-COMPLIANCE_TESTS = {"resnet": ("TEST01", "TEST04"), "bert-99": ("TEST01",), "bert-99.9": ("TEST01",)}
+COMPLIANCE_TESTS = {
+    "resnet": ("TEST01", "TEST04"),
+    "bert-99": ("TEST01",),
+    "bert-99.9": ("TEST01",),
+}
 VERIFY_FILES = {
     "TEST01": ("verify_accuracy.txt", "verify_performance.txt"),
     "TEST04": ("verify_performance.txt",),

@@ -56,7 +56,8 @@ class HostDescription:
     def matches(self, known: Mapping[str, Any]) -> bool:
         """Every `match` entry is contained (case-insensitive) in the known value of its key."""
         return all(
-            str(value).lower() in str(known.get(key, "")).lower() for key, value in self.match.items()
+            str(value).lower() in str(known.get(key, "")).lower()
+            for key, value in self.match.items()
         )
 
     @classmethod
@@ -180,14 +181,20 @@ def describe_system(
             log.info("host description %r matches this machine", description.name)
             fields.update(_host_fields(description, accelerator))
     fields.update(overrides)
-    fields["hw_notes"] = _joined(fields["hw_notes"], *notes, _unknown_memory_note(accelerator, fields))
+    fields["hw_notes"] = _joined(
+        fields["hw_notes"], *notes, _unknown_memory_note(accelerator, fields)
+    )
     missing = [k for k in rules.MEANINGFUL_SYSTEM_FIELDS if not fields[k]]
     return fields, missing
 
 
 def _unknown_memory_note(accelerator: Accelerator, fields: Mapping[str, Any]) -> str:
     """Where the catalog has no memory size (e.g. B200 3g/4g/7g), say so rather than guess one."""
-    if accelerator.emulated or accelerator.memory_gib is not None or fields["accelerator_memory_capacity"]:
+    if (
+        accelerator.emulated
+        or accelerator.memory_gib is not None
+        or fields["accelerator_memory_capacity"]
+    ):
         return ""
     what = accelerator.instance or accelerator.gpu
     return (
@@ -271,7 +278,9 @@ def _accelerator_fields(accelerator: Accelerator, gpu: GpuFacts | None) -> dict[
         "accelerator_model_name": f"NVIDIA {accelerator.gpu} ({accelerator.partition()})",
         "accelerator_memory_capacity": memory,
         # several GPUs: NVLink, NVSwitch or PCIe is the host's to say (a host description)
-        "accelerator_interconnect": "N/A (one GPU; its MIG instances share it)" if accelerator.gpus_per_node == 1 else "",
+        "accelerator_interconnect": "N/A (one GPU; its MIG instances share it)"
+        if accelerator.gpus_per_node == 1
+        else "",
         "accelerator_memory_configuration": gpu_memory_type(accelerator.gpu),
     }
     if gpu is not None:

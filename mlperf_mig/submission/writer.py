@@ -118,7 +118,9 @@ class ResultSource:
         if not isinstance(recorded, str) or not recorded:
             return None
         try:
-            relative = Path(os.path.abspath(recorded)).relative_to(Path(os.path.abspath(self.run_dir)))
+            relative = Path(os.path.abspath(recorded)).relative_to(
+                Path(os.path.abspath(self.run_dir))
+            )
         except ValueError:
             return None
         return inside(self.run_dir, relative, "a recorded log folder") if relative.parts else None
@@ -208,7 +210,9 @@ def write_submission(
 
 def _short_run_hint(problems: list[str], sources: list[ResultSource]) -> str:
     """For runs too short for the checker (e.g. the quick preset): the settings that pass it."""
-    if not sources or not any("min_duration is" in p or "performance_sample_count is" in p for p in problems):
+    if not sources or not any(
+        "min_duration is" in p or "performance_sample_count is" in p for p in problems
+    ):
         return ""
     others = sorted({s.scenario for s in sources if s.scenario != "Offline"})
     if others:
@@ -235,7 +239,9 @@ def _check_arguments(
             f"submitter {submitter!r} must be a folder name (letters, digits, '.', '_', '-')"
         )
     if bert_folder not in BERT_FOLDERS:
-        raise SubmissionError(f"BERT result folder {bert_folder!r} is not one of {', '.join(BERT_FOLDERS)}")
+        raise SubmissionError(
+            f"BERT result folder {bert_folder!r} is not one of {', '.join(BERT_FOLDERS)}"
+        )
     if version not in rules.SEEDS:
         raise SubmissionError(
             f"unknown checker version {version!r}; expected one of {', '.join(rules.known_versions())}"
@@ -259,7 +265,9 @@ def _check_existing_tree(root: Path, division: str, submitter: str) -> None:
         raise SubmissionError(f"cannot write into the existing tree: {exc}") from None
 
 
-def _load_runs(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[list[tuple[Path, RunResult]], list[str]]:
+def _load_runs(
+    run_dirs: Sequence[str | os.PathLike[str]],
+) -> tuple[list[tuple[Path, RunResult]], list[str]]:
     runs, problems = [], []
     for run_dir in map(Path, run_dirs):
         try:
@@ -300,7 +308,9 @@ def system_folder_name(run: RunResult, instance: InstanceRun | None) -> str:
     a whole system 'A100-SXM4-80GB-MIG_56x1g.10gb_TRT' (system_layout_token)."""
     layout = system_layout_token(run)
     kind = "shared" if run.partitioning == "shared" else "MIG"
-    partition = layout if instance is None else f"{_token(instance.profile)}_i{instance.index}-of-{layout}"
+    partition = (
+        layout if instance is None else f"{_token(instance.profile)}_i{instance.index}-of-{layout}"
+    )
     backend_cls = find_backend(run.backend)
     backend = (backend_cls and backend_cls.system_token) or _token(run.backend)
     suffix = "_emulated" if run.emulated else ""
@@ -352,7 +362,9 @@ def _earlier_result_problems(submitter_dir: Path, sources: list[ResultSource]) -
         except UntrustedPathError as exc:
             problems.append(str(exc))
             continue
-        folder = submitter_dir / "results" / source.system / source.benchmark_folder / source.scenario
+        folder = (
+            submitter_dir / "results" / source.system / source.benchmark_folder / source.scenario
+        )
         if not folder.exists():
             continue
         if not folder.is_dir():
@@ -360,7 +372,11 @@ def _earlier_result_problems(submitter_dir: Path, sources: list[ResultSource]) -
             continue
         foreign = sorted(p.name for p in folder.iterdir() if p.name not in _RESULT_ENTRIES)
         if foreign or not (folder / "measurements.json").is_file():
-            what = f"holds {', '.join(foreign)}, which" if foreign else "holds no measurements.json, so it"
+            what = (
+                f"holds {', '.join(foreign)}, which"
+                if foreign
+                else "holds no measurements.json, so it"
+            )
             problems.append(
                 f"{str(folder)!r} {what} mlperf-mig did not write; it is not replaced: move it "
                 "away, or write into a new --outdir"
@@ -417,9 +433,13 @@ def _closed_audit_problems(source: ResultSource, model: str) -> list[str]:
                 "needs the official duration (--preset submission)"
             )
         else:
-            missing = [n for n in _audit_files(audit) if not (source.audit_logs(audit) / n).is_file()]
+            missing = [
+                n for n in _audit_files(audit) if not (source.audit_logs(audit) / n).is_file()
+            ]
             if missing:
-                problems.append(f"compliance audit {audit}: {source.audit_logs(audit)} lacks {', '.join(missing)}")
+                problems.append(
+                    f"compliance audit {audit}: {source.audit_logs(audit)} lacks {', '.join(missing)}"
+                )
     return problems
 
 
@@ -449,7 +469,12 @@ def _run_problems(source: ResultSource, division: str) -> list[str]:
     problems = []
     if run.interrupted:
         problems.append("the run was interrupted")
-    if instance is not None and not instance.ok and instance.status == "ok" and instance.accuracy_status in (None, "ok"):
+    if (
+        instance is not None
+        and not instance.ok
+        and instance.status == "ok"
+        and instance.accuracy_status in (None, "ok")
+    ):
         problems.append(f"the test ran to the end but failed: {instance.row()['error']}")
     elif instance is not None and not instance.ok:
         problems.append(
@@ -470,9 +495,15 @@ def _run_problems(source: ResultSource, division: str) -> list[str]:
         )
     if source.accuracy is None:
         problems.append("no accuracy run; every result needs accuracy/ (open division too)")
-    elif division == "closed" and source.accuracy.accuracy and source.accuracy.accuracy.passed is False:
+    elif (
+        division == "closed"
+        and source.accuracy.accuracy
+        and source.accuracy.accuracy.passed is False
+    ):
         report = source.accuracy.accuracy
-        problems.append(f"accuracy {report.value} is below the closed-division target {report.target:.3f}")
+        problems.append(
+            f"accuracy {report.value} is below the closed-division target {report.target:.3f}"
+        )
     return problems
 
 
@@ -481,7 +512,10 @@ def _log_problems(source: ResultSource, model: str, division: str, version: str)
     perf_dir = source.logs("performance")
     missing = [n for n in rules.REQUIRED_PERF_FILES if not (perf_dir / n).is_file()]
     if missing:
-        return [f"{perf_dir} lacks {', '.join(missing)}" + source.outside_note("log_dir", source.performance.log_dir)]
+        return [
+            f"{perf_dir} lacks {', '.join(missing)}"
+            + source.outside_note("log_dir", source.performance.log_dir)
+        ]
     try:
         detail = DetailLog.read(perf_dir / "mlperf_log_detail.txt")
     except SubmissionError as exc:
@@ -493,7 +527,8 @@ def _log_problems(source: ResultSource, model: str, division: str, version: str)
         problems += _accuracy_log_problems(source.logs("accuracy"))
     if _user_conf(source) is None:
         problems.append(
-            f"no user.conf in {source.folder}" + source.outside_note("user_conf", source.performance.user_conf)
+            f"no user.conf in {source.folder}"
+            + source.outside_note("user_conf", source.performance.user_conf)
         )
     return problems
 
@@ -639,7 +674,12 @@ def _write(
         atomic_write_json(submitter_dir / "systems" / f"{system}.json", fields)
     atomic_write_text(submitter_dir / "src" / "README.md", readme.src_readme())
     results = tuple(_write_result(submitter_dir, source, division) for source in sources)
-    log.info("wrote %d result(s) of %d system(s) under %s", len(results), len(descriptions), submitter_dir)
+    log.info(
+        "wrote %d result(s) of %d system(s) under %s",
+        len(results),
+        len(descriptions),
+        submitter_dir,
+    )
     return SubmissionTree(
         root=root, submitter_dir=submitter_dir, systems=tuple(descriptions), results=results
     )
@@ -649,7 +689,9 @@ def _write_result(submitter_dir: Path, source: ResultSource, division: str) -> P
     """The result folder, written beside its place and moved in once complete: a write that
     fails removes only what it made, and an earlier result stays until the new one is whole."""
     folder = inside(
-        submitter_dir, Path("results", source.system, source.benchmark_folder, source.scenario), "a result folder"
+        submitter_dir,
+        Path("results", source.system, source.benchmark_folder, source.scenario),
+        "a result folder",
     )
     staging = None
     try:
@@ -740,7 +782,9 @@ def _write_audit(dest: Path, source: ResultSource, verdict: Any, model: str) -> 
     reports = (verdict.baseline_accuracy, verdict.compliance_accuracy)
     figures, note = accuracy_figures(model, reports[1])
     if reports[1] is None:
-        note = "# TEST01: the audit's sampled responses equal the accuracy run's (verify_accuracy.txt)"
+        note = (
+            "# TEST01: the audit's sampled responses equal the accuracy run's (verify_accuracy.txt)"
+        )
     accuracy.write_accuracy_files(logs / "mlperf_log_accuracy.json", folder, figures, note)
     for name, report in zip(("baseline_accuracy.txt", "compliance_accuracy.txt"), reports):
         report_figures, _ = accuracy_figures(model, report)

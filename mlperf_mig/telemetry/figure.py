@@ -28,9 +28,13 @@ def series_for_figure(folder: str | Path, telemetry: RunTelemetry) -> dict[str, 
     """The figure's data: time from the window start, activity per instance, power per GPU
     (the CPU package's, from its energy, where there is no GPU)."""
     columns, rows = read_series(folder)
-    table = np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float).reshape(len(rows), len(columns) + 1)
+    table = np.array(
+        [[np.nan if v is None else v for v in row] for row in rows], dtype=float
+    ).reshape(len(rows), len(columns) + 1)
     t = table[:, 0]
-    origin = telemetry.window.start_unix_s if telemetry.window is not None else (t[0] if len(t) else 0.0)
+    origin = (
+        telemetry.window.start_unix_s if telemetry.window is not None else (t[0] if len(t) else 0.0)
+    )
 
     def column(name: str) -> np.ndarray:
         return table[:, 1 + columns.index(name)]

@@ -99,7 +99,9 @@ class PackageEnergy:
         self._previous: list[float] | None = None
         self._total_uj = 0.0
         if not root.is_dir():
-            self.why_not = f"not exposed by this machine (no {root}: VM, container or no powercap driver)"
+            self.why_not = (
+                f"not exposed by this machine (no {root}: VM, container or no powercap driver)"
+            )
             return
         packages = sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1)
         if not packages:

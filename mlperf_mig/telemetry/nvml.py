@@ -41,7 +41,11 @@ CLOCK_EVENT_REASONS = {
     pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown: "hw_power_brake_slowdown",
     pynvml.nvmlClocksEventReasonDisplayClockSetting: "display_clock_setting",
 }
-_ABSENT = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NoPermission)
+_ABSENT = (
+    pynvml.NVMLError_NotSupported,
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLError_NoPermission,
+)
 
 
 def error_name(exc: BaseException) -> str:
@@ -94,7 +98,13 @@ def _text(value: str | bytes) -> str:
 class NvmlReadings:
     """Readings of the GPUs and MIG instances a run uses; made by `open`, ended by `close`."""
 
-    def __init__(self, nvml: Any, gpus: Sequence[_Gpu], instances: Sequence[_Instance], missing: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        gpus: Sequence[_Gpu],
+        instances: Sequence[_Instance],
+        missing: Mapping[str, str],
+    ) -> None:
         self._nvml = nvml
         self._gpus = list(gpus)
         self._instances = list(instances)
@@ -128,7 +138,9 @@ class NvmlReadings:
         for gpu in gpus.values():
             if not gpu.gpm:
                 continue
-            for instance in (i for i in instances if i.gpu == gpu.index and i.gpu_instance_id is not None):
+            for instance in (
+                i for i in instances if i.gpu == gpu.index and i.gpu_instance_id is not None
+            ):
                 instance.previous_gpm = _gpm_sample(nvml, gpu.handle, instance.gpu_instance_id)
         return cls(nvml, list(gpus.values()), instances, missing)
 
@@ -147,8 +159,15 @@ class NvmlReadings:
     def gpus(self) -> list[dict[str, Any]]:
         """Each GPU's index, name, and what it measures (per-instance SM activity by GPM or not)."""
         return [
-            {"index": g.index, "name": g.name, "mig": g.mig, "measured": list(g.readers),
-             "gpm": "supported" if g.gpm else self.missing.get(f"gpu{g.index}:gpm", "not supported")}
+            {
+                "index": g.index,
+                "name": g.name,
+                "mig": g.mig,
+                "measured": list(g.readers),
+                "gpm": "supported"
+                if g.gpm
+                else self.missing.get(f"gpu{g.index}:gpm", "not supported"),
+            }
             for g in self._gpus
         ]
 
@@ -204,7 +223,9 @@ class NvmlReadings:
         finally:
             self._nvml.nvmlGpmSampleFree(previous)
         return {
-            name: float(result.metrics[slot].value) if result.metrics[slot].nvmlReturn == pynvml.NVML_SUCCESS else None
+            name: float(result.metrics[slot].value)
+            if result.metrics[slot].nvmlReturn == pynvml.NVML_SUCCESS
+            else None
             for slot, name in enumerate(names)
         }
 

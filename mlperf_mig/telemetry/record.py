@@ -42,7 +42,10 @@ def _devices(nvml: Any) -> list[Device]:
             except (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument):
                 continue
         if migs:
-            devices += [Device(f"gpu{index}-mig{k}", _text(nvml.nvmlDeviceGetUUID(m))) for k, m in enumerate(migs)]
+            devices += [
+                Device(f"gpu{index}-mig{k}", _text(nvml.nvmlDeviceGetUUID(m)))
+                for k, m in enumerate(migs)
+            ]
         else:
             devices.append(Device(f"gpu{index}", _text(nvml.nvmlDeviceGetUUID(handle))))
     return devices
@@ -72,11 +75,15 @@ def capabilities(nvml: Any = pynvml) -> dict[str, Any]:
     found: dict[str, Any] = {
         "gpus": [],
         "dcgm_bindings": dcgm_bindings(),
-        "cpu_package_energy": package.source if package.available else f"not measured: {package.why_not}",
+        "cpu_package_energy": package.source
+        if package.available
+        else f"not measured: {package.why_not}",
     }
     state = getattr(nvml, "state", None)
     if isinstance(state, dict) and not state.get("telemetry"):
-        found["gpu_note"] = "the recorded NVML state holds no telemetry: what its GPUs measure is not known"
+        found["gpu_note"] = (
+            "the recorded NVML state holds no telemetry: what its GPUs measure is not known"
+        )
         return found
     readings, _, why = _open(nvml)
     if readings is None:
@@ -85,10 +92,19 @@ def capabilities(nvml: Any = pynvml) -> dict[str, Any]:
     try:
         for gpu in readings.gpus():
             prefix = f"gpu{gpu['index']}:"
-            found["gpus"].append({
-                "index": gpu["index"], "name": gpu["name"], "measured": gpu["measured"], "gpm": gpu["gpm"],
-                "not_measured": {k.removeprefix(prefix): v for k, v in readings.missing.items() if k.startswith(prefix)},
-            })
+            found["gpus"].append(
+                {
+                    "index": gpu["index"],
+                    "name": gpu["name"],
+                    "measured": gpu["measured"],
+                    "gpm": gpu["gpm"],
+                    "not_measured": {
+                        k.removeprefix(prefix): v
+                        for k, v in readings.missing.items()
+                        if k.startswith(prefix)
+                    },
+                }
+            )
     finally:
         readings.close()
     return found
@@ -104,12 +120,18 @@ def capability_lines(found: dict[str, Any]) -> list[str]:
             f"GPU {gpu['index']} {gpu['name']}: measures {measured}; SM activity per MIG instance by GPM: "
             f"{gpu['gpm']}" + (f"; not measured: {missing}" if missing else "")
         )
-    lines.append(f"DCGM Python bindings: {found['dcgm_bindings']}; CPU package energy: {found['cpu_package_energy']}")
+    lines.append(
+        f"DCGM Python bindings: {found['dcgm_bindings']}; CPU package energy: {found['cpu_package_energy']}"
+    )
     return lines
 
 
-def record_telemetry(nvml: Any = pynvml, seconds: float = 2.0, interval_s: float = 0.1,
-                     sleep: Callable[[float], None] = time.sleep) -> dict[str, Any] | None:
+def record_telemetry(
+    nvml: Any = pynvml,
+    seconds: float = 2.0,
+    interval_s: float = 0.1,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any] | None:
     """A short recording of every GPU and MIG device in the replay format (None without a GPU)."""
     readings, devices, _ = _open(nvml)
     if readings is None:
@@ -138,6 +160,10 @@ def record_telemetry(nvml: Any = pynvml, seconds: float = 2.0, interval_s: float
         if not device.instance.count("mig"):
             continue
         series = {"memory_used_mib": [r.get(f"{device.instance}:memory_mib") for r in rows]}
-        series.update({metric: [r.get(f"{device.instance}:{metric}") for r in rows] for metric in GPM_METRICS})
-        telemetry["mig_devices"][device.uuid] = {k: v for k, v in series.items() if all(x is not None for x in v)}
+        series.update(
+            {metric: [r.get(f"{device.instance}:{metric}") for r in rows] for metric in GPM_METRICS}
+        )
+        telemetry["mig_devices"][device.uuid] = {
+            k: v for k, v in series.items() if all(x is not None for x in v)
+        }
     return telemetry

@@ -54,7 +54,15 @@ def _slot_cpus(slot: Any) -> float:
 class RunRecorder:
     """The sampler of one run, with what it measures and what it cannot (`notes`)."""
 
-    def __init__(self, plan: Any, sampler: Sampler, watch: WorkerWatch, nvml: NvmlReadings | None, package: PackageEnergy, notes: list[str]) -> None:
+    def __init__(
+        self,
+        plan: Any,
+        sampler: Sampler,
+        watch: WorkerWatch,
+        nvml: NvmlReadings | None,
+        package: PackageEnergy,
+        notes: list[str],
+    ) -> None:
         self._plan = plan
         self.sampler = sampler
         self.watch = watch
@@ -74,9 +82,13 @@ class RunRecorder:
         nvml = None
         deployment = plan.deployment
         if deployment.cluster is not None:
-            notes.append("instances ran on Ray nodes: the runner samples its own host only; GPU telemetry not measured")
+            notes.append(
+                "instances ran on Ray nodes: the runner samples its own host only; GPU telemetry not measured"
+            )
         elif deployment.partitioning != "emulated":
-            nvml, why = _open_nvml(getattr(plan, "nvml_source", None), [Device(s.name, s.device) for s in slots])
+            nvml, why = _open_nvml(
+                getattr(plan, "nvml_source", None), [Device(s.name, s.device) for s in slots]
+            )
             if why:
                 notes.append(why)
         package = PackageEnergy()
@@ -106,7 +118,9 @@ class RunRecorder:
         finally:
             self.sampler.stop()
 
-    def finish(self, outdir: Path, log_folders: Sequence[Path], extra_notes: Sequence[str] = ()) -> RunTelemetry:
+    def finish(
+        self, outdir: Path, log_folders: Sequence[Path], extra_notes: Sequence[str] = ()
+    ) -> RunTelemetry:
         """Close the sources, write telemetry.csv, and summarise over the common timed window."""
         self.close()
         window, why = common_window(log_folders)
@@ -114,7 +128,9 @@ class RunRecorder:
         if self.sampler.failures:
             notes.append(f"{self.sampler.failures} telemetry readings failed and were left empty")
         if self._nvml is not None and self._nvml.errors:
-            notes.append(f"{self._nvml.errors} NVML readings failed during the run and were left empty")
+            notes.append(
+                f"{self._nvml.errors} NVML readings failed during the run and were left empty"
+            )
         rows = self.sampler.rows
         columns = self.sampler.columns()
         write_series(outdir, rows, columns)
@@ -124,13 +140,17 @@ class RunRecorder:
             idle=self.idle,
             instances=self._instance_columns(columns),
             gpus=self._gpus,
-            package={"column": PackageEnergy.COLUMN if self._package.available else None,
-                     "source": self._package.source or f"not measured: {self._package.why_not}"},
+            package={
+                "column": PackageEnergy.COLUMN if self._package.available else None,
+                "source": self._package.source or f"not measured: {self._package.why_not}",
+            },
             interval_s=self.sampler.interval_s,
             notes=notes,
         )
         span = rows[-1]["t"] - rows[0]["t"] if rows else None
-        return attrs.evolve(telemetry, sampled_s=_round(span), sampler_cpu_s=_round(self.sampler.busy_s))
+        return attrs.evolve(
+            telemetry, sampled_s=_round(span), sampler_cpu_s=_round(self.sampler.busy_s)
+        )
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -146,18 +166,27 @@ class RunRecorder:
             gpu = gpu_of.get(slot.name)
             if emulated or gpu is None:
                 util, metric = f"{slot.name}:cpu_pct", CPU_METRIC
-                memory, memory_metric = f"{slot.name}:rss_mib", "worker resident memory (RSS; shared pages counted in each)"
+                memory, memory_metric = (
+                    f"{slot.name}:rss_mib",
+                    "worker resident memory (RSS; shared pages counted in each)",
+                )
                 weight = _slot_cpus(slot)
             else:
                 util, metric = self._gpu_util(slot.name, gpu, columns)
                 memory = f"{slot.name}:memory_mib"
                 memory_metric = "device memory used (NVML, on its MIG device handle)"
                 weight = float(slot.compute_slices)
-            specs.append(InstanceColumns(
-                name=slot.name, gpu_index=None if emulated else gpu, weight=weight,
-                util=util if util in columns else None, util_metric=metric,
-                memory=memory if memory in columns else None, memory_metric=memory_metric,
-            ))
+            specs.append(
+                InstanceColumns(
+                    name=slot.name,
+                    gpu_index=None if emulated else gpu,
+                    weight=weight,
+                    util=util if util in columns else None,
+                    util_metric=metric,
+                    memory=memory if memory in columns else None,
+                    memory_metric=memory_metric,
+                )
+            )
         return specs
 
     def _gpu_util(self, name: str, gpu: int, columns: Sequence[str]) -> tuple[str | None, str]:
@@ -178,7 +207,11 @@ def _gpu_facts(nvml: NvmlReadings) -> list[dict[str, Any]]:
     facts = []
     for gpu in nvml.gpus():
         prefix = f"gpu{gpu['index']}:"
-        missing = {k.removeprefix(prefix): v for k, v in nvml.missing.items() if k.startswith(prefix) and k != prefix + "gpm"}
+        missing = {
+            k.removeprefix(prefix): v
+            for k, v in nvml.missing.items()
+            if k.startswith(prefix) and k != prefix + "gpm"
+        }
         facts.append({**gpu, "not_measured": missing})
     return facts
 
@@ -193,4 +226,7 @@ def _open_nvml(source: Any, devices: Sequence[Device]) -> tuple[NvmlReadings | N
     try:
         return NvmlReadings.open(nvml, devices), None
     except pynvml.NVMLError as exc:
-        return None, f"NVML could not be read for telemetry ({error_name(exc)}): GPU telemetry not measured"
+        return (
+            None,
+            f"NVML could not be read for telemetry ({error_name(exc)}): GPU telemetry not measured",
+        )

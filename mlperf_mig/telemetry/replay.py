@@ -113,19 +113,29 @@ class RecordedTelemetry(RecordedNvml):
         restarted from 0 at `energy_reset_at_step` (a driver reload)."""
         record = self._gpu_record(handle)
         power = None if record is None else record.get("power_mw")
-        if record is None or isinstance(record.get("energy_mj_at_init"), str) or "energy_mj_at_init" not in record:
-            raise nvml_error(record.get("energy_mj_at_init", "NOT_SUPPORTED") if record else "NOT_SUPPORTED")
+        if (
+            record is None
+            or isinstance(record.get("energy_mj_at_init"), str)
+            or "energy_mj_at_init" not in record
+        ):
+            raise nvml_error(
+                record.get("energy_mj_at_init", "NOT_SUPPORTED") if record else "NOT_SUPPORTED"
+            )
         if not isinstance(power, list):
             raise nvml_error("NOT_SUPPORTED")
         interval = float(self.telemetry.get("interval_s", 0.1))
         step = self._step()
         reset = record.get("energy_reset_at_step")
-        first, base = (reset, 0) if reset is not None and step >= reset else (0, record["energy_mj_at_init"])
+        first, base = (
+            (reset, 0) if reset is not None and step >= reset else (0, record["energy_mj_at_init"])
+        )
         used = sum(self._power_mw(record, k) for k in range(first, step)) * interval  # mW x s = mJ
         return int(base + used)
 
     def nvmlDeviceGetClockInfo(self, handle: _GpuHandle, clock: int) -> int:
-        key = {pynvml.NVML_CLOCK_SM: "sm_clock_mhz", pynvml.NVML_CLOCK_MEM: "mem_clock_mhz"}.get(clock)
+        key = {pynvml.NVML_CLOCK_SM: "sm_clock_mhz", pynvml.NVML_CLOCK_MEM: "mem_clock_mhz"}.get(
+            clock
+        )
         if key is None:
             raise nvml_error("NOT_SUPPORTED")
         return int(self._value(self._gpu_record(handle), key))
@@ -184,20 +194,31 @@ class RecordedTelemetry(RecordedNvml):
         record = self._gpu_record(handle)
         if not (record and record.get("gpm")):
             raise nvml_error("NOT_SUPPORTED")
-        if not any(m["gpu_instance_id"] == gpu_instance_id for m in self._gpu(handle).get("mig_devices", [])):
+        if not any(
+            m["gpu_instance_id"] == gpu_instance_id
+            for m in self._gpu(handle).get("mig_devices", [])
+        ):
             raise nvml_error("NOT_FOUND")
         sample = self._gpm_record(pointer)
-        sample.gpu, sample.gpu_instance_id, sample.step = handle.index, gpu_instance_id, self._step()
+        sample.gpu, sample.gpu_instance_id, sample.step = (
+            handle.index,
+            gpu_instance_id,
+            self._step(),
+        )
         return pointer
 
-    def nvmlGpmMetricsGet(self, request: pynvml.c_nvmlGpmMetricsGet_t) -> pynvml.c_nvmlGpmMetricsGet_t:
+    def nvmlGpmMetricsGet(
+        self, request: pynvml.c_nvmlGpmMetricsGet_t
+    ) -> pynvml.c_nvmlGpmMetricsGet_t:
         """Metrics between two filled samples of one GPU instance (one sample alone is none)."""
         first, second = self._gpm_record(request.sample1), self._gpm_record(request.sample2)
         same = (first.gpu, first.gpu_instance_id) == (second.gpu, second.gpu_instance_id)
         if first.step is None or second.step is None or not same or first is second:
             raise nvml_error("INVALID_ARGUMENT")
         mig = next(
-            m for m in self.state["gpus"][second.gpu]["mig_devices"] if m["gpu_instance_id"] == second.gpu_instance_id
+            m
+            for m in self.state["gpus"][second.gpu]["mig_devices"]
+            if m["gpu_instance_id"] == second.gpu_instance_id
         )
         series = (self.telemetry.get("mig_devices") or {}).get(mig["uuid"]) or {}
         for slot in range(request.numMetrics):

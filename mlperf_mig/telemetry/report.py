@@ -28,9 +28,12 @@ def telemetry_lines(t: RunTelemetry, samples_per_joule: float | None) -> list[st
     metrics = sorted({i.util_metric for i in t.instances})
     where = (
         f"the common timed window ({window.duration_s:.2f} s; {window.source})"
-        if window is not None else "the whole performance round (no common timed window)"
+        if window is not None
+        else "the whole performance round (no common timed window)"
     )
-    lines.append(f"util % = {'; '.join(metrics) or 'not measured'}; mean over {where}, {t.samples} samples at {1 / t.interval_s:.0f} Hz")
+    lines.append(
+        f"util % = {'; '.join(metrics) or 'not measured'}; mean over {where}, {t.samples} samples at {1 / t.interval_s:.0f} Hz"
+    )
     if samples_per_joule is not None:
         lines.append(
             f"samples/J {samples_per_joule:.4g} = throughput / mean power ({t.energy_label}); layout "
@@ -40,14 +43,21 @@ def telemetry_lines(t: RunTelemetry, samples_per_joule: float | None) -> list[st
     lines += [gpu_line(g) for g in t.gpus]
     shares = [(i.name, i.energy_share_j) for i in t.instances if i.energy_share_j is not None]
     if shares:
-        lines.append(f"energy per instance ({SHARE_LABEL}): " + ", ".join(f"{n} {e:.1f} J" for n, e in shares))
+        lines.append(
+            f"energy per instance ({SHARE_LABEL}): "
+            + ", ".join(f"{n} {e:.1f} J" for n, e in shares)
+        )
     memory = [(i.name, i.memory_peak_mib) for i in t.instances if i.memory_peak_mib is not None]
     if memory:
-        kinds = "; ".join(sorted({i.memory_metric for i in t.instances if i.memory_peak_mib is not None}))
+        kinds = "; ".join(
+            sorted({i.memory_metric for i in t.instances if i.memory_peak_mib is not None})
+        )
         lines.append(f"peak memory ({kinds}): " + ", ".join(f"{n} {m:.0f} MiB" for n, m in memory))
     package = t.cpu_package
     if package.get("energy_j") is not None:
-        lines.append(f"CPU package energy {package['energy_j']:.1f} J ({package.get('source', '')}; not wall power)")
+        lines.append(
+            f"CPU package energy {package['energy_j']:.1f} J ({package.get('source', '')}; not wall power)"
+        )
     for gpu in t.gpus:
         lines += [f"GPU {gpu.index} {what} not measured: {why}" for what, why in gpu.not_measured]
     lines += list(t.notes)
@@ -55,12 +65,16 @@ def telemetry_lines(t: RunTelemetry, samples_per_joule: float | None) -> list[st
     return lines
 
 
-def system_notes(t: RunTelemetry, samples_per_joule: float | None, instance: str | None = None) -> list[str]:
+def system_notes(
+    t: RunTelemetry, samples_per_joule: float | None, instance: str | None = None
+) -> list[str]:
     """One line for a submission's system description (hw_notes): what the telemetry saw,
     labelled as not an MLPerf Power measurement."""
     parts = []
     if t.power_mean_w is not None:
-        parts.append(f"mean power {t.power_mean_w:.1f} W ({t.energy_label}), idle before the run {_number(t.idle_power_w, 'W')}")
+        parts.append(
+            f"mean power {t.power_mean_w:.1f} W ({t.energy_label}), idle before the run {_number(t.idle_power_w, 'W')}"
+        )
     if samples_per_joule is not None:
         parts.append(f"{samples_per_joule:.4g} samples/J for the layout")
     throttled = sorted({reason for g in t.gpus for reason, _ in g.throttle if reason != "gpu_idle"})
@@ -68,7 +82,9 @@ def system_notes(t: RunTelemetry, samples_per_joule: float | None, instance: str
         parts.append(f"clock events seen: {', '.join(throttled) or 'none'}")
     found = None if instance is None else t.instance(instance)
     if found is not None and found.util_mean_pct is not None:
-        parts.append(f"instance {instance} mean util {found.util_mean_pct:.1f}% ({found.util_metric})")
+        parts.append(
+            f"instance {instance} mean util {found.util_mean_pct:.1f}% ({found.util_metric})"
+        )
     if found is not None and found.energy_share_j is not None:
         parts.append(f"its energy {found.energy_share_j:.1f} J ({SHARE_LABEL})")
     if not parts:

@@ -35,7 +35,12 @@ class Sampler:
     timed window they record can be cut out of the series) and one value per column.
     """
 
-    def __init__(self, sources: Sequence[Source], interval_s: float = DEFAULT_INTERVAL_S, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        interval_s: float = DEFAULT_INTERVAL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be a positive number of seconds, got {interval_s!r}")
         self._sources = list(sources)

@@ -31,7 +31,9 @@ def _cell(value: Any) -> str:
     return repr(round(float(value), 6))
 
 
-def write_series(folder: str | Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Path:
+def write_series(
+    folder: str | Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]
+) -> Path:
     """Write `rows` as `folder`/telemetry.csv (atomically); returns the path."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -54,18 +56,31 @@ def read_series(folder: str | Path) -> tuple[list[str], list[list[float | None]]
         raise UntrustedPathError(f"{str(path)!r}: {exc}; write the run again") from None
     lines = list(csv.reader(io.StringIO(text)))
     if not lines or not lines[0] or lines[0][0] != "t":
-        raise UntrustedPathError(f"{str(path)!r}: the first column is not 't'; the file is not a telemetry series of mlperf-mig")
+        raise UntrustedPathError(
+            f"{str(path)!r}: the first column is not 't'; the file is not a telemetry series of mlperf-mig"
+        )
     header = lines[0][1:]
     if len(header) > MAX_COLUMNS or len(set(header)) != len(header):
-        raise UntrustedPathError(f"{str(path)!r}: {len(header)} columns, or repeated ones; write the run again")
+        raise UntrustedPathError(
+            f"{str(path)!r}: {len(header)} columns, or repeated ones; write the run again"
+        )
     for name in header:
         if not _COLUMN.fullmatch(name) or ".." in name:
-            raise UntrustedPathError(f"{str(path)!r}: column {name!r} is not '<gpuN or instance>:<quantity>'; write the run again")
+            raise UntrustedPathError(
+                f"{str(path)!r}: column {name!r} is not '<gpuN or instance>:<quantity>'; write the run again"
+            )
     rows: list[list[float | None]] = []
     for number, line in enumerate(lines[1:], start=2):
         if len(line) != len(header) + 1:
-            raise UntrustedPathError(f"{str(path)!r} line {number}: {len(line)} cells for {len(header) + 1} columns; write the run again")
-        rows.append([_number(cell, path, number, first) for first, cell in zip([True] + [False] * len(header), line)])
+            raise UntrustedPathError(
+                f"{str(path)!r} line {number}: {len(line)} cells for {len(header) + 1} columns; write the run again"
+            )
+        rows.append(
+            [
+                _number(cell, path, number, first)
+                for first, cell in zip([True] + [False] * len(header), line)
+            ]
+        )
     return header, rows
 
 
@@ -77,5 +92,7 @@ def _number(cell: str, path: Path, line: int, required: bool) -> float | None:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or abs(value) > 1e12:
-        raise UntrustedPathError(f"{str(path)!r} line {line}: {cell!r} is not a finite number; write the run again")
+        raise UntrustedPathError(
+            f"{str(path)!r} line {line}: {cell!r} is not a finite number; write the run again"
+        )
     return value

@@ -59,7 +59,9 @@ def _check_list(value: Any, what: str, source: str) -> list[Any]:
 
 def _check_mapping(value: Any, what: str, source: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise UntrustedPathError(f"{source!r}: telemetry {what} is not an object; write the run again")
+        raise UntrustedPathError(
+            f"{source!r}: telemetry {what} is not an object; write the run again"
+        )
     return value
 
 
@@ -84,8 +86,14 @@ class Window:
         start = _check_number(data.get("start_unix_s"), "window start", source)
         end = _check_number(data.get("end_unix_s"), "window end", source)
         if start is None or end is None or end < start:
-            raise UntrustedPathError(f"{source!r}: telemetry window {dict(data)!r} does not run forwards; write the run again")
-        return cls(start_unix_s=start, end_unix_s=end, source=_check_text(data.get("source"), "window source", source))
+            raise UntrustedPathError(
+                f"{source!r}: telemetry window {dict(data)!r} does not run forwards; write the run again"
+            )
+        return cls(
+            start_unix_s=start,
+            end_unix_s=end,
+            source=_check_text(data.get("source"), "window source", source),
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -108,8 +116,12 @@ class InstanceTelemetry:
     def from_dict(cls, data: Any, source: str) -> InstanceTelemetry:
         data = _check_mapping(data, "instance", source)
         gpu = data.get("gpu_index")
-        if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < 4096):
-            raise UntrustedPathError(f"{source!r}: telemetry gpu_index {gpu!r} is not a GPU index; write the run again")
+        if gpu is not None and (
+            isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < 4096
+        ):
+            raise UntrustedPathError(
+                f"{source!r}: telemetry gpu_index {gpu!r} is not a GPU index; write the run again"
+            )
         return cls(
             name=safe_name(data.get("name"), "telemetry instance name", source),
             gpu_index=gpu,
@@ -123,7 +135,12 @@ class InstanceTelemetry:
 
 
 _GPU_NUMBERS = (
-    "energy_j", "power_mean_w", "power_peak_w", "idle_power_w", "temperature_peak_c", "sm_clock_mean_mhz",
+    "energy_j",
+    "power_mean_w",
+    "power_peak_w",
+    "idle_power_w",
+    "temperature_peak_c",
+    "sm_clock_mean_mhz",
 )
 
 
@@ -140,10 +157,14 @@ class GpuTelemetry:
     idle_power_w: float | None = None
     temperature_peak_c: float | None = None
     sm_clock_mean_mhz: float | None = None
-    throttle: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=lambda v: tuple(tuple(p) for p in v))
+    throttle: tuple[tuple[str, float], ...] = attrs.field(
+        default=(), converter=lambda v: tuple(tuple(p) for p in v)
+    )
     gpm: str = ""
     measured: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    not_measured: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=lambda v: tuple(tuple(p) for p in v))
+    not_measured: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=lambda v: tuple(tuple(p) for p in v)
+    )
 
     def to_dict(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -157,12 +178,16 @@ class GpuTelemetry:
         data = _check_mapping(data, "gpu", source)
         index = data.get("index")
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 4096:
-            raise UntrustedPathError(f"{source!r}: telemetry GPU index {index!r} is not a GPU index; write the run again")
+            raise UntrustedPathError(
+                f"{source!r}: telemetry GPU index {index!r} is not a GPU index; write the run again"
+            )
         throttle = []
         for entry in _check_list(data.get("throttle", []), "throttle", source):
             entry = _check_mapping(entry, "throttle entry", source)
             seconds = _check_number(entry.get("seconds"), "throttle seconds", source)
-            throttle.append((_check_text(entry.get("reason"), "throttle reason", source, 60), seconds or 0.0))
+            throttle.append(
+                (_check_text(entry.get("reason"), "throttle reason", source, 60), seconds or 0.0)
+            )
         not_measured = _check_mapping(data.get("not_measured", {}), "not_measured", source)
         return cls(
             index=index,
@@ -170,8 +195,14 @@ class GpuTelemetry:
             energy_source=_check_text(data.get("energy_source", ""), "energy_source", source),
             throttle=throttle,
             gpm=_check_text(data.get("gpm", ""), "gpm", source),
-            measured=[_check_text(m, "measured", source, 60) for m in _check_list(data.get("measured", []), "measured", source)],
-            not_measured=[(_check_text(k, "not_measured", source, 60), _check_text(v, "not_measured", source)) for k, v in not_measured.items()],
+            measured=[
+                _check_text(m, "measured", source, 60)
+                for m in _check_list(data.get("measured", []), "measured", source)
+            ],
+            not_measured=[
+                (_check_text(k, "not_measured", source, 60), _check_text(v, "not_measured", source))
+                for k, v in not_measured.items()
+            ],
             **{name: _check_number(data.get(name), name, source) for name in _GPU_NUMBERS},
         )
 
@@ -185,7 +216,9 @@ class RunTelemetry:
     window: Window | None
     instances: tuple[InstanceTelemetry, ...] = attrs.field(converter=tuple)
     gpus: tuple[GpuTelemetry, ...] = attrs.field(converter=tuple)
-    energy_j: float | None = None  # the layout's: the sum over its GPUs (or the CPU package, emulated)
+    energy_j: float | None = (
+        None  # the layout's: the sum over its GPUs (or the CPU package, emulated)
+    )
     power_mean_w: float | None = None
     idle_power_w: float | None = None
     energy_label: str = BOARD_ENERGY_LABEL
@@ -193,7 +226,9 @@ class RunTelemetry:
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     csv: str | None = CSV_FILE
     sampled_s: float | None = None  # from the first row to the last
-    sampler_cpu_s: float | None = None  # CPU time the sampler's thread spent reading, over that span
+    sampler_cpu_s: float | None = (
+        None  # CPU time the sampler's thread spent reading, over that span
+    )
 
     def instance(self, name: str) -> InstanceTelemetry | None:
         return next((i for i in self.instances if i.name == name), None)
@@ -237,29 +272,48 @@ class RunTelemetry:
         package = _check_mapping(data.get("cpu_package", {}), "cpu_package", source)
         csv = data.get("csv")
         if csv not in (None, CSV_FILE):
-            raise UntrustedPathError(f"{source!r}: telemetry csv {csv!r} is not {CSV_FILE!r} or null; write the run again")
+            raise UntrustedPathError(
+                f"{source!r}: telemetry csv {csv!r} is not {CSV_FILE!r} or null; write the run again"
+            )
         samples = data.get("samples")
         if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= _LIMIT:
-            raise UntrustedPathError(f"{source!r}: telemetry samples {samples!r} is not a count; write the run again")
+            raise UntrustedPathError(
+                f"{source!r}: telemetry samples {samples!r} is not a count; write the run again"
+            )
         interval = _check_number(data.get("interval_s"), "interval_s", source)
         if interval is None or interval <= 0:
-            raise UntrustedPathError(f"{source!r}: telemetry interval_s {interval!r} is not positive; write the run again")
+            raise UntrustedPathError(
+                f"{source!r}: telemetry interval_s {interval!r} is not positive; write the run again"
+            )
         return cls(
             interval_s=interval,
             samples=samples,
             window=None if data.get("window") is None else Window.from_dict(data["window"], source),
-            instances=[InstanceTelemetry.from_dict(i, source) for i in _check_list(data.get("instances"), "instances", source)],
-            gpus=[GpuTelemetry.from_dict(g, source) for g in _check_list(data.get("gpus"), "gpus", source)],
+            instances=[
+                InstanceTelemetry.from_dict(i, source)
+                for i in _check_list(data.get("instances"), "instances", source)
+            ],
+            gpus=[
+                GpuTelemetry.from_dict(g, source)
+                for g in _check_list(data.get("gpus"), "gpus", source)
+            ],
             energy_j=_check_number(layout.get("energy_j"), "layout energy_j", source),
             power_mean_w=_check_number(layout.get("power_mean_w"), "layout power_mean_w", source),
             idle_power_w=_check_number(layout.get("idle_power_w"), "layout idle_power_w", source),
-            energy_label=_check_text(layout.get("energy_label", BOARD_ENERGY_LABEL), "energy_label", source),
+            energy_label=_check_text(
+                layout.get("energy_label", BOARD_ENERGY_LABEL), "energy_label", source
+            ),
             cpu_package={
                 "energy_j": _check_number(package.get("energy_j"), "cpu_package energy_j", source),
-                "power_mean_w": _check_number(package.get("power_mean_w"), "cpu_package power_mean_w", source),
+                "power_mean_w": _check_number(
+                    package.get("power_mean_w"), "cpu_package power_mean_w", source
+                ),
                 "source": _check_text(package.get("source", ""), "cpu_package source", source),
             },
-            notes=[_check_text(n, "note", source, 1000) for n in _check_list(data.get("notes", []), "notes", source)],
+            notes=[
+                _check_text(n, "note", source, 1000)
+                for n in _check_list(data.get("notes", []), "notes", source)
+            ],
             csv=csv,
             sampled_s=_check_number(data.get("sampled_s"), "sampled_s", source),
             sampler_cpu_s=_check_number(data.get("sampler_cpu_s"), "sampler_cpu_s", source),
@@ -283,7 +337,12 @@ def in_window(rows: Sequence[Mapping[str, Any]], window: Window | None) -> list[
 
 
 def counter_energy(
-    times: np.ndarray, counter: np.ndarray, power_times: np.ndarray, power: np.ndarray, start: float, end: float
+    times: np.ndarray,
+    counter: np.ndarray,
+    power_times: np.ndarray,
+    power: np.ndarray,
+    start: float,
+    end: float,
 ) -> float | None:
     """Energy (J) between `start` and `end` from a cumulative counter sampled at `times`.
 
@@ -311,10 +370,14 @@ def power_energy(times: np.ndarray, power: np.ndarray, start: float, end: float)
     inside = (times > start) & (times < end)
     grid = np.concatenate([[start], times[inside], [end]])
     values = np.interp(grid, times, power)
-    return float(np.sum((values[1:] + values[:-1]) / 2 * np.diff(grid)))  # trapezoids (numpy 1.x too)
+    return float(
+        np.sum((values[1:] + values[:-1]) / 2 * np.diff(grid))
+    )  # trapezoids (numpy 1.x too)
 
 
-def flag_seconds(rows: Sequence[Mapping[str, Any]], column: str, window: Window | None) -> dict[str, float]:
+def flag_seconds(
+    rows: Sequence[Mapping[str, Any]], column: str, window: Window | None
+) -> dict[str, float]:
     """How long each clock-event reason was set within the window (a reason read at one sample
     holds until the next), by reason name."""
     times, masks = series(rows, column)
@@ -361,7 +424,12 @@ class InstanceColumns:
     memory_metric: str
 
 
-def _gpu_summary(gpu: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], idle: Sequence[Mapping[str, Any]], window: Window | None) -> GpuTelemetry:
+def _gpu_summary(
+    gpu: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    idle: Sequence[Mapping[str, Any]],
+    window: Window | None,
+) -> GpuTelemetry:
     prefix = f"gpu{gpu['index']}:"
     p_t, p = series(rows, prefix + "power_w")
     e_t, e = series(rows, prefix + "energy_j")
@@ -377,7 +445,11 @@ def _gpu_summary(gpu: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], idle
     _, p_idle = series(idle, prefix + "power_w")
     _, temperature = series(during, prefix + "temperature_c")
     _, clock = series(during, prefix + "sm_clock_mhz")
-    mean_power = energy / window.duration_s if energy is not None and window and window.duration_s > 0 else _mean(p_in)
+    mean_power = (
+        energy / window.duration_s
+        if energy is not None and window and window.duration_s > 0
+        else _mean(p_in)
+    )
     return GpuTelemetry(
         index=gpu["index"],
         name=gpu["name"],
@@ -422,19 +494,27 @@ def summarize(
         activity[spec.name] = _mean(util)
         records.append(
             InstanceTelemetry(
-                name=spec.name, gpu_index=spec.gpu_index, util_metric=spec.util_metric,
-                util_mean_pct=_rounded(_mean(util), 1), util_p95_pct=_rounded(_p95(util), 1),
-                memory_metric=spec.memory_metric, memory_peak_mib=_rounded(_max(memory), 1),
+                name=spec.name,
+                gpu_index=spec.gpu_index,
+                util_metric=spec.util_metric,
+                util_mean_pct=_rounded(_mean(util), 1),
+                util_p95_pct=_rounded(_p95(util), 1),
+                memory_metric=spec.memory_metric,
+                memory_peak_mib=_rounded(_max(memory), 1),
             )
         )
     package_energy = None
     if package.get("column") and window is not None:
         t, e = series(rows, package["column"])
-        package_energy = counter_energy(t, e, np.empty(0), np.empty(0), window.start_unix_s, window.end_unix_s)
+        package_energy = counter_energy(
+            t, e, np.empty(0), np.empty(0), window.start_unix_s, window.end_unix_s
+        )
     duration = window.duration_s if window is not None and window.duration_s > 0 else None
     package_record = {
         "energy_j": _rounded(package_energy),
-        "power_mean_w": _rounded(package_energy / duration) if package_energy is not None and duration else None,
+        "power_mean_w": _rounded(package_energy / duration)
+        if package_energy is not None and duration
+        else None,
         "source": package.get("source", ""),
     }
     if gpus:

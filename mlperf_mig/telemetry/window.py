@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 
 DETAIL_LOG = "mlperf_log_detail.txt"
 _FORMAT = "%m-%d-%Y %H:%M:%S.%f"
-LOADGEN_SOURCE = "LoadGen power_begin/power_end, common to every instance (latest begin, earliest end)"
+LOADGEN_SOURCE = (
+    "LoadGen power_begin/power_end, common to every instance (latest begin, earliest end)"
+)
 
 
 def parse_power_time(text: object) -> float | None:
@@ -45,7 +47,10 @@ def timed_span(log_folder: Path) -> tuple[float, float] | None:
         records = parse_detail_log(log_file)
     except MlperfMigError:
         return None
-    begin, end = parse_power_time(records.get("power_begin")), parse_power_time(records.get("power_end"))
+    begin, end = (
+        parse_power_time(records.get("power_begin")),
+        parse_power_time(records.get("power_end")),
+    )
     if begin is None or end is None or end < begin:
         return None
     return begin, end

@@ -32,16 +32,28 @@ def main() -> None:
         env = {**LOOPBACK_ENV, LOCAL_NODE_CPUS_ENV: ",".join(map(str, share))}
         if str(k) in replays:
             env["MLPERF_MIG_NVML_REPLAY"] = replays[str(k)]
-        node_args = {"num_cpus": len(share), "node_ip_address": "127.0.0.1", "env_vars": env,
-                     "object_store_memory": 400 * 1024 * 1024}
+        node_args = {
+            "num_cpus": len(share),
+            "node_ip_address": "127.0.0.1",
+            "env_vars": env,
+            "object_store_memory": 400 * 1024 * 1024,
+        }
         if cluster is None:
             # a killed node is declared dead within seconds, not Ray's default half minute (and
             # not so fast that a node merely slowed by a loaded machine is)
-            fast_death = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
-                          "health_check_failure_threshold": 5}
-            cluster = Cluster(initialize_head=True, head_node_args={
-                **node_args, "include_dashboard": False, "_system_config": fast_death,
-            })
+            fast_death = {
+                "health_check_period_ms": 1000,
+                "health_check_timeout_ms": 2000,
+                "health_check_failure_threshold": 5,
+            }
+            cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    **node_args,
+                    "include_dashboard": False,
+                    "_system_config": fast_death,
+                },
+            )
             nodes.append(cluster.head_node)
         else:
             nodes.append(cluster.add_node(**node_args))

@@ -28,24 +28,42 @@ from mlperf_mig.runner.cpu_budget import quota_support
 BIN = Path(sys.executable).parent
 
 
-def _node(k: int, *, devices: tuple[LiveDevice, ...] = (), cpus: tuple[int, ...] = (0,), host: str | None = None) -> NodeInventory:
+def _node(
+    k: int,
+    *,
+    devices: tuple[LiveDevice, ...] = (),
+    cpus: tuple[int, ...] = (0,),
+    host: str | None = None,
+) -> NodeInventory:
     return NodeInventory(
-        node_id=f"{k:02d}" * 20, host=host or f"vm{k}", address=f"10.0.0.{k}", ray_version="2.60.0",
-        python_version="3.11.7", cpus=cpus, devices=devices,
+        node_id=f"{k:02d}" * 20,
+        host=host or f"vm{k}",
+        address=f"10.0.0.{k}",
+        ray_version="2.60.0",
+        python_version="3.11.7",
+        cpus=cpus,
+        devices=devices,
     )
 
 
 def _vgpu(profile: str, k: int, gpu: str = "A100-SXM4-80GB") -> LiveDevice:
     return LiveDevice(
-        kind="vgpu", gpu_index=0, gpu_model=gpu, profile=registry.default_catalog().get(gpu).profile(profile),
-        uuid=f"GPU-{k:08d}", vgpu_type=f"A100D-{profile[0]}-{profile.split('.')[1][:-2]}C",
+        kind="vgpu",
+        gpu_index=0,
+        gpu_model=gpu,
+        profile=registry.default_catalog().get(gpu).profile(profile),
+        uuid=f"GPU-{k:08d}",
+        vgpu_type=f"A100D-{profile[0]}-{profile.split('.')[1][:-2]}C",
     )
 
 
 def _mig(profile: str, k: int, start: int) -> LiveDevice:
     return LiveDevice(
-        kind="mig", gpu_index=0, gpu_model="A100-SXM4-80GB",
-        profile=registry.default_catalog().get("A100-SXM4-80GB").profile(profile), uuid=f"MIG-{k:08d}",
+        kind="mig",
+        gpu_index=0,
+        gpu_model="A100-SXM4-80GB",
+        profile=registry.default_catalog().get("A100-SXM4-80GB").profile(profile),
+        uuid=f"MIG-{k:08d}",
         placement_start=start,
     )
 
@@ -57,21 +75,30 @@ def fixture_catalog() -> registry.Catalog:
 
 @pytest.mark.parametrize(
     ("text", "kind"),
-    [("auto", "auto"), ("10.0.0.1:6379", "address"), ("ray://head:10001", "client"), ("local:3", "local")],
+    [
+        ("auto", "auto"),
+        ("10.0.0.1:6379", "address"),
+        ("ray://head:10001", "client"),
+        ("local:3", "local"),
+    ],
 )
 def test_cluster_forms_parse(text: str, kind: str) -> None:
     """Each documented --cluster form is recognised as its kind."""
     assert parse_cluster(text).kind == kind
 
 
-@pytest.mark.parametrize("text", ["", "local:0", "local:x", "local:99", "head", "head:port", "head:70000"])
+@pytest.mark.parametrize(
+    "text", ["", "local:0", "local:x", "local:99", "head", "head:port", "head:70000"]
+)
 def test_malformed_cluster_values_name_the_accepted_forms(text: str) -> None:
     """A value in none of the forms is a ClusterError that lists them."""
     with pytest.raises(ClusterError, match="local:"):
         parse_cluster(text)
 
 
-@pytest.mark.parametrize("text", ["local:²", "local:٣", "local:１", "head:٦٣٧٩", "ray://head:¹⁰⁰⁰¹"])
+@pytest.mark.parametrize(
+    "text", ["local:²", "local:٣", "local:１", "head:٦٣٧٩", "ray://head:¹⁰⁰⁰¹"]
+)
 def test_cluster_counts_and_ports_take_ascii_digits_only(text: str) -> None:
     """A node count or port in superscripts or another script's digits is a ClusterError, not a traceback."""
     with pytest.raises(ClusterError, match="local:"):
@@ -110,8 +137,15 @@ def test_nodes_of_another_ray_version_are_refused() -> None:
     pytest.importorskip("ray")
     import ray
 
-    odd = NodeInventory(node_id="ab" * 20, host="vm9", address="10.0.0.9", ray_version="0.0.1",
-                        python_version="3.11.7", cpus=(0,), devices=())
+    odd = NodeInventory(
+        node_id="ab" * 20,
+        host="vm9",
+        address="10.0.0.9",
+        ray_version="0.0.1",
+        python_version="3.11.7",
+        cpus=(0,),
+        devices=(),
+    )
     with pytest.raises(ClusterError, match=rf"vm9.*Ray 0\.0\.1.*ray=={ray.__version__}"):
         check_versions([odd])
 
@@ -125,10 +159,19 @@ def test_local_nodes_split_the_cpus() -> None:
 def test_emulated_layout_spreads_over_the_nodes(catalog: registry.Catalog) -> None:
     """Layout 7 on three GPU-less hosts: instances go round the nodes, each with CPU time by slices of the smallest host."""
     nodes = [_node(0, cpus=(0, 1, 2)), _node(1, cpus=(3,)), _node(2, cpus=(4,))]
-    deployment = cluster_deployment(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=None, catalog=catalog)
+    deployment = cluster_deployment(
+        7, inventories=nodes, cluster="auto", gpu=None, gpu_group=None, catalog=catalog
+    )
     assert deployment.partitioning == "emulated"
-    assert [s.node for s in deployment.slots] == [nodes[0].node_id, nodes[1].node_id, nodes[2].node_id, nodes[0].node_id]
-    assert [s.cpu_share for s in deployment.slots] == pytest.approx([2 / 7, 2 / 7, 2 / 7, 1 / 7], abs=1e-6)
+    assert [s.node for s in deployment.slots] == [
+        nodes[0].node_id,
+        nodes[1].node_id,
+        nodes[2].node_id,
+        nodes[0].node_id,
+    ]
+    assert [s.cpu_share for s in deployment.slots] == pytest.approx(
+        [2 / 7, 2 / 7, 2 / 7, 1 / 7], abs=1e-6
+    )
     assert all(s.host and s.cpu_budget == "duty cycle" for s in deployment.slots)
     assert any("vm0: 2" in note for note in deployment.notes)  # the CPUs the proportions leave idle
 
@@ -136,9 +179,15 @@ def test_emulated_layout_spreads_over_the_nodes(catalog: registry.Catalog) -> No
 def test_local_nodes_of_one_host_keep_identical_instances_equal(catalog: registry.Catalog) -> None:
     """local:3 on 2 CPUs (nodes sharing a CPU): the three 2g get equal budgets and the 1g half of one."""
     nodes = [_node(k, cpus=c, host="box") for k, c in enumerate(local_node_cpus(3, [0, 1]))]
-    deployment = cluster_deployment(7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog)
-    assert [s.cpu_share for s in deployment.slots] == pytest.approx([4 / 7, 4 / 7, 4 / 7, 2 / 7], abs=1e-6)
-    assert {s.cpu_budget for s in deployment.slots} == {quota_support()[0]}  # this machine's, probed
+    deployment = cluster_deployment(
+        7, inventories=nodes, cluster="local:3", gpu=None, gpu_group=None, catalog=catalog
+    )
+    assert [s.cpu_share for s in deployment.slots] == pytest.approx(
+        [4 / 7, 4 / 7, 4 / 7, 2 / 7], abs=1e-6
+    )
+    assert {s.cpu_budget for s in deployment.slots} == {
+        quota_support()[0]
+    }  # this machine's, probed
 
 
 def test_vgpus_of_one_declared_group_form_the_layout(catalog: registry.Catalog) -> None:
@@ -146,46 +195,79 @@ def test_vgpus_of_one_declared_group_form_the_layout(catalog: registry.Catalog) 
     profiles = ["2g.20gb", "2g.20gb", "2g.20gb", "1g.10gb"]
     nodes = [_node(k, devices=(_vgpu(p, k),)) for k, p in enumerate(profiles)]
     group = [n.address for n in nodes]
-    deployment = cluster_deployment(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=group, catalog=catalog)
+    deployment = cluster_deployment(
+        7, inventories=nodes, cluster="auto", gpu=None, gpu_group=group, catalog=catalog
+    )
     assert deployment.partitioning == "vgpu" and deployment.grouping == "declared"
-    assert sorted(s.env["CUDA_VISIBLE_DEVICES"] for s in deployment.slots) == sorted(f"GPU-{k:08d}" for k in range(4))
+    assert sorted(s.env["CUDA_VISIBLE_DEVICES"] for s in deployment.slots) == sorted(
+        f"GPU-{k:08d}" for k in range(4)
+    )
 
 
 def test_vgpus_without_a_group_are_refused_with_the_fix(catalog: registry.Catalog) -> None:
     """Several vGPUs cannot be known to share a GPU: the refusal asks for --gpu-group and shows both sides."""
-    nodes = [_node(k, devices=(_vgpu("2g.20gb", k),)) for k in range(3)] + [_node(3, devices=(_vgpu("1g.10gb", 3),))]
+    nodes = [_node(k, devices=(_vgpu("2g.20gb", k),)) for k in range(3)] + [
+        _node(3, devices=(_vgpu("1g.10gb", 3),))
+    ]
     with pytest.raises(ClusterError, match=r"--gpu-group.*") as caught:
-        cluster_deployment(7, inventories=nodes, cluster="auto", gpu=None, gpu_group=None, catalog=catalog)
+        cluster_deployment(
+            7, inventories=nodes, cluster="auto", gpu=None, gpu_group=None, catalog=catalog
+        )
     assert "3x 2g.20gb + 1g.10gb" in str(caught.value) and "vm3" in str(caught.value)
 
 
 def test_mig_devices_of_one_bare_metal_gpu_are_observed(catalog: registry.Catalog) -> None:
     """A node whose GPU carries layout 6 runs it; the grouping is observed, not declared."""
     devices = (_mig("4g.40gb", 0, 0), _mig("2g.20gb", 1, 4), _mig("1g.10gb", 2, 6))
-    deployment = cluster_deployment(6, inventories=[_node(0, devices=devices), _node(1)], cluster="auto", gpu=None,
-                            gpu_group=None, catalog=catalog)
+    deployment = cluster_deployment(
+        6,
+        inventories=[_node(0, devices=devices), _node(1)],
+        cluster="auto",
+        gpu=None,
+        gpu_group=None,
+        catalog=catalog,
+    )
     assert deployment.partitioning == "mig" and deployment.grouping == "observed"
     assert [s.device for s in deployment.slots] == ["MIG-00000000", "MIG-00000001", "MIG-00000002"]
 
 
 def test_a_group_of_two_gpu_models_is_refused(catalog: registry.Catalog) -> None:
     """A declared group mixing an A100 and an H100 vGPU is one line naming both models."""
-    nodes = [_node(0, devices=(_vgpu("2g.20gb", 0),)), _node(1, devices=(_vgpu("1g.10gb", 1, gpu="H100-SXM5-80GB"),))]
+    nodes = [
+        _node(0, devices=(_vgpu("2g.20gb", 0),)),
+        _node(1, devices=(_vgpu("1g.10gb", 1, gpu="H100-SXM5-80GB"),)),
+    ]
     with pytest.raises(ClusterError, match="mixes GPU models"):
-        cluster_deployment(["2g.20gb", "1g.10gb"], inventories=nodes, cluster="auto", gpu=None,
-                       gpu_group=["10.0.0.0", "10.0.0.1"], catalog=catalog)
+        cluster_deployment(
+            ["2g.20gb", "1g.10gb"],
+            inventories=nodes,
+            cluster="auto",
+            gpu=None,
+            gpu_group=["10.0.0.0", "10.0.0.1"],
+            catalog=catalog,
+        )
 
 
 def test_a_cluster_without_the_layouts_devices_is_refused(catalog: registry.Catalog) -> None:
     """Layout 8 (7x 1g) on a node carrying layout 6 is refused, showing the layout and the inventory."""
     devices = (_mig("4g.40gb", 0, 0), _mig("2g.20gb", 1, 4), _mig("1g.10gb", 2, 6))
-    with pytest.raises(ClusterError, match=r"cannot hold the layout: the layout is 7x 1g\.10gb.*4g\.40gb"):
-        cluster_deployment(8, inventories=[_node(0, devices=devices)], cluster="auto", gpu=None, gpu_group=None,
-                       catalog=catalog)
+    with pytest.raises(
+        ClusterError, match=r"cannot hold the layout: the layout is 7x 1g\.10gb.*4g\.40gb"
+    ):
+        cluster_deployment(
+            8,
+            inventories=[_node(0, devices=devices)],
+            cluster="auto",
+            gpu=None,
+            gpu_group=None,
+            catalog=catalog,
+        )
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "mlperf-mig"), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(BIN / "mlperf-mig"), *args], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize(
@@ -194,13 +276,18 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         (["run", "--cluster", "local:0"], "local:N needs a node count"),
         (["run", "--cluster", "local:²"], "local:N needs a node count"),
         (["plan", "--cluster", "local:٣"], "local:N needs a node count"),
-        (["run", "--cluster", "127.0.0.1:1", "--no-accuracy"], "no Ray cluster answers at 127.0.0.1:1"),
+        (
+            ["run", "--cluster", "127.0.0.1:1", "--no-accuracy"],
+            "no Ray cluster answers at 127.0.0.1:1",
+        ),
         (["run", "--cluster", "local:2", "--shared"], "shared cannot be combined with a cluster"),
         (["plan", "--gpu-group", "a,b"], "no cluster was given"),
         (["cluster-info", "--cluster", "nowhere"], "is not an address"),
     ],
 )
-def test_cluster_mistakes_are_one_line_and_exit_2(args: list[str], words: str, tmp_path: Path) -> None:
+def test_cluster_mistakes_are_one_line_and_exit_2(
+    args: list[str], words: str, tmp_path: Path
+) -> None:
     """Each cluster mistake is one line on stderr, exit 2, and no run folder."""
     out = tmp_path / "run"
     done = _cli(*args, *(["--outdir", str(out)] if args[0] == "run" else []))
@@ -217,7 +304,9 @@ def test_settings_reject_a_gpu_group_that_names_nothing() -> None:
         RunOptions(cluster="auto", gpu_group=["10.0.0.1", " "])
 
 
-def test_loopback_switches_are_undone_when_the_session_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_loopback_switches_are_undone_when_the_session_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A loopback cluster's switches hold during the session and are put back after it."""
     pytest.importorskip("ray")
     from ray._private import ray_constants
@@ -245,9 +334,14 @@ def test_a_node_that_cannot_report_is_one_line_naming_it() -> None:
 
         @staticmethod
         def get(ref: object) -> object:
-            raise ray.exceptions.RayTaskError("describe_this_node", "tb", ModuleNotFoundError("No module named 'mlperf_mig'"))
+            raise ray.exceptions.RayTaskError(
+                "describe_this_node", "tb", ModuleNotFoundError("No module named 'mlperf_mig'")
+            )
 
-    with pytest.raises(ClusterError, match=r"node abcdef12 could not report its devices .*mlperf_mig.*install the same"):
+    with pytest.raises(
+        ClusterError,
+        match=r"node abcdef12 could not report its devices .*mlperf_mig.*install the same",
+    ):
         _node_answer(FailedRay, "abcdef1234", object())
 
 
@@ -259,8 +353,12 @@ def test_a_node_inventory_reads_back_from_its_plain_data() -> None:
 
 @pytest.mark.parametrize(
     ("change", "said"),
-    [({"cpus": ["0"]}, "cpus"), ({"devices": {"kind": "mig"}}, "devices must be a list"),
-     ({"host": None}, "host"), ({"shell": "rm"}, "must have the keys")],
+    [
+        ({"cpus": ["0"]}, "cpus"),
+        ({"devices": {"kind": "mig"}}, "devices must be a list"),
+        ({"host": None}, "host"),
+        ({"shell": "rm"}, "must have the keys"),
+    ],
 )
 def test_a_node_inventory_with_wrong_fields_is_refused(change: dict, said: str) -> None:
     """A node's plain data with a wrong field or a foreign key is a ValueError naming it."""
@@ -281,7 +379,10 @@ def test_a_node_answer_the_driver_cannot_read_is_one_line_naming_it() -> None:
         def get(ref: object) -> object:
             return {**_node(0).to_dict(), "devices": [{"kind": "mig"}]}
 
-    with pytest.raises(ClusterError, match=r"node abcdef12 reported an inventory this driver cannot read .*install the same"):
+    with pytest.raises(
+        ClusterError,
+        match=r"node abcdef12 reported an inventory this driver cannot read .*install the same",
+    ):
         _node_answer(OddRay, "abcdef1234", object())
 
 
@@ -293,8 +394,14 @@ def test_cluster_devices_match_by_profile_id_not_name(catalog: registry.Catalog)
         attrs.evolve(d, profile=attrs.evolve(d.profile, name=d.profile.name + "-alias"))
         for d in (_mig("4g.40gb", 0, 0), _mig("2g.20gb", 1, 4), _mig("1g.10gb", 2, 6))
     )
-    deployment = cluster_deployment(6, inventories=[_node(0, devices=devices)], cluster="auto", gpu=None,
-                                     gpu_group=None, catalog=catalog)
+    deployment = cluster_deployment(
+        6,
+        inventories=[_node(0, devices=devices)],
+        cluster="auto",
+        gpu=None,
+        gpu_group=None,
+        catalog=catalog,
+    )
     assert [s.device for s in deployment.slots] == ["MIG-00000000", "MIG-00000001", "MIG-00000002"]
 
 
@@ -305,7 +412,9 @@ def test_cluster_info_names_where_auto_found_the_cluster(monkeypatch: pytest.Mon
     from mlperf_mig.cluster.connect import parse_cluster
     from mlperf_mig.cluster.inventory import inventory_table
 
-    fake_ray = SimpleNamespace(get_runtime_context=lambda: SimpleNamespace(gcs_address="10.1.2.3:6379"))
+    fake_ray = SimpleNamespace(
+        get_runtime_context=lambda: SimpleNamespace(gcs_address="10.1.2.3:6379")
+    )
     monkeypatch.setitem(sys.modules, "ray", fake_ray)
     session = SimpleNamespace(spec=parse_cluster("auto"), address="auto", emulated_nodes=False)
     head = inventory_table(session, [_node(0)]).splitlines()[0]

@@ -60,7 +60,11 @@ def test_a_merged_batch_runs_in_calls_of_at_most_the_engines_batch() -> None:
 
 def _actor(backend: NullBackend | None = None) -> ServeActor:
     actor = ServeActor("i0", {}, None, capacity=64)
-    actor._backend, actor._benchmark, actor._batch_size = backend or NullBackend(RESNET50), RESNET50, 4
+    actor._backend, actor._benchmark, actor._batch_size = (
+        backend or NullBackend(RESNET50),
+        RESNET50,
+        4,
+    )
     return actor
 
 

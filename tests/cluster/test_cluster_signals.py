@@ -42,22 +42,48 @@ def _tagged(tag: str) -> list[str]:
             continue
         try:
             if f"{TAG_VARIABLE}={tag}".encode() in (entry / "environ").read_bytes().split(b"\0"):
-                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                found.append(
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
         except OSError:  # gone meanwhile, or a zombie
             continue
     return found
 
 
-def test_sigterm_stops_a_local_cluster_run_with_its_results_and_no_process_left(tmp_path: Path) -> None:
+def test_sigterm_stops_a_local_cluster_run_with_its_results_and_no_process_left(
+    tmp_path: Path,
+) -> None:
     """SIGTERM in the timed test of a local:2 run: exit 143, results.json, no stack dump, no Ray process left."""
     tag = uuid.uuid4().hex
     out = tmp_path / "run"
     run = subprocess.Popen(
-        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', str(BIN / "mlperf-mig"),
-         "run", "--scenario", "2x3g.40gb", "--emulate", "--backend", "null", "--loadgen-scenario",
-         "SingleStream", "--set", "min_duration=12000", "--no-accuracy", "--cluster", "local:2",
-         "--outdir", str(out)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            "unshare",
+            "-n",
+            "sh",
+            "-c",
+            'ip link set lo up && exec "$0" "$@"',
+            str(BIN / "mlperf-mig"),
+            "run",
+            "--scenario",
+            "2x3g.40gb",
+            "--emulate",
+            "--backend",
+            "null",
+            "--loadgen-scenario",
+            "SingleStream",
+            "--set",
+            "min_duration=12000",
+            "--no-accuracy",
+            "--cluster",
+            "local:2",
+            "--outdir",
+            str(out),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, **LOOPBACK_ENV, TAG_VARIABLE: tag},
     )
     try:
@@ -72,7 +98,9 @@ def test_sigterm_stops_a_local_cluster_run_with_its_results_and_no_process_left(
             ready += line.rstrip().endswith(": ready")
         assert ready == 2, "the instances never reached the start barrier: " + "".join(seen)
         running = _tagged(tag)
-        assert any("gcs_server" in c for c in running) and any("raylet" in c for c in running), running
+        assert any("gcs_server" in c for c in running) and any("raylet" in c for c in running), (
+            running
+        )
         run.send_signal(signal.SIGTERM)
         _, rest = run.communicate(timeout=120)
     finally:

@@ -28,7 +28,10 @@ class StandInServer:
     run at or under `knee` QPS has a p99 of 5 ms, above it 50 ms. Every call is recorded."""
 
     def __init__(
-        self, knee: float, offline_qps: float = 4000.0, confirm_fails_above: float | None = None,
+        self,
+        knee: float,
+        offline_qps: float = 4000.0,
+        confirm_fails_above: float | None = None,
         fails_once_at: tuple[float, ...] = (),
     ) -> None:
         self.knee = knee
@@ -40,14 +43,18 @@ class StandInServer:
     def __call__(self, profiles: list[str], *, loadgen_scenario: str, outdir: Path, settings: dict | None = None,
                  **common: Any) -> SimpleNamespace:  # fmt: skip
         settings = dict(settings or {})
-        self.calls.append({"scenario": loadgen_scenario, "folder": Path(outdir).name, "settings": settings})
+        self.calls.append(
+            {"scenario": loadgen_scenario, "folder": Path(outdir).name, "settings": settings}
+        )
         if loadgen_scenario == "Offline":
             return SimpleNamespace(total_throughput=self.offline_qps, outdir=str(outdir))
         target = settings["target_qps"]
         within = target <= self.knee and target not in self.fails_once_at
         self.fails_once_at.discard(target)
         confirm = Path(outdir).name.startswith("confirm")
-        valid = within and not (confirm and self.confirm_fails_above is not None and target > self.confirm_fails_above)
+        valid = within and not (
+            confirm and self.confirm_fails_above is not None and target > self.confirm_fails_above
+        )
         performance = SimpleNamespace(
             latency_ns={"50.00": 1e6, "90.00": 2e6, "99.00": 5e6 if within else 50e6, "99.90": 60e6},
             effective_settings={"target_latency_ns": BOUND_NS}, error=None,
@@ -77,7 +84,9 @@ def fixture_stand_in(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _search(tmp_path: Path, **kwargs: Any) -> capacity_module.CapacityResult:
-    return capacity_module.capacity("resnet50", "1g.10gb", outdir=tmp_path / "cap", store=False, **kwargs)
+    return capacity_module.capacity(
+        "resnet50", "1g.10gb", outdir=tmp_path / "cap", store=False, **kwargs
+    )
 
 
 def test_the_knee_is_found_within_the_tolerance(stand_in: Any, tmp_path: Path) -> None:
@@ -88,7 +97,9 @@ def test_the_knee_is_found_within_the_tolerance(stand_in: Any, tmp_path: Path) -
     assert result.bracket_closed and result.confirmed
     assert 1234.5 / 1.1 <= result.qps <= 1234.5
     assert result.failed_qps > 1234.5 and result.failed_qps / result.passed_qps <= 1.1
-    assert server.server_calls()[0]["settings"]["target_qps"] == pytest.approx(1000.0)  # Offline / 4
+    assert server.server_calls()[0]["settings"]["target_qps"] == pytest.approx(
+        1000.0
+    )  # Offline / 4
 
 
 def test_the_bracket_holds_at_every_step(stand_in: Any, tmp_path: Path) -> None:
@@ -118,13 +129,19 @@ def test_probes_and_confirmation_run_at_their_own_lengths(stand_in: Any, tmp_pat
     confirms = [c for c in calls if c["folder"].startswith("confirm-")]
     assert len(probes) == sum(not p.confirm for p in result.probes) and len(confirms) == 1
     assert all(c["settings"]["min_duration"] == 1500 for c in probes + repeats)
-    assert [c["settings"]["target_qps"] for c in probes] == [p.target_qps for p in result.probes if not p.confirm]
+    assert [c["settings"]["target_qps"] for c in probes] == [
+        p.target_qps for p in result.probes if not p.confirm
+    ]
     failed = [p.target_qps for p in result.probes if not p.confirm and not p.passed]
-    assert sorted(c["settings"]["target_qps"] for c in repeats) == sorted(failed)  # each re-measured
+    assert sorted(c["settings"]["target_qps"] for c in repeats) == sorted(
+        failed
+    )  # each re-measured
     assert confirms[0]["settings"] == {"target_qps": result.qps, "min_duration": 9000}
 
 
-def test_the_confirmation_without_confirm_ms_takes_the_preset_length(stand_in: Any, tmp_path: Path) -> None:
+def test_the_confirmation_without_confirm_ms_takes_the_preset_length(
+    stand_in: Any, tmp_path: Path
+) -> None:
     """Without confirm_ms the confirming run sets no min_duration (the preset's applies)."""
     server = stand_in(1234.5)
     _search(tmp_path, probe_ms=1500)
@@ -152,12 +169,18 @@ def test_a_failed_confirmation_steps_down_by_the_tolerance(stand_in: Any, tmp_pa
     it is confirmed, and the answer is the confirmed one."""
     server = stand_in(1234.5, confirm_fails_above=1000.0)
     result = _search(tmp_path, tolerance=0.1)
-    confirms = [c["settings"]["target_qps"] for c in server.server_calls() if c["folder"].startswith("confirm")]
+    confirms = [
+        c["settings"]["target_qps"]
+        for c in server.server_calls()
+        if c["folder"].startswith("confirm")
+    ]
     assert all(b == pytest.approx(a / 1.1) for a, b in itertools.pairwise(confirms))
     assert result.confirmed and result.qps == confirms[-1] <= 1000.0 < confirms[-2]
 
 
-def test_a_probe_that_fails_once_is_inconclusive_and_counted_as_a_failure(stand_in: Any, tmp_path: Path) -> None:
+def test_a_probe_that_fails_once_is_inconclusive_and_counted_as_a_failure(
+    stand_in: Any, tmp_path: Path
+) -> None:
     """Noise: the first run at 2,000 QPS fails though the knee is 2,500; its repeat passes. The
     probe is inconclusive, counted as a failure (the bracket's upper end, the answer below it,
     on the safe side), and the result says so."""

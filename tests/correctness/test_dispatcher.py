@@ -81,7 +81,7 @@ def test_a_dead_workers_batches_go_to_the_others() -> None:
     _submit_batches(dispatcher, 2)
     lost = links[1].batches()
     dispatcher.worker_died(1)
-    resent = [ids for _, ids in links[0].batches()][-len(lost):]
+    resent = [ids for _, ids in links[0].batches()][-len(lost) :]
     assert resent == [ids for _, ids in lost] and dispatcher.alive == [True, False]
 
 

@@ -20,7 +20,9 @@ def _samples(benchmark: Benchmark, indices: list[int]) -> dict[str, np.ndarray]:
         layout.name: np.empty((len(indices), *layout.shape), layout.dtype)
         for layout in input_layouts(benchmark)
     }
-    SyntheticSource(benchmark=benchmark, total_count=1000, performance_count=64).fill(indices, batch)
+    SyntheticSource(benchmark=benchmark, total_count=1000, performance_count=64).fill(
+        indices, batch
+    )
     return batch
 
 

@@ -127,8 +127,18 @@ def test_every_logged_answer_is_its_samples_across_nodes(tmp_path: Path) -> None
         f"t._run(Path({str(out)!r}), 'Offline', 'independent', cluster='local:2')"
     )
     done = subprocess.run(
-        ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" -c "$1"', sys.executable, code],
-        capture_output=True, text=True, timeout=600,
+        [
+            "unshare",
+            "-n",
+            "sh",
+            "-c",
+            'ip link set lo up && exec "$0" -c "$1"',
+            sys.executable,
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = mlperf_mig.RunResult.load(out)

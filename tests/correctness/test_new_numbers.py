@@ -44,22 +44,30 @@ def fixture_fleet_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     return {mode: root / mode for mode in ("independent", "unified")}
 
 
-def test_independent_subtotals_and_total_from_each_instances_own_log(fleet_runs: dict[str, Path]) -> None:
+def test_independent_subtotals_and_total_from_each_instances_own_log(
+    fleet_runs: dict[str, Path],
+) -> None:
     """Each GPU's subtotal in results.json is the sum of its instances' rates as their own
     detail logs give them; the system total is the sum over all instances."""
     folder = fleet_runs["independent"]
     data = json.loads((folder / "results.json").read_text())
     rates = {
-        i["name"]: _offline_rate(next(folder.glob(f"**/{i['name']}/performance/mlperf_log_detail.txt")))
+        i["name"]: _offline_rate(
+            next(folder.glob(f"**/{i['name']}/performance/mlperf_log_detail.txt"))
+        )
         for i in data["instances"]
     }
     assert len(data["gpus"]) == 2
     for gpu in data["gpus"]:
-        assert gpu["subtotal"] == pytest.approx(sum(rates[name] for name in gpu["instances"]), rel=1e-9)
+        assert gpu["subtotal"] == pytest.approx(
+            sum(rates[name] for name in gpu["instances"]), rel=1e-9
+        )
     assert data["aggregate"]["total_throughput"] == pytest.approx(sum(rates.values()), rel=1e-9)
 
 
-def test_unified_subtotals_share_the_one_result_by_samples_served(fleet_runs: dict[str, Path]) -> None:
+def test_unified_subtotals_share_the_one_result_by_samples_served(
+    fleet_runs: dict[str, Path],
+) -> None:
     """Under one LoadGen each GPU's subtotal is the layout's rate (its detail log) times the
     share of samples its instances served (results.json's raw counts): not an even split."""
     folder = fleet_runs["unified"]
@@ -84,7 +92,9 @@ def test_power_is_integrated_by_trapezoids_over_the_window() -> None:
 
 def test_power_steps_are_not_taken_at_their_right_ends() -> None:
     """100 W then 300 W one second later, window 0-1 s: trapezoid 200 J (not 300 or 100)."""
-    assert power_energy(np.array([0.0, 1.0]), np.array([100.0, 300.0]), 0.0, 1.0) == pytest.approx(200.0)
+    assert power_energy(np.array([0.0, 1.0]), np.array([100.0, 300.0]), 0.0, 1.0) == pytest.approx(
+        200.0
+    )
 
 
 def test_counter_energy_bridges_a_reset_with_power() -> None:
@@ -105,14 +115,19 @@ def test_emulated_cpu_shares_follow_compute_slices(fleet_runs: dict[str, Path]) 
     whole_by_gpu: dict[int, set[float]] = {}
     for instance in data["instances"]:
         slices = int(instance["profile"].split("g.")[0])
-        whole_by_gpu.setdefault(instance["gpu_index"], set()).add(round(instance["cpu_share"] * 7 / slices, 4))
+        whole_by_gpu.setdefault(instance["gpu_index"], set()).add(
+            round(instance["cpu_share"] * 7 / slices, 4)
+        )
     assert all(len(wholes) == 1 for wholes in whole_by_gpu.values())  # one GPU's CPUs, shared 2:1
-    assert sum(w.pop() for w in whole_by_gpu.values()) == pytest.approx(len(os.sched_getaffinity(0)), rel=1e-3)
+    assert sum(w.pop() for w in whole_by_gpu.values()) == pytest.approx(
+        len(os.sched_getaffinity(0)), rel=1e-3
+    )
 
 
 def _proportions_report() -> Any:
     spec = importlib.util.spec_from_file_location(
-        "emulation_proportions", Path(__file__).parents[2] / "benchmarks" / "emulation_proportions.py"
+        "emulation_proportions",
+        Path(__file__).parents[2] / "benchmarks" / "emulation_proportions.py",
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

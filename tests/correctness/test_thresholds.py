@@ -110,14 +110,20 @@ def test_test04_single_stream_scores_the_inverse_latency(test_latency: float, pa
 
 # --- TEST01 accuracy: delta <= 1% (the checker's arithmetic) ------------------------------------
 def _report(value: float) -> AccuracyReport:
-    return AccuracyReport(metric="top1", value=value, target=75.0, meaningful=True, passed=True, sample_count=100)
+    return AccuracyReport(
+        metric="top1", value=value, target=75.0, meaningful=True, passed=True, sample_count=100
+    )
 
 
 @pytest.mark.parametrize(
     ("baseline", "audited", "passed"),
     [
         (99.5, 100.0, True),
-        (99.0, 100.0, False),  # exactly 1% by the text, 1.0000000000000009 in float: fails there too
+        (
+            99.0,
+            100.0,
+            False,
+        ),  # exactly 1% by the text, 1.0000000000000009 in float: fails there too
         (99.0000001, 100.0, True),
         (98.99, 100.0, False),
         (100.9, 100.0, True),
@@ -145,7 +151,8 @@ def _fallback_problems(tmp_path: Path, baseline: str, audited: str) -> list[str]
 
 
 @pytest.mark.parametrize(
-    ("baseline", "passed"), [("99.500", True), ("99.000", False), ("98.990", False), ("100.900", True)]
+    ("baseline", "passed"),
+    [("99.500", True), ("99.000", False), ("98.990", False), ("100.900", True)],
 )
 def test_checker_test01_accuracy_delta(tmp_path: Path, baseline: str, passed: bool) -> None:
     """The checker's own TEST01 delta on baseline/compliance_accuracy.txt, against 100%."""
@@ -171,8 +178,11 @@ def _detail(**changes: object) -> DetailLog:
 
 def _problems(**changes: object) -> list[str]:
     return check.performance_problems(
-        _detail(**changes), model="resnet", scenario=str(changes.get("effective_scenario", "Offline")),
-        division="closed", version="v6.1",
+        _detail(**changes),
+        model="resnet",
+        scenario=str(changes.get("effective_scenario", "Offline")),
+        division="closed",
+        version="v6.1",
     )
 
 
@@ -195,12 +205,17 @@ def test_checker_minimums(key: str, inside: int, on: int, outside: int, word: st
     assert any(word in p for p in _problems(**{key: outside}))
 
 
-@pytest.mark.parametrize(("target", "passed"), [(14_999_999, True), (15_000_000, True), (15_000_001, False)])
+@pytest.mark.parametrize(
+    ("target", "passed"), [(14_999_999, True), (15_000_000, True), (15_000_001, False)]
+)
 def test_checker_server_latency_bound(target: int, passed: bool) -> None:
     """ResNet50 Server: a target latency at most 15 ms passes."""
     found = _problems(
-        effective_scenario="Server", effective_target_latency_ns=target, early_stopping_met=True,
-        result_completed_samples_per_sec=10.0, result_scheduled_samples_per_sec=10.0,
+        effective_scenario="Server",
+        effective_target_latency_ns=target,
+        early_stopping_met=True,
+        result_completed_samples_per_sec=10.0,
+        result_scheduled_samples_per_sec=10.0,
     )
     assert (not [p for p in found if "target latency" in p]) is passed
 
@@ -217,7 +232,9 @@ def test_checker_accuracy_target(value: float, passed: bool) -> None:
     assert (not [p for p in problems if "below the target" in p]) is passed
 
 
-@pytest.mark.parametrize(("size", "whole"), [(10 * 1024 - 1, True), (10 * 1024, True), (10 * 1024 + 1, False)])
+@pytest.mark.parametrize(
+    ("size", "whole"), [(10 * 1024 - 1, True), (10 * 1024, True), (10 * 1024 + 1, False)]
+)
 def test_accuracy_log_is_cut_above_10_kib(size: int, whole: bool) -> None:
     """A log of at most 10 KiB is kept whole; one byte more is truncated."""
     data = b"x" * size
@@ -225,7 +242,9 @@ def test_accuracy_log_is_cut_above_10_kib(size: int, whole: bool) -> None:
 
 
 # --- the advisor's constraints ------------------------------------------------------------------
-def _prediction(instances: int, p99: float | None = 5.0, profiles: tuple[str, ...] = ("1g.10gb",)) -> object:
+def _prediction(
+    instances: int, p99: float | None = 5.0, profiles: tuple[str, ...] = ("1g.10gb",)
+) -> object:
     layout = SimpleNamespace(profiles=[SimpleNamespace(name=name) for name in profiles])
     return SimpleNamespace(instances=instances, worst_p99_ms=p99, layout_obj=layout)
 
@@ -242,7 +261,9 @@ def test_max_instances(instances: int, allowed: bool) -> None:
     assert Constraints(max_instances=3).allows(_prediction(instances)) is allowed
 
 
-@pytest.mark.parametrize(("p99", "allowed"), [(9.999, True), (10.0, True), (10.001, False), (None, False)])
+@pytest.mark.parametrize(
+    ("p99", "allowed"), [(9.999, True), (10.0, True), (10.001, False), (None, False)]
+)
 def test_max_p99_ms(p99: float | None, allowed: bool) -> None:
     """max_p99_ms=10: a worst p99 of exactly 10 ms is allowed; an unknown p99 is not."""
     assert Constraints(max_p99_ms=10.0).allows(_prediction(1, p99=p99)) is allowed
@@ -271,23 +292,37 @@ def _mllog(folder: Path, records: dict[str, object], *, audit: bool = False) -> 
     if audit:  # LoadGen's warning that it read an audit.config
         lines.append({"key": "warning_generic_message", "value": compliance.AUDIT_FOUND,
                       "metadata": {"is_error": False, "is_warning": True}})  # fmt: skip
-    lines += [{"key": k, "value": v, "metadata": {"is_error": False, "is_warning": False}} for k, v in records.items()]
-    (folder / "mlperf_log_detail.txt").write_text("".join(f":::MLLOG {json.dumps(line)}\n" for line in lines))
+    lines += [
+        {"key": k, "value": v, "metadata": {"is_error": False, "is_warning": False}}
+        for k, v in records.items()
+    ]
+    (folder / "mlperf_log_detail.txt").write_text(
+        "".join(f":::MLLOG {json.dumps(line)}\n" for line in lines)
+    )
 
 
 @pytest.mark.parametrize(
     ("spread", "inconclusive"),
     [(0.10 * (1 - NUDGE), False), (0.10, False), (0.10 * (1 + NUDGE), True)],
 )
-def test_short_test04_is_inconclusive_only_above_its_band(tmp_path: Path, spread: float, inconclusive: bool) -> None:
+def test_short_test04_is_inconclusive_only_above_its_band(
+    tmp_path: Path, spread: float, inconclusive: bool
+) -> None:
     """A short TEST04 40% faster: with a measured spread at or under the 10% band it FAILs, just
     above it it is inconclusive (neither PASS nor FAIL)."""
-    _mllog(tmp_path / "performance", {"result_samples_per_second": 100.0, "result_validity": "INVALID"})
+    _mllog(
+        tmp_path / "performance", {"result_samples_per_second": 100.0, "result_validity": "INVALID"}
+    )
     settings = {f"effective_{k}": v for k, v in compliance.AUDIT_EFFECTIVE["TEST04"].items()}
     _mllog(tmp_path / "TEST04", {"result_samples_per_second": 140.0, "result_validity": "INVALID", **settings},
            audit=True)  # fmt: skip
     verdict = compliance.verify_audit(
-        "TEST04", tmp_path, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=spread
+        "TEST04",
+        tmp_path,
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        short=True,
+        spread=spread,
     )
     assert verdict.inconclusive is inconclusive and not verdict.passed
 

@@ -41,18 +41,24 @@ def fixture_records(tmp_path: Path) -> dict:
 def test_every_percentile_is_its_own_per_sample(records: dict, scenario: str) -> None:
     """Per-sample scenarios read each percentile from its own record, not the per-query ones."""
     found = latencies(records, scenario)
-    assert {k: found[k] for k in PERCENTILES} == {k: ms * 1_000_000 for k, ms in PERCENTILES.items()}
+    assert {k: found[k] for k in PERCENTILES} == {
+        k: ms * 1_000_000 for k, ms in PERCENTILES.items()
+    }
     assert (found["min"], found["mean"], found["max"]) == (500_000, 1_500_000, 7_000_000)
 
 
 def test_multistream_reads_the_per_query_percentiles(records: dict) -> None:
     """MultiStream's latencies are the per-query ones (ten times the per-sample ones here)."""
     found = latencies(records, "MultiStream")
-    assert {k: found[k] for k in PERCENTILES} == {k: ms * 10_000_000 for k, ms in PERCENTILES.items()}
+    assert {k: found[k] for k in PERCENTILES} == {
+        k: ms * 10_000_000 for k, ms in PERCENTILES.items()
+    }
     assert found["mean"] == 15_000_000
 
 
-@pytest.mark.parametrize(("scenario", "p99_ms"), [("SingleStream", 5.0), ("Server", 5.0), ("MultiStream", 50.0)])
+@pytest.mark.parametrize(
+    ("scenario", "p99_ms"), [("SingleStream", 5.0), ("Server", 5.0), ("MultiStream", 50.0)]
+)
 def test_the_p99_column_is_the_99th_percentile(records: dict, scenario: str, p99_ms: float) -> None:
     """The tables' "p99 ms" (per instance, and per layout in unified mode, both through
     result_p99_ms) is the 99.00 percentile: not 99.90, 97.00 or 90.00."""
@@ -61,7 +67,10 @@ def test_the_p99_column_is_the_99th_percentile(records: dict, scenario: str, p99
 
 def test_single_stream_throughput_is_one_over_p90(records: dict) -> None:
     """SingleStream's throughput is 1 / the 90th percentile latency (2 ms: 500/s)."""
-    assert throughput(records, "SingleStream") == (pytest.approx(500.0), "samples/s (1 / p90 latency)")
+    assert throughput(records, "SingleStream") == (
+        pytest.approx(500.0),
+        "samples/s (1 / p90 latency)",
+    )
 
 
 def test_multistream_throughput_is_samples_per_query_over_p99_per_query(records: dict) -> None:

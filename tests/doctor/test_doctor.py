@@ -61,7 +61,9 @@ def test_changed_placements_are_reported() -> None:
     state = _state("a100-80gb-scenario7")
     _profile_entry(state, "3g.40gb")["placements"] = [[4, 4]]
     (gpu,) = _diagnose(state).gpus
-    assert [(d.field, d.ours, d.live) for d in gpu.differences] == [("placement_starts", (0, 4), (4,))]
+    assert [(d.field, d.ours, d.live) for d in gpu.differences] == [
+        ("placement_starts", (0, 4), (4,))
+    ]
 
 
 def test_a_profile_the_driver_lacks_is_a_difference() -> None:
@@ -71,7 +73,9 @@ def test_a_profile_the_driver_lacks_is_a_difference() -> None:
         p for p in state["gpus"][0]["gi_profiles"] if p["name"] != "MIG 1g.20gb"
     ]
     (gpu,) = _diagnose(state).gpus
-    assert gpu.differences == (FieldDifference(profile="1g.20gb", field="profile", ours="present", live=None),)
+    assert gpu.differences == (
+        FieldDifference(profile="1g.20gb", field="profile", ours="present", live=None),
+    )
 
 
 def test_h100_with_mig_off_says_there_is_nothing_to_compare() -> None:
@@ -87,20 +91,27 @@ def test_vgpu_guest_is_named_with_its_profile() -> None:
     """In an A100D-2-20C guest doctor says it is a MIG-backed vGPU of one 2g.20gb instance."""
     report = _diagnose(_state("vgpu-a100d-2-20c"))
     assert report.gpus[0].vgpu["profile"] == "2g.20gb"
-    assert "inside a VM: vGPU A100D-2-20C, MIG-backed, one 2g.20gb instance of A100-PCIE-80GB" in report.text()
+    assert (
+        "inside a VM: vGPU A100D-2-20C, MIG-backed, one 2g.20gb instance of A100-PCIE-80GB"
+        in report.text()
+    )
 
 
 def test_no_driver_is_one_line_first() -> None:
     """Without a driver the report starts with the one line saying so and lists no GPU."""
     report = _diagnose(_state("no-driver"))
-    assert report.gpus == () and report.text().splitlines()[0].startswith("no NVIDIA GPU is usable here")
+    assert report.gpus == () and report.text().splitlines()[0].startswith(
+        "no NVIDIA GPU is usable here"
+    )
 
 
 def test_versions_of_the_driver_are_reported() -> None:
     """The driver, CUDA and NVML versions come from the recorded state."""
     report = _diagnose(_state("h200-7x1g"))
     assert (report.driver_version, report.cuda_driver_version, report.nvml_version) == (
-        "570.133.20", "12.8", "12.570.133.20"
+        "570.133.20",
+        "12.8",
+        "12.570.133.20",
     )
 
 
@@ -132,9 +143,14 @@ def test_both_onnxruntime_packages_are_a_problem() -> None:
 def test_the_mismatch_reaches_the_report() -> None:
     """diagnose reports a CUDA 13 TensorRT wheel against the recorded CUDA 12.4 driver."""
     report = diagnose(
-        RecordedNvml(_state("a100-80gb-scenario7")), smoke=False, versions={"tensorrt-cu13": "11.4.0.106"}
+        RecordedNvml(_state("a100-80gb-scenario7")),
+        smoke=False,
+        versions={"tensorrt-cu13": "11.4.0.106"},
     )
-    assert f"install problem: tensorrt-cu13 11.4.0.106 is built for CUDA 13, but the driver supports CUDA 12.4; fix: {INSTALL_COMMANDS[12]}" in report.text()
+    assert (
+        f"install problem: tensorrt-cu13 11.4.0.106 is built for CUDA 13, but the driver supports CUDA 12.4; fix: {INSTALL_COMMANDS[12]}"
+        in report.text()
+    )
 
 
 @pytest.mark.parametrize(("cuda_major", "command"), [(12, 12), (13, 13), (14, 13), (None, 13)])
@@ -157,7 +173,9 @@ def test_bundle_hides_uuids_and_still_replays(tmp_path: Path) -> None:
     text = (tmp_path / "nvml-state.json").read_text() + (tmp_path / "doctor.json").read_text()
     uuids = [state["gpus"][0]["uuid"], *(d["uuid"] for d in state["gpus"][0]["mig_devices"])]
     assert not any(uuid in text for uuid in uuids)
-    replayed = detect(RecordedNvml.from_file(tmp_path / "nvml-state.json"), catalog=default_catalog())
+    replayed = detect(
+        RecordedNvml.from_file(tmp_path / "nvml-state.json"), catalog=default_catalog()
+    )
     assert str(replayed.gpus[0].layout()) == "3x2g.20gb+1g.10gb"
 
 
@@ -171,7 +189,9 @@ def test_bundle_with_include_ids_keeps_them(tmp_path: Path) -> None:
 # --- the smoke test ---------------------------------------------------------------------------
 def test_outputs_beyond_tolerance_fail_the_smoke_test() -> None:
     """A device whose outputs differ from the CPU reference by more than the tolerance fails."""
-    target = SmokeDevice(label="GPU 0 mig 1g.10gb", gpu="A100-SXM4-80GB", profile="1g.10gb", uuid="MIG-x")
+    target = SmokeDevice(
+        label="GPU 0 mig 1g.10gb", gpu="A100-SXM4-80GB", profile="1g.10gb", uuid="MIG-x"
+    )
     summary = {"samples_per_s": 10.0, "validity": "VALID", "ran_on": "tensorrt MIG-x"}
     reference = np.full((8, 1001), 1 / 1001, dtype=np.float32)
     result = _result(target, "tensorrt", summary, None, (reference + 0.01, reference))
@@ -202,7 +222,9 @@ def test_doctor_on_this_cpu_machine_end_to_end(capsys: pytest.CaptureFixture[str
 
 def test_doctor_json_on_a_replayed_state(capsys: pytest.CaptureFixture[str]) -> None:
     """`doctor --replay FILE --json --no-smoke` prints the reconciliation as JSON."""
-    code = main(["doctor", "--replay", str(FIXTURES / "a100-80gb-scenario7.json"), "--json", "--no-smoke"])
+    code = main(
+        ["doctor", "--replay", str(FIXTURES / "a100-80gb-scenario7.json"), "--json", "--no-smoke"]
+    )
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["gpus"][0]["verdict"] == MATCHES
 
@@ -215,7 +237,9 @@ def test_doctor_json_on_a_replayed_state(capsys: pytest.CaptureFixture[str]) -> 
         (["--replay", ""], "--replay needs a file name"),
     ],
 )
-def test_bad_options_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_options_are_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Options that make no sense are one line on stderr and exit 2."""
     code = main(["doctor", *argv])
     err = capsys.readouterr().err

@@ -13,7 +13,7 @@ from mlperf_mig.engines import backends
 from mlperf_mig.engines.backends import backend_class, backend_names, find_backend, resolve_backend
 from mlperf_mig.errors import BackendUnavailableError
 
-_ECHO_BACKEND = '''
+_ECHO_BACKEND = """
 from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport
 
@@ -41,7 +41,7 @@ class EchoBackend(Backend):
 
 
 BACKEND = EchoBackend
-'''
+"""
 
 
 @pytest.fixture(name="extra_backends")
@@ -89,7 +89,9 @@ def test_auto_on_cpu_partitions_skips_gpu_backends() -> None:
 
 def test_gpu_backend_on_cpu_partitions_is_refused() -> None:
     """Asking for TensorRT on CPU partitions raises, naming the backend that can run there."""
-    with pytest.raises(BackendUnavailableError, match="where TensorRT cannot; use --backend onnxruntime"):
+    with pytest.raises(
+        BackendUnavailableError, match="where TensorRT cannot; use --backend onnxruntime"
+    ):
         resolve_backend("tensorrt", on_cpu=True)
 
 

@@ -54,7 +54,9 @@ def test_truncated_engine_is_rebuilt(spec: EngineSpec, cache_dir: Path) -> None:
     assert not build_engine(spec, cache_dir).reused
 
 
-def test_a_folder_where_the_engine_belongs_is_one_clear_error(spec: EngineSpec, cache_dir: Path) -> None:
+def test_a_folder_where_the_engine_belongs_is_one_clear_error(
+    spec: EngineSpec, cache_dir: Path
+) -> None:
     """A folder in the cache at the engine's path is refused with the path and the fix, not deleted."""
     from mlperf_mig.errors import OutputDirError
 

@@ -133,7 +133,10 @@ def test_build_labels_an_inferred_batch_size(
 def test_profile_batch_sizes_are_labelled_by_the_recipe(profile: str, inferred: bool) -> None:
     """NVIDIA's 1g Offline size is not labelled; the interpolated 2g size is."""
     spec = EngineSpec(
-        benchmark="resnet50", backend="tensorrt", precision="int8", gpu="A100-SXM4-80GB",
+        benchmark="resnet50",
+        backend="tensorrt",
+        precision="int8",
+        gpu="A100-SXM4-80GB",
         mig_profile=profile,
     )
     assert engines_cli._batch_is_inferred(spec, "Offline") is inferred

@@ -112,7 +112,9 @@ def test_damaged_copy_is_made_again(spec: EngineSpec) -> None:
     np.testing.assert_array_equal(got["softmax_tensor:0"], expected["softmax_tensor:0"])
 
 
-def test_unchanged_copy_is_not_hashed_again(spec: EngineSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unchanged_copy_is_not_hashed_again(
+    spec: EngineSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Once a copy's files were verified with a stamp, later loads do not read them again; a
     changed file is still hashed (and found damaged)."""
     from mlperf_mig.engines import cache

@@ -647,11 +647,15 @@ def test_profile_switch_failure_raises_with_the_log(
 ) -> None:
     """set_optimization_profile_async returning False raises with what TensorRT logged."""
     trt.fail_profile_switch = True
-    with pytest.raises(BackendUnavailableError, match=r"profile 1; TensorRT log: .*enqueue is pending"):
+    with pytest.raises(
+        BackendUnavailableError, match=r"profile 1; TensorRT log: .*enqueue is pending"
+    ):
         runner.run({"x": np.ones((6, 4), np.float32)})
 
 
-def test_rejected_input_shape_raises_with_the_log(runner: TensorRTRunner, trt: FakeTensorRT) -> None:
+def test_rejected_input_shape_raises_with_the_log(
+    runner: TensorRTRunner, trt: FakeTensorRT
+) -> None:
     """set_input_shape returning False raises with the shape, the input and TensorRT's log."""
     trt.fail_input_shape = True
     with pytest.raises(ValueError, match=r"shape \[2, 4\] for input 'x'.*not in profile"):

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-CHILD_TIMEOUT_S = 60  # one LoadGen test of the quick preset takes a few seconds, even on 2 busy cores
+CHILD_TIMEOUT_S = (
+    60  # one LoadGen test of the quick preset takes a few seconds, even on 2 busy cores
+)
 
 
 class ChildTimeout(AssertionError):
@@ -47,7 +49,9 @@ def call_in_child(
             ok, value = receive.recv()
         except EOFError:
             child.join(5)
-            raise AssertionError(f"{function.__name__}: the child died (exit code {child.exitcode})") from None
+            raise AssertionError(
+                f"{function.__name__}: the child died (exit code {child.exitcode})"
+            ) from None
     finally:
         if child.is_alive():
             child.kill()

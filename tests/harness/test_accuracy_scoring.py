@@ -128,7 +128,9 @@ def _payload(starts: dict[int, float], ends: dict[int, float], base: float = BAS
 
 
 def _f1_of(squad: SquadSource, tmp_path: Path, records: list[tuple[int, bytes]]):
-    return accuracy.score(BERT, squad, _write_log(tmp_path / "log", records), weights_synthetic=False)
+    return accuracy.score(
+        BERT, squad, _write_log(tmp_path / "log", records), weights_synthetic=False
+    )
 
 
 def test_questions_have_the_windows_of_the_doc_stride(squad: SquadSource) -> None:
@@ -154,8 +156,12 @@ def test_f1_is_averaged_over_questions_with_the_answer_in_the_second_window(
     )
     # long-b, window 1: "w11 w12 w13" against "w10 w11 w12 w13": P 1, R 3/4, F1 6/7, EM 0.
     window_1_b = _payload({_position(11, 0): 3}, {_position(13, 0): 3})
-    window_2_b = _payload({}, {})  # nothing valid: its first 20 positions have more context in window 1 than 2
-    report = _f1_of(squad, tmp_path, [(3, window_2_b), (1, window_2_a), (2, window_1_b), (0, window_1_a)])
+    window_2_b = _payload(
+        {}, {}
+    )  # nothing valid: its first 20 positions have more context in window 1 than 2
+    report = _f1_of(
+        squad, tmp_path, [(3, window_2_b), (1, window_2_a), (2, window_1_b), (0, window_1_a)]
+    )
     assert report.sample_count == 3 and report.extra["features"] == 4
     assert report.extra["questions_logged"] == 2
     assert report.value == pytest.approx(100 * (1 + 6 / 7) / 3)

@@ -164,7 +164,9 @@ def test_audit_without_its_reference_runs_is_refused(
 
 
 # --- an audit runs with its performance run's settings, never over a passing audit -----------
-def _cli(plugins: Path, outdir: Path, backend: str, *extra: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(
+    plugins: Path, outdir: Path, backend: str, *extra: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """`mlperf-mig harness` in a fresh process, whatever its exit code."""
     command = [
         sys.executable, "-c", _MAIN, str(plugins), "harness", "--benchmark", "resnet50",
@@ -177,7 +179,9 @@ def _cli(plugins: Path, outdir: Path, backend: str, *extra: str, cwd: Path | Non
 def _files(folder: Path) -> dict[str, bytes]:
     """Every file below `folder` (links as their target text), by relative path."""
     return {
-        str(p.relative_to(folder)): (str(p.readlink()).encode() if p.is_symlink() else p.read_bytes())
+        str(p.relative_to(folder)): (
+            str(p.readlink()).encode() if p.is_symlink() else p.read_bytes()
+        )
         for p in sorted(folder.rglob("*"))
         if p.is_file() or p.is_symlink()
     }
@@ -194,14 +198,18 @@ def fixture_references(plugins: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(name="passed", scope="module")
-def fixture_passed(plugins: Path, references: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fixture_passed(
+    plugins: Path, references: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The reference runs and a passing TEST01 audit of them."""
     folder = tmp_path_factory.mktemp("passed") / "run"
     shutil.copytree(references, folder, symlinks=True)
     # TEST01's performance half compares two sub-second timed runs within 10%, which a shared
     # 2-core machine misses now and then; what the tests using this need is some passing verdict.
     for attempt in range(3):
-        done = _cli(plugins, folder, "paced", "--audit", "TEST01", *(["--replace-audit"] if attempt else []))
+        done = _cli(
+            plugins, folder, "paced", "--audit", "TEST01", *(["--replace-audit"] if attempt else [])
+        )
         assert done.returncode in (0, 1), done.stdout + done.stderr
         if json.loads(done.stdout)["compliance"]["passed"]:
             return folder
@@ -219,7 +227,16 @@ def test_audit_with_other_settings_is_refused(plugins: Path, passed: Path, tmp_p
     naming both values, and the passing audit already there is unchanged byte for byte."""
     folder = _copy(passed, tmp_path)
     before = _files(folder)
-    done = _cli(plugins, folder, "caching", "--audit", "TEST01", "--set", "target_qps=300", "--replace-audit")
+    done = _cli(
+        plugins,
+        folder,
+        "caching",
+        "--audit",
+        "TEST01",
+        "--set",
+        "target_qps=300",
+        "--replace-audit",
+    )
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "backend 'caching' (the performance run's: 'paced')" in done.stderr
@@ -234,12 +251,16 @@ def test_passing_audit_is_not_overwritten(plugins: Path, passed: Path, tmp_path:
     before = _files(folder)
     done = _cli(plugins, folder, "paced", "--audit", "TEST01")
     assert done.returncode == 2
-    assert "already holds a passing TEST01 audit" in done.stderr and "--replace-audit" in done.stderr
+    assert (
+        "already holds a passing TEST01 audit" in done.stderr and "--replace-audit" in done.stderr
+    )
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert _files(folder) == before
 
 
-def test_replace_audit_replaces_a_passing_audit(plugins: Path, passed: Path, tmp_path: Path) -> None:
+def test_replace_audit_replaces_a_passing_audit(
+    plugins: Path, passed: Path, tmp_path: Path
+) -> None:
     """With --replace-audit the audit runs again (with the performance run's target) and its
     new verdict replaces the old one."""
     folder = _copy(passed, tmp_path)
@@ -249,11 +270,15 @@ def test_replace_audit_replaces_a_passing_audit(plugins: Path, passed: Path, tmp
     result = json.loads(done.stdout)
     assert result["compliance"]["accuracy_passed"] is True  # the responses, not the timing
     assert (folder / "TEST01" / "mlperf_log_detail.txt").read_bytes() != old_detail
-    recorded = [json.loads((folder / m / "harness.json").read_text()) for m in ("performance", "TEST01")]
+    recorded = [
+        json.loads((folder / m / "harness.json").read_text()) for m in ("performance", "TEST01")
+    ]
     assert recorded[1]["resolved"] == recorded[0]["resolved"]
 
 
-def test_killed_audits_audit_config_is_replaced(plugins: Path, references: Path, tmp_path: Path) -> None:
+def test_killed_audits_audit_config_is_replaced(
+    plugins: Path, references: Path, tmp_path: Path
+) -> None:
     """The audit.config a killed `harness --audit TEST01` left in TEST01/ (our own, as we write
     it) is replaced when the audit runs again: the audit runs (its responses compared and
     matching, where the leftover made it fail) and no audit.config is left."""
@@ -327,7 +352,9 @@ def test_unusable_settings_record_is_refused(
 
 
 @pytest.mark.parametrize("mode", ["performance", "accuracy"])
-def test_working_directorys_audit_config_is_not_read(plugins: Path, tmp_path: Path, mode: str) -> None:
+def test_working_directorys_audit_config_is_not_read(
+    plugins: Path, tmp_path: Path, mode: str
+) -> None:
     """LoadGen reads the audit.config of a performance or accuracy test from the test's own log
     folder, never from the working directory: a stray one there changes nothing and is kept."""
     cwd = tmp_path / "cwd"

@@ -78,14 +78,18 @@ def test_offline_target_comes_from_the_fastest_timed_call() -> None:
     """Other work slows some timed calls: Offline's expected QPS follows the fastest call, so
     that it is not set too low (a query that ends before min_duration, trap 10)."""
     gather = _paced_gather(_INTERFERED)
-    target = timed_target(NullBackend(BERT), gather, 16, "Offline", batch_size=BATCH, samples_per_query=8)
+    target = timed_target(
+        NullBackend(BERT), gather, 16, "Offline", batch_size=BATCH, samples_per_query=8
+    )
     assert target > 0.5 * OFFLINE_MARGIN * BATCH / 0.04  # the median call would give a fifth
 
 
 def test_server_target_comes_from_the_median_timed_call() -> None:
     """Server's target errs on the valid side by being low: it keeps the median call."""
     gather = _paced_gather(_INTERFERED)
-    target = timed_target(NullBackend(BERT), gather, 16, "Server", batch_size=BATCH, samples_per_query=8)
+    target = timed_target(
+        NullBackend(BERT), gather, 16, "Server", batch_size=BATCH, samples_per_query=8
+    )
     assert target == pytest.approx(SERVER_LOAD * BATCH / 0.2, rel=0.3)
 
 

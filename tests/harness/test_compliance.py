@@ -22,7 +22,9 @@ from mlperf_mig.harness.compliance import (
 )
 from mlperf_mig.harness.task import InstanceTask
 
-AUDIT_WARNING = "Found Audit Config file (audit.config). Overriding TestSettings from audit.config file."
+AUDIT_WARNING = (
+    "Found Audit Config file (audit.config). Overriding TestSettings from audit.config file."
+)
 TEST04_SETTINGS = {
     "effective_performance_issue_unique": False,
     "effective_performance_issue_same": True,
@@ -39,8 +41,13 @@ def _write_detail(folder: Path, records: dict[str, Any], *, audit: bool = False)
     lines = []
     if audit:
         metadata = {"is_error": False, "is_warning": True}
-        lines.append({"key": "warning_generic_message", "value": AUDIT_WARNING, "metadata": metadata})
-    lines += [{"key": k, "value": v, "metadata": {"is_error": False, "is_warning": False}} for k, v in records.items()]
+        lines.append(
+            {"key": "warning_generic_message", "value": AUDIT_WARNING, "metadata": metadata}
+        )
+    lines += [
+        {"key": k, "value": v, "metadata": {"is_error": False, "is_warning": False}}
+        for k, v in records.items()
+    ]
     text = "".join(f":::MLLOG {json.dumps(line)}\n" for line in lines)
     (folder / "mlperf_log_detail.txt").write_text(text)
 
@@ -59,7 +66,13 @@ def _offline(rate: float, validity: str = "INVALID") -> dict[str, Any]:
     return {"result_samples_per_second": rate, "result_validity": validity}
 
 
-def _instance(tmp_path: Path, audit: str, *, test_rate: float, audit_entries: list[tuple[int, int]] | None = None) -> Path:
+def _instance(
+    tmp_path: Path,
+    audit: str,
+    *,
+    test_rate: float,
+    audit_entries: list[tuple[int, int]] | None = None,
+) -> Path:
     """An instance folder with a performance run at 100 samples/s, an accuracy run answering
     class index % 10, and the audit's logs."""
     _write_detail(tmp_path / "performance", _offline(100.0))
@@ -137,7 +150,10 @@ def test_test04_single_stream_compares_inverse_latency_with_a_wider_band() -> No
 
 def test_server_target_latency_must_match() -> None:
     """A Server audit with another target latency than its performance run cannot be compared."""
-    reference = {"result_completed_samples_per_sec": 10.0, "effective_target_latency_ns": 15_000_000}
+    reference = {
+        "result_completed_samples_per_sec": 10.0,
+        "effective_target_latency_ns": 15_000_000,
+    }
     test = {"result_completed_samples_per_sec": 10.0, "effective_target_latency_ns": 10_000_000}
     reason = compare_performance("TEST04", reference, test, "Server", short=True)
     assert reason == "the Server target latency of the audit differs from the performance run's"
@@ -145,14 +161,22 @@ def test_server_target_latency_must_match() -> None:
 
 def test_full_length_audit_needs_valid_results() -> None:
     """At the official duration (not short), an INVALID audit fails as the reference script's."""
-    reason = compare_performance("TEST04", _offline(100.0, "VALID"), _offline(100.0), "Offline", short=False)
+    reason = compare_performance(
+        "TEST04", _offline(100.0, "VALID"), _offline(100.0), "Offline", short=False
+    )
     assert reason == "the audit is INVALID (the reference script refuses invalid results)"
 
 
 # --- the verdict -------------------------------------------------------------------------------------
 def test_test04_verdict_and_verify_file(tmp_path: Path) -> None:
     """A TEST04 run 40% faster fails and its verify_performance.txt says TEST FAIL with the scores."""
-    verdict = verify_audit("TEST04", _instance(tmp_path, "TEST04", test_rate=140.0), benchmark="resnet50", loadgen_scenario="Offline", short=True)
+    verdict = verify_audit(
+        "TEST04",
+        _instance(tmp_path, "TEST04", test_rate=140.0),
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        short=True,
+    )
     assert not verdict.passed
     assert "+40.0% faster than the performance run" in verdict.reason
     text = (tmp_path / "TEST04" / "verify_performance.txt").read_text()
@@ -163,7 +187,9 @@ def test_test04_verdict_and_verify_file(tmp_path: Path) -> None:
 def test_test01_verdict_with_matching_payloads(tmp_path: Path) -> None:
     """Matching payloads and a close score pass TEST01: both verify files say TEST PASS."""
     folder = _instance(tmp_path, "TEST01", test_rate=98.0)
-    verdict = verify_audit("TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True)
+    verdict = verify_audit(
+        "TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True
+    )
     assert verdict.passed and (verdict.sampled, verdict.matched, verdict.mismatched) == (3, 3, 0)
     assert "TEST PASS" in (folder / "TEST01" / "verify_performance.txt").read_text().splitlines()
     assert "TEST PASS" in (folder / "TEST01" / "verify_accuracy.txt").read_text().splitlines()
@@ -201,7 +227,9 @@ def test_audit_log_without_the_audit_settings_fails(tmp_path: Path) -> None:
     """A log that shows no audit.config was read fails the audit, saying so."""
     folder = _instance(tmp_path, "TEST04", test_rate=100.0)
     _write_detail(folder / "TEST04", {**_offline(100.0), **TEST04_SETTINGS})
-    verdict = verify_audit("TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True)
+    verdict = verify_audit(
+        "TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True
+    )
     assert not verdict.passed
     assert "LoadGen did not log that it read an audit.config" in verdict.reason
 
@@ -209,7 +237,9 @@ def test_audit_log_without_the_audit_settings_fails(tmp_path: Path) -> None:
 def test_missing_audit_log_is_a_failed_verdict(tmp_path: Path) -> None:
     """An audit that left no log is a failed verdict, not an exception."""
     _write_detail(tmp_path / "performance", _offline(100.0))
-    verdict = verify_audit("TEST04", tmp_path, benchmark="resnet50", loadgen_scenario="Offline", short=True)
+    verdict = verify_audit(
+        "TEST04", tmp_path, benchmark="resnet50", loadgen_scenario="Offline", short=True
+    )
     assert not verdict.passed and "cannot read LoadGen detail log" in verdict.reason
 
 
@@ -227,14 +257,18 @@ def test_verdict_round_trips_through_a_dict(tmp_path: Path) -> None:
 # --- the audit task ------------------------------------------------------------------------------
 def test_audit_task_logs_into_its_own_folder(tmp_path: Path) -> None:
     """An audit task is a performance test whose logs go to <outdir>/<audit>/."""
-    task = InstanceTask(benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, audit="TEST04")
+    task = InstanceTask(
+        benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, audit="TEST04"
+    )
     assert task.log_dir == tmp_path / "TEST04"
 
 
 def test_unknown_audit_is_refused(tmp_path: Path) -> None:
     """An audit name other than TEST01 and TEST04 is refused, naming the known ones."""
     with pytest.raises(SettingsError, match="audit 'TEST05' is not one of TEST01, TEST04"):
-        InstanceTask(benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, audit="TEST05")
+        InstanceTask(
+            benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, audit="TEST05"
+        )
 
 
 def test_audit_in_accuracy_mode_is_refused(tmp_path: Path) -> None:
@@ -264,7 +298,9 @@ def test_own_audit_config_is_recognised_by_its_exact_text() -> None:
     [("TEST PASS", True), ("TEST FAIL (payloads differ; the accuracy on the sampled set agrees)", True),
      ("TEST FAIL: payloads differ on 3 of 3 sampled samples", False)],
 )  # fmt: skip
-def test_recorded_pass_reads_both_verify_files(tmp_path: Path, accuracy: str, passing: bool) -> None:
+def test_recorded_pass_reads_both_verify_files(
+    tmp_path: Path, accuracy: str, passing: bool
+) -> None:
     """A TEST01 folder passes when verify_performance.txt says TEST PASS and verify_accuracy.txt
     says TEST PASS or that the accuracy on the sampled set agrees."""
     from mlperf_mig.harness.compliance import recorded_pass
@@ -290,9 +326,14 @@ def test_recorded_pass_refuses_a_linked_verify_file(tmp_path: Path) -> None:
 def test_short_audit_with_a_spread_above_the_band_is_inconclusive(tmp_path: Path) -> None:
     """A short TEST04 40% faster on a machine whose measured spread is 25% is inconclusive, not FAIL, and says the spread."""
     folder = _instance(tmp_path, "TEST04", test_rate=140.0)
-    verdict = verify_audit("TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.25)
+    verdict = verify_audit(
+        "TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.25
+    )
     assert verdict.inconclusive and not verdict.passed
-    assert verdict.summary().startswith("TEST04 inconclusive (short):") and "25.0%" in verdict.summary()
+    assert (
+        verdict.summary().startswith("TEST04 inconclusive (short):")
+        and "25.0%" in verdict.summary()
+    )
     text = (folder / "TEST04" / "verify_performance.txt").read_text()
     assert "TEST INCONCLUSIVE:" in text and "TEST PASS" not in text
 
@@ -300,7 +341,9 @@ def test_short_audit_with_a_spread_above_the_band_is_inconclusive(tmp_path: Path
 def test_short_audit_with_a_small_spread_keeps_its_verdict(tmp_path: Path) -> None:
     """A spread within the band leaves the 40%-faster TEST04 a FAIL."""
     folder = _instance(tmp_path, "TEST04", test_rate=140.0)
-    verdict = verify_audit("TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.03)
+    verdict = verify_audit(
+        "TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.03
+    )
     assert not verdict.passed and not verdict.inconclusive
 
 
@@ -308,12 +351,21 @@ def test_full_length_audit_keeps_the_mlcommons_rule_whatever_the_spread(tmp_path
     """A full-length TEST04 40% faster fails even with a large measured spread."""
     _write_detail(tmp_path / "performance", _offline(100.0, "VALID"))
     _write_detail(tmp_path / "TEST04", {**_offline(140.0, "VALID"), **TEST04_SETTINGS}, audit=True)
-    verdict = verify_audit("TEST04", tmp_path, benchmark="resnet50", loadgen_scenario="Offline", short=False, spread=0.5)
+    verdict = verify_audit(
+        "TEST04",
+        tmp_path,
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        short=False,
+        spread=0.5,
+    )
     assert not verdict.passed and not verdict.inconclusive
 
 
 def test_noise_does_not_hide_a_test01_payload_failure(tmp_path: Path) -> None:
     """A TEST01 whose payloads differ on synthetic data fails even when the spread makes its score inconclusive."""
     folder = _instance(tmp_path, "TEST01", test_rate=150.0, audit_entries=[(1, 2), (3, 3), (5, 5)])
-    verdict = verify_audit("TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.3)
+    verdict = verify_audit(
+        "TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.3
+    )
     assert not verdict.passed and not verdict.inconclusive and "payloads differ" in verdict.reason

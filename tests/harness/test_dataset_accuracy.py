@@ -30,7 +30,9 @@ def fixture_known_labels_dir(tmp_path: Path) -> Path:
     for index in range(IMAGES):
         image = rng.uniform(-124.0, 152.0, size=(3, 224, 224)).astype(np.float32)
         np.save(folder / f"img{index:03d}.npy", image)
-        answer = int(np.frombuffer(expected_payload(RESNET50, {"input_tensor:0": image}), np.int32)[0])
+        answer = int(
+            np.frombuffer(expected_payload(RESNET50, {"input_tensor:0": image}), np.int32)[0]
+        )
         lines.append(f"img{index:03d}.npy {answer + 1 if index % 4 == 0 else answer}")
     (folder / "val_map.txt").write_text("\n".join(lines) + "\n")
     return folder

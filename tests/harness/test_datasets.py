@@ -135,7 +135,9 @@ def test_squad_sample_count_beyond_the_file_is_refused(squad_dir: Path) -> None:
     """Asking for more features than the SQuAD file makes is an error, not a silent cut."""
     available = SquadSource.open(squad_dir).total_count
     assert SquadSource.open(squad_dir, limit=available).total_count == available
-    with pytest.raises(DatasetError, match=f"sample count {available + 1} is more than the {available} features"):
+    with pytest.raises(
+        DatasetError, match=f"sample count {available + 1} is more than the {available} features"
+    ):
         SquadSource.open(squad_dir, limit=available + 1)
 
 

@@ -88,7 +88,9 @@ def test_failed_samples_are_not_by_design(tmp_path: Path) -> None:
 def test_counts_below_one_are_refused(tmp_path: Path, field: str) -> None:
     """0 would quietly mean the default further down: refused with SettingsError."""
     with pytest.raises(SettingsError, match=field):
-        InstanceTask(benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, **{field: 0})
+        InstanceTask(
+            benchmark="resnet50", loadgen_scenario="Offline", outdir=tmp_path, **{field: 0}
+        )
 
 
 def test_unknown_mode_is_a_settings_error(tmp_path: Path) -> None:

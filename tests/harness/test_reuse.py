@@ -29,11 +29,17 @@ def fixture_engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(name="spec", scope="module")
 def fixture_spec(engine_cache: Path) -> EngineSpec:
-    return EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny", cache_dir=engine_cache)
+    return EngineSpec.create(
+        "resnet50", backend="onnxruntime", variant="tiny", cache_dir=engine_cache
+    )
 
 
 def _task(spec: EngineSpec | None, outdir: Path, cache: Path, **fields: Any) -> InstanceTask:
-    defaults: dict[str, Any] = {"benchmark": "resnet50", "loadgen_scenario": "Offline", "threads": 1}
+    defaults: dict[str, Any] = {
+        "benchmark": "resnet50",
+        "loadgen_scenario": "Offline",
+        "threads": 1,
+    }
     defaults.update(fields)
     return InstanceTask(outdir=outdir, engine=spec, cache_dir=cache, **defaults)
 
@@ -87,7 +93,9 @@ def test_target_is_not_used_for_other_task_inputs(
 
 
 @pytest.mark.parametrize("field", ["variant", "backend_version", "mig_profile"])
-def test_target_is_not_used_for_another_engine(spec: EngineSpec, tmp_path: Path, field: str) -> None:
+def test_target_is_not_used_for_another_engine(
+    spec: EngineSpec, tmp_path: Path, field: str
+) -> None:
     """An engine of another variant, backend version or MIG profile misses."""
     work = WorkCache(tmp_path / "cache")
     work.store_target(_inputs(spec, tmp_path), 100.0)
@@ -115,7 +123,9 @@ def test_target_is_not_used_on_other_cpus(
     assert work.target(_inputs(spec, tmp_path)) is None
 
 
-@pytest.mark.parametrize("budget", [("0.5", "duty cycle"), ("0.25", "duty cycle"), ("0.5", "cgroup quota")])
+@pytest.mark.parametrize(
+    "budget", [("0.5", "duty cycle"), ("0.25", "duty cycle"), ("0.5", "cgroup quota")]
+)
 def test_target_is_not_used_under_another_cpu_budget(
     spec: EngineSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: tuple[str, str]
 ) -> None:
@@ -161,7 +171,9 @@ def _valid_record(inputs: dict[str, Any], target: Any = 100.0) -> dict[str, Any]
         "\xff\xfe",
     ],
 )
-def test_hostile_calibration_record_is_not_used(spec: EngineSpec, tmp_path: Path, text: str) -> None:
+def test_hostile_calibration_record_is_not_used(
+    spec: EngineSpec, tmp_path: Path, text: str
+) -> None:
     """A record that is not JSON, of another version or inputs, or whose target is not a finite
     positive number, is a miss; measuring again replaces it."""
     work = WorkCache(tmp_path / "cache")
@@ -276,7 +288,9 @@ def test_second_run_says_its_target_was_cached(in_child, spec: EngineSpec, tmp_p
 
 
 # --- generated samples ---------------------------------------------------------------------------
-def _library_and_source(benchmark: str = "bert", seed: int = 0) -> tuple[SampleLibrary, SyntheticSource]:
+def _library_and_source(
+    benchmark: str = "bert", seed: int = 0
+) -> tuple[SampleLibrary, SyntheticSource]:
     bench = get_benchmark(benchmark)
     source = SyntheticSource(benchmark=bench, total_count=200, performance_count=64, seed=seed)
     library = SampleLibrary.allocate(input_layouts(bench), capacity=64, total_count=200)
@@ -319,10 +333,14 @@ def test_other_indices_or_seed_are_generated(tmp_path: Path) -> None:
     work.load_samples(library, INDICES, source)
     library, source = _library_and_source(seed=1)
     work.load_samples(library, INDICES, source)
-    np.testing.assert_array_equal(library.buffers["input_ids"][:6], _expected(INDICES, seed=1)["input_ids"])
+    np.testing.assert_array_equal(
+        library.buffers["input_ids"][:6], _expected(INDICES, seed=1)["input_ids"]
+    )
     library, source = _library_and_source()
     work.load_samples(library, [1, 2, 3], source)
-    np.testing.assert_array_equal(library.buffers["input_ids"][:3], _expected([1, 2, 3])["input_ids"])
+    np.testing.assert_array_equal(
+        library.buffers["input_ids"][:3], _expected([1, 2, 3])["input_ids"]
+    )
     assert len(_samples_files(work)) == 3
 
 
@@ -337,7 +355,9 @@ def test_library_is_writable_again_after_a_generated_load(tmp_path: Path) -> Non
     np.testing.assert_array_equal(library.buffers["input_ids"][:2], _expected([7, 8])["input_ids"])
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "grow", "link", "folder", "sidecar", "size"])
+@pytest.mark.parametrize(
+    "damage", ["flip", "truncate", "grow", "link", "folder", "sidecar", "size"]
+)
 def test_damaged_samples_file_is_not_used(tmp_path: Path, damage: str) -> None:
     """A flipped byte, a truncated or grown file, a link, a folder, an unreadable or lying
     sidecar: the samples are generated again and are right."""

@@ -78,9 +78,7 @@ def test_null_accuracy_run_says_not_meaningful(in_child, tmp_path: Path) -> None
     assert (tmp_path / "instance" / "accuracy" / ACCURACY_LOG).stat().st_size > 100
 
 
-def test_failed_accuracy_run_is_not_scored(
-    in_child, tmp_path: Path, imagenet_dir: Path
-) -> None:
+def test_failed_accuracy_run_is_not_scored(in_child, tmp_path: Path, imagenet_dir: Path) -> None:
     """An accuracy run whose samples could not be loaded has no accuracy value, only the reason."""
     dataset = tmp_path / "imagenet"
     shutil.copytree(imagenet_dir, dataset)

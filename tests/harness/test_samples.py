@@ -48,8 +48,12 @@ def test_image_samples_differ_and_repeat() -> None:
     layout = input_layouts(RESNET50)[0]
     first = {layout.name: np.zeros((len(indices), *layout.shape), np.float32)}
     second = {layout.name: np.zeros_like(first[layout.name])}
-    SyntheticSource(benchmark=RESNET50, total_count=50_000, performance_count=5).fill(indices, first)
-    SyntheticSource(benchmark=RESNET50, total_count=50_000, performance_count=5).fill(indices[::-1], second)
+    SyntheticSource(benchmark=RESNET50, total_count=50_000, performance_count=5).fill(
+        indices, first
+    )
+    SyntheticSource(benchmark=RESNET50, total_count=50_000, performance_count=5).fill(
+        indices[::-1], second
+    )
     samples = first[layout.name]
     assert np.array_equal(samples, second[layout.name][::-1])
     assert len({row.tobytes() for row in samples}) == len(indices)

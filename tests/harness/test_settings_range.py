@@ -23,7 +23,11 @@ def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
-    [("0", "must be positive"), ("1e-9", "fewer than one per min_duration"), ("1e12", "half of this machine's")],
+    [
+        ("0", "must be positive"),
+        ("1e-9", "fewer than one per min_duration"),
+        ("1e12", "half of this machine's"),
+    ],
 )
 def test_server_target_refused_before_workers(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str, fragment: str, live_children
@@ -32,20 +36,46 @@ def test_server_target_refused_before_workers(
     exit 2, no run folder, no process left."""
     outdir = tmp_path / "run"
     before = live_children()  # a fork server an earlier test started may be there already
-    err = _refused(capsys, ["run", "--backend", "null", "--loadgen-scenario", "Server",
-                            "--set", f"target_qps={value}", "--outdir", str(outdir)])
+    err = _refused(
+        capsys,
+        [
+            "run",
+            "--backend",
+            "null",
+            "--loadgen-scenario",
+            "Server",
+            "--set",
+            f"target_qps={value}",
+            "--outdir",
+            str(outdir),
+        ],
+    )
     assert "setting target_qps (--set / settings=)" in err and fragment in err
     assert not outdir.exists() and os.listdir(tmp_path) == []
     assert live_children() <= before
 
 
-def test_user_conf_target_of_zero_names_the_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_user_conf_target_of_zero_names_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """A user.conf's Server target of 0 is refused naming that user.conf, and the file is kept."""
     conf = tmp_path / "user.conf"
     conf.write_text("resnet50.Server.target_qps = 0\n")
     outdir = tmp_path / "run"
-    err = _refused(capsys, ["run", "--backend", "null", "--loadgen-scenario", "Server",
-                            "--user-conf", str(conf), "--outdir", str(outdir)])
+    err = _refused(
+        capsys,
+        [
+            "run",
+            "--backend",
+            "null",
+            "--loadgen-scenario",
+            "Server",
+            "--user-conf",
+            str(conf),
+            "--outdir",
+            str(outdir),
+        ],
+    )
     assert f"user.conf {str(conf)!r}" in err and "target_qps = 0" in err
     assert not outdir.exists() and conf.read_text() == "resnet50.Server.target_qps = 0\n"
 
@@ -53,7 +83,9 @@ def test_user_conf_target_of_zero_names_the_file(capsys: pytest.CaptureFixture[s
 def test_huge_min_query_count_names_that_setting() -> None:
     """A min_query_count that would fill the memory is refused naming min_query_count."""
     spec = SettingsSpec(overrides={"target_qps": 10, "min_query_count": 1e13})
-    with pytest.raises(SettingsError, match=r"min_query_count = .* makes LoadGen build 1e\+13 samples"):
+    with pytest.raises(
+        SettingsError, match=r"min_query_count = .* makes LoadGen build 1e\+13 samples"
+    ):
         resolve_settings(spec, RESNET50, "Server")
 
 
@@ -72,7 +104,9 @@ def test_zero_latency_is_refused() -> None:
 def test_percentile_of_100_is_refused() -> None:
     """LoadGen indexes its sorted latencies with the percentile: 100 would read past the end."""
     with pytest.raises(SettingsError, match="strictly between 0 and 100"):
-        resolve_settings(SettingsSpec(overrides={"target_latency_percentile": 100}), RESNET50, "Server")
+        resolve_settings(
+            SettingsSpec(overrides={"target_latency_percentile": 100}), RESNET50, "Server"
+        )
 
 
 def test_small_offline_target_is_accepted() -> None:
@@ -91,7 +125,9 @@ def test_short_calibrating_run_still_plans() -> None:
     """A calibrating Server run of 300 ms (its target measured later) is not refused by the check."""
     import mlperf_mig
 
-    the_plan = mlperf_mig.plan(2, backend="null", loadgen_scenario="Server", settings={"min_duration": 300})
+    the_plan = mlperf_mig.plan(
+        2, backend="null", loadgen_scenario="Server", settings={"min_duration": 300}
+    )
     assert dict(the_plan.overrides) == {"min_duration": 300}
 
 
@@ -99,7 +135,10 @@ def test_bound_follows_this_machines_memory(monkeypatch: pytest.MonkeyPatch) -> 
     """The queue bound is half the machine's memory: 1 GiB refuses what 64 GiB accepts."""
     spec = SettingsSpec(overrides={"target_qps": 1e6})  # 2e6 samples over the quick 2 s
     monkeypatch.setattr(settings, "machine_memory_bytes", lambda: 64 * 2**30)
-    assert queued_samples(resolve_settings(spec, RESNET50, "Server").values, "Server") == (2e6, "target")
+    assert queued_samples(resolve_settings(spec, RESNET50, "Server").values, "Server") == (
+        2e6,
+        "target",
+    )
     monkeypatch.setattr(settings, "machine_memory_bytes", lambda: 2**30)
     with pytest.raises(SettingsError, match=r"half of this machine's 1\.0 GiB"):
         resolve_settings(spec, RESNET50, "Server")
@@ -114,5 +153,7 @@ def test_layout_queues_are_bounded_together(monkeypatch: pytest.MonkeyPatch) -> 
     target = {"target_qps": 2e5}  # 4e5 samples each over the quick 2 s, 2.8e6 for seven
     with pytest.raises(SettingsError, match="the 7 instances' LoadGen tests run at once"):
         mlperf_mig.plan(scenario=8, loadgen_scenario="Server", backend="null", settings=target)
-    mlperf_mig.plan(scenario=8, loadgen_scenario="Server", backend="null", settings=target, mode="unified")
+    mlperf_mig.plan(
+        scenario=8, loadgen_scenario="Server", backend="null", settings=target, mode="unified"
+    )
     mlperf_mig.plan(scenario=1, loadgen_scenario="Server", backend="null", settings=target)

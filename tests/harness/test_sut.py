@@ -188,9 +188,14 @@ def _expected_answers(benchmark: Benchmark, indices: list[int]) -> dict[int, byt
     source = SyntheticSource(benchmark=benchmark, total_count=TOTAL, performance_count=CAPACITY)
     expected = {}
     for index in set(indices):
-        sample = {layout.name: np.empty((1, *layout.shape), layout.dtype) for layout in input_layouts(benchmark)}
+        sample = {
+            layout.name: np.empty((1, *layout.shape), layout.dtype)
+            for layout in input_layouts(benchmark)
+        }
         source.fill([index], sample)
-        expected[index] = expected_payload(benchmark, {name: array[0] for name, array in sample.items()})
+        expected[index] = expected_payload(
+            benchmark, {name: array[0] for name, array in sample.items()}
+        )
     return expected
 
 
@@ -284,7 +289,9 @@ def test_server_answers_reach_their_samples(benchmark: Benchmark) -> None:
     _assert_known_answers(lg, benchmark, ids, indices)
 
 
-def _equal_issue(loaded: list[int], rounds: int, extra: int, seed: int) -> tuple[list[int], list[int]]:
+def _equal_issue(
+    loaded: list[int], rounds: int, extra: int, seed: int
+) -> tuple[list[int], list[int]]:
     """A query as LoadGen's Offline issues it: `rounds` permutations of the loaded samples, then
     `extra` samples of one more; ids unrelated to the indices."""
     rng = np.random.default_rng(seed)
@@ -310,7 +317,9 @@ def test_equal_issue_rounds_complete_in_query_order_with_their_answers(
     assert runner.completed == len(ids) and runner.error is None
 
 
-def test_slow_backend_completes_each_round_batch_as_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slow_backend_completes_each_round_batch_as_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With a backend slower than the completion interval, every batch of a round is completed
     when it has run (its samples' own answers), not at the end of the round."""
     monkeypatch.setattr(sut_module, "OFFLINE_COMPLETION_INTERVAL_S", 0.0)
@@ -348,7 +357,9 @@ def test_failed_round_batch_completes_its_samples_without_data() -> None:
         ([], 0, 0),
     ],
 )
-def test_permutation_rounds_counts_leading_permutations(rows: list[int], loaded: int, rounds: int) -> None:
+def test_permutation_rounds_counts_leading_permutations(
+    rows: list[int], loaded: int, rounds: int
+) -> None:
     """Only leading runs that are each a permutation of the loaded rows count as rounds."""
     assert sut_module.permutation_rounds(np.asarray(rows, dtype=np.int64), loaded) == rounds
 
@@ -370,7 +381,9 @@ def test_rounds_smaller_than_a_batch_still_run_full_batches() -> None:
     stay full (and every sample keeps its own answer)."""
     lg = RecordingLoadGen()
     backend = CountingBackend(RESNET50)
-    runner, loaded = _known_answer_runner(RESNET50, lg, batch_size=64, completion_samples=64, backend=backend)
+    runner, loaded = _known_answer_runner(
+        RESNET50, lg, batch_size=64, completion_samples=64, backend=backend
+    )
     ids, indices = _equal_issue(loaded, rounds=4, extra=0, seed=8)
     InlineSUT(runner, offline=True).issue(ids, indices)
     _assert_known_answers(lg, RESNET50, ids, indices)

@@ -104,7 +104,9 @@ def test_every_field_source_names_a_field_and_a_listed_source(path: Path) -> Non
     """A field source is `inferred: ...`, a [tag] of the file's sources, or a text of its own."""
     data = tomllib.loads(path.read_text())
     tags = {s[1:].split("]")[0] for s in data["gpu"].get("sources", []) if s.startswith("[")}
-    tables = [data["gpu"].get("field_sources", {})] + [p.get("field_sources", {}) for p in data["profiles"]]
+    tables = [data["gpu"].get("field_sources", {})] + [
+        p.get("field_sources", {}) for p in data["profiles"]
+    ]
     for table in tables:
         for source in table.values():
             head = source.split(";")[0].split(":")[0].strip()
@@ -115,8 +117,16 @@ def test_rtx_pro_6000_ids_are_its_own(catalog: Catalog) -> None:
     """The RTX PRO 6000 uses IDs 14/21/47/65/67/5/35/64/66/0/32, not the 19/20/15/14/9/5/0 set."""
     ids = {p.name: p.profile_id for p in catalog.get(RTX_SE).profiles}
     assert ids == {
-        "1g.24gb": 14, "1g.24gb+me": 21, "1g.24gb+gfx": 47, "1g.24gb+me.all": 65, "1g.24gb-me": 67,
-        "2g.48gb": 5, "2g.48gb+gfx": 35, "2g.48gb+me.all": 64, "2g.48gb-me": 66, "4g.96gb": 0,
+        "1g.24gb": 14,
+        "1g.24gb+me": 21,
+        "1g.24gb+gfx": 47,
+        "1g.24gb+me.all": 65,
+        "1g.24gb-me": 67,
+        "2g.48gb": 5,
+        "2g.48gb+gfx": 35,
+        "2g.48gb+me.all": 64,
+        "2g.48gb-me": 66,
+        "4g.96gb": 0,
         "4g.96gb+gfx": 32,
     }
 
@@ -149,14 +159,23 @@ def test_workstation_boards_carry_their_mig_prerequisites(catalog: Catalog) -> N
 def test_h200_7g_row_cites_its_printout(catalog: Catalog) -> None:
     """The H200 7g.141gb row is sourced from the mig-parted issue #120 printout, not a test fixture."""
     gpu = catalog.get("H200")
-    assert not any("test fixture" in s for s in gpu.sources) and "issue #120" in gpu.profile("7g.141gb").note
+    assert (
+        not any("test fixture" in s for s in gpu.sources)
+        and "issue #120" in gpu.profile("7g.141gb").note
+    )
 
 
 # --- profile attributes and names -----------------------------------------------------------
 @pytest.mark.parametrize(
     ("name", "attributes"),
-    [("1g.10gb", ()), ("1g.10gb+me", ("me",)), ("1g.24gb+me.all", ("me.all",)),
-     ("1g.24gb-me", ("no-me",)), ("4g.96gb+gfx", ("gfx",)), ("MIG 2g.48gb+gfx", ("gfx",))],
+    [
+        ("1g.10gb", ()),
+        ("1g.10gb+me", ("me",)),
+        ("1g.24gb+me.all", ("me.all",)),
+        ("1g.24gb-me", ("no-me",)),
+        ("4g.96gb+gfx", ("gfx",)),
+        ("MIG 2g.48gb+gfx", ("gfx",)),
+    ],
 )
 def test_profile_names_carry_their_attributes(name: str, attributes: tuple[str, ...]) -> None:
     """+me, +me.all, -me and +gfx parse into the attributes me, me.all, no-me and gfx."""
@@ -172,7 +191,12 @@ def test_contradictory_or_unknown_suffixes_do_not_parse(name: str) -> None:
 def test_layout_strings_keep_attribute_suffixes_with_their_profile(catalog: Catalog) -> None:
     """`+me.all` and `+gfx` stay on their profile when `+` also separates profiles."""
     layout = parse_layout(catalog.get(RTX_SE), "1g.24gb+me.all+2x1g.24gb-me+1g.24gb-me")
-    assert [p.name for p in layout.profiles] == ["1g.24gb+me.all", "1g.24gb-me", "1g.24gb-me", "1g.24gb-me"]
+    assert [p.name for p in layout.profiles] == [
+        "1g.24gb+me.all",
+        "1g.24gb-me",
+        "1g.24gb-me",
+        "1g.24gb-me",
+    ]
     assert str(parse_layout(catalog.get(RTX_SE), "2g.48gb+gfx+2g.48gb")) == "2g.48gb+2g.48gb+gfx"
 
 
@@ -196,14 +220,20 @@ def test_gb200_early_names_are_aliases_of_the_same_profile(catalog: Catalog) -> 
 def test_gb300_driver_61x_names_are_aliases(catalog: Catalog) -> None:
     """1g.31gb / 3g.126gb / 7g.251gb (driver 61x) name the GB300's 1g.35gb / 3g.139gb / 7g.278gb."""
     gb300 = catalog.get("GB300")
-    assert [gb300.profile(n).name for n in ("1g.31gb", "3g.126gb", "7g.251gb")] == ["1g.35gb", "3g.139gb", "7g.278gb"]
+    assert [gb300.profile(n).name for n in ("1g.31gb", "3g.126gb", "7g.251gb")] == [
+        "1g.35gb",
+        "3g.139gb",
+        "7g.278gb",
+    ]
 
 
 # --- the +me.all rule and the layouts -------------------------------------------------------
 def test_me_all_beside_a_plain_1g_is_refused_naming_the_rule(catalog: Catalog) -> None:
     """+me.all allows only -me instances beside it: a plain 1g is refused with the nvml.h source."""
     layout = parse_layout(catalog.get(RTX_SE), "1g.24gb+me.all+1g.24gb")
-    with pytest.raises(LayoutError, match=r"allows only -me instances.*inferred rule; nvml.h.*use 1g.24gb-me"):
+    with pytest.raises(
+        LayoutError, match=r"allows only -me instances.*inferred rule; nvml.h.*use 1g.24gb-me"
+    ):
         solve_placements(layout)
 
 
@@ -222,7 +252,13 @@ def test_me_all_beside_gfx_is_refused(catalog: Catalog) -> None:
 def test_rtx_pro_6000_layouts_hold_the_new_kinds_and_no_me_all_conflict(catalog: Catalog) -> None:
     """The RTX PRO 6000's valid layouts include +gfx, +me.all and -me ones, never +me.all with media."""
     layouts = {str(layout): layout for layout in valid_layouts(catalog.get(RTX_SE))}
-    assert {"4x1g.24gb", "2x2g.48gb", "4g.96gb+gfx", "2g.48gb+me.all+2x1g.24gb-me", "4x1g.24gb+gfx"} <= set(layouts)
+    assert {
+        "4x1g.24gb",
+        "2x2g.48gb",
+        "4g.96gb+gfx",
+        "2g.48gb+me.all+2x1g.24gb-me",
+        "4x1g.24gb+gfx",
+    } <= set(layouts)
     for layout in layouts.values():
         if any(p.all_media_engines for p in layout.profiles):
             assert sum(not p.no_media_engines for p in layout.profiles) == 1
@@ -230,12 +266,21 @@ def test_rtx_pro_6000_layouts_hold_the_new_kinds_and_no_me_all_conflict(catalog:
 
 @pytest.mark.parametrize(
     ("gpu", "layout"),
-    [("GB200", "2x1g.23gb+2g.47gb+3g.93gb"), ("GB200", "7x1g.24gb"), ("GB200", "4x1g.47gb"),
-     ("B300", "2x1g.34gb+2g.67gb+3g.135gb"), ("B300", "7x1g.34gb"), ("B300", "2x3g.135gb"),
-     ("GB300", "2x1g.35gb+2g.70gb+3g.139gb"), ("H20", "2x1g.12gb+2g.24gb+3g.48gb"),
-     ("RTX PRO 6000 Blackwell Workstation Edition", "2x1g.24gb+2g.48gb")],
+    [
+        ("GB200", "2x1g.23gb+2g.47gb+3g.93gb"),
+        ("GB200", "7x1g.24gb"),
+        ("GB200", "4x1g.47gb"),
+        ("B300", "2x1g.34gb+2g.67gb+3g.135gb"),
+        ("B300", "7x1g.34gb"),
+        ("B300", "2x3g.135gb"),
+        ("GB300", "2x1g.35gb+2g.70gb+3g.139gb"),
+        ("H20", "2x1g.12gb+2g.24gb+3g.48gb"),
+        ("RTX PRO 6000 Blackwell Workstation Edition", "2x1g.24gb+2g.48gb"),
+    ],
 )
-def test_mig_parted_configs_of_the_new_gpus_are_valid(catalog: Catalog, gpu: str, layout: str) -> None:
+def test_mig_parted_configs_of_the_new_gpus_are_valid(
+    catalog: Catalog, gpu: str, layout: str
+) -> None:
     """The configs NVIDIA's mig-parted ships for these GPUs (all-balanced, all-1g, ...) fit."""
     assert solve_placements(parse_layout(catalog.get(gpu), layout))
 
@@ -248,13 +293,19 @@ def test_mig_setup_uses_the_gpus_own_profile_ids(catalog: Catalog) -> None:
 
 def test_seven_slice_study_layouts_name_the_nearest_translation(catalog: Catalog) -> None:
     """Scenario 8 (7x1g) cannot exist on the 4-slice RTX PRO 6000; the error names 4x1g.24gb."""
-    with pytest.raises(LayoutError, match=r"nearest valid translation on RTX-PRO-6000-Blackwell-Server-96GB is 4x1g.24gb"):
+    with pytest.raises(
+        LayoutError,
+        match=r"nearest valid translation on RTX-PRO-6000-Blackwell-Server-96GB is 4x1g.24gb",
+    ):
         study_layout(8, RTX_SE, catalog)
 
 
 def test_a_3g_study_layout_on_a_4_slice_gpu_names_the_nearest_translation(catalog: Catalog) -> None:
     """Scenario 3 (3g.40gb) has no 3-slice profile on the RTX PRO 6000; the error names 2g.48gb."""
-    with pytest.raises(LayoutError, match=r"no profile shaped like 3g.40gb.*nearest valid translation .* is 2g.48gb"):
+    with pytest.raises(
+        LayoutError,
+        match=r"no profile shaped like 3g.40gb.*nearest valid translation .* is 2g.48gb",
+    ):
         study_layout(3, RTX_SE, catalog)
 
 
@@ -275,19 +326,29 @@ def test_rtx_pro_5000_48gb_is_matched_by_its_subsystem_only(catalog: Catalog) ->
 def test_the_72gb_rtx_pro_5000_is_built_from_live_data(load_state, catalog: Catalog) -> None:
     """A 72GB board (same device ID, subsystem 227A) is not taken for the 48GB one in discovery."""
     state = load_state("thor-constant-0x11")
-    state["gpus"][0].update(name="NVIDIA RTX PRO 5000 Blackwell", pci_device_id="0x2BB310DE",
-                            pci_subsystem_id="0x227A10DE")
+    state["gpus"][0].update(
+        name="NVIDIA RTX PRO 5000 Blackwell",
+        pci_device_id="0x2BB310DE",
+        pci_subsystem_id="0x227A10DE",
+    )
     gpu = detection_from_state(state, catalog).gpus[0]
     assert gpu.shipped_gpu is None and gpu.catalog_gpu.provenance == "live"
 
 
 def test_two_boards_on_one_device_id_need_subsystem_ids_or_names(tmp_path: Path) -> None:
     """A second file claiming 0x2BB3 without a subsystem ID or another NVML name is refused."""
-    path = _write_gpu(tmp_path, "rtx-pro-5000-blackwell-48gb.toml", 'pci_subsystem_ids = ["0x204D"]\n', "")
-    path.write_text(path.read_text().replace('name = "RTX-PRO-5000-Blackwell-48GB"', 'name = "Other"')
-                    .replace('aliases = ["RTX-PRO-5000", "RTX-PRO-5000-48GB"]', "aliases = []")
-                    .replace('nvml_names = ["NVIDIA RTX PRO 5000 Blackwell"]', "nvml_names = []"))
-    with pytest.raises(DataFileError, match=r"0x2BB310DE.*neither pci_subsystem_ids nor nvml_names"):
+    path = _write_gpu(
+        tmp_path, "rtx-pro-5000-blackwell-48gb.toml", 'pci_subsystem_ids = ["0x204D"]\n', ""
+    )
+    path.write_text(
+        path.read_text()
+        .replace('name = "RTX-PRO-5000-Blackwell-48GB"', 'name = "Other"')
+        .replace('aliases = ["RTX-PRO-5000", "RTX-PRO-5000-48GB"]', "aliases = []")
+        .replace('nvml_names = ["NVIDIA RTX PRO 5000 Blackwell"]', "nvml_names = []")
+    )
+    with pytest.raises(
+        DataFileError, match=r"0x2BB310DE.*neither pci_subsystem_ids nor nvml_names"
+    ):
         load_catalog(path)
 
 
@@ -308,16 +369,30 @@ def test_b200_is_no_longer_keyed_by_0x2909(catalog: Catalog) -> None:
     ("old", "new", "field"),
     [
         ('name = "1g.24gb-me"', 'name = "1g.24gb+me-me"', r"profiles\[4\] \(1g.24gb\+me-me\).name"),
-        ('name = "1g.23gb"\naliases = ["1g.24gb"]', 'name = "1g.23gb"\naliases = ["1g.24gb+me"]',
-         r"profiles\[0\] \(1g.23gb\).aliases"),
-        ('name = "1g.23gb"\naliases = ["1g.24gb"]', 'name = "1g.23gb"\naliases = ["1g.47gb"]',
-         r"profiles\[2\].name repeats '1g.47gb'"),
-        ("[profiles.field_sources]\nprofile_id", "[profiles.field_sources]\nrumour", r"field_sources.rumour names no field"),
+        (
+            'name = "1g.23gb"\naliases = ["1g.24gb"]',
+            'name = "1g.23gb"\naliases = ["1g.24gb+me"]',
+            r"profiles\[0\] \(1g.23gb\).aliases",
+        ),
+        (
+            'name = "1g.23gb"\naliases = ["1g.24gb"]',
+            'name = "1g.23gb"\naliases = ["1g.47gb"]',
+            r"profiles\[2\].name repeats '1g.47gb'",
+        ),
+        (
+            "[profiles.field_sources]\nprofile_id",
+            "[profiles.field_sources]\nrumour",
+            r"field_sources.rumour names no field",
+        ),
     ],
 )
 def test_bad_new_fields_name_file_and_field(tmp_path: Path, old: str, new: str, field: str) -> None:
     """A bad attribute suffix, alias or field source raises DataFileError naming the field."""
-    source = "gb200-186gb.toml" if "1g.23gb" in old or "field_sources" in old else "rtx-pro-6000-blackwell-server.toml"
+    source = (
+        "gb200-186gb.toml"
+        if "1g.23gb" in old or "field_sources" in old
+        else "rtx-pro-6000-blackwell-server.toml"
+    )
     with pytest.raises(DataFileError, match=field):
         load_catalog(_write_gpu(tmp_path, source, old, new))
 
@@ -339,7 +414,9 @@ def test_rtx_pro_6000_with_gfx_instances_is_detected(load_state, catalog: Catalo
     assert not [n for n in gpu.disagreements if "1g.24gb+gfx" in n]
 
 
-def test_the_v3_gfx_capability_marks_a_profile_graphics_capable(load_state, catalog: Catalog) -> None:
+def test_the_v3_gfx_capability_marks_a_profile_graphics_capable(
+    load_state, catalog: Catalog
+) -> None:
     """CAPS_GFX from the v3 struct makes a profile +gfx even where its name does not say so."""
     state = load_state("thor-constant-0x11")
     entry = next(p for p in state["gpus"][0]["gi_profiles"] if p["constant"] == 0x11)
@@ -353,14 +430,18 @@ def test_a_driver_without_the_v3_struct_is_read_through_v2(load_state) -> None:
     state = load_state("gb200-early-names")
     state.pop("note")
     read = read_nvml_state(RecordedNvml(state))
-    assert len(read["gpus"][0]["gi_profiles"]) == 7 and all("capabilities" not in p for p in read["gpus"][0]["gi_profiles"])
+    assert len(read["gpus"][0]["gi_profiles"]) == 7 and all(
+        "capabilities" not in p for p in read["gpus"][0]["gi_profiles"]
+    )
 
 
 def test_a_v3_refusal_as_invalid_argument_falls_back_to_v2(load_state) -> None:
     """A driver answering INVALID_ARGUMENT to the v3 struct is asked with v2, not taken as unknown."""
 
     class OldDriver(RecordedNvml):
-        def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int, version: int = 2) -> Any:
+        def nvmlDeviceGetGpuInstanceProfileInfo(
+            self, handle: Any, profile: int, version: int = 2
+        ) -> Any:
             if version == 3:
                 raise nvml_error("INVALID_ARGUMENT")
             return super().nvmlDeviceGetGpuInstanceProfileInfo(handle, profile, version)
@@ -373,7 +454,11 @@ def test_constant_0x11_is_mapped_not_refused(load_state, catalog: Catalog) -> No
     """Profile constant 0x11 (3_SLICE_GFX) builds a +gfx profile of a GPU the catalog lacks."""
     gpu = _detect_gpu(load_state, catalog, "thor-constant-0x11")
     profile = gpu.catalog_gpu.profile("3g.0gb+gfx")
-    assert (profile.nvml_constant, profile.attributes, profile.compute_slices) == ("3_SLICE_GFX", ("gfx",), 3)
+    assert (profile.nvml_constant, profile.attributes, profile.compute_slices) == (
+        "3_SLICE_GFX",
+        ("gfx",),
+        3,
+    )
 
 
 def test_every_constant_up_to_0x11_is_asked(load_state) -> None:
@@ -381,7 +466,9 @@ def test_every_constant_up_to_0x11_is_asked(load_state) -> None:
     asked: list[int] = []
 
     class Counting(RecordedNvml):
-        def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Any, profile: int, version: int = 2) -> Any:
+        def nvmlDeviceGetGpuInstanceProfileInfo(
+            self, handle: Any, profile: int, version: int = 2
+        ) -> Any:
             asked.append(profile)
             return super().nvmlDeviceGetGpuInstanceProfileInfo(handle, profile, version)
 
@@ -427,13 +514,21 @@ def test_dc_vgpu_types_are_resolved_by_pci_id(load_state, catalog: Catalog) -> N
     """DC-1-24C is an RTX PRO 6000 SE instance on 0x2BB5 and DC-1-16C an RTX PRO 4500 one on 0x2C3A."""
     rtx6000 = _vgpu_guest(load_state, catalog, "NVIDIA DC-1-24C", "0x2BB510DE")
     rtx4500 = _vgpu_guest(load_state, catalog, "NVIDIA DC-1-16C", "0x2C3A10DE")
-    assert (rtx6000.vgpu.parent_gpu.name, rtx6000.vgpu.profile.name) == ("RTX-PRO-6000-Blackwell-Server-96GB", "1g.24gb")
-    assert (rtx4500.vgpu.parent_gpu.name, rtx4500.vgpu.profile.name) == ("RTX-PRO-4500-Blackwell-32GB", "1g.16gb")
+    assert (rtx6000.vgpu.parent_gpu.name, rtx6000.vgpu.profile.name) == (
+        "RTX-PRO-6000-Blackwell-Server-96GB",
+        "1g.24gb",
+    )
+    assert (rtx4500.vgpu.parent_gpu.name, rtx4500.vgpu.profile.name) == (
+        "RTX-PRO-4500-Blackwell-32GB",
+        "1g.16gb",
+    )
 
 
 def test_a_shared_board_prefix_without_a_gpu_is_refused(catalog: Catalog) -> None:
     """DC-1-24C alone cannot say which board it is on; the error names both and asks for the GPU."""
-    with pytest.raises(NameParseError, match=r"DC.*shared by.*RTX-PRO-4500.*RTX-PRO-6000.*pass the GPU"):
+    with pytest.raises(
+        NameParseError, match=r"DC.*shared by.*RTX-PRO-4500.*RTX-PRO-6000.*pass the GPU"
+    ):
         parse_vgpu_type("DC-1-24C", catalog=catalog)
 
 
@@ -451,7 +546,9 @@ def test_mig_backed_time_sliced_vgpu_needs_shared(load_state, catalog: Catalog) 
 
 def test_time_sliced_share_by_name_says_so(catalog: Catalog) -> None:
     """Asked as a layout entry, DC-1-2Q is refused as a time-sliced share that runs only with --shared."""
-    with pytest.raises(NameParseError, match=r"time-sliced share of one 1g.24gb instance.*--shared"):
+    with pytest.raises(
+        NameParseError, match=r"time-sliced share of one 1g.24gb instance.*--shared"
+    ):
         parse_vgpu_type("DC-1-2Q", RTX_SE, catalog=catalog)
 
 
@@ -462,11 +559,18 @@ def test_doctor_says_what_a_workstation_board_needs_before_mig(load_state) -> No
 
     state = load_state("rtx-pro-6000-gfx")
     gpu = state["gpus"][0]
-    gpu.update(name="NVIDIA RTX PRO 6000 Blackwell Workstation Edition", pci_device_id="0x2BB110DE", mig_mode=[0, 0])
+    gpu.update(
+        name="NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        pci_device_id="0x2BB110DE",
+        mig_mode=[0, 0],
+    )
     for key in ("mig_devices", "gpu_instances", "max_mig_device_count"):
         gpu.pop(key)
     report = diagnose(RecordedNvml(state), smoke=False, versions={"onnxruntime": "1.32.0"})
-    assert "DisplayModeSelector --gpumode=compute" in report.text() and "98.02.55.00.00" in report.text()
+    assert (
+        "DisplayModeSelector --gpumode=compute" in report.text()
+        and "98.02.55.00.00" in report.text()
+    )
 
 
 def test_gpus_json_carries_field_sources(capsys: pytest.CaptureFixture[str]) -> None:
@@ -503,18 +607,26 @@ def test_cli_check_accepts_me_all_beside_no_me(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.parametrize("gpu", [RTX_SE, "GB200", "B300"])
-def test_cli_layouts_lists_every_valid_layout(capsys: pytest.CaptureFixture[str], catalog: Catalog, gpu: str) -> None:
+def test_cli_layouts_lists_every_valid_layout(
+    capsys: pytest.CaptureFixture[str], catalog: Catalog, gpu: str
+) -> None:
     """`layouts` for the RTX PRO 6000 SE, GB200 and B300 lists the registry's valid layouts."""
     code, out, _ = _cli(capsys, "layouts", gpu, "--json")
     assert code == 0
-    assert [entry["layout"] for entry in json.loads(out)] == [str(x) for x in valid_layouts(catalog.get(gpu))]
+    assert [entry["layout"] for entry in json.loads(out)] == [
+        str(x) for x in valid_layouts(catalog.get(gpu))
+    ]
 
 
 def test_cli_gpus_lists_the_new_gpus_with_provenance(capsys: pytest.CaptureFixture[str]) -> None:
     """`gpus` shows the new GPUs with a provenance column."""
     code, out, _ = _cli(capsys, "gpus")
     rows = {line.split()[0]: line for line in out.splitlines()[2:] if line.strip()}
-    assert code == 0 and "nvidia-code" in rows["B300-288GB"] and "documented" in rows["RTX-PRO-6000-Blackwell-Server-96GB"]
+    assert (
+        code == 0
+        and "nvidia-code" in rows["B300-288GB"]
+        and "documented" in rows["RTX-PRO-6000-Blackwell-Server-96GB"]
+    )
 
 
 def test_the_advisor_ranks_every_rtx_pro_6000_layout() -> None:
@@ -523,16 +635,26 @@ def test_the_advisor_ranks_every_rtx_pro_6000_layout() -> None:
 
     alone = {"4g.96gb": 400.0, "2g.48gb": 220.0, "1g.24gb": 120.0}
     measurements = Measurements(
-        gpu="RTX-PRO-6000-Blackwell-Server-96GB", benchmark="resnet50", loadgen_scenario="Offline",
-        unit="samples/s", emulated=False,
-        profiles={n: ProfileMeasure(profile=n, alone=(r * 0.99, r, r * 1.01), p99_alone=(10.0,)) for n, r in alone.items()},
+        gpu="RTX-PRO-6000-Blackwell-Server-96GB",
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        unit="samples/s",
+        emulated=False,
+        profiles={
+            n: ProfileMeasure(profile=n, alone=(r * 0.99, r, r * 1.01), p99_alone=(10.0,))
+            for n, r in alone.items()
+        },
     )
     advice = advise_from(measurements)
     assert advice.considered == advice.predicted == len(valid_layouts(load_catalog().get(RTX_SE)))
-    assert any("+me.all" in p.layout for p in advice.ranking) and any("+gfx" in p.layout for p in advice.ranking)
+    assert any("+me.all" in p.layout for p in advice.ranking) and any(
+        "+gfx" in p.layout for p in advice.ranking
+    )
 
 
-def test_a_table_name_another_live_profile_prints_is_not_kept_as_alias(load_state, catalog: Catalog) -> None:
+def test_a_table_name_another_live_profile_prints_is_not_kept_as_alias(
+    load_state, catalog: Catalog
+) -> None:
     """If a driver prints ID 15 as `1g.23gb` (ID 19's table name), names stay unique: the printed one wins."""
     state = load_state("gb200-early-names")
     entry = next(p for p in state["gpus"][0]["gi_profiles"] if p["id"] == 15)

@@ -12,9 +12,19 @@ from mlperf_mig.registry import Catalog, Gpu, load_catalog, load_gpu_file
 
 SHIPPED = Path(__file__).resolve().parents[2] / "systems" / "gpus"
 ISSUE_GPUS = (
-    "A100-SXM4-40GB", "A100-PCIE-40GB", "A100-SXM4-80GB", "A100-PCIE-80GB", "A30",
-    "H100-SXM5-80GB", "H100-PCIE-80GB", "H100-NVL-94GB", "GH200-96GB", "GH200-144GB",
-    "H200-SXM5-141GB", "H200-NVL-141GB", "B200-180GB",
+    "A100-SXM4-40GB",
+    "A100-PCIE-40GB",
+    "A100-SXM4-80GB",
+    "A100-PCIE-80GB",
+    "A30",
+    "H100-SXM5-80GB",
+    "H100-PCIE-80GB",
+    "H100-NVL-94GB",
+    "GH200-96GB",
+    "GH200-144GB",
+    "H200-SXM5-141GB",
+    "H200-NVL-141GB",
+    "B200-180GB",
 )
 
 
@@ -48,7 +58,9 @@ def test_every_gpu_of_the_issue_is_shipped(catalog: Catalog, name: str) -> None:
         ("A30", "A30"),
     ],
 )
-def test_gpu_lookup_accepts_nvml_names_and_aliases(catalog: Catalog, query: str, expected: str) -> None:
+def test_gpu_lookup_accepts_nvml_names_and_aliases(
+    catalog: Catalog, query: str, expected: str
+) -> None:
     """GPUs resolve case-insensitively by NVML name, without "NVIDIA ", and by alias."""
     assert catalog.get(query).name == expected
 
@@ -71,7 +83,9 @@ def test_pci_device_id_lookup_uses_the_packed_form(catalog: Catalog) -> None:
     assert catalog.by_pci_device_id(0x233B10DE).name == "H200-NVL-141GB"
 
 
-def test_one_profile_name_means_different_shapes_on_different_gpus(a100_40: Gpu, a100_80: Gpu) -> None:
+def test_one_profile_name_means_different_shapes_on_different_gpus(
+    a100_40: Gpu, a100_80: Gpu
+) -> None:
     """1g.10gb is two memory slices on A100-40GB and one on A100-80GB."""
     assert a100_40.profile("1g.10gb").memory_slices == 2
     assert a100_80.profile("1g.10gb").memory_slices == 1
@@ -92,12 +106,24 @@ def test_a30_keeps_its_instance_counts_from_the_table(a30: Gpu) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "field"),
     [
-        ("placement_starts = [0, 4]", "placement_starts = [0, 6]", r"profiles\[4\] \(3g.40gb\).placement_starts"),
+        (
+            "placement_starts = [0, 4]",
+            "placement_starts = [0, 6]",
+            r"profiles\[4\] \(3g.40gb\).placement_starts",
+        ),
         ("max_instances = 3", "max_instances = 4", r"profiles\[3\] \(2g.20gb\).max_instances"),
         ('name = "3g.40gb"', 'name = "3g40"', r"profiles\[4\] \(3g40\).name"),
-        ("compute_slices = 4\n", "compute_slices = 5\n", r"profiles\[5\] \(4g.40gb\).compute_slices"),
+        (
+            "compute_slices = 4\n",
+            "compute_slices = 5\n",
+            r"profiles\[5\] \(4g.40gb\).compute_slices",
+        ),
         ("placement_size = 8", "placement_size = 7", r"profiles\[6\] \(7g.80gb\).placement_size"),
-        ('provenance = "nvidia-smi"\ninferred', 'provenance = "rumour"\ninferred', r"profiles\[0\] \(1g.10gb\).provenance"),
+        (
+            'provenance = "nvidia-smi"\ninferred',
+            'provenance = "rumour"\ninferred',
+            r"profiles\[0\] \(1g.10gb\).provenance",
+        ),
         ('pci_device_ids = ["0x20B210DE"]', 'pci_device_ids = ["20B2"]', r"gpu.pci_device_ids"),
         ("memory_slices = 8", "memory_slizes = 8", r"gpu.memory_slizes"),
         ("profile_id = 15", "profile_id = 19", r"profiles\[2\].profile_id"),
@@ -111,7 +137,9 @@ def test_malformed_data_file_names_file_and_field(
     """A wrong field in a GPU file raises DataFileError naming the file and that field."""
     assert old in a100_80_text
     path = _write(tmp_path, a100_80_text.replace(old, new, 1))
-    with pytest.raises(DataFileError, match=rf"{re.escape(str(path))}: field {field} .*fix the data file"):
+    with pytest.raises(
+        DataFileError, match=rf"{re.escape(str(path))}: field {field} .*fix the data file"
+    ):
         load_gpu_file(path)
 
 
@@ -125,7 +153,9 @@ def test_invalid_toml_is_a_data_file_error(tmp_path: Path) -> None:
 def test_extra_path_argument_adds_a_gpu(tmp_path: Path, a100_80_text: str) -> None:
     """A folder passed as extra_paths adds its GPUs without editing code."""
     text = a100_80_text.replace('name = "A100-SXM4-80GB"', 'name = "A100X-TEST"', 1)
-    text = re.sub(r"(?m)^(nvml_names|aliases|system_id_name|vgpu_prefixes|pci_device_ids) = .*\n", "", text)
+    text = re.sub(
+        r"(?m)^(nvml_names|aliases|system_id_name|vgpu_prefixes|pci_device_ids) = .*\n", "", text
+    )
     _write(tmp_path, text)
     assert load_catalog([tmp_path]).get("a100x-test").compute_slices == 7
 
@@ -133,7 +163,9 @@ def test_extra_path_argument_adds_a_gpu(tmp_path: Path, a100_80_text: str) -> No
 def test_one_extra_path_may_be_given_without_a_list(tmp_path: Path, a100_80_text: str) -> None:
     """A single str path is one folder, not a sequence of one-character paths."""
     text = a100_80_text.replace('name = "A100-SXM4-80GB"', 'name = "A100X-TEST"', 1)
-    text = re.sub(r"(?m)^(nvml_names|aliases|system_id_name|vgpu_prefixes|pci_device_ids) = .*\n", "", text)
+    text = re.sub(
+        r"(?m)^(nvml_names|aliases|system_id_name|vgpu_prefixes|pci_device_ids) = .*\n", "", text
+    )
     _write(tmp_path, text)
     assert "A100X-TEST" in load_catalog(str(tmp_path))
 
@@ -150,7 +182,9 @@ def test_environment_search_path_adds_a_gpu(
 ) -> None:
     """MLPERF_MIG_SYSTEMS_PATH is read when the catalog is loaded."""
     text = a100_80_text.replace('name = "A100-SXM4-80GB"', 'name = "ENV-GPU"', 1)
-    text = re.sub(r"(?m)^(nvml_names|aliases|system_id_name|vgpu_prefixes|pci_device_ids) = .*\n", "", text)
+    text = re.sub(
+        r"(?m)^(nvml_names|aliases|system_id_name|vgpu_prefixes|pci_device_ids) = .*\n", "", text
+    )
     _write(tmp_path, text)
     monkeypatch.setenv("MLPERF_MIG_SYSTEMS_PATH", str(tmp_path))
     assert "ENV-GPU" in load_catalog()
@@ -217,14 +251,22 @@ def test_b200_printed_encoders_stay_and_unprinted_ones_stay_unknown(catalog: Cat
     assert b200.profile("2g.45gb").encoders == 0 and b200.profile("7g.180gb").encoders is None
 
 
-def test_b200_guide_copy_engines_are_added_without_its_unreliable_decoders(catalog: Catalog) -> None:
+def test_b200_guide_copy_engines_are_added_without_its_unreliable_decoders(
+    catalog: Catalog,
+) -> None:
     """3g/4g/7g carry the guide's CE 6/8/16 and OFA 0/0/1, not its NVDEC 1 (live 2g shows 2)."""
     b200 = catalog.get("B200")
     big = [b200.profile(n) for n in ("3g.90gb", "4g.90gb", "7g.180gb")]
-    assert [(p.copy_engines, p.ofa, p.decoders) for p in big] == [(6, 0, None), (8, 0, None), (16, 1, None)]
+    assert [(p.copy_engines, p.ofa, p.decoders) for p in big] == [
+        (6, 0, None),
+        (8, 0, None),
+        (16, 1, None),
+    ]
 
 
-@pytest.mark.parametrize("gpu", ["H100-NVL-94GB", "H200-NVL-141GB", "H200-SXM5-141GB", "B200-180GB", "A30"])
+@pytest.mark.parametrize(
+    "gpu", ["H100-NVL-94GB", "H200-NVL-141GB", "H200-SXM5-141GB", "B200-180GB", "A30"]
+)
 def test_confirmed_ids_and_names_are_not_inferred(catalog: Catalog, gpu: str) -> None:
     """PCI IDs and NVML names confirmed by printouts are no longer marked inferred."""
     inferred = catalog.get(gpu).inferred_fields

@@ -58,7 +58,10 @@ def test_scenarios_on_a30_explain_what_does_not_fit(capsys: pytest.CaptureFixtur
     """`scenarios --gpu A30` marks the 7-slice layouts and says why."""
     code, out, _ = _run(capsys, "scenarios", "--gpu", "A30")
     assert code == 0
-    assert "scenario 7: study scenario 7 (3x2g.20gb+1g.10gb) uses 7 compute slices but A30 has 4" in out
+    assert (
+        "scenario 7: study scenario 7 (3x2g.20gb+1g.10gb) uses 7 compute slices but A30 has 4"
+        in out
+    )
 
 
 def test_check_valid_layout_prints_placements(capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,7 +73,9 @@ def test_check_valid_layout_prints_placements(capsys: pytest.CaptureFixture[str]
 
 def test_check_accepts_a_system_id(capsys: pytest.CaptureFixture[str]) -> None:
     """`check SYSTEM_ID` validates the layout the ID names."""
-    code, out, _ = _run(capsys, "check", "A100-SXM-80GB_MIG_1x4g.40gb+1x2g.20gb+1x1g.10gb", "--json")
+    code, out, _ = _run(
+        capsys, "check", "A100-SXM-80GB_MIG_1x4g.40gb+1x2g.20gb+1x1g.10gb", "--json"
+    )
     assert code == 0 and json.loads(out)["layout"] == "4g.40gb+2g.20gb+1g.10gb"
 
 
@@ -82,14 +87,20 @@ def test_plan_mig_steps(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_plan_mig_mig_parted(capsys: pytest.CaptureFixture[str]) -> None:
     """`mig-setup --format mig-parted` prints a v1 config."""
-    code, out, _ = _run(capsys, "mig-setup", "A100-80GB", "4g.40gb+3g.40gb", "--format", "mig-parted")
+    code, out, _ = _run(
+        capsys, "mig-setup", "A100-80GB", "4g.40gb+3g.40gb", "--format", "mig-parted"
+    )
     assert code == 0 and out.startswith("version: v1\nmig-configs:\n")
 
 
 def test_detect_replays_a_recorded_state(capsys: pytest.CaptureFixture[str]) -> None:
     """`detect --replay FILE` prints the GPU and its MIG devices."""
     code, out, _ = _run(capsys, "detect", "--replay", str(FIXTURES / "a100-80gb-scenario7.json"))
-    assert code == 0 and "3x2g.20gb+1g.10gb" in out and "MIG-c7384736-a75d-5afc-978f-d2f1294409fd" in out
+    assert (
+        code == 0
+        and "3x2g.20gb+1g.10gb" in out
+        and "MIG-c7384736-a75d-5afc-978f-d2f1294409fd" in out
+    )
 
 
 def test_detect_without_driver_prints_the_message(capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,7 +109,9 @@ def test_detect_without_driver_prints_the_message(capsys: pytest.CaptureFixture[
     assert code == 0 and "NVML could not start" in json.loads(out)["message"]
 
 
-def test_detect_record_writes_a_replayable_state(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_detect_record_writes_a_replayable_state(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """`detect --record FILE` writes a state that `--replay` reads back."""
     record = tmp_path / "state.json"
     main(["detect", "--record", str(record)])
@@ -108,30 +121,64 @@ def test_detect_record_writes_a_replayable_state(capsys: pytest.CaptureFixture[s
 
 
 def _bad_gpu_file(tmp_path: Path) -> str:
-    text = (SHIPPED / "a30.toml").read_text().replace("placement_starts = [0, 2]\n", "placement_starts = [0, 3]\n", 1)
+    text = (
+        (SHIPPED / "a30.toml")
+        .read_text()
+        .replace("placement_starts = [0, 2]\n", "placement_starts = [0, 3]\n", 1)
+    )
     (tmp_path / "broken.toml").write_text(text)
     return str(tmp_path)
 
 
 BAD_INPUTS = {
     "unknown GPU": (["check", "RTX-4090", "1g.10gb"], "unknown GPU 'RTX-4090'; known GPUs:"),
-    "unknown profile": (["check", "A100-80GB", "5g.50gb"], "MIG profile '5g.50gb' does not exist on A100-SXM4-80GB"),
-    "another GPU's profile": (["check", "H200", "3g.40gb"], "the 3-compute-slice profiles of H200-SXM5-141GB are 3g.71gb"),
+    "unknown profile": (
+        ["check", "A100-80GB", "5g.50gb"],
+        "MIG profile '5g.50gb' does not exist on A100-SXM4-80GB",
+    ),
+    "another GPU's profile": (
+        ["check", "H200", "3g.40gb"],
+        "the 3-compute-slice profiles of H200-SXM5-141GB are 3g.71gb",
+    ),
     "invalid layout": (["check", "A100-80GB", "4g.40gb+4g.40gb"], "allows at most 1"),
     "no window": (["check", "A100-80GB", "2x3g.40gb+1g.10gb"], "no memory window left for 1g.10gb"),
-    "bad vGPU name": (["check", "A100-80GB", "A100DX-2-99C"], "vGPU type 'A100DX-2-99C' maps to MIG profile 2g.99gb"),
-    "vGPU of another GPU": (["mig-setup", "H200", "A100D-2-20C"], "belongs to A100-PCIE-80GB, not H200-SXM5-141GB"),
-    "malformed system ID": (["check", "A100-SXM-80GB-1x4g.40gb"], "is not a MIG system ID; expected <GPU>_MIG_"),
-    "malformed layout string": (["check", "A100-80GB", "2g.20gb++1g.10gb"], "has an empty entry at position 2"),
+    "bad vGPU name": (
+        ["check", "A100-80GB", "A100DX-2-99C"],
+        "vGPU type 'A100DX-2-99C' maps to MIG profile 2g.99gb",
+    ),
+    "vGPU of another GPU": (
+        ["mig-setup", "H200", "A100D-2-20C"],
+        "belongs to A100-PCIE-80GB, not H200-SXM5-141GB",
+    ),
+    "malformed system ID": (
+        ["check", "A100-SXM-80GB-1x4g.40gb"],
+        "is not a MIG system ID; expected <GPU>_MIG_",
+    ),
+    "malformed layout string": (
+        ["check", "A100-80GB", "2g.20gb++1g.10gb"],
+        "has an empty entry at position 2",
+    ),
     "unknown GPU in layouts": (["layouts", "V100"], "unknown GPU 'V100'"),
     "layout too big for plan": (["mig-setup", "A30", "3x2g.12gb"], "allows at most 2"),
-    "negative GPU index": (["mig-setup", "A100-80GB", "7g.80gb", "--gpu-index=-1"], "GPU index -1 is negative"),
+    "negative GPU index": (
+        ["mig-setup", "A100-80GB", "7g.80gb", "--gpu-index=-1"],
+        "GPU index -1 is negative",
+    ),
     "empty GPU for scenarios": (["scenarios", "--gpu", ""], "unknown GPU ''"),
-    "empty systems path": (["gpus", "--systems-path", ""], "GPU data path '' (from extra_paths) is empty"),
+    "empty systems path": (
+        ["gpus", "--systems-path", ""],
+        "GPU data path '' (from extra_paths) is empty",
+    ),
     "empty replay file": (["detect", "--replay", ""], "not a readable NVML state"),
     "empty record file": (["detect", "--record", ""], "--record needs a file name"),
-    "ambiguous shorthand": (["check", "A100-80GB", "1g"], "'1g' is ambiguous on A100-SXM4-80GB: it could be 1g.10gb, 1g.20gb"),
-    "huge count": (["check", "A100-80GB", "99999999999999999999x1g.10gb"], "has only 8 memory slices"),
+    "ambiguous shorthand": (
+        ["check", "A100-80GB", "1g"],
+        "'1g' is ambiguous on A100-SXM4-80GB: it could be 1g.10gb, 1g.20gb",
+    ),
+    "huge count": (
+        ["check", "A100-80GB", "99999999999999999999x1g.10gb"],
+        "has only 8 memory slices",
+    ),
 }
 
 
@@ -145,33 +192,43 @@ def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], ca
     assert message in err
 
 
-def test_malformed_data_file_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_malformed_data_file_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """A broken GPU file on the search path names the file and field, exit 2."""
     code, _, err = _run(capsys, "gpus", "--systems-path", _bad_gpu_file(tmp_path))
     assert code == 2 and err.count("\n") == 1
     assert "broken.toml: field profiles[2] (2g.12gb).placement_starts" in err
 
 
-def test_missing_replay_file_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_missing_replay_file_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """A replay file that does not exist is a data-file error, exit 2."""
     code, _, err = _run(capsys, "detect", "--replay", str(tmp_path / "none.json"))
     assert code == 2 and "record it again" in err
 
 
-def test_record_into_a_folder_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_record_into_a_folder_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """`detect --record` naming a folder asks for a file name, exit 2."""
     code, _, err = _run(capsys, "detect", "--record", str(tmp_path))
     assert code == 2 and err.count("\n") == 1 and "is a folder; pass a file name" in err
 
 
-def test_record_under_a_file_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_record_under_a_file_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """`detect --record` under a regular file says the folder cannot be written, exit 2."""
     (tmp_path / "plain").write_text("")
     code, _, err = _run(capsys, "detect", "--record", str(tmp_path / "plain" / "state.json"))
     assert code == 2 and err.count("\n") == 1 and "cannot be written" in err
 
 
-def test_replay_missing_a_field_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_replay_missing_a_field_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """A recorded state with a field removed names the file and the field, exit 2."""
     state = json.loads((FIXTURES / "h200-7x1g.json").read_text())
     del state["gpus"][0]["name"]

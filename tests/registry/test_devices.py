@@ -36,16 +36,26 @@ def test_match_layout_gives_one_device_per_instance(load_state, catalog: Catalog
 def test_match_layout_of_another_layout_is_a_mismatch(load_state, catalog: Catalog) -> None:
     """Asking for a layout the GPU does not carry names both layouts and the creation steps."""
     gpu = _gpu(load_state("h200-7x1g"), catalog)
-    with pytest.raises(LiveLayoutMismatchError, match=r"carries the MIG layout 7x 1g\.18gb.*nvidia-smi mig"):
+    with pytest.raises(
+        LiveLayoutMismatchError, match=r"carries the MIG layout 7x 1g\.18gb.*nvidia-smi mig"
+    ):
         match_layout(parse_layout(gpu.catalog_gpu, "3x2g.35gb+1g.18gb"), gpu)
 
 
-def test_a_gpu_instance_split_into_compute_instances_is_refused(load_state, catalog: Catalog) -> None:
+def test_a_gpu_instance_split_into_compute_instances_is_refused(
+    load_state, catalog: Catalog
+) -> None:
     """A GPU instance holding two compute instances is refused, naming it, not half used."""
     state = load_state("a100-80gb-scenario7")
     devices = state["gpus"][0]["mig_devices"]
-    devices.append({**devices[0], "index": 4, "compute_instance_id": 1,
-                    "uuid": "MIG-4b4a1c2e-7d3f-5a9b-8c21-0e6f9d3b2a99"})
+    devices.append(
+        {
+            **devices[0],
+            "index": 4,
+            "compute_instance_id": 1,
+            "uuid": "MIG-4b4a1c2e-7d3f-5a9b-8c21-0e6f9d3b2a99",
+        }
+    )
     gpu = _gpu(state, catalog)
     with pytest.raises(LiveLayoutMismatchError, match="GPU instance 3 holds 2 compute instances"):
         match_layout(parse_layout(gpu.catalog_gpu, "3x2g.20gb+1g.10gb"), gpu)
@@ -74,20 +84,35 @@ def test_time_sliced_vgpu_matches_no_layout(load_state, catalog: Catalog) -> Non
 
 def test_node_inventory_of_a_mig_gpu(load_state, catalog: Catalog) -> None:
     """A GPU carrying scenario 7 reports four MIG devices, largest first."""
-    inventory = node_inventory(detect(RecordedNvml(load_state("a100-80gb-scenario7")), catalog=catalog))
-    assert [(d.kind, d.profile.name if d.profile else None, d.placement_start) for d in inventory] == [
-        ("mig", "2g.20gb", 0), ("mig", "2g.20gb", 2), ("mig", "2g.20gb", 4), ("mig", "1g.10gb", 6),
+    inventory = node_inventory(
+        detect(RecordedNvml(load_state("a100-80gb-scenario7")), catalog=catalog)
+    )
+    assert [
+        (d.kind, d.profile.name if d.profile else None, d.placement_start) for d in inventory
+    ] == [
+        ("mig", "2g.20gb", 0),
+        ("mig", "2g.20gb", 2),
+        ("mig", "2g.20gb", 4),
+        ("mig", "1g.10gb", 6),
     ]
-    assert {d.gpu_model for d in inventory} == {"A100-SXM4-80GB"} and {d.gpu_index for d in inventory} == {0}
+    assert {d.gpu_model for d in inventory} == {"A100-SXM4-80GB"} and {
+        d.gpu_index for d in inventory
+    } == {0}
 
 
 def test_node_inventory_of_a_vgpu_guest_as_plain_data(load_state, catalog: Catalog) -> None:
     """A vGPU guest reports one vgpu device; its plain data names the profile and carries it whole."""
-    (device,) = node_inventory(detect(RecordedNvml(load_state("vgpu-a100d-2-20c")), catalog=catalog))
+    (device,) = node_inventory(
+        detect(RecordedNvml(load_state("vgpu-a100d-2-20c")), catalog=catalog)
+    )
     assert device.to_dict() == {
-        "kind": "vgpu", "index": 0, "gpu": "A100-PCIE-80GB", "profile": "2g.20gb",
+        "kind": "vgpu",
+        "index": 0,
+        "gpu": "A100-PCIE-80GB",
+        "profile": "2g.20gb",
         "profile_spec": catalog.get("A100-PCIE-80GB").profile("2g.20gb").to_dict(),
-        "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21", "placement_start": None,
+        "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21",
+        "placement_start": None,
         "vgpu_type": "A100D-2-20C",
     }
 
@@ -122,9 +147,13 @@ def test_a_device_reads_back_from_its_json(state: str, load_state, catalog: Cata
         ({"extra": 1}, "must have the keys"),
     ],
 )
-def test_a_device_from_another_machine_is_checked(change: dict, said: str, load_state, catalog: Catalog) -> None:
+def test_a_device_from_another_machine_is_checked(
+    change: dict, said: str, load_state, catalog: Catalog
+) -> None:
     """A device's plain data with a wrong field, a foreign key or a broken profile is a ValueError naming it."""
-    (device,) = node_inventory(detect(RecordedNvml(load_state("vgpu-a100d-2-20c")), catalog=catalog))
+    (device,) = node_inventory(
+        detect(RecordedNvml(load_state("vgpu-a100d-2-20c")), catalog=catalog)
+    )
     with pytest.raises(ValueError, match=said):
         LiveDevice.from_dict({**device.to_dict(), **change})
 
@@ -132,7 +161,9 @@ def test_a_device_from_another_machine_is_checked(change: dict, said: str, load_
 def _live(catalog: Catalog, *names: str) -> list[LiveDevice]:
     gpu = catalog.get("A100-SXM4-80GB")
     return [
-        LiveDevice(kind="mig", gpu_index=0, gpu_model=gpu.name, profile=gpu.profile(n), uuid=f"MIG-{k}")
+        LiveDevice(
+            kind="mig", gpu_index=0, gpu_model=gpu.name, profile=gpu.profile(n), uuid=f"MIG-{k}"
+        )
         for k, n in enumerate(names)
     ]
 
@@ -162,6 +193,8 @@ def test_assign_devices_matches_by_profile_id_not_name(catalog: Catalog) -> None
 
 def test_assign_devices_never_gives_a_whole_gpu(catalog: Catalog) -> None:
     """A whole GPU (no profile) is no instance of a layout."""
-    whole = LiveDevice(kind="gpu", gpu_index=0, gpu_model="A100-SXM4-80GB", profile=None, uuid="GPU-0")
+    whole = LiveDevice(
+        kind="gpu", gpu_index=0, gpu_model="A100-SXM4-80GB", profile=None, uuid="GPU-0"
+    )
     profile = catalog.get("A100-SXM4-80GB").profile("7g.80gb")
     assert assign_devices([profile], [whole], exact=False) is None

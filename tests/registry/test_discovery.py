@@ -24,8 +24,13 @@ from mlperf_mig.registry.discovery import detection_from_state
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORDED = (
-    "a100-80gb-scenario7", "a100-80gb-invalid-constant", "h100-mig-disabled", "h200-7x1g",
-    "no-driver", "vgpu-a100d-2-20c", "vgpu-a100d-20c-time-sliced",
+    "a100-80gb-scenario7",
+    "a100-80gb-invalid-constant",
+    "h100-mig-disabled",
+    "h200-7x1g",
+    "no-driver",
+    "vgpu-a100d-2-20c",
+    "vgpu-a100d-20c-time-sliced",
 )
 
 
@@ -39,7 +44,10 @@ def test_a100_carrying_scenario_7(load_state, catalog: Catalog) -> None:
     assert gpu.catalog_gpu.name == "A100-SXM4-80GB" and gpu.mig_current is True
     assert gpu.layout() == study_layout(7, gpu.catalog_gpu)
     assert [(d.profile.name, d.placement_start) for d in gpu.mig_devices] == [
-        ("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6),
+        ("2g.20gb", 0),
+        ("2g.20gb", 2),
+        ("2g.20gb", 4),
+        ("1g.10gb", 6),
     ]
 
 
@@ -58,7 +66,11 @@ def test_gpu_instance_ids_are_not_profile_ids(load_state, catalog: Catalog) -> N
 def test_h100_with_mig_disabled(load_state, catalog: Catalog) -> None:
     """An H100 with MIG off is known, has no MIG devices and falls back to the shipped table."""
     gpu = _detect(load_state("h100-mig-disabled"), catalog).gpus[0]
-    assert (gpu.catalog_gpu.name, gpu.mig_current, gpu.mig_pending) == ("H100-SXM5-80GB", False, False)
+    assert (gpu.catalog_gpu.name, gpu.mig_current, gpu.mig_pending) == (
+        "H100-SXM5-80GB",
+        False,
+        False,
+    )
     assert gpu.mig_devices == () and gpu.layout() is None
     assert gpu.catalog_gpu == gpu.shipped_gpu
 
@@ -79,7 +91,12 @@ def test_no_driver_is_a_normal_state(load_state, catalog: Catalog) -> None:
 
 def test_driver_without_gpus_is_a_normal_state(catalog: Catalog) -> None:
     """A driver that reports no GPU gives a message saying so."""
-    state = {"format": "mlperf-mig nvml state v1", "init_error": None, "driver_version": "570.1", "gpus": []}
+    state = {
+        "format": "mlperf-mig nvml state v1",
+        "init_error": None,
+        "driver_version": "570.1",
+        "gpus": [],
+    }
     assert _detect(state, catalog).message == "the NVIDIA driver is loaded but reports no GPU"
 
 
@@ -118,14 +135,20 @@ def test_a_profile_the_driver_lacks_is_dropped(load_state, catalog: Catalog) -> 
     assert any("1g.20gb (ID 15) is not offered" in note for note in gpu.disagreements)
 
 
-def test_unknown_gpu_is_built_from_live_data(load_state, catalog: Catalog, caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_gpu_is_built_from_live_data(
+    load_state, catalog: Catalog, caplog: pytest.LogCaptureFixture
+) -> None:
     """An unknown MIG GPU becomes a record from live NVML data, with a warning."""
     state = load_state("h200-7x1g")
     state["gpus"][0].update(name="NVIDIA H999", pci_device_id="0x999910DE")
     with caplog.at_level(logging.WARNING):
         gpu = _detect(state, catalog).gpus[0]
     assert gpu.shipped_gpu is None
-    assert (gpu.catalog_gpu.name, gpu.catalog_gpu.compute_slices, gpu.catalog_gpu.memory_slices) == ("H999", 7, 8)
+    assert (
+        gpu.catalog_gpu.name,
+        gpu.catalog_gpu.compute_slices,
+        gpu.catalog_gpu.memory_slices,
+    ) == ("H999", 7, 8)
     assert str(gpu.layout()) == "7x1g.18gb"
     assert "not in the catalog" in caplog.text
 
@@ -134,16 +157,38 @@ def test_a30_instance_counts_come_from_the_table(catalog: Catalog) -> None:
     """NVML's wrong A30 instance count is ignored in favour of the table, and reported."""
     a30 = catalog.get("A30")
     profiles = [
-        {"constant": c, "name": f"MIG {p.name}", "id": p.profile_id, "sliceCount": p.compute_slices,
-         "instanceCount": 7 if p.name == "1g.6gb" else p.max_instances, "multiprocessorCount": p.sms,
-         "copyEngineCount": p.copy_engines, "decoderCount": p.decoders, "encoderCount": p.encoders,
-         "jpegCount": p.jpeg_decoders, "ofaCount": p.ofa, "memorySizeMB": int(p.memory_gib * 1024),
-         "placements": [[s, p.placement_size] for s in p.placement_starts]}
+        {
+            "constant": c,
+            "name": f"MIG {p.name}",
+            "id": p.profile_id,
+            "sliceCount": p.compute_slices,
+            "instanceCount": 7 if p.name == "1g.6gb" else p.max_instances,
+            "multiprocessorCount": p.sms,
+            "copyEngineCount": p.copy_engines,
+            "decoderCount": p.decoders,
+            "encoderCount": p.encoders,
+            "jpegCount": p.jpeg_decoders,
+            "ofaCount": p.ofa,
+            "memorySizeMB": int(p.memory_gib * 1024),
+            "placements": [[s, p.placement_size] for s in p.placement_starts],
+        }
         for c, p in zip((0, 7, 1, 8, 3), a30.profiles)
     ]
-    state = {"format": "mlperf-mig nvml state v1", "init_error": None, "driver_version": "550.1", "gpus": [
-        {"name": "NVIDIA A30", "uuid": "GPU-0", "pci_device_id": "0x20B710DE", "memory_total_bytes": 25769803776,
-         "mig_mode": [0, 0], "gi_profiles": profiles}]}
+    state = {
+        "format": "mlperf-mig nvml state v1",
+        "init_error": None,
+        "driver_version": "550.1",
+        "gpus": [
+            {
+                "name": "NVIDIA A30",
+                "uuid": "GPU-0",
+                "pci_device_id": "0x20B710DE",
+                "memory_total_bytes": 25769803776,
+                "mig_mode": [0, 0],
+                "gi_profiles": profiles,
+            }
+        ],
+    }
     gpu = _detect(state, catalog).gpus[0]
     assert gpu.catalog_gpu.profile("1g.6gb").max_instances == 4
     assert any("known NVML bug" in note for note in gpu.disagreements)
@@ -156,7 +201,10 @@ def test_without_privileges_profiles_come_from_attributes(load_state, catalog: C
     gpu_state["gpu_instance_error"] = "NO_PERMISSION"
     gpu = _detect(state, catalog).gpus[0]
     assert [(d.profile.name, d.placement_start) for d in gpu.mig_devices] == [
-        ("2g.20gb", None), ("2g.20gb", None), ("2g.20gb", None), ("1g.10gb", None),
+        ("2g.20gb", None),
+        ("2g.20gb", None),
+        ("2g.20gb", None),
+        ("1g.10gb", None),
     ]
     assert any("privileges" in note for note in gpu.disagreements)
 
@@ -183,7 +231,9 @@ class _SmallArrays(RecordedNvml):
     def nvmlDeviceGetGpuInstancePossiblePlacements(self, handle, profile_id, placements, count_ref):
         if placements is not None:
             self.sizes.append(len(placements))
-        return super().nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, placements, count_ref)
+        return super().nvmlDeviceGetGpuInstancePossiblePlacements(
+            handle, profile_id, placements, count_ref
+        )
 
 
 def test_placement_arrays_are_sized_from_the_count_query(load_state) -> None:
@@ -260,7 +310,9 @@ def test_detect_on_a_real_gpu() -> None:
     assert detect(RecordedNvml(state)).gpus == detection.gpus
 
 
-def test_an_invalid_profile_constant_mid_range_does_not_end_the_reading(load_state, catalog: Catalog) -> None:
+def test_an_invalid_profile_constant_mid_range_does_not_end_the_reading(
+    load_state, catalog: Catalog
+) -> None:
     """Profiles after a constant the driver calls INVALID_ARGUMENT are still read."""
     gpu = _detect(load_state("a100-80gb-invalid-constant"), catalog).gpus[0]
     live = {p.name: p.provenance for p in gpu.catalog_gpu.profiles}
@@ -279,7 +331,11 @@ def test_mig_backed_vgpu_guest_is_one_instance_of_its_profile(load_state, catalo
     """A VM seeing the vGPU A100D-2-20C has one 2g.20gb instance of an A100 PCIe 80GB."""
     gpu = _detect(load_state("vgpu-a100d-2-20c"), catalog).gpus[0]
     assert gpu.virtualization == "vgpu"
-    assert (gpu.vgpu.type_name, gpu.vgpu.profile.name, gpu.vgpu.time_sliced) == ("A100D-2-20C", "2g.20gb", False)
+    assert (gpu.vgpu.type_name, gpu.vgpu.profile.name, gpu.vgpu.time_sliced) == (
+        "A100D-2-20C",
+        "2g.20gb",
+        False,
+    )
     assert gpu.vgpu.parent_gpu.name == gpu.catalog_gpu.name == "A100-PCIE-80GB"
     assert gpu.mig_vgpu and gpu.mig_current is None
 
@@ -308,7 +364,9 @@ def test_unknown_vgpu_type_is_reported(load_state, catalog: Catalog) -> None:
     assert any("neither a known MIG-backed" in note for note in gpu.disagreements)
 
 
-def test_vgpu_type_of_another_board_than_the_pci_id_is_reported(load_state, catalog: Catalog) -> None:
+def test_vgpu_type_of_another_board_than_the_pci_id_is_reported(
+    load_state, catalog: Catalog
+) -> None:
     """A100DX-2-20C on a PCIe board's ID: the type name's GPU is used and the conflict noted."""
     state = load_state("vgpu-a100d-2-20c")
     state["gpus"][0]["name"] = "NVIDIA A100DX-2-20C"
@@ -327,8 +385,11 @@ def test_vgpu_is_in_the_plain_data(load_state, catalog: Catalog) -> None:
     """to_dict carries the vGPU record by name."""
     data = _detect(load_state("vgpu-a100d-2-20c"), catalog).to_dict()
     assert data["gpus"][0]["vgpu"] == {
-        "type_name": "A100D-2-20C", "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21",
-        "time_sliced": False, "parent_gpu": "A100-PCIE-80GB", "profile": "2g.20gb",
+        "type_name": "A100D-2-20C",
+        "uuid": "GPU-7f3e2a10-4c5b-11ee-9d2a-3c8f1e6b0a21",
+        "time_sliced": False,
+        "parent_gpu": "A100-PCIE-80GB",
+        "profile": "2g.20gb",
         "shared_instance": None,
     }
 

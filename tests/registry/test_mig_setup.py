@@ -65,4 +65,6 @@ def test_setup_placements_agree_with_the_solver(a100_80: Gpu) -> None:
     """The setup's placements are the solver's, reordered largest first."""
     layout = parse_layout(a100_80, "3g.40gb+4x1g.10gb")
     setup = mig_setup(layout)
-    assert sorted(setup.placements, key=lambda p: p.start) == sorted(solve_placements(layout), key=lambda p: p.start)
+    assert sorted(setup.placements, key=lambda p: p.start) == sorted(
+        solve_placements(layout), key=lambda p: p.start
+    )

@@ -19,7 +19,12 @@ from mlperf_mig.registry import (
 
 @pytest.mark.parametrize(
     "spec",
-    ["3x2g.20gb+1g.10gb", "2g.20gb,2g.20gb,2g.20gb,1g.10gb", "1g.10gb + 3 x 2g.20gb", "3X2G.20GB+1G.10GB"],
+    [
+        "3x2g.20gb+1g.10gb",
+        "2g.20gb,2g.20gb,2g.20gb,1g.10gb",
+        "1g.10gb + 3 x 2g.20gb",
+        "3X2G.20GB+1G.10GB",
+    ],
 )
 def test_layout_strings_accept_separators_and_counts(a100_80: Gpu, spec: str) -> None:
     """`+` or `,` separators, counts and any case give the same layout."""
@@ -28,7 +33,9 @@ def test_layout_strings_accept_separators_and_counts(a100_80: Gpu, spec: str) ->
 
 def test_layout_from_a_list_of_names(a100_80: Gpu) -> None:
     """A list of profile names is a layout too."""
-    assert str(parse_layout(a100_80, ["1g.10gb", "4g.40gb", "2g.20gb"])) == "4g.40gb+2g.20gb+1g.10gb"
+    assert (
+        str(parse_layout(a100_80, ["1g.10gb", "4g.40gb", "2g.20gb"])) == "4g.40gb+2g.20gb+1g.10gb"
+    )
 
 
 def test_plus_me_survives_the_plus_separator(a100_80: Gpu) -> None:
@@ -50,7 +57,9 @@ def test_short_names_resolve_when_unambiguous(a100_80: Gpu) -> None:
         parse_layout(a100_80, "1g")
 
 
-@pytest.mark.parametrize("spec", ["2g.20gb++1g.10gb", "+2g.20gb", "", "0x2g.20gb", "2g.20gb 1g.10gb"])
+@pytest.mark.parametrize(
+    "spec", ["2g.20gb++1g.10gb", "+2g.20gb", "", "0x2g.20gb", "2g.20gb 1g.10gb"]
+)
 def test_malformed_layout_strings_are_rejected(a100_80: Gpu, spec: str) -> None:
     """Empty entries, zero counts and missing separators raise an error with an example."""
     with pytest.raises((LayoutError, UnknownProfileError)):
@@ -65,7 +74,10 @@ def test_malformed_layout_error_shows_an_example(a100_80: Gpu) -> None:
 
 def test_another_gpus_profile_lists_this_gpus_profiles(h200: Gpu) -> None:
     """An A100 profile name on an H200 names the H200's profiles of that compute size."""
-    with pytest.raises(UnknownProfileError, match=r"'1g.10gb' does not exist on H200.*1g.18gb, 1g.18gb\+me, 1g.35gb"):
+    with pytest.raises(
+        UnknownProfileError,
+        match=r"'1g.10gb' does not exist on H200.*1g.18gb, 1g.18gb\+me, 1g.35gb",
+    ):
         parse_layout(h200, "1g.10gb")
 
 
@@ -108,7 +120,10 @@ def test_bad_vgpu_names_say_why(catalog: Catalog, name: str, gpu: str | None, me
 
 def test_vgpu_names_work_inside_layouts(a100_80: Gpu) -> None:
     """The study's vGPU spelling is accepted as layout entries on a given GPU."""
-    assert str(parse_layout(a100_80, "nvidia-4-40c+nvidia-2-20c+nvidia-1-10c")) == "4g.40gb+2g.20gb+1g.10gb"
+    assert (
+        str(parse_layout(a100_80, "nvidia-4-40c+nvidia-2-20c+nvidia-1-10c"))
+        == "4g.40gb+2g.20gb+1g.10gb"
+    )
 
 
 def test_vgpu_type_name_round_trips(catalog: Catalog) -> None:
@@ -124,7 +139,9 @@ def test_system_id_has_nvidia_form(a100_80: Gpu) -> None:
     assert system_id(layout) == "A100-SXM-80GB_MIG_1x4g.40gb+1x2g.20gb+1x1g.10gb"
 
 
-@pytest.mark.parametrize("gpu", ["A100-80GB", "A100-40GB", "H100-80GB", "H200", "GH200-144GB", "B200"])
+@pytest.mark.parametrize(
+    "gpu", ["A100-80GB", "A100-40GB", "H100-80GB", "H200", "GH200-144GB", "B200"]
+)
 @pytest.mark.parametrize("scenario", range(1, 9))
 def test_system_ids_round_trip(catalog: Catalog, gpu: str, scenario: int) -> None:
     """system_id and parse_system_id give back the same GPU and layout."""
@@ -138,7 +155,9 @@ def test_system_id_round_trips_with_plus_me(a100_80: Gpu, catalog: Catalog) -> N
     assert parse_system_id(system_id(layout), catalog) == layout
 
 
-@pytest.mark.parametrize("text", ["A100-SXM-80GB", "A100-SXM-80GB_MIG_", "_MIG_1x1g.10gb", "A100 SXM_MIG_1x1g.10gb"])
+@pytest.mark.parametrize(
+    "text", ["A100-SXM-80GB", "A100-SXM-80GB_MIG_", "_MIG_1x1g.10gb", "A100 SXM_MIG_1x1g.10gb"]
+)
 def test_malformed_system_ids_are_rejected(catalog: Catalog, text: str) -> None:
     """A string without `<GPU>_MIG_<layout>` raises NameParseError with an example."""
     with pytest.raises(NameParseError, match=r"A100-SXM-80GB_MIG_1x4g.40gb"):

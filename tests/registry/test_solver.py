@@ -98,20 +98,28 @@ def test_too_many_compute_slices_names_both_counts(a100_80: Gpu) -> None:
 
 def test_no_window_names_the_blocking_instances(a100_80: Gpu) -> None:
     """3g + 3g + 1g fails with no window left for the 1g after both 3g placements."""
-    with pytest.raises(LayoutError, match=r"no memory window left for 1g.10gb .* after 3g.40gb@0 \+ 3g.40gb@4"):
+    with pytest.raises(
+        LayoutError, match=r"no memory window left for 1g.10gb .* after 3g.40gb@0 \+ 3g.40gb@4"
+    ):
         solve_placements(parse_layout(a100_80, "2x3g.40gb+1g.10gb"))
 
 
 def _engines_fit(gpu: Gpu, counts: Counter) -> bool:
     """The media-engine rule, written independently: the instances' JPEG decoders, OFAs and
     video decoders sum to at most those of the profile spanning the whole GPU."""
-    whole = next(p for p in gpu.profiles if p.compute_slices == gpu.compute_slices and p.memory_slices == gpu.memory_slices)
+    whole = next(
+        p
+        for p in gpu.profiles
+        if p.compute_slices == gpu.compute_slices and p.memory_slices == gpu.memory_slices
+    )
     by_name = {p.name: p for p in gpu.profiles}
     for field in ("jpeg_decoders", "ofa", "decoders"):
         values = [getattr(by_name[name], field) for name in counts]
         if getattr(whole, field) is None or None in values:
             continue
-        if sum(getattr(by_name[name], field) * n for name, n in counts.items()) > getattr(whole, field):
+        if sum(getattr(by_name[name], field) * n for name, n in counts.items()) > getattr(
+            whole, field
+        ):
             return False
     return True
 
@@ -146,26 +154,50 @@ def _brute_force_valid(gpu: Gpu) -> set[frozenset[tuple[str, int]]]:
 def test_valid_layouts_match_a_brute_force(catalog: Catalog, gpu: str) -> None:
     """The enumerated valid layouts are exactly the multisets a placement brute force reaches."""
     board = catalog.get(gpu)
-    enumerated = {frozenset(Counter(p.name for p in layout.profiles).items()) for layout in valid_layouts(board)}
+    enumerated = {
+        frozenset(Counter(p.name for p in layout.profiles).items())
+        for layout in valid_layouts(board)
+    }
     assert enumerated == _brute_force_valid(board)
 
 
 REFERENCE_MAXIMAL_80GB = {
-    "7g.80gb", "4g.40gb+3g.40gb", "4g.40gb+2g.20gb+1g.10gb", "4g.40gb+2g.20gb+1g.20gb",
-    "4g.40gb+3x1g.10gb", "4g.40gb+1g.20gb+2x1g.10gb", "4g.40gb+2x1g.20gb", "2x3g.40gb",
-    "3g.40gb+2x2g.20gb", "3g.40gb+2g.20gb+2x1g.10gb", "3g.40gb+4x1g.10gb",
-    "3g.40gb+2g.20gb+1g.20gb", "3g.40gb+1g.20gb+2x1g.10gb", "3g.40gb+2x1g.20gb",
-    "3x2g.20gb+1g.10gb", "3x2g.20gb+1g.20gb", "2x2g.20gb+3x1g.10gb",
-    "2x2g.20gb+1g.20gb+2x1g.10gb", "2x2g.20gb+2x1g.20gb", "2g.20gb+5x1g.10gb",
-    "2g.20gb+1g.20gb+4x1g.10gb", "2g.20gb+2x1g.20gb+2x1g.10gb", "2g.20gb+3x1g.20gb",
-    "7x1g.10gb", "1g.20gb+6x1g.10gb", "2x1g.20gb+4x1g.10gb", "3x1g.20gb+2x1g.10gb", "4x1g.20gb",
+    "7g.80gb",
+    "4g.40gb+3g.40gb",
+    "4g.40gb+2g.20gb+1g.10gb",
+    "4g.40gb+2g.20gb+1g.20gb",
+    "4g.40gb+3x1g.10gb",
+    "4g.40gb+1g.20gb+2x1g.10gb",
+    "4g.40gb+2x1g.20gb",
+    "2x3g.40gb",
+    "3g.40gb+2x2g.20gb",
+    "3g.40gb+2g.20gb+2x1g.10gb",
+    "3g.40gb+4x1g.10gb",
+    "3g.40gb+2g.20gb+1g.20gb",
+    "3g.40gb+1g.20gb+2x1g.10gb",
+    "3g.40gb+2x1g.20gb",
+    "3x2g.20gb+1g.10gb",
+    "3x2g.20gb+1g.20gb",
+    "2x2g.20gb+3x1g.10gb",
+    "2x2g.20gb+1g.20gb+2x1g.10gb",
+    "2x2g.20gb+2x1g.20gb",
+    "2g.20gb+5x1g.10gb",
+    "2g.20gb+1g.20gb+4x1g.10gb",
+    "2g.20gb+2x1g.20gb+2x1g.10gb",
+    "2g.20gb+3x1g.20gb",
+    "7x1g.10gb",
+    "1g.20gb+6x1g.10gb",
+    "2x1g.20gb+4x1g.10gb",
+    "3x1g.20gb+2x1g.10gb",
+    "4x1g.20gb",
 }
 
 
 def test_maximal_layouts_match_the_reference_table(a100_80: Gpu) -> None:
     """Without +me profiles, the maximal layouts of an 80 GB A100 are the reference's 28."""
     plain = {
-        str(layout) for layout in maximal_layouts(a100_80)
+        str(layout)
+        for layout in maximal_layouts(a100_80)
         if not any(p.media_extensions for p in layout.profiles)
     }
     assert plain == REFERENCE_MAXIMAL_80GB
@@ -199,7 +231,9 @@ def test_a30_accepts_one_me_instance(a30: Gpu) -> None:
 def test_a30_maximal_layouts_have_at_most_one_me_instance(a30: Gpu) -> None:
     """`layouts A30 --maximal` lists no layout with two +me instances."""
     maximal = maximal_layouts(a30)
-    assert maximal and all(sum(p.media_extensions for p in layout.profiles) <= 1 for layout in maximal)
+    assert maximal and all(
+        sum(p.media_extensions for p in layout.profiles) <= 1 for layout in maximal
+    )
 
 
 def test_a30_valid_layouts_drop_exactly_the_two_me_layouts(a30: Gpu) -> None:
@@ -213,9 +247,9 @@ def test_eight_slice_gpu_counts_ofa_over_instances(h100: Gpu) -> None:
     import attrs
 
     me = h100.profile("1g.10gb+me")
-    two_me = attrs.evolve(h100, profiles=[
-        attrs.evolve(p, max_instances=2) if p == me else p for p in h100.profiles
-    ])
+    two_me = attrs.evolve(
+        h100, profiles=[attrs.evolve(p, max_instances=2) if p == me else p for p in h100.profiles]
+    )
     with pytest.raises(LayoutError, match=r"needs 2 OFAs but H100-SXM5-80GB has 1"):
         solve_placements(parse_layout(two_me, "2x1g.10gb+me"))
 

@@ -38,12 +38,16 @@ def test_h200_scenario_7_uses_h200_names(h200: Gpu) -> None:
     assert str(study_layout(7, h200)) == "3x2g.35gb+1g.18gb"
 
 
-@pytest.mark.parametrize("gpu", ["A100-40GB", "H100-80GB", "H100-NVL", "GH200-96GB", "GH200-144GB", "H200-NVL", "B200"])
+@pytest.mark.parametrize(
+    "gpu", ["A100-40GB", "H100-80GB", "H100-NVL", "GH200-96GB", "GH200-144GB", "H200-NVL", "B200"]
+)
 def test_translation_keeps_slice_shapes(catalog: Catalog, a100_80: Gpu, gpu: str) -> None:
     """On every 7-slice GPU each scenario keeps its (compute, memory) slice shapes."""
     for scenario in SEED:
         translated = study_layout(scenario, gpu, catalog)
-        assert [p.shape for p in translated.profiles] == [p.shape for p in study_layout(scenario, a100_80).profiles]
+        assert [p.shape for p in translated.profiles] == [
+            p.shape for p in study_layout(scenario, a100_80).profiles
+        ]
 
 
 @pytest.mark.parametrize("scenario", [1, 6, 7, 8])

@@ -113,7 +113,9 @@ class DyingBackend(FailingBackend):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _serve_with_i1_failing(job: Any, failing: type[FailingBackend], before_start: Any, progress: Any) -> Any:
+def _serve_with_i1_failing(
+    job: Any, failing: type[FailingBackend], before_start: Any, progress: Any
+) -> Any:
     """Unified-mode instance worker: i1 serves 5 batches with `failing`, the others keep serving."""
     from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.runner.unified import serve_instance

@@ -12,7 +12,9 @@ from mlperf_mig.runner.audits import relative_spread
 
 
 def _verdict(**fields: Any) -> AuditVerdict:
-    return AuditVerdict(audit="TEST04", short=True, log_dir="x", **{"passed": True, "reason": "", **fields})
+    return AuditVerdict(
+        audit="TEST04", short=True, log_dir="x", **{"passed": True, "reason": "", **fields}
+    )
 
 
 def test_spread_is_the_largest_over_the_smallest() -> None:
@@ -26,8 +28,12 @@ def test_an_inconclusive_audit_does_not_fail_the_run(good_run: Any) -> None:
     inconclusive = _verdict(passed=False, inconclusive=True, reason="noise", spread=0.3)
     failed = _verdict(passed=False, reason="40% faster")
     first = good_run.instances[0]
-    with_inconclusive = attrs.evolve(good_run, instances=[attrs.evolve(first, compliance=[inconclusive, _verdict()])])
-    with_failure = attrs.evolve(good_run, instances=[attrs.evolve(first, compliance=[inconclusive, failed])])
+    with_inconclusive = attrs.evolve(
+        good_run, instances=[attrs.evolve(first, compliance=[inconclusive, _verdict()])]
+    )
+    with_failure = attrs.evolve(
+        good_run, instances=[attrs.evolve(first, compliance=[inconclusive, failed])]
+    )
     assert with_inconclusive.compliance_passed is None
     assert with_failure.compliance_passed is False
 

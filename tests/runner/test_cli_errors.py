@@ -51,9 +51,7 @@ def test_output_folder_not_writable(capsys: pytest.CaptureFixture[str], tmp_path
     """An output folder below a regular file cannot be created."""
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    err = _one_line_error(
-        capsys, ["run", "--backend", "null", "--outdir", str(blocker / "run")]
-    )
+    err = _one_line_error(capsys, ["run", "--backend", "null", "--outdir", str(blocker / "run")])
     assert "a-file" in err
 
 
@@ -101,7 +99,9 @@ def test_plan_refuses_zero_sample_count() -> None:
         mlperf_mig.plan(7, backend="null", sample_count=0)
 
 
-def test_outdir_holding_a_run_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_outdir_holding_a_run_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """--outdir of an earlier run is refused before anything runs, and its results.json is kept."""
     outdir = tmp_path / "run"
     outdir.mkdir()
@@ -117,8 +117,11 @@ def fixture_bad_files(tmp_path: Path) -> Path:
     """A user.conf that is not UTF-8 and ImageNet folders whose val_map.txt is malformed."""
     (tmp_path / "latin1.conf").write_bytes(b"\xff\xfe resnet50.Offline.min_duration = 5\n")
     (tmp_path / "huge.conf").write_text(f"resnet50.Offline.min_duration = {10**26}\n")
-    for name, text in [("no-label", b"a.npy\n"), ("big-label", b"a.npy 100000000000000000000\n"),
-                       ("latin1", b"a\xff.npy 1\n")]:
+    for name, text in [
+        ("no-label", b"a.npy\n"),
+        ("big-label", b"a.npy 100000000000000000000\n"),
+        ("latin1", b"a\xff.npy 1\n"),
+    ]:
         (tmp_path / name).mkdir()
         (tmp_path / name / "val_map.txt").write_bytes(text)
     return tmp_path
@@ -187,11 +190,19 @@ def test_report_refuses_a_damaged_results_file(
 
 @pytest.mark.parametrize(
     "argv",
-    [["run", "--repeats", "٣"], ["sweep", "--repeats", "²"], ["advise", "--top", "٣"],
-     ["advise", "--min-instances", "３"], ["capacity", "--max-steps", "٣"]],
+    [
+        ["run", "--repeats", "٣"],
+        ["sweep", "--repeats", "²"],
+        ["advise", "--top", "٣"],
+        ["advise", "--min-instances", "３"],
+        ["capacity", "--max-steps", "٣"],
+    ],
 )
 def test_whole_numbers_in_other_digits_are_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
 ) -> None:
     """--repeats ٣ (int() reads it as 3) is one line naming digits 0-9, exit 2, and no run folder is made."""
     monkeypatch.chdir(tmp_path)  # where a run without --outdir would make its folder
@@ -204,13 +215,23 @@ def test_whole_numbers_in_other_digits_are_refused(
 
 @pytest.mark.parametrize(
     "argv",
-    [["run", "--timeout", "٣"], ["run", "--timeout", "nan"], ["advise", "--max-p99-ms", "inf"],
-     ["capacity", "--tolerance", "０.1"], ["capacity", "--low-qps", "1e999x"],
-     ["harness", "--threads", "²"], ["harness", "--sample-count", "٣"], ["build", "--seed", "٣"],
-     ["mig-setup", "A100-SXM4-80GB", "7g.80gb", "--gpu-index", "١"]],
+    [
+        ["run", "--timeout", "٣"],
+        ["run", "--timeout", "nan"],
+        ["advise", "--max-p99-ms", "inf"],
+        ["capacity", "--tolerance", "０.1"],
+        ["capacity", "--low-qps", "1e999x"],
+        ["harness", "--threads", "²"],
+        ["harness", "--sample-count", "٣"],
+        ["build", "--seed", "٣"],
+        ["mig-setup", "A100-SXM4-80GB", "7g.80gb", "--gpu-index", "١"],
+    ],
 )
 def test_numbers_in_other_digits_or_not_finite_are_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
 ) -> None:
     """float() and int() read '٣' as 3 and 'nan' as a number: every numeric option takes ASCII
     digits and finite values only, in one line, exit 2, with nothing made."""

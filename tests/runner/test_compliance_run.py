@@ -82,7 +82,10 @@ def test_audit_logs_and_verify_files_per_instance(audited: tuple[int, RunResult,
     _, run, outdir = audited
     for instance in run.instances:
         folder = Path(outdir) / instance.name
-        for audit, verify in (("TEST01", "verify_accuracy.txt"), ("TEST04", "verify_performance.txt")):
+        for audit, verify in (
+            ("TEST01", "verify_accuracy.txt"),
+            ("TEST04", "verify_performance.txt"),
+        ):
             assert (folder / audit / "mlperf_log_detail.txt").is_file()
             assert (folder / audit / verify).is_file()
     assert list(Path(outdir).rglob("audit.config")) == []
@@ -93,7 +96,9 @@ def test_accuracy_run_covers_every_sample(audited: tuple[int, RunResult, str]) -
     that TEST01's sampled responses can be compared with it."""
     _, run, _ = audited
     assert [i.accuracy.accuracy.sample_count for i in run.instances] == [1024, 1024]
-    assert all(v.matched == v.sampled for i in run.instances for v in i.compliance if v.audit == "TEST01")
+    assert all(
+        v.matched == v.sampled for i in run.instances for v in i.compliance if v.audit == "TEST01"
+    )
 
 
 def test_audits_run_with_the_performance_runs_settings(audited: tuple[int, RunResult, str]) -> None:

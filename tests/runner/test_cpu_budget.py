@@ -34,14 +34,22 @@ def test_the_whole_gpu_gets_every_cpu_without_a_quota() -> None:
     """A 7g on 2 CPUs owns both: affinity alone keeps it, and nothing needs a note."""
     result = emulated_cpu_budgets([7], 7, [0, 1], enforcement=DUTY_CYCLE)
     (budget,) = result.budgets
-    assert (budget.cpus, budget.share, budget.threads, budget.enforced_by) == ((0, 1), 2.0, 2, WHOLE_CPUS)
+    assert (budget.cpus, budget.share, budget.threads, budget.enforced_by) == (
+        (0, 1),
+        2.0,
+        2,
+        WHOLE_CPUS,
+    )
     assert result.notes == ()
 
 
 def test_instances_outnumbering_cores_share_them_by_budget() -> None:
     """Seven 1g on 2 CPUs each get 2/7 of a CPU, enforced and said so in the notes."""
     result = emulated_cpu_budgets([1] * 7, 7, [0, 1], enforcement=DUTY_CYCLE)
-    assert all(b.share == pytest.approx(2 / 7, abs=1e-6) and b.enforced_by == DUTY_CYCLE for b in result.budgets)
+    assert all(
+        b.share == pytest.approx(2 / 7, abs=1e-6) and b.enforced_by == DUTY_CYCLE
+        for b in result.budgets
+    )
     assert any("duty cycle" in note for note in result.notes)
 
 
@@ -54,7 +62,9 @@ def test_a_share_above_one_cpu_gets_threads_to_use_it() -> None:
 
 def test_whole_gpu_cpus_scales_the_shares() -> None:
     """Standing for 1 CPU, a 2g of an A100 gets 2/7 of a CPU wherever its CPUs are."""
-    budgets = emulated_cpu_budgets([2], 7, [4, 5, 6], whole_gpu_cpus=1, enforcement=DUTY_CYCLE).budgets
+    budgets = emulated_cpu_budgets(
+        [2], 7, [4, 5, 6], whole_gpu_cpus=1, enforcement=DUTY_CYCLE
+    ).budgets
     assert budgets[0].share == pytest.approx(2 / 7, abs=1e-6) and budgets[0].cpus == (4,)
 
 
@@ -74,7 +84,9 @@ def test_duty_cycle_sleeps_until_cpu_time_is_within_the_share() -> None:
     """After 0.1 s of CPU in 0.1 s of wall time at a quarter CPU, it sleeps 0.3 s."""
     now = {"wall": 0.0, "cpu": 0.0}
     slept: list[float] = []
-    duty = DutyCycle(0.25, clock=lambda: now["wall"], cpu_clock=lambda: now["cpu"], sleep=slept.append)
+    duty = DutyCycle(
+        0.25, clock=lambda: now["wall"], cpu_clock=lambda: now["cpu"], sleep=slept.append
+    )
     now.update(wall=0.1, cpu=0.1)
     duty.settle()
     assert slept == [pytest.approx(0.3, abs=1e-9)]
@@ -84,7 +96,9 @@ def test_idle_time_earns_only_a_short_burst() -> None:
     """Ten idle seconds (the barrier, loading) do not let the next second of CPU run unthrottled."""
     now = {"wall": 0.0, "cpu": 0.0}
     slept: list[float] = []
-    duty = DutyCycle(0.5, clock=lambda: now["wall"], cpu_clock=lambda: now["cpu"], sleep=slept.append)
+    duty = DutyCycle(
+        0.5, clock=lambda: now["wall"], cpu_clock=lambda: now["cpu"], sleep=slept.append
+    )
     now.update(wall=10.0)
     duty.settle()
     now.update(wall=11.0, cpu=1.0)
@@ -126,7 +140,9 @@ def test_cgroup_quota_caps_a_busy_process() -> None:
         print((time.process_time() - cpu) / (time.monotonic() - wall))
         """
     )
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert float(child.stdout) <= 0.25 + 0.1
 
 

@@ -20,21 +20,39 @@ from mlperf_mig.runner.results import RunResult
 
 from .conftest import HERE, alive, recorded_pids
 
-_QUICK = ["--backend", "null", "--no-accuracy", "--set", "min_duration=300", "--set", "target_qps=2000"]
+_QUICK = [
+    "--backend",
+    "null",
+    "--no-accuracy",
+    "--set",
+    "min_duration=300",
+    "--set",
+    "target_qps=2000",
+]
 _TWO = "2g.20gb+1g.10gb"
-
-
-
-
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
 
 
-def _start_cli(outdir: Path, target: str, scenario: str = _TWO, *extra: str) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "mlperf_mig", "run", "--scenario", scenario, *_QUICK,
-            "--outdir", str(outdir), "--worker-entry", f"fault_entries:{target}", *extra]
+def _start_cli(
+    outdir: Path, target: str, scenario: str = _TWO, *extra: str
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "mlperf_mig",
+        "run",
+        "--scenario",
+        scenario,
+        *_QUICK,
+        "--outdir",
+        str(outdir),
+        "--worker-entry",
+        f"fault_entries:{target}",
+        *extra,
+    ]
     return subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -104,7 +122,9 @@ def fixture_small_disk(tmp_path: Path) -> Iterator[Path]:
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
     try:
@@ -208,12 +228,16 @@ def test_sigterm_in_unified_mode_unlinks_shared_memory(tmp_path: Path) -> None:
     assert not [pid for pid in pids if alive(pid)]
     blocks = re.search(rb"shared samples: ([^(]+) \(", stderr)
     assert blocks is not None
-    assert not [name for name in blocks.group(1).split() if (Path("/dev/shm") / name.decode()).exists()]
+    assert not [
+        name for name in blocks.group(1).split() if (Path("/dev/shm") / name.decode()).exists()
+    ]
     result = RunResult.load(outdir)
     assert result.interrupted and result.layout_status == "interrupted"
 
 
-def test_ctrl_c_during_engine_builds_writes_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_during_engine_builds_writes_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ctrl-C while the engines are being built still leaves a results.json, marked interrupted,
     with every instance not run."""
     import mlperf_mig

@@ -31,17 +31,28 @@ def _node(k: int, state: str | None = None, cpus: tuple[int, ...] = (0, 1)) -> N
     """Node k replaying a recorded NVML state (None: a GPU-less node)."""
     devices = ()
     if state is not None:
-        devices = node_inventory(registry.detect(source=registry.RecordedNvml.from_file(NVML_STATES / state)))
+        devices = node_inventory(
+            registry.detect(source=registry.RecordedNvml.from_file(NVML_STATES / state))
+        )
     return NodeInventory(
-        node_id=f"{k:02d}" * 20, host=f"node{k}", address=f"10.0.0.{k}", ray_version="2.60.0",
-        python_version="3.11.7", cpus=cpus, devices=devices,
+        node_id=f"{k:02d}" * 20,
+        host=f"node{k}",
+        address=f"10.0.0.{k}",
+        ray_version="2.60.0",
+        python_version="3.11.7",
+        cpus=cpus,
+        devices=devices,
     )
 
 
 def _place(nodes: list[NodeInventory], scenario: Any = 8, **options: Any) -> Any:
     return cluster_system_deployment(
-        scenario, layouts=options.pop("layouts", {}), inventories=nodes, cluster="local:2",
-        gpu=options.pop("gpu", None), gpu_count=options.pop("gpu_count", None),
+        scenario,
+        layouts=options.pop("layouts", {}),
+        inventories=nodes,
+        cluster="local:2",
+        gpu=options.pop("gpu", None),
+        gpu_count=options.pop("gpu_count", None),
         catalog=registry.default_catalog(),
     )
 
@@ -51,7 +62,9 @@ def test_two_dgx_nodes_are_112_instances() -> None:
     deployment = _place([_node(0, "dgx-a100-8x-7x1g.json"), _node(1, "dgx-a100-8x-7x1g.json")])
     assert len(deployment.slots) == 112 and len(deployment.parts) == 16
     assert deployment.slots[7].name == "n0-g1-i0-1g.10gb"
-    assert deployment.slots[56].name == "n1-g0-i0-1g.10gb" and deployment.slots[56].node == "01" * 20
+    assert (
+        deployment.slots[56].name == "n1-g0-i0-1g.10gb" and deployment.slots[56].node == "01" * 20
+    )
     assert deployment.grouping == "observed" and deployment.partitioning == "mig"
 
 
@@ -65,7 +78,10 @@ def test_emulated_nodes_each_emulate_their_gpus() -> None:
     """Two GPU-less nodes with gpu_count 2: four emulated GPUs, each on its node's CPU share."""
     deployment = _place([_node(0, cpus=(0,)), _node(1, cpus=(1,))], gpu_count=2)
     assert Counter((p.node[:2], p.index) for p in deployment.parts) == {
-        ("00", 0): 1, ("00", 1): 1, ("01", 0): 1, ("01", 1): 1,
+        ("00", 0): 1,
+        ("00", 1): 1,
+        ("01", 0): 1,
+        ("01", 1): 1,
     }
     assert {s.cpus for s in deployment.slots if s.node == "01" * 20} == {(1,)}
     assert deployment.grouping == "emulated"
@@ -108,20 +124,47 @@ def test_local_cluster_runs_every_emulated_gpu_of_every_node(tmp_path: Path, mod
     pytest.importorskip("ray")
     outdir = tmp_path / "run"
     command = [
-        str(BIN / "mlperf-mig"), "run", "--cluster", "local:2", "--gpus", "all", "--gpu-count", "2",
-        "--scenario", "1g.10gb+1g.10gb", "--backend", "null", "--no-accuracy", "--no-telemetry",
-        "--set", "min_duration=300", "--set", "target_qps=500", "--outdir", str(outdir), "--json",
-        "--mode", mode,
+        str(BIN / "mlperf-mig"),
+        "run",
+        "--cluster",
+        "local:2",
+        "--gpus",
+        "all",
+        "--gpu-count",
+        "2",
+        "--scenario",
+        "1g.10gb+1g.10gb",
+        "--backend",
+        "null",
+        "--no-accuracy",
+        "--no-telemetry",
+        "--set",
+        "min_duration=300",
+        "--set",
+        "target_qps=500",
+        "--outdir",
+        str(outdir),
+        "--json",
+        "--mode",
+        mode,
     ]
     script = 'ip link set lo up && exec "$@"'
     done = subprocess.run(
-        ["unshare", "-n", "sh", "-c", script, "sh", *command], capture_output=True, text=True,
-        env={**os.environ, **LOOPBACK_ENV}, timeout=300, stdin=subprocess.DEVNULL,
+        ["unshare", "-n", "sh", "-c", script, "sh", *command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **LOOPBACK_ENV},
+        timeout=300,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(done.stdout)
-    assert len(data["gpus"]) == 4 and {g["node"] for g in data["gpus"]} == set(data["cluster"]["nodes"])
+    assert len(data["gpus"]) == 4 and {g["node"] for g in data["gpus"]} == set(
+        data["cluster"]["nodes"]
+    )
     assert all(i["status"] == "ok" for i in data["instances"])
     assert all(g["subtotal"] is not None for g in data["gpus"])
-    assert sum(g["subtotal"] for g in data["gpus"]) == pytest.approx(data["aggregate"]["total_throughput"])
+    assert sum(g["subtotal"] for g in data["gpus"]) == pytest.approx(
+        data["aggregate"]["total_throughput"]
+    )
     assert {i["name"][:5] for i in data["instances"]} == {"n0-g0", "n0-g1", "n1-g0", "n1-g1"}

@@ -66,7 +66,8 @@ def test_study_layout_translates_per_gpu_model() -> None:
     """A host with an A100 and an H200: study layout 8 is 1g.10gb on one and 1g.18gb on the other."""
     plan = _plan(TWO_MODELS, scenario=7, layouts={1: 8}, gpus="all")
     assert {p.index: str(p.layout) for p in plan.deployment.parts} == {
-        0: "3x2g.20gb+1g.10gb", 1: "7x1g.18gb",
+        0: "3x2g.20gb+1g.10gb",
+        1: "7x1g.18gb",
     }
     assert "H200" in plan.gpu and "A100" in plan.gpu
 
@@ -74,8 +75,13 @@ def test_study_layout_translates_per_gpu_model() -> None:
 def test_engines_are_per_model_and_profile() -> None:
     """Two GPU models build one engine per model and profile."""
     plan = make_plan(
-        RunOptions(backend="onnxruntime", scenario=7, layouts={1: 8}, gpus="all",
-                   nvml_source=registry.RecordedNvml.from_file(TWO_MODELS))
+        RunOptions(
+            backend="onnxruntime",
+            scenario=7,
+            layouts={1: 8},
+            gpus="all",
+            nvml_source=registry.RecordedNvml.from_file(TWO_MODELS),
+        )
     )
     keys = {e.key: e.gpu for e in plan.engines}
     assert keys["H200-SXM5-141GB-1g.18gb"] == "H200-SXM5-141GB"
@@ -103,7 +109,9 @@ def test_emulated_gpu_cpu_shares_split_evenly() -> None:
 
 def test_mixed_layouts_are_spelled_out() -> None:
     """GPUs with different layouts show each layout and how many GPUs carry it."""
-    plan = _plan(None, scenario=8, gpu_count=3, layouts={2: "3g.40gb+4g.40gb"}, gpus="all", emulate=True)
+    plan = _plan(
+        None, scenario=8, gpu_count=3, layouts={2: "3g.40gb+4g.40gb"}, gpus="all", emulate=True
+    )
     assert plan.layout == "2x[7x1g.10gb] + 1x[4g.40gb+3g.40gb]"
 
 
@@ -189,7 +197,10 @@ def test_gpus_option_refuses_bad_values(value: object) -> None:
     [
         (["--nvml-state", str(TWO_MODELS), "--gpus", "0,9"], "GPU index 9 is not there"),
         (["--nvml-state", str(TWO_MODELS), "--gpus", "all", "--layout", "1=7x1g.10gb"], "GPU 1"),
-        (["--nvml-state", str(DGX), "--scenario", "8", "--gpus", "0", "--layout", "3=8"], "not selected"),
+        (
+            ["--nvml-state", str(DGX), "--scenario", "8", "--gpus", "0", "--layout", "3=8"],
+            "not selected",
+        ),
         (["--nvml-state", str(MIG_OFF), "--gpus", "all"], "--shared"),
         (["--gpu-count", "1000", "--scenario", "8", "--emulate"], "can start at most"),
         (["--nvml-state", str(DGX), "--gpus", "0", "--layout", "0=8", "--layout", "0=7"], "twice"),
@@ -212,8 +223,23 @@ def test_cli_bad_gpu_selection_is_one_line(
 
 def test_cli_plan_json_of_a_system(capsys: pytest.CaptureFixture[str]) -> None:
     """`plan --gpus all --json` on the recorded DGX lists eight GPUs and 56 instances."""
-    assert cli.main(["plan", "--backend", "null", "--scenario", "8", "--gpus", "all",
-                     "--nvml-state", str(DGX), "--json"]) == 0
+    assert (
+        cli.main(
+            [
+                "plan",
+                "--backend",
+                "null",
+                "--scenario",
+                "8",
+                "--gpus",
+                "all",
+                "--nvml-state",
+                str(DGX),
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert len(data["gpus"]) == 8 and len(data["instances"]) == 56
 
@@ -275,7 +301,11 @@ def test_live_gpus_with_mig_each_carry_their_live_layout() -> None:
     """On this machine's MIG GPUs, asking each for the layout it carries plans one slot per MIG
     device, each on its own device, named with its GPU."""
     detection = registry.detect()
-    live = {s.index: s for s in detection.gpus if s.mig_current and s.mig_devices and all(d.profile for d in s.mig_devices)}
+    live = {
+        s.index: s
+        for s in detection.gpus
+        if s.mig_current and s.mig_devices and all(d.profile for d in s.mig_devices)
+    }
     if not live:
         pytest.skip("no GPU with MIG enabled and MIG devices here")
     layouts = {i: [d.profile.name for d in s.mig_devices] for i, s in live.items()}

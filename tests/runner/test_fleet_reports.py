@@ -20,8 +20,11 @@ def fixture_sweep(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import mlperf_mig
 
     return mlperf_mig.sweep(
-        ["1g.10gb+1g.10gb", "2g.20gb"], outdir=tmp_path_factory.mktemp("fleet") / "sweep", chart=False,
-        **SYSTEM, **QUICK_NULL,
+        ["1g.10gb+1g.10gb", "2g.20gb"],
+        outdir=tmp_path_factory.mktemp("fleet") / "sweep",
+        chart=False,
+        **SYSTEM,
+        **QUICK_NULL,
     )
 
 
@@ -31,7 +34,11 @@ def fixture_repeated(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import mlperf_mig
 
     return mlperf_mig.run(
-        "1g.10gb+1g.10gb", repeats=2, outdir=tmp_path_factory.mktemp("fleet") / "study", **SYSTEM, **QUICK_NULL
+        "1g.10gb+1g.10gb",
+        repeats=2,
+        outdir=tmp_path_factory.mktemp("fleet") / "study",
+        **SYSTEM,
+        **QUICK_NULL,
     )
 
 
@@ -81,8 +88,12 @@ def fixture_single_profiles(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import mlperf_mig
 
     return mlperf_mig.run(
-        1, gpus="all", layouts={1: 2, 2: 3, 3: 4, 4: 5}, outdir=tmp_path_factory.mktemp("fleet") / "run",
-        **{**SYSTEM, "gpu_count": 5}, **QUICK_NULL,
+        1,
+        gpus="all",
+        layouts={1: 2, 2: 3, 3: 4, 4: 5},
+        outdir=tmp_path_factory.mktemp("fleet") / "run",
+        **{**SYSTEM, "gpu_count": 5},
+        **QUICK_NULL,
     )
 
 

@@ -28,14 +28,19 @@ def fixture_unified(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The same system under one LoadGen."""
     import mlperf_mig
 
-    return mlperf_mig.run(outdir=tmp_path_factory.mktemp("fleet") / "run", mode="unified", **SYSTEM, **QUICK_NULL)
+    return mlperf_mig.run(
+        outdir=tmp_path_factory.mktemp("fleet") / "run", mode="unified", **SYSTEM, **QUICK_NULL
+    )
 
 
 def test_every_instance_of_every_gpu_ran(independent: Any) -> None:
     """Four instances, two per GPU, each finished and named with its GPU."""
     assert independent.ok
     assert [(i.name, i.gpu_index) for i in independent.instances] == [
-        ("g0-i0-2g.20gb", 0), ("g0-i1-1g.10gb", 0), ("g1-i0-2g.20gb", 1), ("g1-i1-1g.10gb", 1),
+        ("g0-i0-2g.20gb", 0),
+        ("g0-i1-1g.10gb", 0),
+        ("g1-i0-2g.20gb", 1),
+        ("g1-i1-1g.10gb", 1),
     ]
 
 
@@ -52,7 +57,8 @@ def test_results_json_has_the_gpus_list(independent: Any) -> None:
     """results.json names each GPU with its layout, instances and subtotal."""
     data = json.loads((Path(independent.outdir) / "results.json").read_text())
     assert [(g["index"], g["name"], g["layout"]) for g in data["gpus"]] == [
-        (0, "A100-SXM4-80GB", "2g.20gb+1g.10gb"), (1, "A100-SXM4-80GB", "2g.20gb+1g.10gb"),
+        (0, "A100-SXM4-80GB", "2g.20gb+1g.10gb"),
+        (1, "A100-SXM4-80GB", "2g.20gb+1g.10gb"),
     ]
     assert all(g["subtotal"] > 0 for g in data["gpus"])
     assert data["system_id"] == "A100-SXM-80GB_MIG_2x2g.20gb+2x1g.10gb"

@@ -14,7 +14,11 @@ from mlperf_mig.submission.sysdesc import Accelerator
 from mlperf_mig.submission.writer import system_folder_name, system_layout_token
 
 # what the checker needs of an open Offline result, in seconds on the null backend
-CHECKER_SETTINGS = {"min_duration": 600000, "performance_sample_count_override": 1024, "target_qps": 0.1}
+CHECKER_SETTINGS = {
+    "min_duration": 600000,
+    "performance_sample_count_override": 1024,
+    "target_qps": 0.1,
+}
 
 
 @pytest.fixture(scope="module", name="system_run")
@@ -23,8 +27,14 @@ def fixture_system_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import mlperf_mig
 
     return mlperf_mig.run(
-        "1g.10gb+1g.10gb", gpu_count=2, emulate=True, mode="unified", backend="null",
-        settings=CHECKER_SETTINGS, telemetry=False, progress=False,
+        "1g.10gb+1g.10gb",
+        gpu_count=2,
+        emulate=True,
+        mode="unified",
+        backend="null",
+        settings=CHECKER_SETTINGS,
+        telemetry=False,
+        progress=False,
         outdir=tmp_path_factory.mktemp("fleet") / "run",
     )
 
@@ -67,8 +77,13 @@ def test_accelerators_per_node_counts_the_gpus() -> None:
     from mlperf_mig.submission.sysdesc import _accelerator_fields
 
     accelerator = Accelerator(
-        gpu="A100-SXM4-80GB", partitioning="mig", layout="8x[7x1g.10gb]", instance=None,
-        memory_gib=80.0, framework="TensorRT 10", gpus_per_node=8,
+        gpu="A100-SXM4-80GB",
+        partitioning="mig",
+        layout="8x[7x1g.10gb]",
+        instance=None,
+        memory_gib=80.0,
+        framework="TensorRT 10",
+        gpus_per_node=8,
     )
     fields = _accelerator_fields(accelerator, None)
     assert fields["accelerators_per_node"] == 8

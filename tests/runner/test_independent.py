@@ -62,9 +62,22 @@ def fixture_faulty(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path,
     began = time.monotonic()
     code = cli.main(
         [
-            "run", "--scenario", "7", "--backend", "null", "--no-accuracy", "--timeout", "8",
-            "--set", "min_duration=300", "--set", "target_qps=2000", "--outdir", str(outdir),
-            "--worker-entry", "fault_entries:crash_raise_hang",
+            "run",
+            "--scenario",
+            "7",
+            "--backend",
+            "null",
+            "--no-accuracy",
+            "--timeout",
+            "8",
+            "--set",
+            "min_duration=300",
+            "--set",
+            "target_qps=2000",
+            "--outdir",
+            str(outdir),
+            "--worker-entry",
+            "fault_entries:crash_raise_hang",
         ]
     )
     return code, outdir, time.monotonic() - began

@@ -73,10 +73,14 @@ def test_missing_baseline_is_refused_before_running(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-def test_baseline_of_another_benchmark_is_refused_before_running(tmp_path: Path, good_run: Any) -> None:
+def test_baseline_of_another_benchmark_is_refused_before_running(
+    tmp_path: Path, good_run: Any
+) -> None:
     """A baseline of another benchmark is refused before the run starts."""
     with pytest.raises(SettingsError, match="baseline is resnet50"):
-        mlperf_mig.run(5, benchmark="bert", outdir=tmp_path / "run", baseline=good_run, **QUICK_NULL)
+        mlperf_mig.run(
+            5, benchmark="bert", outdir=tmp_path / "run", baseline=good_run, **QUICK_NULL
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -109,7 +113,9 @@ def test_help_lists_every_option_with_its_type() -> None:
 
 def test_options_record_is_frozen_and_converted() -> None:
     """The record converts path-likes and settings once and cannot be changed afterwards."""
-    options = RunOptions(outdir=Path("x"), settings={"target_qps": 5, "min_duration": 300}, cpus=[0])
+    options = RunOptions(
+        outdir=Path("x"), settings={"target_qps": 5, "min_duration": 300}, cpus=[0]
+    )
     assert options.outdir == "x" and options.cpus == (0,)
     assert options.settings == (("min_duration", 300), ("target_qps", 5))
     assert attrs.evolve(options, scenario=1).settings == options.settings

@@ -50,7 +50,9 @@ def test_plan_without_gpu_is_emulated_and_labelled() -> None:
 def test_emulated_plan_gives_each_instance_its_cpu_budget() -> None:
     """Layout 7 on 2 CPUs: each slot carries its share of CPU time (2/7 of the machine per 2g) and the plan notes how it is kept."""
     plan = mlperf_mig.plan(7, backend="null", emulate=True, cpus=[0, 1])
-    assert [s.cpu_share for s in plan.slots] == pytest.approx([4 / 7, 4 / 7, 4 / 7, 2 / 7], abs=1e-6)
+    assert [s.cpu_share for s in plan.slots] == pytest.approx(
+        [4 / 7, 4 / 7, 4 / 7, 2 / 7], abs=1e-6
+    )
     assert all(s.cpu_budget in ("cgroup quota", "duty cycle") for s in plan.slots)
     assert any("proportion to compute slices" in note for note in plan.deployment.notes)
 
@@ -142,9 +144,7 @@ def test_emulated_partitions_refuse_tensorrt() -> None:
 
 def test_system_id_names_its_gpu_and_layout() -> None:
     """A system ID selects both the GPU and the layout."""
-    plan = mlperf_mig.plan(
-        "H100-SXM5-80GB_MIG_1x4g.40gb+1x3g.40gb", backend="null", emulate=True
-    )
+    plan = mlperf_mig.plan("H100-SXM5-80GB_MIG_1x4g.40gb+1x3g.40gb", backend="null", emulate=True)
     assert plan.gpu == "H100-SXM5-80GB"
     assert [s.profile for s in plan.slots] == ["4g.40gb", "3g.40gb"]
 
@@ -159,7 +159,6 @@ def test_shared_without_a_gpu_is_refused() -> None:
     """shared=True on emulated partitions would be silently ignored: refused instead."""
     with pytest.raises(PlacementError, match="time-share"):
         mlperf_mig.plan(7, backend="null", shared=True, emulate=True)
-
 
 
 def _deployment(scenario: object, name: str, **options: object):
@@ -206,4 +205,6 @@ def test_live_mig_target_uses_the_registry_matching() -> None:
     deployment = _deployment(7, "a100-80gb-scenario7")
     state = detect(_state("a100-80gb-scenario7"), catalog=default_catalog()).gpus[0]
     assert deployment.partitioning == "mig"
-    assert [s.device for s in deployment.slots] == [d.uuid for d in match_layout(deployment.layout, state)]
+    assert [s.device for s in deployment.slots] == [
+        d.uuid for d in match_layout(deployment.layout, state)
+    ]

@@ -27,7 +27,9 @@ def test_plain_stream_gets_a_line_per_state_change() -> None:
 def test_terminal_shows_samples_elapsed_and_expected() -> None:
     """On a terminal each instance's line (a tqdm line) shows completed samples and the expected time."""
     out = _Terminal()
-    display = ProgressDisplay(["i0-2g.20gb", "i1-1g.10gb"], phase="performance", expected_s=2.0, stream=out)
+    display = ProgressDisplay(
+        ["i0-2g.20gb", "i1-1g.10gb"], phase="performance", expected_s=2.0, stream=out
+    )
     display.event("i0-2g.20gb", "ready")
     display.event("i1-1g.10gb", "ready")
     display.progress("i0-2g.20gb", 128)

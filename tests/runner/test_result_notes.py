@@ -10,9 +10,15 @@ import attrs
 def test_an_invalid_result_says_why_in_the_notes(good_run: Any) -> None:
     """A Server result that LoadGen marked INVALID has its reasons under the table."""
     first = good_run.instances[0]
-    invalid = attrs.evolve(first.performance, valid=False, invalid_by_design=False,
-                           invalid_reasons=("Reduce target QPS to improve latency.",))
-    run = attrs.evolve(good_run, instances=[attrs.evolve(first, performance=invalid), *good_run.instances[1:]])
+    invalid = attrs.evolve(
+        first.performance,
+        valid=False,
+        invalid_by_design=False,
+        invalid_reasons=("Reduce target QPS to improve latency.",),
+    )
+    run = attrs.evolve(
+        good_run, instances=[attrs.evolve(first, performance=invalid), *good_run.instances[1:]]
+    )
     assert f"note: {first.name} valid NO: Reduce target QPS to improve latency." in run.table()
 
 
@@ -28,7 +34,9 @@ def test_cluster_table_names_each_instances_node(good_run: Any) -> None:
 
 def test_unified_share_column_names_its_unit(good_run: Any) -> None:
     """Unified mode's per-instance column says it counts samples served."""
-    instances = [attrs.evolve(i, dispatched_samples=128, performance=None) for i in good_run.instances]
+    instances = [
+        attrs.evolve(i, dispatched_samples=128, performance=None) for i in good_run.instances
+    ]
     table = attrs.evolve(good_run, mode="unified", instances=instances, layout_status="ok").table()
     assert "samples served" in table.splitlines()[1]
 

@@ -61,7 +61,9 @@ def test_to_pandas_has_one_row_per_instance(good_run: Any) -> None:
 
 def test_change_against_scenario_1(good_run: Any) -> None:
     """With a baseline, the change is total / baseline - 1 and the table shows it as a ratio."""
-    half = attrs.evolve(good_run, baseline_throughput=good_run.total_throughput / 2, baseline_source="x")
+    half = attrs.evolve(
+        good_run, baseline_throughput=good_run.total_throughput / 2, baseline_source="x"
+    )
     assert half.change_vs_baseline == pytest.approx(1.0)
     assert "x2.000" in half.table()
 
@@ -87,7 +89,10 @@ def test_aggregate_combines_hosts(good_run: Any, tmp_path: Path) -> None:
     second = _copy_as_host(good_run, tmp_path / "vm2", "vm2")
     combined = aggregate([first, second], outdir=tmp_path / "all")
     assert [i.name for i in combined.instances] == [
-        "i0-2g.20gb", "i1-1g.10gb", "i2-2g.20gb", "i3-1g.10gb"
+        "i0-2g.20gb",
+        "i1-1g.10gb",
+        "i2-2g.20gb",
+        "i3-1g.10gb",
     ]
     assert combined.layout == "2x2g.20gb+2x1g.10gb"
     assert combined.hosts == ("vm1", "vm2")
@@ -112,7 +117,9 @@ def test_aggregate_cli(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "i3-1g.10gb" in capsys.readouterr().out
 
 
-def test_report_and_aggregate_json(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_and_aggregate_json(
+    good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`report --json` prints the run's results.json as read, and `aggregate --json` the combined
     result, with both hosts' instances."""
     assert cli.main(["report", good_run.outdir, "--json"]) == 0
@@ -143,7 +150,9 @@ def test_aggregate_outdir_not_writable(
     first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert cli.main(["aggregate", str(first), good_run.outdir, "--outdir", str(blocker / "all")]) == 2
+    assert (
+        cli.main(["aggregate", str(first), good_run.outdir, "--outdir", str(blocker / "all")]) == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "cannot be written" in err and "\n" not in err
 
@@ -171,7 +180,9 @@ def test_real_invalid_is_not_by_design(good_run: Any) -> None:
     """One instance INVALID for another reason makes the total a plain NO."""
     run = _short_by_design(good_run)
     first = run.instances[0]
-    plain = attrs.evolve(first, performance=attrs.evolve(first.performance, invalid_by_design=False))
+    plain = attrs.evolve(
+        first, performance=attrs.evolve(first.performance, invalid_by_design=False)
+    )
     run = attrs.evolve(run, instances=[plain, *run.instances[1:]])
     assert not run.invalid_by_design
     assert run.instance_rows()[-1]["valid"] == "NO"
@@ -259,7 +270,9 @@ def test_instance_name_with_a_slash_is_refused_on_load(good_run: Any, tmp_path: 
     data = json.loads((folder / "results.json").read_text())
     data["instances"][0]["name"] = "../../victim"
     (folder / "results.json").write_text(json.dumps(data))
-    with pytest.raises(UntrustedPathError, match=re.escape("instance name '../../victim' is not a plain name")):
+    with pytest.raises(
+        UntrustedPathError, match=re.escape("instance name '../../victim' is not a plain name")
+    ):
         RunResult.load(folder)
 
 

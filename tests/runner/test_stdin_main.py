@@ -24,13 +24,20 @@ def test_run_from_a_script_on_standard_input(tmp_path: Path) -> None:
         """
     )
     child = subprocess.run(
-        [sys.executable, "-"], input=script, capture_output=True, text=True, timeout=600, cwd=tmp_path
+        [sys.executable, "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert child.returncode == 0, child.stderr[-2000:]
     assert "statuses ['ok']" in child.stdout, child.stderr[-2000:]
 
 
-def test_a_main_module_without_its_file_is_hidden_while_workers_start(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_main_module_without_its_file_is_hidden_while_workers_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A main module whose file does not exist has no __file__ inside the block and gets it back after."""
     main = types.ModuleType("__main__")
     main.__file__ = "<stdin>"

@@ -147,8 +147,12 @@ def test_a_worker_killed_at_the_barrier_does_not_hang_the_release(tmp_path: Path
     import threading
 
     jobs = [
-        WorkerJob(name=name, entry=f"supervisor_entries:{entry}", payload=None,
-                  log_path=str(tmp_path / f"{name}.log"))
+        WorkerJob(
+            name=name,
+            entry=f"supervisor_entries:{entry}",
+            payload=None,
+            log_path=str(tmp_path / f"{name}.log"),
+        )
         for name, entry in (("late", "ready_late"), ("killed", "killed_at_the_barrier"))
     ]
     outcomes: list[Any] = []

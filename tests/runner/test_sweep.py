@@ -47,7 +47,9 @@ def test_sweep_resumes_unchanged_layouts(swept: Any, sweep_dir: Path) -> None:
     assert [r.started_at for r in again.runs] == [r.started_at for r in swept.runs]
 
 
-def test_report_prints_a_sweep(swept: Any, sweep_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_prints_a_sweep(
+    swept: Any, sweep_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`mlperf-mig report SWEEPDIR` prints the sweep table."""
     assert cli.main(["report", str(sweep_dir)]) == 0
     assert "vs MIG scenario 1" in capsys.readouterr().out

@@ -41,7 +41,7 @@ def screen_of(output: str, columns: int = COLUMNS) -> list[str]:
             elif op == "G":
                 col = n - 1
             elif op == "K":
-                del line[col if arg in ("", "0") else 0:]
+                del line[col if arg in ("", "0") else 0 :]
             elif op == "J":
                 for r in [r for r in rows if r > row]:
                     del rows[r]
@@ -90,16 +90,32 @@ def _run_in_pty(argv: list[str], timeout_s: float = 300) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
-def test_single_run_screen_keeps_phase_lines_and_starts_the_table_at_column_0(tmp_path: Path) -> None:
+def test_single_run_screen_keeps_phase_lines_and_starts_the_table_at_column_0(
+    tmp_path: Path,
+) -> None:
     """After `mlperf-mig run` in a terminal the '[performance] done' line is on screen and the table's title starts at column 0."""
     cli = str(Path(sys.executable).parent / "mlperf-mig")
-    output = _run_in_pty([cli, "run", "--scenario", "2g.20gb+1g.10gb", "--backend", "null", "--no-accuracy", "--outdir", str(tmp_path / "run")])
+    output = _run_in_pty(
+        [
+            cli,
+            "run",
+            "--scenario",
+            "2g.20gb+1g.10gb",
+            "--backend",
+            "null",
+            "--no-accuracy",
+            "--outdir",
+            str(tmp_path / "run"),
+        ]
+    )
     screen = screen_of(output)
     title = [line for line in screen if "(LoadGen scenario)" in line]
     assert title, "\n".join(screen)
     assert title[0].startswith("resnet50 Offline"), "\n".join(screen)
     assert any(line.startswith("[performance] done in") for line in screen), "\n".join(screen)
-    assert any(line.startswith("[performance] i1-1g.10gb") and "ok" in line for line in screen), "\n".join(screen)
+    assert any(line.startswith("[performance] i1-1g.10gb") and "ok" in line for line in screen), (
+        "\n".join(screen)
+    )
 
 
 def test_screen_model_applies_carriage_return_and_cursor_up() -> None:

@@ -19,7 +19,9 @@ from .fault_entries import RATE_PER_SLICE
 def fixture_unified_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Scenario 7, unified, null backend, BERT-shaped samples (small), performance and accuracy."""
     outdir = tmp_path_factory.mktemp("unified") / "run"
-    return mlperf_mig.run(7, benchmark="bert", mode="unified", outdir=outdir, batch_size=16, **QUICK_NULL)
+    return mlperf_mig.run(
+        7, benchmark="bert", mode="unified", outdir=outdir, batch_size=16, **QUICK_NULL
+    )
 
 
 def test_one_log_for_the_whole_layout(unified_run: Any) -> None:
@@ -49,7 +51,13 @@ def test_unified_result_is_labelled(unified_run: Any) -> None:
 
 
 def _bert_with_known_speeds(
-    tmp_path: Path, scenario: Any, worker_entry: str, *, min_duration: int, target_qps: float, **more: Any
+    tmp_path: Path,
+    scenario: Any,
+    worker_entry: str,
+    *,
+    min_duration: int,
+    target_qps: float,
+    **more: Any,
 ) -> Any:
     """A unified BERT run whose serving workers are the test entry `worker_entry`."""
     return mlperf_mig.run(
@@ -138,8 +146,12 @@ def test_hung_worker_is_dropped_and_its_samples_served(tmp_path: Path) -> None:
     marked degraded naming it, and no worker process is left."""
     started = time.monotonic()
     result = _bert_with_known_speeds(
-        tmp_path, "3x1g.10gb", "fault_entries:hanging_serve", min_duration=1000,
-        target_qps=3 * 4 * RATE_PER_SLICE, timeout_s=12,
+        tmp_path,
+        "3x1g.10gb",
+        "fault_entries:hanging_serve",
+        min_duration=1000,
+        target_qps=3 * 4 * RATE_PER_SLICE,
+        timeout_s=12,
     )
     statuses = {i.name: i.status for i in result.instances}
     assert statuses == {"i0-1g.10gb": "ok", "i1-1g.10gb": "hung", "i2-1g.10gb": "ok"}

@@ -113,14 +113,19 @@ def test_a_rows_only_worker_is_sent_neither_ids_nor_indices(clock: Clock) -> Non
     """A worker that reads the shared arrays gets ("batch", id, None, rows, None)."""
     dispatcher, link, _ = _dispatcher(rows_only=[True])
     _submit(dispatcher, 8)
-    assert link.batches() == [("batch", 0, None, range(0, 4), None), ("batch", 1, None, range(4, 8), None)]
+    assert link.batches() == [
+        ("batch", 0, None, range(0, 4), None),
+        ("batch", 1, None, range(4, 8), None),
+    ]
 
 
 def test_other_workers_are_sent_ids_and_indices_as_lists(clock: Clock) -> None:
     """A worker that did not say it reads the shared arrays (a cluster node) gets the sample
     ids and dataset indices of its batch as lists of ints."""
     dispatcher, link, _ = _dispatcher()
-    dispatcher.submit(np.array([7, 8, 9, 10], dtype=np.uint64), np.arange(4), np.array([5, 3, 1, 2]))
+    dispatcher.submit(
+        np.array([7, 8, 9, 10], dtype=np.uint64), np.arange(4), np.array([5, 3, 1, 2])
+    )
     assert link.batches() == [("batch", 0, [7, 8, 9, 10], range(0, 4), [5, 3, 1, 2])]
 
 

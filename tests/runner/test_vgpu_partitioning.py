@@ -10,11 +10,25 @@ from mlperf_mig.submission.sysdesc import Accelerator
 
 def _run(partitioning: str) -> RunResult:
     return RunResult(
-        gpu="A100-PCIE-80GB", layout="2g.20gb", system_id="A100-PCIe-80GB_MIG_1x2g.20gb",
-        scenario=4, partitioning=partitioning, mode="independent", benchmark="resnet50",
-        loadgen_scenario="Offline", backend="null", device="null", precision="fp32",
-        variant="tiny", preset="quick", synthetic_weights=False, synthetic_data=False,
-        outdir="run", settings_key="k", started_at="2026-12-01T00:00:00Z", duration_s=1.0,
+        gpu="A100-PCIE-80GB",
+        layout="2g.20gb",
+        system_id="A100-PCIe-80GB_MIG_1x2g.20gb",
+        scenario=4,
+        partitioning=partitioning,
+        mode="independent",
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        backend="null",
+        device="null",
+        precision="fp32",
+        variant="tiny",
+        preset="quick",
+        synthetic_weights=False,
+        synthetic_data=False,
+        outdir="run",
+        settings_key="k",
+        started_at="2026-12-01T00:00:00Z",
+        duration_s=1.0,
         instances=(),
     )
 
@@ -32,8 +46,13 @@ def test_a_mig_run_has_no_vgpu_label() -> None:
 def test_the_system_description_says_vgpu() -> None:
     """The accelerator of a vgpu run is described as a MIG-backed vGPU in a VM."""
     accelerator = Accelerator(
-        gpu="A100-PCIE-80GB", partitioning="vgpu", layout="2g.20gb", instance=None, memory_gib=20.0,
-        framework="TensorRT 10.3.0", on_cuda=True,
+        gpu="A100-PCIE-80GB",
+        partitioning="vgpu",
+        layout="2g.20gb",
+        instance=None,
+        memory_gib=20.0,
+        framework="TensorRT 10.3.0",
+        on_cuda=True,
     )
     assert accelerator.partition() == "MIG-backed vGPU 2g.20gb (in a VM)"
     assert attrs.evolve(accelerator, partitioning="mig").partition() == "MIG 2g.20gb"

@@ -32,4 +32,6 @@ def fixture_studied(study_dir: Path) -> Any:
     """Study layout 5 (one 1g.10gb) and 2g.20gb+1g.10gb, two repeats each, with isolation."""
     import mlperf_mig
 
-    return mlperf_mig.sweep([5, "2g.20gb+1g.10gb"], outdir=study_dir, repeats=2, isolation=True, **QUICK_NULL)
+    return mlperf_mig.sweep(
+        [5, "2g.20gb+1g.10gb"], outdir=study_dir, repeats=2, isolation=True, **QUICK_NULL
+    )

@@ -20,17 +20,25 @@ GPU = "A100-SXM4-80GB"
 ALONE = {"7g.80gb": 400.0, "4g.40gb": 260.0, "3g.40gb": 200.0, "2g.20gb": 150.0, "1g.10gb": 100.0}
 
 
-def _measurements(alone: dict[str, float], in_layout: dict[str, float] | None = None) -> Measurements:
+def _measurements(
+    alone: dict[str, float], in_layout: dict[str, float] | None = None
+) -> Measurements:
     profiles = {
         name: ProfileMeasure(
-            profile=name, alone=(rate * 0.99, rate, rate * 1.01),
+            profile=name,
+            alone=(rate * 0.99, rate, rate * 1.01),
             in_layout=() if in_layout is None or name not in in_layout else (in_layout[name],) * 3,
-            p99_alone=(10.0,), p99_in_layout=(),
+            p99_alone=(10.0,),
+            p99_in_layout=(),
         )
         for name, rate in alone.items()
     }
     return Measurements(
-        gpu=GPU, benchmark="resnet50", loadgen_scenario="Offline", unit="samples/s", emulated=False,
+        gpu=GPU,
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        unit="samples/s",
+        emulated=False,
         profiles=profiles,
     )
 
@@ -57,7 +65,9 @@ def test_known_best_layout_ranks_first() -> None:
 def test_rates_inside_full_layouts_win_over_alone() -> None:
     """A 1g that slows to 5/s among neighbours makes 3g+2x2g (500) the best layout."""
     advice = advise_from(_measurements(ALONE, in_layout={"1g.10gb": 5.0}))
-    assert advice.winner.layout == "3g.40gb+2x2g.20gb" and advice.winner.total == pytest.approx(500.0)
+    assert advice.winner.layout == "3g.40gb+2x2g.20gb" and advice.winner.total == pytest.approx(
+        500.0
+    )
     assert any("1g.10gb: in layout" in s for p in advice.ranking for s in p.sources)
 
 
@@ -91,7 +101,11 @@ def test_constraint_on_unknown_profile_is_refused(gpu: registry.Gpu) -> None:
 def test_measurements_without_single_profile_layouts_are_refused() -> None:
     """Rates inside layouts only: the advisor has nothing alone to predict from."""
     measurements = Measurements(
-        gpu=GPU, benchmark="resnet50", loadgen_scenario="Offline", unit="samples/s", emulated=True,
+        gpu=GPU,
+        benchmark="resnet50",
+        loadgen_scenario="Offline",
+        unit="samples/s",
+        emulated=True,
         profiles={"1g.10gb": ProfileMeasure(profile="1g.10gb", in_layout=(50.0,))},
     )
     with pytest.raises(SettingsError, match="no single-profile layout"):
@@ -102,8 +116,11 @@ def _validated() -> Measurements:
     """Layout 7 measured at 180/s in total where its lone runs predict 550/s (+206%): 2g gives 50/s
     and 1g 30/s inside it; 3g and 4g were only ever measured alone."""
     measurements = _measurements(ALONE, in_layout={"2g.20gb": 50.0, "1g.10gb": 30.0})
-    return attrs.evolve(measurements, measured={"3x2g.20gb+1g.10gb": (180.0, 180.0, 180.0)},
-                        scenarios={"3x2g.20gb+1g.10gb": 7})
+    return attrs.evolve(
+        measurements,
+        measured={"3x2g.20gb+1g.10gb": (180.0, 180.0, 180.0)},
+        scenarios={"3x2g.20gb+1g.10gb": 7},
+    )
 
 
 def test_lone_runs_carry_the_validations_error() -> None:

@@ -26,23 +26,42 @@ class KnownService:
         self.qps = qps
         self.targets: list[float] = []
 
-    def __call__(self, scenario: Any, *, loadgen_scenario: str, outdir: Path, settings: dict[str, float] | None = None, **_: Any) -> Any:
+    def __call__(
+        self,
+        scenario: Any,
+        *,
+        loadgen_scenario: str,
+        outdir: Path,
+        settings: dict[str, float] | None = None,
+        **_: Any,
+    ) -> Any:
         target = settings["target_qps"]  # type: ignore[index]
         self.targets.append(target)
         p99 = int(BOUND_NS * target / self.qps)
         performance = SimpleNamespace(
-            latency_ns={"99.00": p99}, effective_settings={"target_latency_ns": BOUND_NS}, error=None,
+            latency_ns={"99.00": p99},
+            effective_settings={"target_latency_ns": BOUND_NS},
+            error=None,
             invalid_reasons=() if p99 <= BOUND_NS else ("Reduce target QPS to improve latency.",),
         )
         instance = SimpleNamespace(performance=performance, error=None)
-        return SimpleNamespace(ok=True, all_valid=p99 <= BOUND_NS, instances=[instance], outdir=str(outdir))
+        return SimpleNamespace(
+            ok=True, all_valid=p99 <= BOUND_NS, instances=[instance], outdir=str(outdir)
+        )
 
 
-def _search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service: KnownService, **kwargs: Any) -> Any:
+def _search(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service: KnownService, **kwargs: Any
+) -> Any:
     monkeypatch.setattr(api, "run", service)
     return capacity(
-        "resnet50", "1g.10gb", backend="null", preset="submission", outdir=tmp_path / "search",
-        cache_dir=tmp_path / "cache", **kwargs,
+        "resnet50",
+        "1g.10gb",
+        backend="null",
+        preset="submission",
+        outdir=tmp_path / "search",
+        cache_dir=tmp_path / "cache",
+        **kwargs,
     )
 
 
@@ -54,14 +73,18 @@ def test_search_finds_a_known_capacity(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert [p.confirm for p in result.probes][-1] is True
 
 
-def test_found_capacity_is_cached_under_the_plan_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_found_capacity_is_cached_under_the_plan_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The confirmed answer goes to <cache>/capacity.json under the run settings' key."""
     result = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0)
     text = (tmp_path / "cache" / "capacity.json").read_text()
     assert result.key in text and "1g.10gb|resnet50|null" in result.key
 
 
-def test_every_probe_passing_is_a_labelled_partial_answer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_every_probe_passing_is_a_labelled_partial_answer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """No failing probe within max_steps: the answer is a lower bound, and says so."""
     result = _search(monkeypatch, tmp_path, KnownService(1e12), low_qps=10.0, max_steps=3)
     assert result.partial and not result.bracket_closed
@@ -84,7 +107,9 @@ def test_bad_low_qps_on_the_cli_exits_2(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_cached_capacity_is_a_later_server_runs_target(tmp_path: Path) -> None:
     """A Server run of 2x1g.10gb without its own target uses 1g.10gb's cached capacity."""
-    options = RunOptions(scenario="2x1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path))
+    options = RunOptions(
+        scenario="2x1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path)
+    )
     plan = make_plan(options)
     store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
     _, planned = with_cached_capacity(options, plan)
@@ -93,14 +118,21 @@ def test_cached_capacity_is_a_later_server_runs_target(tmp_path: Path) -> None:
 
 def test_mixed_layout_keeps_its_own_targets(tmp_path: Path) -> None:
     """A mixed layout needs a target per profile: the cached capacity is not applied."""
-    options = RunOptions(scenario="2g.20gb+1g.10gb", loadgen_scenario="Server", backend="null", cache_dir=str(tmp_path))
+    options = RunOptions(
+        scenario="2g.20gb+1g.10gb",
+        loadgen_scenario="Server",
+        backend="null",
+        cache_dir=str(tmp_path),
+    )
     plan = make_plan(options)
     store_capacity(plan_key(plan, "1g.10gb"), {"qps": 123.0}, tmp_path)
     _, planned = with_cached_capacity(options, plan)
     assert "target_qps" not in dict(planned.overrides)
 
 
-def test_running_out_after_failing_probes_says_what_happened(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_running_out_after_failing_probes_says_what_happened(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Doubling 10-80 QPS passes, 160 fails, no step left to bisect: the label names the bracket,
     not 'every probe passed'."""
     result = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0, max_steps=5)
@@ -157,7 +189,9 @@ def test_a_failing_probe_is_measured_again(monkeypatch: pytest.MonkeyPatch, tmp_
     assert any("inconclusive" in label for label in result.labels())
 
 
-def test_a_probe_failing_twice_stays_failed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_probe_failing_twice_stays_failed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Above the true capacity a probe fails again when repeated: a plain failure, not inconclusive."""
     result = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0)
     failed = [p for p in result.probes if not p.passed and not p.confirm]

@@ -49,7 +49,10 @@ def test_json_that_is_not_an_object_is_ignored_and_kept(
     with caplog.at_level(logging.WARNING):
         the_plan = mlperf_mig.plan("2x1g.10gb", cache_dir=tmp_path / "cache", **SERVER)
     assert the_plan.target_from is None and "target_qps" not in dict(the_plan.overrides)
-    assert any(str(path) in r.getMessage() and "not a capacity cache" in r.getMessage() for r in caplog.records)
+    assert any(
+        str(path) in r.getMessage() and "not a capacity cache" in r.getMessage()
+        for r in caplog.records
+    )
     assert path.read_text() == text
 
 
@@ -61,11 +64,23 @@ def test_a_cache_that_is_not_an_object_is_not_overwritten(tmp_path: Path) -> Non
     assert "\n" not in str(caught.value) and path.read_text() == "[]"
 
 
-def test_unusable_entries_are_ignored_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_unusable_entries_are_ignored_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """NaN, Infinity, negative, zero, text and boolean capacities are dropped with one warning."""
-    bad = {"nan": float("nan"), "inf": float("inf"), "neg": -5.0, "zero": 0, "text": "12", "bool": True}
+    bad = {
+        "nan": float("nan"),
+        "inf": float("inf"),
+        "neg": -5.0,
+        "zero": 0,
+        "text": "12",
+        "bool": True,
+    }
     entries = {key: {"qps": value} for key, value in bad.items()} | {"good": {"qps": 40.0}}
-    path = _write(tmp_path / "cache", json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": entries}))
+    path = _write(
+        tmp_path / "cache",
+        json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": entries}),
+    )
     before = path.read_bytes()
     with caplog.at_level(logging.WARNING):
         found = read_capacities(tmp_path / "cache")
@@ -93,8 +108,19 @@ def test_cached_target_out_of_range_names_the_cache(
     monkeypatch.setenv("MLPERF_MIG_CACHE", str(cache))
     path = _write(cache, json.dumps({_key(cache): {"qps": 1e-9}}))
     outdir = tmp_path / "run"
-    code = cli.main(["run", "--scenario", "2x1g.10gb", "--loadgen-scenario", "Server", "--backend", "null",
-                     "--outdir", str(outdir)])
+    code = cli.main(
+        [
+            "run",
+            "--scenario",
+            "2x1g.10gb",
+            "--loadgen-scenario",
+            "Server",
+            "--backend",
+            "null",
+            "--outdir",
+            str(outdir),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err
     assert f"the capacity cache {str(path)!r}" in err and "mlperf-mig capacity" in err
@@ -127,7 +153,11 @@ def test_stored_file_is_versioned(tmp_path: Path) -> None:
     """A store writes the format name, the version and the entries."""
     store_capacity("k", {"qps": 12.5}, tmp_path)
     data = json.loads((tmp_path / "capacity.json").read_text())
-    assert data == {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": {"k": {"qps": 12.5}}}
+    assert data == {
+        "format": CACHE_FORMAT,
+        "version": CACHE_VERSION,
+        "entries": {"k": {"qps": 12.5}},
+    }
 
 
 def test_earlier_unversioned_file_is_read_and_upgraded(tmp_path: Path) -> None:
@@ -136,12 +166,17 @@ def test_earlier_unversioned_file_is_read_and_upgraded(tmp_path: Path) -> None:
     assert read_capacities(tmp_path) == {"old": {"qps": 3.0}}
     store_capacity("new", {"qps": 4.0}, tmp_path)
     data = json.loads((tmp_path / "capacity.json").read_text())
-    assert data["version"] == CACHE_VERSION and data["entries"] == {"old": {"qps": 3.0}, "new": {"qps": 4.0}}
+    assert data["version"] == CACHE_VERSION and data["entries"] == {
+        "old": {"qps": 3.0},
+        "new": {"qps": 4.0},
+    }
 
 
 def test_a_newer_version_is_ignored_and_kept(tmp_path: Path) -> None:
     """A file of a later version is not read and not overwritten."""
-    text = json.dumps({"format": CACHE_FORMAT, "version": CACHE_VERSION + 1, "entries": {"k": {"qps": 5.0}}})
+    text = json.dumps(
+        {"format": CACHE_FORMAT, "version": CACHE_VERSION + 1, "entries": {"k": {"qps": 5.0}}}
+    )
     path = _write(tmp_path, text)
     assert read_capacities(tmp_path) == {}
     with pytest.raises(OutputDirError, match="version"):
@@ -149,7 +184,9 @@ def test_a_newer_version_is_ignored_and_kept(tmp_path: Path) -> None:
     assert path.read_text() == text
 
 
-def test_partial_search_never_replaces_a_good_entry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_partial_search_never_replaces_a_good_entry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A complete answer is cached; a later search that runs out of steps leaves the file as it was."""
     good = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0)
     assert not good.partial and good.cache_note.startswith("cached as")
@@ -161,14 +198,21 @@ def test_partial_search_never_replaces_a_good_entry(monkeypatch: pytest.MonkeyPa
     assert path.read_bytes() == before
 
 
-def test_failed_cache_write_keeps_the_answer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_failed_cache_write_keeps_the_answer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A cache folder that cannot be created: the search still returns its answer, with a warning."""
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     monkeypatch.setattr(mlperf_mig.api, "run", KnownService(100.0))
     result = capacity_module.capacity(
-        "resnet50", "1g.10gb", backend="null", preset="submission", low_qps=10.0,
-        outdir=tmp_path / "search", cache_dir=blocker / "cache",
+        "resnet50",
+        "1g.10gb",
+        backend="null",
+        preset="submission",
+        low_qps=10.0,
+        outdir=tmp_path / "search",
+        cache_dir=blocker / "cache",
     )
     assert 100 / 1.1 <= result.qps <= 100.0 and not result.partial
     assert result.cache_note.startswith("warning: not cached") and "a-file" in result.cache_note
@@ -190,12 +234,27 @@ def test_cli_prints_the_answer_before_the_cache_write(
         raise OutputDirError("cannot write 'capacity.json': No space left on device")
 
     monkeypatch.setattr(capacity_module, "store_capacity", failing_store)
-    code = cli.main(["capacity", "--backend", "null", "--preset", "submission", "--low-qps", "10",
-                     "--outdir", str(tmp_path / "search")])
+    code = cli.main(
+        [
+            "capacity",
+            "--backend",
+            "null",
+            "--preset",
+            "submission",
+            "--low-qps",
+            "10",
+            "--outdir",
+            str(tmp_path / "search"),
+        ]
+    )
     after = capsys.readouterr().out.strip().splitlines()
     assert code == 0
     assert "Server capacity of 1g.10gb" in printed_first[0]
-    assert len(after) == 1 and after[0].startswith("warning: not cached") and "No space left" in after[0]
+    assert (
+        len(after) == 1
+        and after[0].startswith("warning: not cached")
+        and "No space left" in after[0]
+    )
     assert not (tmp_path / "cache" / "capacity.json").exists()
 
 
@@ -205,8 +264,15 @@ def test_cached_target_is_recorded_as_capacity_cache(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     store_capacity(_key(cache), {"qps": 200.0}, cache)
     outdir = tmp_path / "run"
-    result = mlperf_mig.run("2x1g.10gb", cache_dir=cache, outdir=outdir, accuracy=False, progress=False,
-                            settings={"min_duration": 300}, **SERVER)
+    result = mlperf_mig.run(
+        "2x1g.10gb",
+        cache_dir=cache,
+        outdir=outdir,
+        accuracy=False,
+        progress=False,
+        settings={"min_duration": 300},
+        **SERVER,
+    )
     assert result.ok
     data = json.loads((outdir / "results.json").read_text())
     sources = {i["performance"]["target_source"] for i in data["instances"]}
@@ -236,15 +302,33 @@ def test_user_target_beats_the_cache(tmp_path: Path) -> None:
     assert dict(the_plan.overrides)["target_qps"] == 50 and the_plan.target_from is None
 
 
-def test_search_replaces_an_out_of_range_entry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_search_replaces_an_out_of_range_entry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A cached 1e-9 QPS (refused as a run's target) does not stop a new search replacing it."""
     monkeypatch.setattr(mlperf_mig.api, "run", KnownService(100.0))
     cache = tmp_path / "cache"
-    key = plan_key(mlperf_mig.plan("1g.10gb", loadgen_scenario="Server", backend="null", preset="submission",
-                                   settings={"target_qps": 1}, cache_dir=cache), "1g.10gb")
+    key = plan_key(
+        mlperf_mig.plan(
+            "1g.10gb",
+            loadgen_scenario="Server",
+            backend="null",
+            preset="submission",
+            settings={"target_qps": 1},
+            cache_dir=cache,
+        ),
+        "1g.10gb",
+    )
     _write(cache, json.dumps({key: {"qps": 1e-9}, "other": {"qps": 7.0}}))
-    result = capacity_module.capacity("resnet50", "1g.10gb", backend="null", preset="submission", low_qps=10.0,
-                                      outdir=tmp_path / "search", cache_dir=cache)
+    result = capacity_module.capacity(
+        "resnet50",
+        "1g.10gb",
+        backend="null",
+        preset="submission",
+        low_qps=10.0,
+        outdir=tmp_path / "search",
+        cache_dir=cache,
+    )
     assert result.key == key and not result.partial
     entries = json.loads((cache / "capacity.json").read_text())["entries"]
     assert entries["other"] == {"qps": 7.0} and entries[key]["qps"] == result.qps

@@ -34,7 +34,9 @@ def _snapshot(folder: Path) -> dict[str, bytes | str]:
     found: dict[str, bytes | str] = {}
     for path in sorted(folder.rglob("*")):
         mode = path.lstat().st_mode
-        found[str(path.relative_to(folder))] = path.read_bytes() if stat.S_ISREG(mode) else stat.filemode(mode)
+        found[str(path.relative_to(folder))] = (
+            path.read_bytes() if stat.S_ISREG(mode) else stat.filemode(mode)
+        )
     return found
 
 
@@ -58,7 +60,9 @@ def _refused(capsys: pytest.CaptureFixture[str], run_dir: Path, target: str, *ex
 
 @pytest.mark.usefixtures("unchanged")
 @pytest.mark.parametrize("name", ["results.json", "plan.json"])
-def test_html_onto_a_file_of_the_run_is_refused(capsys: pytest.CaptureFixture[str], run_dir: Path, name: str) -> None:
+def test_html_onto_a_file_of_the_run_is_refused(
+    capsys: pytest.CaptureFixture[str], run_dir: Path, name: str
+) -> None:
     """--html DIR/results.json (or the plan beside it) is one line; the run folder is byte for byte as before."""
     err = _refused(capsys, run_dir, str(run_dir / name))
     assert name in err and "reads" in err
@@ -98,7 +102,9 @@ def test_the_api_refuses_html_onto_the_index_it_reads(studied: Any, study_dir: P
 
 
 @pytest.mark.usefixtures("unchanged")
-def test_html_onto_a_symlink_is_refused(capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path) -> None:
+def test_html_onto_a_symlink_is_refused(
+    capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path
+) -> None:
     """A link (as /dev/stdout is) is refused: it is still a link, and the file behind it is unchanged."""
     behind = tmp_path / "behind.txt"
     behind.write_text("keep me\n")
@@ -106,11 +112,15 @@ def test_html_onto_a_symlink_is_refused(capsys: pytest.CaptureFixture[str], run_
     link.symlink_to(behind)
     err = _refused(capsys, run_dir, str(link))
     assert "symbolic link" in err
-    assert link.is_symlink() and os.readlink(link) == str(behind) and behind.read_text() == "keep me\n"
+    assert (
+        link.is_symlink() and os.readlink(link) == str(behind) and behind.read_text() == "keep me\n"
+    )
 
 
 @pytest.mark.usefixtures("unchanged")
-def test_html_onto_a_fifo_is_refused(capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path) -> None:
+def test_html_onto_a_fifo_is_refused(
+    capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path
+) -> None:
     """A FIFO is refused without being opened (no hang): it is still a FIFO."""
     fifo = tmp_path / "pipe.html"
     os.mkfifo(fifo)
@@ -120,7 +130,9 @@ def test_html_onto_a_fifo_is_refused(capsys: pytest.CaptureFixture[str], run_dir
 
 
 @pytest.mark.usefixtures("unchanged")
-def test_html_onto_a_folder_is_refused(capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path) -> None:
+def test_html_onto_a_folder_is_refused(
+    capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path
+) -> None:
     """A folder is refused with a file name inside it as the fix; it stays an empty folder."""
     folder = tmp_path / "reports"
     folder.mkdir()
@@ -138,7 +150,9 @@ def test_html_onto_dev_null_is_refused(run_dir: Path) -> None:
 
 
 @pytest.mark.usefixtures("unchanged")
-def test_html_into_a_missing_folder_is_refused(capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path) -> None:
+def test_html_into_a_missing_folder_is_refused(
+    capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path
+) -> None:
     """A missing folder is one line naming it and --html-mkdir; nothing is created."""
     err = _refused(capsys, run_dir, str(tmp_path / "no" / "such" / "r.html"))
     assert "does not exist" in err and "--html-mkdir" in err
@@ -146,7 +160,9 @@ def test_html_into_a_missing_folder_is_refused(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.usefixtures("unchanged")
-def test_html_mkdir_creates_the_missing_folder(capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path) -> None:
+def test_html_mkdir_creates_the_missing_folder(
+    capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path
+) -> None:
     """With --html-mkdir the folders are made and the report written there, nothing else."""
     target = tmp_path / "new" / "r.html"
     assert cli.main(["report", str(run_dir), "--html", str(target), "--html-mkdir"]) == 0
@@ -155,7 +171,9 @@ def test_html_mkdir_creates_the_missing_folder(capsys: pytest.CaptureFixture[str
     assert "replaced" not in capsys.readouterr().err
 
 
-def test_html_mkdir_without_html_is_one_line(capsys: pytest.CaptureFixture[str], run_dir: Path) -> None:
+def test_html_mkdir_without_html_is_one_line(
+    capsys: pytest.CaptureFixture[str], run_dir: Path
+) -> None:
     """--html-mkdir alone names --html as what it needs."""
     assert cli.main(["report", str(run_dir), "--html-mkdir"]) == 2
     err = capsys.readouterr().err.strip()
@@ -163,13 +181,17 @@ def test_html_mkdir_without_html_is_one_line(capsys: pytest.CaptureFixture[str],
 
 
 @pytest.mark.usefixtures("unchanged")
-def test_a_non_html_name_inside_the_run_is_refused(capsys: pytest.CaptureFixture[str], run_dir: Path) -> None:
+def test_a_non_html_name_inside_the_run_is_refused(
+    capsys: pytest.CaptureFixture[str], run_dir: Path
+) -> None:
     """A new file inside the reported folder must be named *.html; notes.txt is refused, not created."""
     err = _refused(capsys, run_dir, str(run_dir / "notes.txt"))
     assert "*.html" in err and not (run_dir / "notes.txt").exists()
 
 
-def test_an_existing_file_is_replaced_and_said_so(capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path) -> None:
+def test_an_existing_file_is_replaced_and_said_so(
+    capsys: pytest.CaptureFixture[str], run_dir: Path, tmp_path: Path
+) -> None:
     """An earlier regular file is replaced atomically (no temporary file left) and stderr says 'replaced FILE'."""
     target = tmp_path / "r.html"
     target.write_text("old\n")
@@ -179,7 +201,9 @@ def test_an_existing_file_is_replaced_and_said_so(capsys: pytest.CaptureFixture[
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
 
 
-def test_an_earlier_report_inside_the_run_is_replaced(capsys: pytest.CaptureFixture[str], run_dir: Path) -> None:
+def test_an_earlier_report_inside_the_run_is_replaced(
+    capsys: pytest.CaptureFixture[str], run_dir: Path
+) -> None:
     """DIR/report.html from an earlier report is replaced (said so); the run's own files are unchanged."""
     before = _snapshot(run_dir)
     target = run_dir / "report.html"
@@ -194,7 +218,9 @@ def test_an_earlier_report_inside_the_run_is_replaced(capsys: pytest.CaptureFixt
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
-def test_the_report_file_mode_follows_the_umask(run_dir: Path, tmp_path: Path, umask: int, mode: int) -> None:
+def test_the_report_file_mode_follows_the_umask(
+    run_dir: Path, tmp_path: Path, umask: int, mode: int
+) -> None:
     """The HTML report is shareable: 0644 under umask 022, 0600 under 077 (not mkstemp's 0600 always)."""
     target = tmp_path / "r.html"
     old = os.umask(umask)

@@ -58,7 +58,9 @@ def test_valid_mathtext_is_not_rendered_as_math(run: RunResult, tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
-def test_chart_files_follow_the_umask(run: RunResult, tmp_path: Path, umask: int, mode: int) -> None:
+def test_chart_files_follow_the_umask(
+    run: RunResult, tmp_path: Path, umask: int, mode: int
+) -> None:
     """throughput.png and .svg are shareable outputs: their mode is what the umask gives a file."""
     bar = chart_bar(run)
     assert bar is not None
@@ -77,8 +79,9 @@ def test_the_html_report_draws_mathtext_labels_literally(run: RunResult) -> None
     assert "<script" not in text.lower()
 
 
-def test_report_html_cli_of_an_edited_results_json(run: RunResult, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_html_cli_of_an_edited_results_json(
+    run: RunResult, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`report DIR --html` of a run folder whose results.json names the profile '$x^$' exits 0 with the figure."""
     folder = tmp_path / "run"
     shutil.copytree(run.outdir, folder)

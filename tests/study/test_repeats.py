@@ -64,20 +64,31 @@ def test_repeated_layout_bar_has_an_error_bar(studied: Any) -> None:
     total = studied.studies[1].total
     bar = chart_bar(studied.studies[1])
     assert bar is not None and bar.total == total.mean and not bar.interval
-    assert bar.error == (pytest.approx(total.mean - total.min), pytest.approx(total.max - total.mean))
+    assert bar.error == (
+        pytest.approx(total.mean - total.min),
+        pytest.approx(total.max - total.mean),
+    )
 
 
 def test_study_loads_back_from_disk(studied: Any, study_dir: Path) -> None:
     """repeats.json and the runs' results.json give back the same statistics."""
     loaded = RepeatedRun.load(study_dir / MIXED)
-    assert loaded.totals == studied.studies[1].totals and sorted(loaded.alone) == ["1g.10gb", "2g.20gb"]
+    assert loaded.totals == studied.studies[1].totals and sorted(loaded.alone) == [
+        "1g.10gb",
+        "2g.20gb",
+    ]
 
 
 def test_resume_reruns_only_the_missing_repeat(studied: Any, study_dir: Path) -> None:
     """With repeat-2's results.json gone, only repeat-2 runs again; the rest is reused."""
     (study_dir / "scenario-5" / "repeat-2" / "results.json").unlink()
     again = mlperf_mig.sweep(
-        [5, "2g.20gb+1g.10gb"], outdir=study_dir, repeats=2, isolation=True, chart=False, **QUICK_NULL
+        [5, "2g.20gb+1g.10gb"],
+        outdir=study_dir,
+        repeats=2,
+        isolation=True,
+        chart=False,
+        **QUICK_NULL,
     )
     assert "scenario-5/repeat-2" not in again.resumed and "scenario-5/repeat-1" in again.resumed
     assert f"{MIXED}/alone-1g.10gb/repeat-2" in again.resumed
@@ -93,7 +104,9 @@ def test_html_report_is_self_contained(studied: Any, study_dir: Path, tmp_path: 
     assert "emulated" in text and "sum of independent LoadGen runs" in text and "Advisor" in text
 
 
-def test_advise_reads_a_sweep_folder(studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_advise_reads_a_sweep_folder(
+    studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`advise --from DIR` ranks layouts and prints the validation and the winner's config."""
     assert cli.main(["advise", "--from", str(study_dir)]) == 0
     out = capsys.readouterr().out
@@ -117,7 +130,9 @@ def test_repeats_that_is_not_a_number_is_named(capsys: pytest.CaptureFixture[str
     assert "\n" not in err and "'x' is not a whole number" in err and "e.g. 3" in err
 
 
-def test_advise_on_a_folder_without_single_profile_layouts(studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_advise_on_a_folder_without_single_profile_layouts(
+    studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A run folder of one multi-instance layout has nothing alone to predict from: one line, exit 2."""
     folder = study_dir / MIXED / "repeat-1"
     assert cli.main(["advise", "--from", str(folder)]) == 2
@@ -153,7 +168,11 @@ def test_repeats_into_a_single_runs_folder_is_refused(tmp_path: Path) -> None:
     ],
 )
 def test_advise_constraints_refused_on_the_cli(
-    studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], expected: str
+    studied: Any,
+    study_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    arguments: list[str],
+    expected: str,
 ) -> None:
     """Constraints nothing meets, or on a profile the GPU lacks: one line, exit 2."""
     assert cli.main(["advise", "--from", str(study_dir), *arguments]) == 2

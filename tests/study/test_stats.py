@@ -35,7 +35,10 @@ def test_summary_equals_scipy(n: int) -> None:
     assert summary.mean == pytest.approx(np.mean(values), rel=1e-12)
     assert summary.std == pytest.approx(np.std(values, ddof=1), rel=1e-12)
     low, high = stats.t.interval(0.95, n - 1, loc=np.mean(values), scale=stats.sem(values))
-    assert (summary.low, summary.high) == (pytest.approx(low, rel=1e-12), pytest.approx(high, rel=1e-12))
+    assert (summary.low, summary.high) == (
+        pytest.approx(low, rel=1e-12),
+        pytest.approx(high, rel=1e-12),
+    )
 
 
 def test_summary_of_three_values_by_hand() -> None:
@@ -43,7 +46,13 @@ def test_summary_of_three_values_by_hand() -> None:
     summary = summarize([10.0, 12.0, 14.0])
     assert summary is not None
     half = T_975_DF2 * 2 / math.sqrt(3)
-    assert (summary.n, summary.mean, summary.std, summary.min, summary.max) == (3, 12.0, 2.0, 10.0, 14.0)
+    assert (summary.n, summary.mean, summary.std, summary.min, summary.max) == (
+        3,
+        12.0,
+        2.0,
+        10.0,
+        14.0,
+    )
     assert summary.low == pytest.approx(12 - half) and summary.high == pytest.approx(12 + half)
     assert summary.text() == f"12.00 ± {half:.2f}"
     assert summary.error_bar() == (pytest.approx(half), pytest.approx(half))
@@ -87,7 +96,9 @@ def _linearized(values: list[float]) -> list[float]:
 def test_ratio_interval_equals_scipy_welch_on_the_log_scale(a: list[float], b: list[float]) -> None:
     """The ratio's interval is exp of scipy's Welch interval (Welch-Satterthwaite df) of the
     log means' difference, computed on the linearized values."""
-    welch = stats.ttest_ind(_linearized(a), _linearized(b), equal_var=False).confidence_interval(0.95)
+    welch = stats.ttest_ind(_linearized(a), _linearized(b), equal_var=False).confidence_interval(
+        0.95
+    )
     low, high = ratio_interval(a, b)
     assert low == pytest.approx(math.exp(welch.low), rel=1e-9)
     assert high == pytest.approx(math.exp(welch.high), rel=1e-9)
@@ -131,7 +142,9 @@ def test_a_wide_interval_stays_above_minus_100_percent() -> None:
     change = relative_change([5.0, 95.0], [100.0, 101.0])
     assert change is not None and change.low > -1.0 and change.high > change.low
     assert not change.shows_interval and change.significant is None
-    assert change.range_low == pytest.approx(5 / 101 - 1) and change.range_high == pytest.approx(95 / 100 - 1)
+    assert change.range_low == pytest.approx(5 / 101 - 1) and change.range_high == pytest.approx(
+        95 / 100 - 1
+    )
     assert change.text() == "x0.498 (range x0.050-x0.950)"
 
 

@@ -19,8 +19,15 @@ from mlperf_mig.study.sweep import SWEEP_FILE
 
 from .conftest import QUICK_NULL
 
-RUN_FLAGS = ["--backend", "null", "--no-accuracy", "--set", "min_duration=300", "--set", "target_qps=2000"]
-
+RUN_FLAGS = [
+    "--backend",
+    "null",
+    "--no-accuracy",
+    "--set",
+    "min_duration=300",
+    "--set",
+    "target_qps=2000",
+]
 
 
 def _tree(folder: Path) -> dict[str, Any]:
@@ -114,7 +121,9 @@ def test_moved_sweep_reports_and_resumes_inside_the_move(
     again = mlperf_mig.sweep([5], outdir=moved, repeats=2, chart=False, **QUICK_NULL)
     assert again.resumed == ("scenario-5/repeat-1", "scenario-5/repeat-2")
     data = json.loads((moved / SWEEP_FILE).read_text())
-    assert data["runs"] == ["scenario-5/repeat-1", "scenario-5/repeat-2"] and data["studies"] == ["scenario-5"]
+    assert data["runs"] == ["scenario-5/repeat-1", "scenario-5/repeat-2"] and data["studies"] == [
+        "scenario-5"
+    ]
     for index in (moved / SWEEP_FILE, moved / "scenario-5" / REPEATS_FILE):
         assert str(original) not in index.read_text()
     assert os.listdir(tmp_path) == ["moved"]
@@ -130,7 +139,11 @@ def test_index_pointing_at_the_original_is_refused_and_rewritten_by_resume(
     _edit(study / REPEATS_FILE, "runs", ["../original/repeat-1", "../original/repeat-2"])
     before = _tree(tmp_path)
     err = _refused(capsys, ["report", str(study)])
-    assert f"runs in {str(study / REPEATS_FILE)!r}" in err and "is outside" in err and "--outdir" in err
+    assert (
+        f"runs in {str(study / REPEATS_FILE)!r}" in err
+        and "is outside" in err
+        and "--outdir" in err
+    )
     assert _tree(tmp_path) == before
     mlperf_mig.run(5, outdir=study, repeats=2, **QUICK_NULL)
     assert json.loads((study / REPEATS_FILE).read_text())["runs"] == ["repeat-1", "repeat-2"]
@@ -154,7 +167,11 @@ REPEATS_FIELDS = [
     ("runs", [5], "runs is 5, expected a folder name"),
     ("runs", ["/etc"], "'/etc' is outside"),
     ("runs", ["repeat-1/../../x"], "is outside"),
-    ("alone", {"1g.10gb": "repeat-1"}, "alone['1g.10gb'] is 'repeat-1', expected a list of folders"),
+    (
+        "alone",
+        {"1g.10gb": "repeat-1"},
+        "alone['1g.10gb'] is 'repeat-1', expected a list of folders",
+    ),
     ("alone", {"../x": ["repeat-1"]}, "the profile of an alone run '../x' is not a plain name"),
     ("alone", ["repeat-1"], "alone is ['repeat-1'], expected an object"),
     ("baseline_totals", "abc", "baseline_totals is 'abc', expected a list of finite numbers"),
@@ -166,7 +183,13 @@ REPEATS_FIELDS = [
 
 @pytest.mark.parametrize(("field", "value", "fragment"), REPEATS_FIELDS)
 def test_corrupt_repeats_field_is_one_line(
-    live_children: Callable[[], set[int]], study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, fragment: str
+    live_children: Callable[[], set[int]],
+    study: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    value: Any,
+    fragment: str,
 ) -> None:
     """A wrong field of repeats.json: one line naming the file and the field, exit 2, nothing
     rewritten, no process left."""
@@ -183,8 +206,16 @@ SWEEP_FIELDS = [
     ("runs", [5], "runs is 5, expected a folder name"),
     ("studies", ["/tmp"], "'/tmp' is outside"),
     ("capacities", 5, "capacities is 5, expected an object"),
-    ("capacities", {"1g.10gb": "a"}, "capacities['1g.10gb'] is 'a', expected a finite positive number"),
-    ("capacities", {"1g.10gb": -3}, "capacities['1g.10gb'] is -3, expected a finite positive number"),
+    (
+        "capacities",
+        {"1g.10gb": "a"},
+        "capacities['1g.10gb'] is 'a', expected a finite positive number",
+    ),
+    (
+        "capacities",
+        {"1g.10gb": -3},
+        "capacities['1g.10gb'] is -3, expected a finite positive number",
+    ),
     ("capacities", {"../1g": 3}, "the profile of a capacity '../1g' is not a plain name"),
     ("resumed", 5, "resumed is 5, expected a list of strings"),
     ("chart_png", 5, "chart_png is 5, expected a string or null"),
@@ -194,7 +225,13 @@ SWEEP_FIELDS = [
 
 @pytest.mark.parametrize(("field", "value", "fragment"), SWEEP_FIELDS)
 def test_corrupt_sweep_field_is_one_line(
-    live_children: Callable[[], set[int]], swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: Any, fragment: str
+    live_children: Callable[[], set[int]],
+    swept: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    field: str,
+    value: Any,
+    fragment: str,
 ) -> None:
     """A wrong field of sweep.json: one line naming the file and the field, exit 2, nothing
     rewritten, no process left."""
@@ -205,7 +242,9 @@ def test_corrupt_sweep_field_is_one_line(
     assert _tree(tmp_path) == before and live_children() <= children
 
 
-def test_index_that_is_not_an_object_is_one_line(study: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_index_that_is_not_an_object_is_one_line(
+    study: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """repeats.json holding a JSON list is refused in one line naming the file."""
     (study / REPEATS_FILE).write_text("[]")
     err = _refused(capsys, ["report", str(study)])
@@ -233,7 +272,11 @@ def test_symlinked_repeat_is_refused_by_report(
 
 
 def test_symlinked_repeat_is_refused_before_resume_runs(
-    live_children: Callable[[], set[int]], study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    live_children: Callable[[], set[int]],
+    study: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Resuming a study with a symlinked repeat is refused before any run: nothing is written
     through the link or into the study, no process is left."""
@@ -242,7 +285,9 @@ def test_symlinked_repeat_is_refused_before_resume_runs(
     before, children = _tree(tmp_path), live_children()
     monkeypatch.setattr("mlperf_mig.runner.execute.execute", _no_run)
     monkeypatch.setattr("mlperf_mig.study.sweep.execute", _no_run)
-    err = _refused(capsys, ["run", "--scenario", "5", *RUN_FLAGS, "--repeats", "2", "--outdir", str(study)])
+    err = _refused(
+        capsys, ["run", "--scenario", "5", *RUN_FLAGS, "--repeats", "2", "--outdir", str(study)]
+    )
     assert "repeat-2" in err and "symbolic link" in err
     assert _tree(tmp_path) == before and live_children() <= children
 
@@ -279,7 +324,9 @@ def test_symlinked_lock_is_refused_and_its_target_kept(
     victim.write_text("keep me\n")
     (study / ".mlperf-mig.lock").unlink()
     (study / ".mlperf-mig.lock").symlink_to(victim)
-    err = _refused(capsys, ["run", "--scenario", "5", *RUN_FLAGS, "--repeats", "2", "--outdir", str(study)])
+    err = _refused(
+        capsys, ["run", "--scenario", "5", *RUN_FLAGS, "--repeats", "2", "--outdir", str(study)]
+    )
     assert ".mlperf-mig.lock" in err and "symbolic link" in err
     assert victim.read_text() == "keep me\n"
 
@@ -292,15 +339,26 @@ def _no_run(*args: Any, **kwargs: Any) -> None:
 @pytest.mark.parametrize(
     ("folder", "argv", "holds"),
     [
-        ("study", ["run", "--scenario", "5"], "a study (run --repeats or --isolation) (repeats.json)"),
+        (
+            "study",
+            ["run", "--scenario", "5"],
+            "a study (run --repeats or --isolation) (repeats.json)",
+        ),
         ("sweep", ["run", "--scenario", "5"], "a sweep (sweep.json)"),
         ("study", ["sweep", "--scenarios", "5"], "a study"),
         ("sweep", ["run", "--scenario", "5", "--repeats", "2"], "a sweep (sweep.json)"),
     ],
 )
 def test_run_into_a_study_or_sweep_is_refused(
-    live_children: Callable[[], set[int]], study: Path, swept: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch, folder: str, argv: list[str], holds: str,
+    live_children: Callable[[], set[int]],
+    study: Path,
+    swept: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    folder: str,
+    argv: list[str],
+    holds: str,
 ) -> None:
     """`run --outdir` (or another kind of run) into a study's or a sweep's folder is refused in
     one line before any worker starts; the folder is unchanged and no process is left."""
@@ -324,7 +382,9 @@ def test_folder_holding_a_run_and_a_study_is_not_reported_as_either(
 
 
 # --- labels -----------------------------------------------------------------------------------
-def test_a_wide_change_reads_as_a_ratio_above_zero_and_the_table_says_why(pristine_study: Path) -> None:
+def test_a_wide_change_reads_as_a_ratio_above_zero_and_the_table_says_why(
+    pristine_study: Path,
+) -> None:
     """A baseline spread from 1% to 199% of the mean: the change is a ratio whose interval stays
     above x0 (never below -100%); with 2 repeats the table shows its range and says why."""
     import attrs

@@ -38,7 +38,9 @@ HOST = {
 
 
 def run_loadgen(
-    folders: list[Path], scenario: str = "Offline", modes: tuple[str, ...] = ("performance", "accuracy")
+    folders: list[Path],
+    scenario: str = "Offline",
+    modes: tuple[str, ...] = ("performance", "accuracy"),
 ) -> None:
     """LoadGen runs of `modes` (performance, accuracy, or audits) for every folder, in parallel
     processes."""
@@ -159,8 +161,6 @@ def make_run(
     return outdir
 
 
-
-
 def runner_run(outdir: Path, mode: str) -> Path:
     """A real run of the tiny ResNet50 on the emulated two-instance layout."""
     import mlperf_mig
@@ -204,14 +204,18 @@ def drop_early_end(run: Path) -> None:
 def mark_valid(run: Path, logs: str = "*/performance/mlperf_log_detail.txt") -> None:
     """Stand in for a 10-minute run: a VALID result needs the full 600 s of LoadGen time."""
     for detail in run.glob(logs):
-        text = detail.read_text().replace('"result_validity", "value": "INVALID"', '"result_validity", "value": "VALID"')
+        text = detail.read_text().replace(
+            '"result_validity", "value": "INVALID"', '"result_validity", "value": "VALID"'
+        )
         detail.write_text(text)
 
 
 @pytest.fixture(name="real_run", scope="session")
 def fixture_real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A VALID unified run on a (pretend) MIG GPU with official weights and data: closed input."""
-    run = make_run(tmp_path_factory.mktemp("real") / "run", "unified", synthetic=False, partitioning="mig")
+    run = make_run(
+        tmp_path_factory.mktemp("real") / "run", "unified", synthetic=False, partitioning="mig"
+    )
     mark_valid(run)
     return run
 
@@ -264,7 +268,11 @@ def fixture_closed_audited_tree(
     with pytest.MonkeyPatch.context() as patch:
         fix_host(patch)
         write_submission(
-            [audited_run], division="closed", submitter="Org", outdir=root / "tree", overrides=overrides
+            [audited_run],
+            division="closed",
+            submitter="Org",
+            outdir=root / "tree",
+            overrides=overrides,
         )
     return root / "tree"
 

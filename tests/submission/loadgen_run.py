@@ -59,7 +59,10 @@ def main(outdir: str, mode: str, scenario: str = "Offline") -> int:
     def issue(samples: list) -> None:
         payload = [np.array([s.index % 1000], dtype=np.int32) for s in samples]
         lg.QuerySamplesComplete(
-            [lg.QuerySampleResponse(s.id, p.ctypes.data, p.nbytes) for s, p in zip(samples, payload)]
+            [
+                lg.QuerySampleResponse(s.id, p.ctypes.data, p.nbytes)
+                for s, p in zip(samples, payload)
+            ]
         )
 
     sut = lg.ConstructSUT(issue, lambda: None)

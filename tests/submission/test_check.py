@@ -114,7 +114,9 @@ def test_missing_hash_line(tree: Path) -> None:
 
 def test_seeds_of_another_checker_version(tree: Path) -> None:
     """Logs of LoadGen 6.0.x checked against v6.0 have the wrong seeds."""
-    assert _reported(tree, "qsl_rng_seed is 2085463073848966840, checker v6.0 expects", version="v6.0")
+    assert _reported(
+        tree, "qsl_rng_seed is 2085463073848966840, checker v6.0 expects", version="v6.0"
+    )
 
 
 def test_seeds_changed_in_the_log(tree: Path) -> None:
@@ -166,8 +168,21 @@ def test_code_folder_of_old_versions(tree: Path) -> None:
 def test_closed_accuracy_below_target(tree: Path) -> None:
     """In the closed division, an accuracy below the target is reported."""
     (tree / "open").rename(tree / "closed")
-    _edit_json(tree / "closed" / "Acme" / "systems" / f"{SYSTEM}.json", lambda d: d.update(division="closed"))
-    accuracy_txt = tree / "closed" / "Acme" / "results" / SYSTEM / "resnet50" / "Offline" / "accuracy" / "accuracy.txt"
+    _edit_json(
+        tree / "closed" / "Acme" / "systems" / f"{SYSTEM}.json",
+        lambda d: d.update(division="closed"),
+    )
+    accuracy_txt = (
+        tree
+        / "closed"
+        / "Acme"
+        / "results"
+        / SYSTEM
+        / "resnet50"
+        / "Offline"
+        / "accuracy"
+        / "accuracy.txt"
+    )
     lines = accuracy_txt.read_text().splitlines()
     accuracy_txt.write_text("\n".join(["accuracy=10.000%, good=102, total=1024", *lines]) + "\n")
     assert _reported(tree, "accuracy 10.0 is below the target 75.695")
@@ -196,7 +211,11 @@ def test_unparsable_mllog_line(tree: Path) -> None:
 def test_missing_result_record(tree: Path) -> None:
     """Without result_samples_per_second the checker cannot read an Offline result."""
     detail = _perf_detail(tree)
-    kept = [line for line in detail.read_text().splitlines() if '"result_samples_per_second"' not in line]
+    kept = [
+        line
+        for line in detail.read_text().splitlines()
+        if '"result_samples_per_second"' not in line
+    ]
     detail.write_text("\n".join(kept) + "\n")
     assert _reported(tree, "no numeric result_samples_per_second record")
 
@@ -234,10 +253,15 @@ def test_closed_network_system_is_refused(tree: Path) -> None:
 def test_closed_scenario_outside_the_suite(tree: Path) -> None:
     """Closed division: a scenario folder the system type's suite lacks is reported."""
     (tree / "open").rename(tree / "closed")
-    _edit_json(tree / "closed" / "Acme" / "systems" / f"{SYSTEM}.json", lambda d: d.update(division="closed"))
+    _edit_json(
+        tree / "closed" / "Acme" / "systems" / f"{SYSTEM}.json",
+        lambda d: d.update(division="closed"),
+    )
     offline = tree / "closed" / "Acme" / "results" / SYSTEM / "resnet50" / "Offline"
     shutil.copytree(offline, offline.with_name("Server"))
-    assert _reported(tree, "Server is not a closed-division scenario of resnet for system_type 'edge'")
+    assert _reported(
+        tree, "Server is not a closed-division scenario of resnet for system_type 'edge'"
+    )
 
 
 def test_accelerator_count_must_be_a_whole_number(tree: Path) -> None:

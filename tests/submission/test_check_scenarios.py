@@ -81,7 +81,9 @@ def test_server_target_latency_above_the_bound(trees: dict[str, Path], tmp_path:
 def test_server_target_latency_at_the_bound_passes(trees: dict[str, Path], tmp_path: Path) -> None:
     """A target latency equal to the bound is within it (the genuine log's 10 ms is below it)."""
     tree = _copy(trees, "Server", tmp_path)
-    _set_record(_perf_detail(tree), "effective_target_latency_ns", rules.SERVER_LATENCY_BOUND_NS["resnet"])
+    _set_record(
+        _perf_detail(tree), "effective_target_latency_ns", rules.SERVER_LATENCY_BOUND_NS["resnet"]
+    )
     assert check_submission(tree) == ()
 
 
@@ -179,5 +181,7 @@ def test_result_record_missing(trees: dict[str, Path], tmp_path: Path, scenario:
     tree = _copy(trees, scenario, tmp_path)
     key = rules.RESULT_KEYS[scenario]
     detail = _perf_detail(tree)
-    detail.write_text("".join(line for line in detail.read_text().splitlines(True) if f'"{key}"' not in line))
+    detail.write_text(
+        "".join(line for line in detail.read_text().splitlines(True) if f'"{key}"' not in line)
+    )
     assert _reported(tree, f"no numeric {key} record")

@@ -97,7 +97,9 @@ def test_closed_division_refuses_a_failed_audit(
         write_submission([audited], division="closed", submitter="Org", outdir=tmp_path / "sub")
 
 
-def test_closed_division_refuses_short_audits(audited: Path, tmp_path: Path, fixed_host: None) -> None:
+def test_closed_division_refuses_short_audits(
+    audited: Path, tmp_path: Path, fixed_host: None
+) -> None:
     """A quick-preset audit is not the official duration: the closed division says so."""
     _set_verdict(audited, "TEST01", short=True)
     with pytest.raises(SubmissionError, match="TEST01 is a short quick-preset audit"):
@@ -119,7 +121,9 @@ def test_open_division_leaves_a_failed_audit_out(
 def test_missing_audit_folder_is_reported_in_closed(tree: Path) -> None:
     """A closed ResNet50 result without TEST04 is reported."""
     shutil.rmtree(_scenario_dir(tree) / "TEST04")
-    assert any("TEST04: missing; the closed division needs the TEST04" in p for p in _problems(tree))
+    assert any(
+        "TEST04: missing; the closed division needs the TEST04" in p for p in _problems(tree)
+    )
 
 
 def test_missing_audit_folders_are_fine_in_open(tree: Path) -> None:
@@ -161,8 +165,12 @@ def test_accuracy_comparison_beyond_the_delta_is_reported(tree: Path) -> None:
     test01 = _scenario_dir(tree) / "TEST01"
     verify = test01 / "verify_accuracy.txt"
     verify.write_text(verify.read_text().replace("TEST PASS", "TEST FAIL"))
-    (test01 / "accuracy" / "baseline_accuracy.txt").write_text("accuracy=76.000%, good=228, total=300\n")
-    (test01 / "accuracy" / "compliance_accuracy.txt").write_text("accuracy=77.550%, good=233, total=300\n")
+    (test01 / "accuracy" / "baseline_accuracy.txt").write_text(
+        "accuracy=76.000%, good=228, total=300\n"
+    )
+    (test01 / "accuracy" / "compliance_accuracy.txt").write_text(
+        "accuracy=77.550%, good=233, total=300\n"
+    )
     assert any("differs from the accuracy run's by 1.999%" in p for p in _problems(tree))
 
 
@@ -171,8 +179,12 @@ def test_accuracy_comparison_within_the_delta_passes(tree: Path) -> None:
     test01 = _scenario_dir(tree) / "TEST01"
     verify = test01 / "verify_accuracy.txt"
     verify.write_text(verify.read_text().replace("TEST PASS", "TEST FAIL"))
-    (test01 / "accuracy" / "baseline_accuracy.txt").write_text("accuracy=76.000%, good=228, total=300\n")
-    (test01 / "accuracy" / "compliance_accuracy.txt").write_text("accuracy=76.380%, good=229, total=300\n")
+    (test01 / "accuracy" / "baseline_accuracy.txt").write_text(
+        "accuracy=76.000%, good=228, total=300\n"
+    )
+    (test01 / "accuracy" / "compliance_accuracy.txt").write_text(
+        "accuracy=76.380%, good=229, total=300\n"
+    )
     assert [p for p in _problems(tree) if "TEST0" in p] == []
 
 
@@ -184,8 +196,13 @@ def test_log_without_the_audit_settings_is_reported(tree: Path) -> None:
         folder / "TEST04" / "performance" / "run_1" / "mlperf_log_detail.txt",
     )
     problems = _problems(tree)
-    assert any("not a TEST04 audit log: LoadGen did not log that it read an audit.config" in p for p in problems)
-    assert any("not a TEST04 audit log: effective_performance_issue_same is False" in p for p in problems)
+    assert any(
+        "not a TEST04 audit log: LoadGen did not log that it read an audit.config" in p
+        for p in problems
+    )
+    assert any(
+        "not a TEST04 audit log: effective_performance_issue_same is False" in p for p in problems
+    )
 
 
 def test_missing_audit_logs_are_reported(tree: Path) -> None:

@@ -60,12 +60,16 @@ def test_detect_reads_a_recorded_machine(machine: Path) -> None:
 def test_nothing_detected_leaves_fields_out(tmp_path: Path) -> None:
     """A machine that reports nothing yields no host processor, memory or storage fields."""
     fields = HostFacts.detect(tmp_path).fields
-    assert not {"host_processor_model_name", "host_memory_capacity", "host_storage_type"} & set(fields)
+    assert not {"host_processor_model_name", "host_memory_capacity", "host_storage_type"} & set(
+        fields
+    )
 
 
 def test_cpu_without_physical_id_is_one_socket() -> None:
     """A VM's cpuinfo without physical ids counts as one socket with all its processors."""
-    fields = cpu_fields("processor : 0\nmodel name : AMD EPYC\n\nprocessor : 1\nmodel name : AMD EPYC\n")
+    fields = cpu_fields(
+        "processor : 0\nmodel name : AMD EPYC\n\nprocessor : 1\nmodel name : AMD EPYC\n"
+    )
     assert (fields["host_processors_per_node"], fields["host_processor_core_count"]) == (1, 2)
 
 

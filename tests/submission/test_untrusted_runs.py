@@ -85,15 +85,26 @@ def _tree_text(tree: Path) -> str:
 # --- values of results.json that become path components ------------------------------------
 
 
-def test_scenario_that_climbs_out_is_refused(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_scenario_that_climbs_out_is_refused(
+    unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A LoadGen scenario of '../../..' in results.json and the detail logs is refused; the folder
     it names outside the tree is neither written nor deleted."""
     run = _copy(unified_run, tmp_path)
     hostile = "../" * 6 + "victim"
     _edit_results(run, lambda d: d.update(loadgen_scenario=hostile))
     for detail in run.glob("layout/*/mlperf_log_detail.txt"):
-        detail.write_text(detail.read_text().replace('"value": "Offline"', json.dumps({"value": hostile})[1:-1]))
-    existing = tmp_path / "tree" / "open" / "Acme" / "results" / "A100-SXM4-80GB-MIG_2g.20gb_1g.10gb_ORT_emulated"
+        detail.write_text(
+            detail.read_text().replace('"value": "Offline"', json.dumps({"value": hostile})[1:-1])
+        )
+    existing = (
+        tmp_path
+        / "tree"
+        / "open"
+        / "Acme"
+        / "results"
+        / "A100-SXM4-80GB-MIG_2g.20gb_1g.10gb_ORT_emulated"
+    )
     (existing / "resnet50").mkdir(parents=True)  # an existing tree: the '..' resolve from here
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -101,10 +112,16 @@ def test_scenario_that_climbs_out_is_refused(unified_run: Path, tmp_path: Path, 
     before = _snapshot(tmp_path, skip=tmp_path / "tree")
     _write_fails([run], tmp_path / "tree", capsys, f"loadgen_scenario {hostile!r} is not one of")
     assert _snapshot(tmp_path, skip=tmp_path / "tree") == before
-    assert list((tmp_path / "tree" / "open" / "Acme").rglob("*")) == [existing.parent, existing, existing / "resnet50"]
+    assert list((tmp_path / "tree" / "open" / "Acme").rglob("*")) == [
+        existing.parent,
+        existing,
+        existing / "resnet50",
+    ]
 
 
-def test_unknown_benchmark_is_refused(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_benchmark_is_refused(
+    unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A benchmark name that is not one of the benchmarks is refused on load, with one line."""
     run = _copy(unified_run, tmp_path)
     _edit_results(run, lambda d: d.update(benchmark="../resnet50"))
@@ -127,7 +144,9 @@ def test_instance_name_that_climbs_out_is_refused(
     assert not (tmp_path / "tree" / "open").exists()
 
 
-def test_log_dir_that_climbs_out_is_refused(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_log_dir_that_climbs_out_is_refused(
+    unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A recorded log_dir of '<run>/../elsewhere' is refused, naming the field; nothing of the
     folder outside the run reaches the tree."""
     run = _copy(unified_run, tmp_path)
@@ -141,21 +160,30 @@ def test_log_dir_that_climbs_out_is_refused(unified_run: Path, tmp_path: Path, c
     assert not (tmp_path / "tree" / "open").exists()
 
 
-def test_user_conf_outside_the_run_is_refused(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_user_conf_outside_the_run_is_refused(
+    unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A recorded user_conf of /etc/passwd (the run's own user.conf gone) is refused; nothing of
     the file is copied into the tree."""
     run = _copy(unified_run, tmp_path)
     (run / "layout" / "user.conf").unlink()
     _edit_results(run, lambda d: d["layout_result"].update(user_conf="/etc/passwd"))
     before = _snapshot(tmp_path, skip=tmp_path / "tree")
-    _write_fails([run], tmp_path / "tree", capsys, "user_conf '/etc/passwd'", "outside the run folder")
+    _write_fails(
+        [run], tmp_path / "tree", capsys, "user_conf '/etc/passwd'", "outside the run folder"
+    )
     assert _snapshot(tmp_path, skip=tmp_path / "tree") == before
     assert not (tmp_path / "tree" / "open").exists()
 
 
 @pytest.mark.parametrize(
     "link",
-    ["layout/performance/mlperf_log_summary.txt", "layout/performance", "layout", "layout/user.conf"],
+    [
+        "layout/performance/mlperf_log_summary.txt",
+        "layout/performance",
+        "layout",
+        "layout/user.conf",
+    ],
 )
 def test_symlink_in_the_run_folder_is_refused(
     unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], link: str
@@ -175,7 +203,9 @@ def test_symlink_in_the_run_folder_is_refused(
     assert not (tmp_path / "tree" / "open").exists()
 
 
-def test_system_name_is_a_plain_name(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_system_name_is_a_plain_name(
+    unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A GPU name that makes the system folder name start with a dot is refused before writing."""
     run = _copy(unified_run, tmp_path)
     _edit_results(run, lambda d: d.update(gpu="."))
@@ -198,12 +228,16 @@ def test_link_in_an_existing_tree_is_refused_and_not_chmod(
     systems.mkdir(parents=True)
     (systems / "link.json").symlink_to(private)
     before = _snapshot(tmp_path)
-    _write_fails([unified_run], tmp_path / "tree", capsys, str(systems / "link.json"), "symbolic link")
+    _write_fails(
+        [unified_run], tmp_path / "tree", capsys, str(systems / "link.json"), "symbolic link"
+    )
     assert _snapshot(tmp_path) == before
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
 
 
-def test_symlinked_results_folder_is_refused(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_symlinked_results_folder_is_refused(
+    unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A symlinked results/ is refused: nothing is written through it and the result folder
     behind it is not deleted."""
     behind = tmp_path / "behind"
@@ -214,11 +248,15 @@ def test_symlinked_results_folder_is_refused(unified_run: Path, tmp_path: Path, 
     submitter.mkdir(parents=True)
     (submitter / "results").symlink_to(behind, target_is_directory=True)
     before = _snapshot(tmp_path)
-    _write_fails([unified_run], tmp_path / "tree", capsys, str(submitter / "results"), "symbolic link")
+    _write_fails(
+        [unified_run], tmp_path / "tree", capsys, str(submitter / "results"), "symbolic link"
+    )
     assert _snapshot(tmp_path) == before
 
 
-def test_symlinked_division_folder_is_refused(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_symlinked_division_folder_is_refused(
+    unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A symlinked division folder on the way to the submitter folder is refused too."""
     behind = tmp_path / "behind"
     behind.mkdir()
@@ -233,7 +271,9 @@ def test_rewrite_keeps_a_result_folder_with_foreign_files(
 ) -> None:
     """Rewriting a result whose folder holds a file the writer did not write is refused; the
     earlier result and that file are kept."""
-    tree = write_submission([unified_run], division="open", submitter="Acme", outdir=tmp_path / "tree")
+    tree = write_submission(
+        [unified_run], division="open", submitter="Acme", outdir=tmp_path / "tree"
+    )
     (tree.results[0] / "notes.txt").write_text("mine")
     before = _snapshot(tmp_path)
     _write_fails([unified_run], tmp_path / "tree", capsys, "notes.txt")
@@ -243,7 +283,9 @@ def test_rewrite_keeps_a_result_folder_with_foreign_files(
 def test_rewritten_tree_is_readable(unified_run: Path, tmp_path: Path) -> None:
     """A tree written twice is still shareable: its files are 0644, with no staging folder left."""
     for _ in range(2):
-        tree = write_submission([unified_run], division="open", submitter="Acme", outdir=tmp_path / "tree")
+        tree = write_submission(
+            [unified_run], division="open", submitter="Acme", outdir=tmp_path / "tree"
+        )
     files = [p for p in tree.submitter_dir.rglob("*") if p.is_file()]
     assert files and {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o644}
     assert not [p for p in tree.submitter_dir.rglob(".*")]
@@ -253,9 +295,19 @@ def test_rewritten_tree_is_readable(unified_run: Path, tmp_path: Path) -> None:
 # --- names given on the command line ---------------------------------------------------------
 
 
-def test_submitter_with_a_newline_is_refused(unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_submitter_with_a_newline_is_refused(
+    unified_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--submitter $'Org\\n' is refused with one line; no folder is made."""
-    argv = ["submission", "--division", "open", "--submitter", "Org\n", "--outdir", str(tmp_path / "tree")]
+    argv = [
+        "submission",
+        "--division",
+        "open",
+        "--submitter",
+        "Org\n",
+        "--outdir",
+        str(tmp_path / "tree"),
+    ]
     assert cli.main([*argv, str(unified_run)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "submitter 'Org\\n'" in err
@@ -268,7 +320,11 @@ def test_override_with_a_control_character_is_refused(unified_run: Path, tmp_pat
     overrides.write_text(json.dumps({"cooling": "air\nwater"}))
     with pytest.raises(SubmissionError, match=r"cooling .* control character"):
         write_submission(
-            [unified_run], division="open", submitter="Acme", outdir=tmp_path / "tree", overrides=overrides
+            [unified_run],
+            division="open",
+            submitter="Acme",
+            outdir=tmp_path / "tree",
+            overrides=overrides,
         )
     assert not (tmp_path / "tree").exists()
 

@@ -40,12 +40,16 @@ def fixture_overrides_file(tmp_path: Path) -> Path:
 
 def test_independent_run_is_one_system_per_instance(runs: dict[str, Path], tmp_path: Path) -> None:
     """Each instance of an independent run becomes its own system, named with its profile."""
-    tree = write_submission([runs["independent"]], division="open", submitter="Acme", outdir=tmp_path)
+    tree = write_submission(
+        [runs["independent"]], division="open", submitter="Acme", outdir=tmp_path
+    )
     assert [s.split("_i")[0] for s in tree.systems] == [
         "A100-SXM4-80GB-MIG_2g.20gb",
         "A100-SXM4-80GB-MIG_1g.10gb",
     ]
-    assert [p.relative_to(tmp_path).parts[-2:] for p in tree.results] == [("resnet50", "Offline")] * 2
+    assert [p.relative_to(tmp_path).parts[-2:] for p in tree.results] == [
+        ("resnet50", "Offline")
+    ] * 2
 
 
 def test_tree_of_both_modes_passes_our_checker(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -66,12 +70,17 @@ def test_unified_run_is_one_result_for_the_layout(runs: dict[str, Path], tmp_pat
     assert "NOT an MLPerf result" not in (folder / "README.md").read_text()
 
 
-def test_independent_readme_says_the_sum_is_not_a_result(runs: dict[str, Path], tmp_path: Path) -> None:
+def test_independent_readme_says_the_sum_is_not_a_result(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
     """Every independent-mode result README states that the instances' sum is not an MLPerf result."""
-    tree = write_submission([runs["independent"]], division="open", submitter="Acme", outdir=tmp_path)
+    tree = write_submission(
+        [runs["independent"]], division="open", submitter="Acme", outdir=tmp_path
+    )
     for folder in tree.results:
-        assert "sum of the instances' results is an engineering metric and NOT an MLPerf result" in (
-            (folder / "README.md").read_text()
+        assert (
+            "sum of the instances' results is an engineering metric and NOT an MLPerf result"
+            in ((folder / "README.md").read_text())
         )
 
 
@@ -80,7 +89,9 @@ def test_emulated_run_is_labelled(runs: dict[str, Path], tmp_path: Path) -> None
     tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
     system = _system(tmp_path, tree.results[0])
     assert system["system_name"].startswith("Emulated (CPU): ")
-    assert system["accelerator_model_name"].startswith("None: CPU emulation of NVIDIA A100-SXM4-80GB")
+    assert system["accelerator_model_name"].startswith(
+        "None: CPU emulation of NVIDIA A100-SXM4-80GB"
+    )
     assert system["accelerators_per_node"] == "0"
     assert "EMULATED" in system["hw_notes"]
     assert "EMULATED: no GPU was used" in (tree.results[0] / "README.md").read_text()
@@ -100,7 +111,10 @@ def test_open_division_marks_undetectable_fields(runs: dict[str, Path], tmp_path
     tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
     system = _system(tmp_path, tree.results[0])
     assert system["cooling"] == NOT_REPORTED
-    assert "Not reported (not detectable on the host): host_memory_configuration, cooling" in system["hw_notes"]
+    assert (
+        "Not reported (not detectable on the host): host_memory_configuration, cooling"
+        in system["hw_notes"]
+    )
 
 
 def test_synthetic_run_is_marked_for_open(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -127,8 +141,12 @@ def test_accuracy_log_is_truncated_with_hash_of_full_log(real_run: Path, tmp_pat
 
 def test_closed_division_refuses_synthetic_runs(runs: dict[str, Path], tmp_path: Path) -> None:
     """The closed division refuses runs with synthetic weights or data, writing nothing."""
-    with pytest.raises(SubmissionError, match="closed division refuses runs with synthetic") as excinfo:
-        write_submission([runs["unified"]], division="closed", submitter="Acme", outdir=tmp_path / "S")
+    with pytest.raises(
+        SubmissionError, match="closed division refuses runs with synthetic"
+    ) as excinfo:
+        write_submission(
+            [runs["unified"]], division="closed", submitter="Acme", outdir=tmp_path / "S"
+        )
     assert "below the closed-division target" not in str(excinfo.value)
     assert not (tmp_path / "S").exists()
 
@@ -143,8 +161,16 @@ def test_closed_division_refuses_accuracy_below_target(
     report = results["layout_accuracy"]["accuracy"]
     report.update(value=70.0, passed=False)
     (run / "results.json").write_text(json.dumps(results))
-    with pytest.raises(SubmissionError, match=r"accuracy 70\.0 is below the closed-division target 75\.695"):
-        write_submission([run], division="closed", submitter="Acme", outdir=tmp_path / "S", overrides=overrides_file)
+    with pytest.raises(
+        SubmissionError, match=r"accuracy 70\.0 is below the closed-division target 75\.695"
+    ):
+        write_submission(
+            [run],
+            division="closed",
+            submitter="Acme",
+            outdir=tmp_path / "S",
+            overrides=overrides_file,
+        )
 
 
 def test_missing_values_are_listed_in_one_error(real_run: Path, tmp_path: Path) -> None:
@@ -158,11 +184,17 @@ def test_missing_values_are_listed_in_one_error(real_run: Path, tmp_path: Path) 
     assert not (tmp_path / "S").exists()
 
 
-def test_closed_tree_with_overrides(audited_run: Path, tmp_path: Path, overrides_file: Path) -> None:
+def test_closed_tree_with_overrides(
+    audited_run: Path, tmp_path: Path, overrides_file: Path
+) -> None:
     """With the overrides file, a real-weights run with its compliance audits is written with the
     reference accuracy line."""
     tree = write_submission(
-        [audited_run], division="closed", submitter="Acme", outdir=tmp_path / "S", overrides=overrides_file
+        [audited_run],
+        division="closed",
+        submitter="Acme",
+        outdir=tmp_path / "S",
+        overrides=overrides_file,
     )
     system = _system(tmp_path / "S", tree.results[0])
     assert system["cooling"] == "air-cooled"
@@ -176,7 +208,9 @@ def test_closed_tree_with_overrides(audited_run: Path, tmp_path: Path, overrides
 def test_closed_division_refuses_invalid_results(runs: dict[str, Path], tmp_path: Path) -> None:
     """A LoadGen result that is not VALID is refused for the closed division."""
     with pytest.raises(SubmissionError, match="closed division needs a VALID LoadGen result"):
-        write_submission([runs["unified"]], division="closed", submitter="Acme", outdir=tmp_path / "S")
+        write_submission(
+            [runs["unified"]], division="closed", submitter="Acme", outdir=tmp_path / "S"
+        )
 
 
 def test_host_description_fills_undetectable_fields(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -205,7 +239,9 @@ def test_unknown_override_field_is_refused(runs: dict[str, Path], tmp_path: Path
     path = tmp_path / "overrides.json"
     path.write_text(json.dumps({"colling": "air"}))
     with pytest.raises(SubmissionError, match="unknown fields colling"):
-        write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path, overrides=path)
+        write_submission(
+            [runs["unified"]], division="open", submitter="Acme", outdir=tmp_path, overrides=path
+        )
 
 
 def test_quick_preset_logs_are_refused(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -213,7 +249,9 @@ def test_quick_preset_logs_are_refused(runs: dict[str, Path], tmp_path: Path) ->
     run = shutil.copytree(runs["unified"], tmp_path / "run")
     detail = run / "layout" / "performance" / "mlperf_log_detail.txt"
     text = detail.read_text()
-    text = text.replace('"effective_min_duration_ms", "value": 600000', '"effective_min_duration_ms", "value": 2000')
+    text = text.replace(
+        '"effective_min_duration_ms", "value": 600000', '"effective_min_duration_ms", "value": 2000'
+    )
     text = text.replace(
         '"effective_performance_sample_count", "value": 1024',
         '"effective_performance_sample_count", "value": 64',
@@ -223,7 +261,9 @@ def test_quick_preset_logs_are_refused(runs: dict[str, Path], tmp_path: Path) ->
         write_submission([run], division="open", submitter="Acme", outdir=tmp_path / "S")
     assert "min_duration is 2000 ms" in str(excinfo.value)
     assert "performance_sample_count is 64" in str(excinfo.value)
-    assert "--set min_duration=600000 --set performance_sample_count_override=1024" in str(excinfo.value)
+    assert "--set min_duration=600000 --set performance_sample_count_override=1024" in str(
+        excinfo.value
+    )
 
 
 def test_rewriting_a_result_replaces_it(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -253,8 +293,16 @@ def test_override_with_a_bad_status_is_refused(runs: dict[str, Path], tmp_path: 
     """An override that breaks a system-description rule is refused before writing."""
     path = tmp_path / "overrides.json"
     path.write_text(json.dumps({"status": "released"}))
-    with pytest.raises(SubmissionError, match="status 'released' is not one of available, preview, rdi"):
-        write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path / "S", overrides=path)
+    with pytest.raises(
+        SubmissionError, match="status 'released' is not one of available, preview, rdi"
+    ):
+        write_submission(
+            [runs["unified"]],
+            division="open",
+            submitter="Acme",
+            outdir=tmp_path / "S",
+            overrides=path,
+        )
 
 
 def test_missing_logs_are_listed_with_other_problems(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -262,7 +310,12 @@ def test_missing_logs_are_listed_with_other_problems(runs: dict[str, Path], tmp_
     run_dir = shutil.copytree(runs["unified"], tmp_path / "run")
     (run_dir / "layout" / "performance" / "mlperf_log_detail.txt").unlink()
     with pytest.raises(SubmissionError, match=r"lacks mlperf_log_detail\.txt") as excinfo:
-        write_submission([run_dir, tmp_path / "nothing"], division="open", submitter="Acme", outdir=tmp_path / "S")
+        write_submission(
+            [run_dir, tmp_path / "nothing"],
+            division="open",
+            submitter="Acme",
+            outdir=tmp_path / "S",
+        )
     assert "2 problem(s)" in str(excinfo.value)
 
 
@@ -353,12 +406,16 @@ def test_short_singlestream_logs_hint_at_the_submission_preset() -> None:
 
 
 @pytest.mark.parametrize("mode", ["independent", "unified"])
-def test_failed_test_is_refused_with_its_reason(runs: dict[str, Path], tmp_path: Path, mode: str) -> None:
+def test_failed_test_is_refused_with_its_reason(
+    runs: dict[str, Path], tmp_path: Path, mode: str
+) -> None:
     """A test that ran to the end but failed (samples completed without data) is refused, naming why."""
     run = tmp_path / "run"
     shutil.copytree(runs[mode], run)
     results = json.loads((run / "results.json").read_text())
-    failed = results["layout_result"] if mode == "unified" else results["instances"][0]["performance"]
+    failed = (
+        results["layout_result"] if mode == "unified" else results["instances"][0]["performance"]
+    )
     failed["error"] = "DatasetError: cannot decode image 'x.JPEG'"
     (run / "results.json").write_text(json.dumps(results))
     with pytest.raises(SubmissionError, match=r"cannot decode image 'x\.JPEG'") as excinfo:
@@ -374,12 +431,26 @@ def test_a_unified_layout_over_cluster_nodes_is_a_network_system() -> None:
 
     def fields_of(nodes: int, network: bool) -> dict:
         accelerator = Accelerator(
-            gpu="A100-SXM4-80GB", partitioning="emulated", layout="3x2g.20gb+1g.10gb", instance=None,
-            memory_gib=80.0, framework="ONNX Runtime", nodes=nodes, network=network,
+            gpu="A100-SXM4-80GB",
+            partitioning="emulated",
+            layout="3x2g.20gb+1g.10gb",
+            instance=None,
+            memory_gib=80.0,
+            framework="ONNX Runtime",
+            nodes=nodes,
+            network=network,
         )
         fields, _ = describe_system(
-            accelerator=accelerator, division="open", submitter="Acme", system_type="edge",
-            loadgen_version="6.0.17", notes=[], host=HostFacts(fields={}), gpu=None, hosts=[], overrides={},
+            accelerator=accelerator,
+            division="open",
+            submitter="Acme",
+            system_type="edge",
+            loadgen_version="6.0.17",
+            notes=[],
+            host=HostFacts(fields={}),
+            gpu=None,
+            hosts=[],
+            overrides={},
         )
         return fields
 
@@ -388,7 +459,9 @@ def test_a_unified_layout_over_cluster_nodes_is_a_network_system() -> None:
     assert "network system" in network["host_networking_topology"]
     assert network["system_name"].endswith("over 3 nodes (network)")
     single = fields_of(1, False)
-    assert single["number_of_nodes"] == 1 and single["host_networking_topology"] == "N/A (single node)"
+    assert (
+        single["number_of_nodes"] == 1 and single["host_networking_topology"] == "N/A (single node)"
+    )
 
 
 @pytest.mark.parametrize("backend", ["tensorrt", "onnxruntime"])
@@ -400,13 +473,33 @@ def test_cuda_version_goes_with_a_framework_that_runs_on_cuda(backend: str) -> N
     from mlperf_mig.submission.sysdesc import Accelerator, describe_system
 
     accelerator = Accelerator(
-        gpu="A100-SXM4-80GB", partitioning="mig", layout="7g.80gb", instance=None, memory_gib=80.0,
-        framework="X 1.0", on_cuda=backend_class(backend).needs_gpu,
+        gpu="A100-SXM4-80GB",
+        partitioning="mig",
+        layout="7g.80gb",
+        instance=None,
+        memory_gib=80.0,
+        framework="X 1.0",
+        on_cuda=backend_class(backend).needs_gpu,
     )
-    gpu = GpuFacts(name="A100-SXM4-80GB", driver="550.54.15", cuda="12.4", pcie=None, max_sm_clock_mhz=None, memory_mib=81920)
+    gpu = GpuFacts(
+        name="A100-SXM4-80GB",
+        driver="550.54.15",
+        cuda="12.4",
+        pcie=None,
+        max_sm_clock_mhz=None,
+        memory_mib=81920,
+    )
     fields, _ = describe_system(
-        accelerator=accelerator, division="open", submitter="Acme", system_type="edge",
-        loadgen_version="6.0.17", notes=[], host=HostFacts(fields={}), gpu=gpu, hosts=[], overrides={},
+        accelerator=accelerator,
+        division="open",
+        submitter="Acme",
+        system_type="edge",
+        loadgen_version="6.0.17",
+        notes=[],
+        host=HostFacts(fields={}),
+        gpu=gpu,
+        hosts=[],
+        overrides={},
     )
     assert fields["framework"] == ("X 1.0, CUDA 12.4" if backend == "tensorrt" else "X 1.0")
     assert "NVIDIA driver 550.54.15, CUDA 12.4" in fields["other_software_stack"]

@@ -11,7 +11,12 @@ from mlperf_mig.telemetry.replay import RecordedTelemetry
 
 from .conftest import load_state
 
-QUICK = {"backend": "null", "accuracy": False, "progress": False, "settings": {"min_duration": 1500}}
+QUICK = {
+    "backend": "null",
+    "accuracy": False,
+    "progress": False,
+    "settings": {"min_duration": 1500},
+}
 LAYOUTS = {"1x7g": "7g.141gb", "1x1g": "1g.18gb", "1x3g": "3g.71gb", "7x1g": "7x1g.18gb"}
 
 
@@ -20,7 +25,12 @@ def fixture_h200_runs(tmp_path_factory):
     """One run per layout, each on a replayed H200 holding that layout."""
     root = tmp_path_factory.mktemp("h200-sweep")
     return [
-        mlperf_mig.run(layout, nvml_source=RecordedTelemetry(load_state(f"h200-layout-{name}-telemetry")), outdir=root / name, **QUICK)
+        mlperf_mig.run(
+            layout,
+            nvml_source=RecordedTelemetry(load_state(f"h200-layout-{name}-telemetry")),
+            outdir=root / name,
+            **QUICK,
+        )
         for name, layout in LAYOUTS.items()
     ]
 
@@ -52,9 +62,13 @@ def test_samples_per_joule_is_total_over_idle_plus_instance_power(h200_runs):
 
 def test_runs_without_energy_are_refused_for_this_objective(tmp_path):
     """Emulated runs on a machine without RAPL carry no energy: one line saying what is needed."""
-    runs = [mlperf_mig.run(layout, emulate=True, gpu="H200", outdir=tmp_path / name, **QUICK)
-            for name, layout in (("a", "7g.141gb"), ("b", "1g.18gb"))]
+    runs = [
+        mlperf_mig.run(layout, emulate=True, gpu="H200", outdir=tmp_path / name, **QUICK)
+        for name, layout in (("a", "7g.141gb"), ("b", "1g.18gb"))
+    ]
     if any(r.telemetry.energy_j is not None for r in runs):
         pytest.skip("this machine exposes RAPL package energy")
-    with pytest.raises(SettingsError, match="samples_per_joule' needs runs whose telemetry measured energy"):
+    with pytest.raises(
+        SettingsError, match="samples_per_joule' needs runs whose telemetry measured energy"
+    ):
         advise_from(measurements_from(runs, 7), objective="samples_per_joule")

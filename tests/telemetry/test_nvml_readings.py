@@ -11,7 +11,9 @@ from mlperf_mig.telemetry.nvml import Device, NvmlReadings, reason_names
 
 
 def _devices(source: Any) -> list[Device]:
-    return [Device(f"i{i}", m["uuid"]) for i, m in enumerate(source.state["gpus"][0]["mig_devices"])]
+    return [
+        Device(f"i{i}", m["uuid"]) for i, m in enumerate(source.state["gpus"][0]["mig_devices"])
+    ]
 
 
 def test_power_and_energy_are_converted_from_milli_units(replay, clock):
@@ -47,7 +49,9 @@ def test_gpm_gives_each_gpu_instance_its_sm_activity(replay, clock):
     readings = NvmlReadings.open(source, _devices(source)[:2])
     clock.advance(0.35)  # step 3 of the recorded sequences
     row = readings.read()
-    expected = source.state["telemetry"]["mig_devices"][source.state["gpus"][0]["mig_devices"][1]["uuid"]]
+    expected = source.state["telemetry"]["mig_devices"][
+        source.state["gpus"][0]["mig_devices"][1]["uuid"]
+    ]
     assert row["i1:sm_active_pct"] == pytest.approx(expected["sm_active_pct"][3])
     assert row["i1:dram_bw_pct"] == pytest.approx(expected["dram_bw_pct"][3])
 
@@ -103,12 +107,19 @@ def test_a_gpu_without_mig_reports_whole_gpu_utilisation(replay):
     source = replay("h100-shared-telemetry")
     readings = NvmlReadings.open(source, [Device("i0", source.state["gpus"][0]["uuid"])])
     assert "gpu0:util_pct" in readings.columns()
-    assert readings.read()["gpu0:util_pct"] == source.state["telemetry"]["gpus"]["0"]["utilization_pct"][0]
+    assert (
+        readings.read()["gpu0:util_pct"]
+        == source.state["telemetry"]["gpus"]["0"]["utilization_pct"][0]
+    )
 
 
 def test_clock_event_bits_are_named_as_nvml_names_them():
     """The throttle bit mask becomes NVML's reason names; unknown bits are kept as bits."""
-    mask = pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwThermalSlowdown | 0x10000
+    mask = (
+        pynvml.nvmlClocksEventReasonSwPowerCap
+        | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+        | 0x10000
+    )
     assert reason_names(mask) == ["sw_power_cap", "hw_thermal_slowdown", "bit 0x10000"]
 
 

@@ -15,7 +15,12 @@ from mlperf_mig.telemetry.replay import RecordedTelemetry
 
 from .conftest import load_state
 
-QUICK = {"backend": "null", "accuracy": False, "progress": False, "settings": {"min_duration": 1500}}
+QUICK = {
+    "backend": "null",
+    "accuracy": False,
+    "progress": False,
+    "settings": {"min_duration": 1500},
+}
 
 
 @pytest.fixture(name="h200_run", scope="module")
@@ -30,7 +35,9 @@ def test_a_mig_run_records_energy_and_samples_per_joule(h200_run):
     """The GPU's board energy over the timed window gives the layout's samples per joule."""
     gpu = h200_run.telemetry.gpus[0]
     assert gpu.energy_j > 0 and gpu.energy_source == "NVML total energy counter"
-    assert h200_run.samples_per_joule == pytest.approx(h200_run.total_throughput / h200_run.telemetry.power_mean_w)
+    assert h200_run.samples_per_joule == pytest.approx(
+        h200_run.total_throughput / h200_run.telemetry.power_mean_w
+    )
     assert h200_run.telemetry.energy_label == BOARD_ENERGY_LABEL
 
 
@@ -74,10 +81,29 @@ def test_telemetry_false_writes_no_series(tmp_path):
 
 def test_the_cli_prints_util_per_instance_and_no_telemetry_turns_it_off(tmp_path):
     """`run` prints a util % per instance; `--no-telemetry` leaves it out."""
-    base = [sys.executable, "-m", "mlperf_mig", "run", "--scenario", "7", "--emulate", "--backend", "null",
-            "--no-accuracy", "--set", "min_duration=1000"]
-    on = subprocess.run([*base, "--outdir", str(tmp_path / "on")], capture_output=True, text=True, timeout=600)
-    off = subprocess.run([*base, "--no-telemetry", "--outdir", str(tmp_path / "off")], capture_output=True, text=True, timeout=600)
+    base = [
+        sys.executable,
+        "-m",
+        "mlperf_mig",
+        "run",
+        "--scenario",
+        "7",
+        "--emulate",
+        "--backend",
+        "null",
+        "--no-accuracy",
+        "--set",
+        "min_duration=1000",
+    ]
+    on = subprocess.run(
+        [*base, "--outdir", str(tmp_path / "on")], capture_output=True, text=True, timeout=600
+    )
+    off = subprocess.run(
+        [*base, "--no-telemetry", "--outdir", str(tmp_path / "off")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert on.returncode == 0, on.stderr
     assert "util %" in on.stdout and (tmp_path / "on" / "telemetry.csv").is_file()
     assert off.returncode == 0 and "util %" not in off.stdout
@@ -89,7 +115,11 @@ def test_the_system_description_notes_carry_the_telemetry(h200_run):
 
     notes = system_notes(h200_run, h200_run.instances[0])
     line = next(n for n in notes if n.startswith("Telemetry over the timed window"))
-    assert "not an MLPerf Power measurement" in line and "samples/J" in line and BOARD_ENERGY_LABEL in line
+    assert (
+        "not an MLPerf Power measurement" in line
+        and "samples/J" in line
+        and BOARD_ENERGY_LABEL in line
+    )
     assert h200_run.instances[0].name in line
 
 
@@ -107,8 +137,15 @@ def _two_gpu_state() -> dict:
     import json
     from pathlib import Path
 
-    state = json.loads((Path(__file__).parent.parent / "registry" / "fixtures" / "two-models-a100-h200.json").read_text())
-    a100, h200 = load_state("a100-80gb-scenario7-telemetry")["telemetry"], load_state("h200-7x1g-telemetry")["telemetry"]
+    state = json.loads(
+        (
+            Path(__file__).parent.parent / "registry" / "fixtures" / "two-models-a100-h200.json"
+        ).read_text()
+    )
+    a100, h200 = (
+        load_state("a100-80gb-scenario7-telemetry")["telemetry"],
+        load_state("h200-7x1g-telemetry")["telemetry"],
+    )
     devices = [m["uuid"] for g in state["gpus"] for m in g["mig_devices"]]
     series = list(a100["mig_devices"].values()) + list(h200["mig_devices"].values())
     state["telemetry"] = {
@@ -121,9 +158,19 @@ def _two_gpu_state() -> dict:
 
 def test_a_run_over_two_gpus_has_telemetry_per_gpu_by_index(tmp_path):
     """Per-GPU telemetry is keyed by NVML index; the layout's energy is their sum."""
-    result = mlperf_mig.run(7, layouts={1: 8}, gpus="all", nvml_source=RecordedTelemetry(_two_gpu_state()),
-                            outdir=tmp_path / "run", **QUICK)
+    result = mlperf_mig.run(
+        7,
+        layouts={1: 8},
+        gpus="all",
+        nvml_source=RecordedTelemetry(_two_gpu_state()),
+        outdir=tmp_path / "run",
+        **QUICK,
+    )
     gpus = {g.index: g for g in result.telemetry.gpus}
-    assert set(gpus) == {0, 1} and gpus[1].gpm == "supported" and gpus[0].gpm.startswith("not supported")
+    assert (
+        set(gpus) == {0, 1}
+        and gpus[1].gpm == "supported"
+        and gpus[0].gpm.startswith("not supported")
+    )
     assert result.telemetry.energy_j == pytest.approx(gpus[0].energy_j + gpus[1].energy_j, abs=0.01)
     assert {i.gpu_index for i in result.telemetry.instances} == {0, 1}

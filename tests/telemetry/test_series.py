@@ -14,14 +14,27 @@ COLUMNS = ["gpu0:power_w", "i0-2g.20gb:sm_active_pct"]
 
 def test_series_round_trips(tmp_path):
     """Rows written are read back, empty readings as None."""
-    write_series(tmp_path, [{"t": 1.5, "gpu0:power_w": 250.0}, {"t": 1.6, "gpu0:power_w": None, "i0-2g.20gb:sm_active_pct": 80.5}], COLUMNS)
+    write_series(
+        tmp_path,
+        [
+            {"t": 1.5, "gpu0:power_w": 250.0},
+            {"t": 1.6, "gpu0:power_w": None, "i0-2g.20gb:sm_active_pct": 80.5},
+        ],
+        COLUMNS,
+    )
     assert read_series(tmp_path) == (COLUMNS, [[1.5, 250.0, None], [1.6, None, 80.5]])
 
 
 @pytest.mark.parametrize(
     "text",
-    ["t,gpu0:power_w\n1.0,nan\n", "t,../x:power_w\n1.0,2\n", "t,gpu0:power_w\n1.0\n", "x,gpu0:power_w\n1,2\n",
-     "t,gpu0:power_w\n,2\n", "t,gpu0:power_w,gpu0:power_w\n1,2,3\n"],
+    [
+        "t,gpu0:power_w\n1.0,nan\n",
+        "t,../x:power_w\n1.0,2\n",
+        "t,gpu0:power_w\n1.0\n",
+        "x,gpu0:power_w\n1,2\n",
+        "t,gpu0:power_w\n,2\n",
+        "t,gpu0:power_w,gpu0:power_w\n1,2,3\n",
+    ],
 )
 def test_a_malformed_series_is_refused_naming_the_file(tmp_path, text):
     """NaN, a path in a column name, a ragged row, a wrong first column, a missing time or a

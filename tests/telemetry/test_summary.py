@@ -26,28 +26,54 @@ def _rows(seconds: int = 10, power: float = 200.0, reset_at: int | None = None) 
     for k in range(seconds + 1):
         if k == reset_at:
             counter = 3.0  # a driver reload restarts the counter
-        rows.append({
-            "t": 100.0 + k, "gpu0:power_w": power, "gpu0:energy_j": counter,
-            "gpu0:clock_events": 4.0 if 3 <= k < 5 else 0.0,
-            "a:sm_active_pct": 80.0, "b:sm_active_pct": 40.0, "a:memory_mib": 100.0 + k, "b:memory_mib": 50.0,
-        })
+        rows.append(
+            {
+                "t": 100.0 + k,
+                "gpu0:power_w": power,
+                "gpu0:energy_j": counter,
+                "gpu0:clock_events": 4.0 if 3 <= k < 5 else 0.0,
+                "a:sm_active_pct": 80.0,
+                "b:sm_active_pct": 40.0,
+                "a:memory_mib": 100.0 + k,
+                "b:memory_mib": 50.0,
+            }
+        )
         counter += power
     return rows
 
 
 def _instances() -> list[InstanceColumns]:
     return [
-        InstanceColumns(name=n, gpu_index=0, weight=w, util=f"{n}:sm_active_pct", util_metric="GPM",
-                        memory=f"{n}:memory_mib", memory_metric="MIG memory")
+        InstanceColumns(
+            name=n,
+            gpu_index=0,
+            weight=w,
+            util=f"{n}:sm_active_pct",
+            util_metric="GPM",
+            memory=f"{n}:memory_mib",
+            memory_metric="MIG memory",
+        )
         for n, w in (("a", 2.0), ("b", 1.0))
     ]
 
 
 def _summary(rows: list[dict], window: Window | None) -> RunTelemetry:
     return summarize(
-        rows, window=window, idle=[{"t": 0.0, "gpu0:power_w": 60.0}], instances=_instances(),
-        gpus=[{"index": 0, "name": "NVIDIA H200", "gpm": "supported", "measured": ["power_w"], "not_measured": {}}],
-        package={"column": None, "source": "not measured: test"}, interval_s=1.0,
+        rows,
+        window=window,
+        idle=[{"t": 0.0, "gpu0:power_w": 60.0}],
+        instances=_instances(),
+        gpus=[
+            {
+                "index": 0,
+                "name": "NVIDIA H200",
+                "gpm": "supported",
+                "measured": ["power_w"],
+                "not_measured": {},
+            }
+        ],
+        package={"column": None, "source": "not measured: test"},
+        interval_s=1.0,
     )
 
 
@@ -82,8 +108,15 @@ def test_power_is_integrated_where_there_is_no_counter():
 
 def test_throttle_reasons_are_timed_within_the_window():
     """sw_power_cap set at samples 3 and 4 (1 s each) counts 2 s; outside the window it does not."""
-    assert flag_seconds(_rows(), "gpu0:clock_events", Window(start_unix_s=100, end_unix_s=110, source="t")) == {"sw_power_cap": 2.0}
-    assert flag_seconds(_rows(), "gpu0:clock_events", Window(start_unix_s=106, end_unix_s=110, source="t")) == {}
+    assert flag_seconds(
+        _rows(), "gpu0:clock_events", Window(start_unix_s=100, end_unix_s=110, source="t")
+    ) == {"sw_power_cap": 2.0}
+    assert (
+        flag_seconds(
+            _rows(), "gpu0:clock_events", Window(start_unix_s=106, end_unix_s=110, source="t")
+        )
+        == {}
+    )
 
 
 def test_summary_gives_gpu_energy_mean_power_and_idle_power():
@@ -130,8 +163,14 @@ def test_telemetry_round_trips_through_its_dict():
 
 @pytest.mark.parametrize(
     ("path", "value"),
-    [(("layout", "energy_j"), math.nan), (("instances", 0, "name"), "../x"), (("csv",), "../../etc/passwd"),
-     (("gpus", 0, "power_peak_w"), 1e308), (("samples",), -1), (("window", "end_unix_s"), 0.0)],
+    [
+        (("layout", "energy_j"), math.nan),
+        (("instances", 0, "name"), "../x"),
+        (("csv",), "../../etc/passwd"),
+        (("gpus", 0, "power_peak_w"), 1e308),
+        (("samples",), -1),
+        (("window", "end_unix_s"), 0.0),
+    ],
 )
 def test_a_hostile_value_read_back_is_refused_in_one_line(path, value):
     """NaN, 1e308, a climbing name, another csv path or a backwards window is refused, named."""

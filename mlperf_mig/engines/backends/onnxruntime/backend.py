@@ -225,16 +225,23 @@ class OnnxRuntimeBackend(Backend):
         """Installed, its execution providers, and with a GPU: whether CUDA is one of them."""
         reason = cls.availability()
         if reason is not None:
-            return InstallStatus(name=cls.name, version=None, ok=False, detail=reason,
-                                 fix="pip install -e .")
+            return InstallStatus(
+                name=cls.name, version=None, ok=False, detail=reason, fix="pip install -e ."
+            )
         import onnxruntime as ort
 
         detail = "providers " + ", ".join(ort.get_available_providers())
         if has_gpu and CUDA_PROVIDER not in ort.get_available_providers():
-            return InstallStatus(name=cls.name, version=ort.__version__, ok=False,
-                                 detail=detail + f" (no {CUDA_PROVIDER} for the GPU)", fix=gpu_fix)
-        return InstallStatus(name=cls.name, version=ort.__version__, ok=True, detail=detail,
-                             runs_on_gpu=has_gpu)
+            return InstallStatus(
+                name=cls.name,
+                version=ort.__version__,
+                ok=False,
+                detail=detail + f" (no {CUDA_PROVIDER} for the GPU)",
+                fix=gpu_fix,
+            )
+        return InstallStatus(
+            name=cls.name, version=ort.__version__, ok=True, detail=detail, runs_on_gpu=has_gpu
+        )
 
     @classmethod
     def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:

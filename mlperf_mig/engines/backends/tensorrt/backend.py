@@ -170,24 +170,42 @@ class TensorRTBackend(Backend):
         needs, and what a wheel for the wrong CUDA fails at)."""
         version, reason = cls.version(), cls.availability()
         if not has_gpu:
-            detail = ("installed; no GPU here, so no builder was created" if version
-                      else "not installed; only of use with a GPU")
+            detail = (
+                "installed; no GPU here, so no builder was created"
+                if version
+                else "not installed; only of use with a GPU"
+            )
             return InstallStatus(name=cls.name, version=version, ok=False, detail=detail)
         if reason is not None:
-            return InstallStatus(name=cls.name, version=version, ok=False, detail=reason,
-                                 fix=gpu_fix)
+            return InstallStatus(
+                name=cls.name, version=version, ok=False, detail=reason, fix=gpu_fix
+            )
         trt = importlib.import_module("tensorrt")
         try:
             builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
         except (RuntimeError, TypeError) as exc:
-            return InstallStatus(name=cls.name, version=version, ok=False,
-                                 detail=f"a builder cannot be created ({exc})", fix=gpu_fix)
+            return InstallStatus(
+                name=cls.name,
+                version=version,
+                ok=False,
+                detail=f"a builder cannot be created ({exc})",
+                fix=gpu_fix,
+            )
         if builder is None:
-            return InstallStatus(name=cls.name, version=version, ok=False,
-                                 detail="trt.Builder returned None (no usable GPU or CUDA)",
-                                 fix=gpu_fix)
-        return InstallStatus(name=cls.name, version=version, ok=True,
-                             detail="a builder was created", runs_on_gpu=True)
+            return InstallStatus(
+                name=cls.name,
+                version=version,
+                ok=False,
+                detail="trt.Builder returned None (no usable GPU or CUDA)",
+                fix=gpu_fix,
+            )
+        return InstallStatus(
+            name=cls.name,
+            version=version,
+            ok=True,
+            detail="a builder was created",
+            runs_on_gpu=True,
+        )
 
     @classmethod
     def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:
