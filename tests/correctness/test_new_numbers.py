@@ -108,10 +108,14 @@ def test_counter_energy_bridges_a_reset_with_power() -> None:
     assert counter_energy(times, counter, power_times, power, 0.5, 3.5) == pytest.approx(300.0)
 
 
-def test_emulated_cpu_shares_follow_compute_slices(fleet_runs: dict[str, Path]) -> None:
-    """Each emulated instance's CPU share (results.json) is its slices / 7 of its GPU's CPUs,
-    and the two GPUs together get every CPU this process may use."""
-    data = json.loads((fleet_runs["independent"] / "results.json").read_text())
+def test_emulated_cpu_shares_follow_compute_slices() -> None:
+    """Each emulated instance's CPU share (plan.json, for a backend that computes a model) is
+    its slices / 7 of its GPU's CPUs, and the two GPUs together get every CPU this process may
+    use."""
+    import mlperf_mig
+
+    options = {k: v for k, v in SYSTEM.items() if k not in ("progress", "timeout_s")}
+    data = mlperf_mig.plan(**{**options, "backend": "known_answer"}).to_dict()
     whole_by_gpu: dict[int, set[float]] = {}
     for instance in data["instances"]:
         slices = int(instance["profile"].split("g.")[0])

@@ -108,7 +108,7 @@ def test_idle_time_earns_only_a_short_burst() -> None:
 
 def test_budget_travels_in_the_worker_environment() -> None:
     """An emulated slot's share and enforcement reach its worker's environment and read back."""
-    plan = mlperf_mig.plan(7, backend="null", emulate=True, cpus=[0])
+    plan = mlperf_mig.plan(7, backend="known_answer", emulate=True, cpus=[0])
     slot = plan.slots[3]
     env = instance_env(slot)
     assert float(env[cpu_budget.SHARE_ENV]) == pytest.approx(1 / 7, abs=1e-6)

@@ -49,12 +49,23 @@ def test_plan_without_gpu_is_emulated_and_labelled() -> None:
 
 def test_emulated_plan_gives_each_instance_its_cpu_budget() -> None:
     """Layout 7 on 2 CPUs: each slot carries its share of CPU time (2/7 of the machine per 2g) and the plan notes how it is kept."""
-    plan = mlperf_mig.plan(7, backend="null", emulate=True, cpus=[0, 1])
+    plan = mlperf_mig.plan(7, backend="known_answer", emulate=True, cpus=[0, 1])
     assert [s.cpu_share for s in plan.slots] == pytest.approx(
         [4 / 7, 4 / 7, 4 / 7, 2 / 7], abs=1e-6
     )
     assert all(s.cpu_budget in ("cgroup quota", "duty cycle") for s in plan.slots)
     assert any("proportion to compute slices" in note for note in plan.deployment.notes)
+
+
+def test_a_backend_without_a_model_gets_no_cpu_budget() -> None:
+    """The null backend computes nothing, so its emulated instances get no CPU budget, and the
+    plan's notes say why (no proportions to keep; budgets would measure the quotas)."""
+    plan = mlperf_mig.plan(7, backend="null", emulate=True, cpus=[0, 1])
+    assert [(s.cpu_share, s.cpu_budget) for s in plan.slots] == [(None, None)] * 4
+    assert plan.deployment.notes == (
+        "no CPU budgets: the null backend computes no model, so there are no slice proportions "
+        "to keep; the instances share the CPUs (a measurement of the harness)",
+    )
 
 
 def test_plan_emulates_another_gpu_by_name() -> None:
