@@ -193,7 +193,8 @@ def offline(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]
 def server(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """The highest VALID Server target found by doubling then bisecting."""
     valid, invalid, target, runs = 0.0, None, args.server_qps, []
-    while invalid is None and target <= args.server_max_qps:
+
+    def passes(target: float) -> bool:
         run = one_run(
             folder,
             f"server-{mode}-{len(runs)}",
@@ -205,24 +206,16 @@ def server(folder: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
         )
         runs.append(run)
         print(f"  Server {mode} target {target:,.0f} QPS: {_word(run)}", flush=True)
-        if run["valid"] and run["ok"]:
+        return bool(run["valid"] and run["ok"])
+
+    while invalid is None and target <= args.server_max_qps:
+        if passes(target):
             valid, target = target, target * 2
         else:
             invalid = target
     for _ in range(args.bisect if invalid is not None else 0):
         target = (valid + invalid) / 2 if valid else invalid / 2
-        run = one_run(
-            folder,
-            f"server-{mode}-{len(runs)}",
-            gpus=args.gpus,
-            mode=mode,
-            scenario="Server",
-            target_qps=target,
-            args=args,
-        )
-        runs.append(run)
-        print(f"  Server {mode} target {target:,.0f} QPS: {_word(run)}", flush=True)
-        if run["valid"] and run["ok"]:
+        if passes(target):
             valid = target
         else:
             invalid = target
