@@ -123,6 +123,12 @@ def main() -> int:
         "--outdir", default=None, help="where the runs go (default: a temporary folder)"
     )
     args = parser.parse_args()
+    if args.cluster is not None and args.cluster.startswith("local:"):
+        # A throwaway Ray cluster: as root, run again in a network namespace with only loopback,
+        # as cluster_overhead.py does (its function; this script's folder is on sys.path).
+        from cluster_overhead import reexec_in_namespace
+
+        reexec_in_namespace()
     print(
         f"{os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), load average "
         f"{os.getloadavg()[0]:.2f} at the start",
