@@ -37,6 +37,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from mlperf_mig.workloads import get_workload
+
 TARGET_FRACTION = 0.98
 TARGET_MARGIN = 1.3
 SIDES = ("raw", "backend", "harness")
@@ -145,7 +147,7 @@ def main() -> int:
     from mlperf_mig.engines import EngineSpec, build_engine
 
     spec = EngineSpec.create(
-        "resnet50", backend="onnxruntime", variant="full", loadgen_scenario="Offline",
+        get_workload("resnet50"), backend="onnxruntime", variant="full", loadgen_scenario="Offline",
         cache_dir=args.cache_dir,
     )  # fmt: skip
     engine = build_engine(spec, args.cache_dir)

@@ -96,11 +96,11 @@ def bare_run(
     import mlperf_loadgen as lg
     import numpy as np
 
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness import parse_detail_log
     from mlperf_mig.harness.result import latencies
+    from mlperf_mig.workloads import get_workload
 
-    model = get_benchmark(benchmark).conf_model_name
+    model = get_workload(benchmark).conf_model_name
     conf = Path(outdir) / "user.conf"
     conf.write_text("".join(f"{model}.{scenario}.{k} = {v}\n" for k, v in overrides.items()))
     settings = lg.TestSettings()

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from mlperf_mig._table import text_table
-from mlperf_mig.benchmark import RESNET50
 from mlperf_mig.engines import EngineSpec, open_backend
-from mlperf_mig.engines.models import calibration_feeds
+from mlperf_mig.workloads import get_workload
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 
 def _ints(text: str) -> list[int]:
@@ -47,7 +47,7 @@ def _memory_mib() -> dict[str, float]:
 
 
 def measure(spec: EngineSpec, batch: int, threads: int, seconds: float, min_runs: int) -> dict:
-    feeds = calibration_feeds(RESNET50, batch, seed=0)
+    feeds = RESNET50.calibration_feeds(batch, seed=0)
     before = _memory_mib()
     with open_backend(spec, threads=threads) as backend:
         backend.run(feeds)
@@ -87,7 +87,7 @@ def main() -> None:
     args = parser.parse_args()
 
     spec = EngineSpec.create(
-        "resnet50",
+        get_workload("resnet50"),
         backend="onnxruntime",
         precision=args.precision,
         variant=args.variant,

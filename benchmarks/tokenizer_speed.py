@@ -19,7 +19,7 @@ import time
 import unicodedata
 from collections.abc import Mapping, Sequence
 
-from mlperf_mig.harness.squad import WordPieceTokenizer
+from mlperf_mig.workloads.bert.squad import WordPieceTokenizer
 
 _SYLLABLES = (
     "no",

@@ -245,7 +245,7 @@ def check_baseline(baseline: object, the_plan: RunPlan) -> RunResult | None:
             f"baseline must be a RunResult, a run folder or None, got {type(baseline).__name__}"
         )
     if (baseline.benchmark, baseline.loadgen_scenario) != (
-        the_plan.benchmark,
+        the_plan.benchmark.name,
         the_plan.loadgen_scenario,
     ):
         raise SettingsError(

@@ -45,6 +45,10 @@ class UnknownBenchmarkError(MlperfMigError, LookupError):
     """A benchmark name other than the supported ones."""
 
 
+class WorkloadError(MlperfMigError, ValueError):
+    """A workload asks for something this part of the harness cannot give (a kind of response)."""
+
+
 class ModelFileError(MlperfMigError, ValueError):
     """A missing, unreadable or corrupt model file, or one whose interface does not match."""
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from mlperf_mig import cli
-from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.errors import UnknownBenchmarkError
+from mlperf_mig.workloads import get_workload
 
 
 def test_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -24,12 +24,12 @@ def test_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unknown_benchmark_names_the_known_ones() -> None:
     """An unknown benchmark name raises a lookup error that lists resnet50 and bert."""
     with pytest.raises(UnknownBenchmarkError, match="resnet50, bert"):
-        get_benchmark("gpt-j")
+        get_workload("gpt-j")
 
 
 def test_bert_99_resolves_to_bert() -> None:
     """Submission folder names of BERT resolve to the bert benchmark."""
-    assert get_benchmark("BERT-99.9").name == "bert"
+    assert get_workload("BERT-99.9").name == "bert"
 
 
 def test_argument_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -72,14 +72,13 @@ class ServeActor:
         `authkey`, also open the data channel and answer its address."""
         import attrs
 
-        from mlperf_mig.benchmark import get_benchmark
         from mlperf_mig.cluster.actors import build_on_node
         from mlperf_mig.harness.instance import batch_size_of, measured_target, open_task_backend
         from mlperf_mig.harness.samples import input_layouts
 
         spec = build_on_node(engine_request)
         task = attrs.evolve(task, engine=spec)
-        self._benchmark = get_benchmark(task.benchmark)
+        self._benchmark = task.benchmark
         self._backend = open_task_backend(task, self._benchmark)
         batch_size = self._batch_size = batch_size_of(task)
         layouts = input_layouts(self._benchmark)

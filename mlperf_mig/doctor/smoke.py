@@ -26,7 +26,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-BENCHMARK = "resnet50"
+
 BATCH = 8
 OFFLINE_MS = 500  # LoadGen min_duration of the short Offline test
 SAMPLES = 64  # samples LoadGen may load for it
@@ -146,14 +146,12 @@ def smoke_here(
     backend: str, *, gpu: str | None, profile: str | None, outdir: Path
 ) -> dict[str, Any]:
     """In this process: build the tiny fp32 engine, compute the fixed batch, run LoadGen Offline."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.engines import EngineSpec, open_backend
-    from mlperf_mig.engines.models import calibration_feeds
     from mlperf_mig.harness import InstanceTask, SettingsSpec, run_instance
+    from mlperf_mig.workloads.resnet50 import RESNET50 as benchmark
 
-    benchmark = get_benchmark(BENCHMARK)
     spec = EngineSpec.create(
-        BENCHMARK,
+        benchmark,
         backend=backend,
         precision="fp32",
         variant="tiny",
@@ -162,7 +160,7 @@ def smoke_here(
         loadgen_scenario="Offline",
         batch_sizes=(BATCH,),
     )
-    feeds = calibration_feeds(benchmark, BATCH, seed=0)
+    feeds = benchmark.calibration_feeds(BATCH, seed=0)
     with open_backend(spec) as opened:
         outputs = opened.run(feeds)
         device = opened.device
@@ -172,7 +170,7 @@ def smoke_here(
     )
     result = run_instance(
         InstanceTask(
-            benchmark=BENCHMARK,
+            benchmark=benchmark,
             loadgen_scenario="Offline",
             outdir=outdir / "loadgen",
             engine=spec,

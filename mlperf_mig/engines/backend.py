@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 import numpy as np
 
-from mlperf_mig.benchmark import Benchmark, TensorSpec
 from mlperf_mig.errors import EngineBuildError
+from mlperf_mig.workloads import TensorSpec, Workload
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
@@ -167,7 +167,7 @@ class Backend(abc.ABC):
     # --- the instance side: what the harness calls -------------------------------------------
     @property
     @abc.abstractmethod
-    def benchmark(self) -> Benchmark: ...
+    def benchmark(self) -> Workload: ...
 
     @property
     @abc.abstractmethod
@@ -201,11 +201,11 @@ class HostBackend(Backend):
 
     provider: ClassVar[str]
 
-    def __init__(self, benchmark: Benchmark) -> None:
+    def __init__(self, benchmark: Workload) -> None:
         self._benchmark = benchmark
 
     @property
-    def benchmark(self) -> Benchmark:
+    def benchmark(self) -> Workload:
         return self._benchmark
 
     @property

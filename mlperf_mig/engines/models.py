@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 
-from mlperf_mig.benchmark import Benchmark, TensorSpec, get_benchmark
 from mlperf_mig.engines import cache
 from mlperf_mig.errors import ModelFileError
+from mlperf_mig.workloads import TensorSpec, Workload
 
 # onnx (and ml_dtypes, which it imports) is imported where a graph is built, read or checked:
 # about 0.5 s of import that every worker forked from the runner's fork server paid, also
@@ -32,18 +31,6 @@ log = logging.getLogger(__name__)
 # Bump whenever a generator changes its output: cached graphs of older versions are regenerated.
 GENERATOR_VERSION = 1
 
-_GeneratorFn = Callable[..., "tuple[onnx.ModelProto, list[str]]"]
-
-
-def _generator(benchmark: str) -> _GeneratorFn:
-    """The graph builder of `benchmark` (importing onnx)."""
-    from mlperf_mig.engines.graphs.bert import build_bert
-    from mlperf_mig.engines.graphs.resnet50 import build_resnet50
-
-    generators: dict[str, _GeneratorFn] = {"resnet50": build_resnet50, "bert": build_bert}
-    return generators[benchmark]
-
-
 _CALIBRATION_BATCH = 2
 
 
@@ -53,47 +40,30 @@ class ModelFile:
 
     path: Path
     sha256: str
-    benchmark: str
+    benchmark: Workload
     precision: str  # "fp32", "fp16" or "int8" (Q/DQ): what the graph computes in
     generated: bool
 
 
 def generate_model(
-    benchmark: str, *, variant: str, precision: str, seed: int = 0
+    benchmark: Workload, *, variant: str, precision: str, seed: int = 0
 ) -> onnx.ModelProto:
     """Build the synthetic graph in memory (no cache). int8 graphs are calibrated on the fp32 one."""
-    bench = get_benchmark(benchmark)
-    build = _generator(bench.name)
     act_amax = None
     if precision == "int8":
-        fp32_model, quant_points = build(variant=variant, precision="fp32", seed=seed)
-        act_amax = calibrate(fp32_model, quant_points, bench, seed=seed)
+        fp32_model, quant_points = benchmark.build_graph(
+            variant=variant, precision="fp32", seed=seed
+        )
+        act_amax = calibrate(fp32_model, quant_points, benchmark, seed=seed)
         del fp32_model  # BERT-Large: 1.3 GB that the int8 build does not need
-    model, _ = build(variant=variant, precision=precision, seed=seed, act_amax=act_amax)
+    model, _ = benchmark.build_graph(
+        variant=variant, precision=precision, seed=seed, act_amax=act_amax
+    )
     return model
 
 
-def calibration_feeds(benchmark: Benchmark, batch: int, seed: int) -> dict[str, np.ndarray]:
-    """Synthetic inputs shaped like the benchmark's real ones (mean-subtracted pixels, token ids)."""
-    from mlperf_mig.engines.graphs.bert import VOCAB_SIZE
-
-    rng = np.random.default_rng(seed)
-    if benchmark.name == "resnet50":
-        spec = benchmark.inputs[0]
-        return {spec.name: rng.uniform(-124.0, 152.0, (batch, *spec.shape[1:])).astype(np.float32)}
-    seq = benchmark.inputs[0].shape[1]
-    positions = np.arange(seq)[None, :]
-    lengths = rng.integers(seq // 2, seq + 1, (batch, 1))  # real features are padded to 384
-    ids, mask, segments = (t.name for t in benchmark.inputs)
-    return {
-        ids: rng.integers(0, VOCAB_SIZE, (batch, seq), dtype=np.int64),
-        mask: (positions < lengths).astype(np.int64),
-        segments: (positions >= seq // 4).astype(np.int64).repeat(batch, 0),
-    }
-
-
 def calibrate(
-    model: onnx.ModelProto, tensors: list[str], benchmark: Benchmark, *, seed: int
+    model: onnx.ModelProto, tensors: list[str], benchmark: Workload, *, seed: int
 ) -> dict[str, float]:
     """Largest magnitude of each of `tensors` in one fp32 run on synthetic inputs (ONNX Runtime)."""
     import onnx
@@ -109,12 +79,12 @@ def calibrate(
     session = ort.InferenceSession(
         probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
-    values = session.run(tensors, calibration_feeds(benchmark, _CALIBRATION_BATCH, seed))
+    values = session.run(tensors, benchmark.calibration_feeds(_CALIBRATION_BATCH, seed))
     return {name: float(np.abs(v).max()) for name, v in zip(tensors, values)}
 
 
 def generated_model(
-    benchmark: str,
+    benchmark: Workload,
     *,
     variant: str,
     precision: str,
@@ -122,7 +92,7 @@ def generated_model(
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> ModelFile:
     """The cached synthetic graph, generated first if it is missing or damaged."""
-    name = get_benchmark(benchmark).name
+    name = benchmark.name
     path = (
         cache.cache_root(cache_dir)
         / "models"
@@ -140,25 +110,25 @@ def generated_model(
         log.info("generating %s %s %s graph (seed %d) in %s", name, variant, precision, seed, path)
 
         def write(tmp: Path) -> None:
-            model = generate_model(name, variant=variant, precision=precision, seed=seed)
+            model = generate_model(benchmark, variant=variant, precision=precision, seed=seed)
             tmp.write_bytes(model.SerializeToString())
 
         meta = cache.write_cached(path, write, made_from)
     return ModelFile(
-        path=path, sha256=meta["sha256"], benchmark=name, precision=precision, generated=True
+        path=path, sha256=meta["sha256"], benchmark=benchmark, precision=precision, generated=True
     )
 
 
-def user_model(path: str | os.PathLike[str], benchmark: str) -> ModelFile:
+def user_model(path: str | os.PathLike[str], benchmark: Workload) -> ModelFile:
     """A user-supplied ONNX file, after checking that it loads and has the benchmark's interface."""
-    bench = get_benchmark(benchmark)
+    bench = benchmark
     model_path = Path(path).expanduser()
     model = load_model_file(model_path)
     check_interface(model, bench, where=str(model_path))
     return ModelFile(
         path=model_path,
         sha256=cache.sha256_file(model_path),
-        benchmark=bench.name,
+        benchmark=bench,
         precision=graph_precision(model),
         generated=False,
     )
@@ -203,7 +173,7 @@ def load_model_file(path: Path) -> onnx.ModelProto:
     return model
 
 
-def check_interface(model: onnx.ModelProto, benchmark: Benchmark, *, where: str) -> None:
+def check_interface(model: onnx.ModelProto, benchmark: Workload, *, where: str) -> None:
     """Raise one ModelFileError that lists expected and found tensors unless the model's inputs
     and outputs carry the benchmark's names, dtypes and shapes (dynamic axes are accepted)."""
     initializers = {t.name for t in model.graph.initializer}

@@ -15,8 +15,8 @@ from typing import Any
 import attrs
 
 from mlperf_mig._paths import data_dir
-from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.errors import DataFileError, PrecisionError, SettingsError
+from mlperf_mig.workloads import Workload
 
 LOADGEN_SCENARIOS: tuple[str, ...] = ("SingleStream", "MultiStream", "Offline", "Server")
 _BATCHED = ("Offline", "Server")
@@ -132,9 +132,8 @@ def _batch_table(section: dict[str, Any]) -> BatchTable:
 
 
 def load_recipe(
-    benchmark: str, precision: str, *, folder: str | os.PathLike[str] | None = None
+    benchmark: Workload, precision: str, *, folder: str | os.PathLike[str] | None = None
 ) -> Recipe:
     """The recipe of `benchmark` in `precision` from `folder` (default: the shipped engines/)."""
-    name = get_benchmark(benchmark).name
     root = Path(folder) if folder is not None else data_dir("engines")
-    return Recipe.from_file(root / f"{name}.toml", precision)
+    return Recipe.from_file(root / benchmark.recipe_file, precision)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mlperf_mig.benchmark import BENCHMARK_NAMES, get_benchmark
 from mlperf_mig.engines.backends import backend_class, backend_names, resolve_backend
 from mlperf_mig.errors import ModelFileError, PrecisionError, UnknownProfileError
+from mlperf_mig.workloads import Workload, get_workload
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.backend import Backend
@@ -67,7 +67,7 @@ class EngineSpec:
     the plain constructor does no I/O.
     """
 
-    benchmark: str = attrs.field(validator=attrs.validators.in_(BENCHMARK_NAMES))
+    benchmark: Workload = attrs.field(converter=get_workload)  # a name read back is resolved here
     backend: str = attrs.field(validator=_known_backend)
     precision: str = attrs.field(default="fp32", validator=attrs.validators.in_(PRECISIONS))
     variant: str = attrs.field(default="full", validator=attrs.validators.in_(VARIANTS))
@@ -110,7 +110,7 @@ class EngineSpec:
     @property
     def file_name(self) -> str:
         """A readable file name that still is unique per cache key (suffix added by the backend)."""
-        parts = [self.benchmark, self.variant if self.model_path is None else "user"]
+        parts = [self.benchmark.name, self.variant if self.model_path is None else "user"]
         parts += [self.precision, self.backend]
         if self.gpu:
             parts.append(_slug(self.gpu))
@@ -123,7 +123,8 @@ class EngineSpec:
         return "-".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """Plain data (the workload by name), as the cache key and engine files hold it."""
+        return {**attrs.asdict(self, recurse=False), "benchmark": self.benchmark.name}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EngineSpec:
@@ -132,7 +133,7 @@ class EngineSpec:
     @classmethod
     def create(
         cls,
-        benchmark: str,
+        benchmark: Workload | str,
         *,
         backend: str = "auto",
         precision: str | None = None,
@@ -154,7 +155,6 @@ class EngineSpec:
         from mlperf_mig.engines.models import generated_model, user_model
         from mlperf_mig.engines.recipes import load_recipe
 
-        bench = get_benchmark(benchmark)
         if precision is not None and precision not in PRECISIONS:
             raise PrecisionError(
                 f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
@@ -171,14 +171,15 @@ class EngineSpec:
         name = resolve_backend(backend)
         backend_cls = backend_class(name)
         gpu_name, profile_name, compute_slices = _resolve_device(gpu, mig_profile)
-        user_file = user_model(model_path, bench.name) if model_path is not None else None
         draft = cls(
-            benchmark=bench.name,
+            benchmark=benchmark,  # a name (the engines CLI's) is resolved by the field
             backend=name,
             variant=variant,
             gpu=gpu_name,
             mig_profile=profile_name,
         )
+        bench = draft.benchmark
+        user_file = user_model(model_path, bench) if model_path is not None else None
         supported = backend_cls.precisions(draft)
         if precision is None:
             precision = user_file.precision if user_file is not None else supported[0]
@@ -188,7 +189,7 @@ class EngineSpec:
                 f"model file {str(user_file.path)!r} is a {user_file.precision} graph, not "
                 f"{precision}; pass --precision {user_file.precision} or a {precision} graph"
             )
-        recipe = load_recipe(bench.name, precision)
+        recipe = load_recipe(bench, precision)
         if compute_slices is None and backend_cls.needs_gpu:
             compute_slices = (
                 recipe.whole_gpu_slices
@@ -197,7 +198,7 @@ class EngineSpec:
         model_file = user_file
         if model_file is None and backend_cls.engine_suffix:
             model_file = generated_model(
-                bench.name, variant=variant, precision=precision, seed=seed, cache_dir=cache_dir
+                bench, variant=variant, precision=precision, seed=seed, cache_dir=cache_dir
             )
         return attrs.evolve(
             draft,

@@ -1,5 +1,6 @@
 """Accuracy from mlperf_log_accuracy.json, computed in our code as MLCommons' reference scripts
-compute it: ImageNet top-1 (accuracy-imagenet.py), SQuAD F1 / EM (accuracy-squad.py)."""
+compute it (the workload scores: ImageNet top-1 as accuracy-imagenet.py, SQuAD F1 / EM as
+accuracy-squad.py), with the verdict and what it rests on."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ import logging
 import os
 from collections.abc import Sequence
 
-import numpy as np
-
-from mlperf_mig.benchmark import SEQ_LEN, Benchmark
 from mlperf_mig.harness.logs import read_accuracy_log
 from mlperf_mig.harness.result import AccuracyReport
-from mlperf_mig.harness.samples import SampleSource
+from mlperf_mig.workloads.samples import SampleSource
+from mlperf_mig.workloads.workload import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ def first_answers(entries: Sequence[tuple[int, bytes]]) -> dict[int, bytes]:
     return answers
 
 
-def not_scored(benchmark: Benchmark, error: str) -> AccuracyReport:
+def not_scored(benchmark: Workload, error: str) -> AccuracyReport:
     """The report of an accuracy run that failed: its log holds samples completed without data,
     so a value computed from it would say nothing about the model."""
     return AccuracyReport(
@@ -41,7 +40,7 @@ def not_scored(benchmark: Benchmark, error: str) -> AccuracyReport:
 
 
 def score(
-    benchmark: Benchmark,
+    benchmark: Workload,
     source: SampleSource,
     log_dir: str | os.PathLike[str],
     *,
@@ -58,7 +57,7 @@ def score(
 
 
 def score_entries(
-    benchmark: Benchmark,
+    benchmark: Workload,
     source: SampleSource,
     logged: Sequence[tuple[int, bytes]],
     *,
@@ -73,25 +72,8 @@ def score_entries(
             metric=metric, value=None, target=target, meaningful=False, passed=None,
             sample_count=len(entries), note=note,
         )  # fmt: skip
-    if benchmark.name == "bert":
-        logits = {
-            index: np.frombuffer(data, dtype=np.float32).reshape(SEQ_LEN, 2)
-            for index, data in entries.items()
-        }
-        f1, em, questions = source.score(logits)
-        logged = len({source.features[index].example_index for index in logits})
-        extra = {
-            "exact_match": em,
-            "features": float(len(logits)),
-            "questions_logged": float(logged),
-        }
-        value, count = f1, questions
-    else:
-        indices = np.fromiter(entries, dtype=np.int64, count=len(entries))
-        predicted = np.array([np.frombuffer(data, dtype=np.int32)[0] for data in entries.values()])
-        labels = source.labels[indices]
-        value = 100.0 * float(np.mean(predicted == labels)) if len(entries) else 0.0
-        extra, count = {}, len(entries)
+    scored = benchmark.score(source, entries)
+    value, count, extra = scored.value, scored.count, dict(scored.extra)
     meaningful = not weights_synthetic
     return AccuracyReport(
         metric=metric,

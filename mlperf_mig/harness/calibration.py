@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from mlperf_mig.engines.backend import Backend
-from mlperf_mig.harness.samples import SampleLibrary, SampleSource, input_layouts
+from mlperf_mig.harness.samples import SampleLibrary, input_layouts
 from mlperf_mig.harness.sut import response_payload
+from mlperf_mig.workloads.samples import SampleSource
 
 logger = logging.getLogger(__name__)
 

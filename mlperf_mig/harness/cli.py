@@ -153,14 +153,13 @@ def _audited_modes(audit: str) -> tuple[str, ...]:
 def _requested(args: argparse.Namespace, engine: Any) -> dict[str, Any]:
     """The settings of this test as plain JSON data: what an audit must share with the runs it
     audits (the backend and precision as resolved, the model by its SHA-256)."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import normalize_loadgen_scenario
 
     user_conf = None
     if args.user_conf is not None:
         user_conf = Path(args.user_conf).read_text(encoding="utf-8")
     requested = {
-        "benchmark": get_benchmark(args.benchmark).name,
+        "benchmark": args.benchmark.name,
         "loadgen_scenario": normalize_loadgen_scenario(args.loadgen_scenario),
         "backend": args.backend if engine is None else engine.backend,
         "precision": None if engine is None else engine.precision,
@@ -282,10 +281,9 @@ def _write_record(task: Any, requested: dict[str, Any], result: Any) -> None:
     """Write the test's settings record next to its logs: what it was asked for and the values
     it resolved (read back from the user.conf it has just written)."""
     from mlperf_mig._io import atomic_write_json
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import read_user_conf
 
-    model = get_benchmark(task.benchmark).conf_model_name
+    model = task.benchmark.conf_model_name
     resolved = read_user_conf(result.user_conf, model, task.loadgen_scenario)
     record = {"schema": RECORD_SCHEMA, "requested": requested, "resolved": resolved}
     atomic_write_json(task.log_dir / RECORD, record)
@@ -295,9 +293,7 @@ def _check_input(args: argparse.Namespace) -> None:
     """Refuse what LoadGen or the machine cannot take before the model loads: counts beyond
     LoadGen's range, more threads than CPUs, unreadable user.conf or dataset, a bad outdir."""
     from mlperf_mig._io import check_output_path, check_text_file
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.errors import SettingsError
-    from mlperf_mig.harness.datasets import check_dataset
 
     if args.sample_count is not None and args.sample_count > _COUNT_MAX:
         raise SettingsError(
@@ -318,12 +314,14 @@ def _check_input(args: argparse.Namespace) -> None:
     if args.user_conf is not None:
         check_text_file(args.user_conf, "user.conf")
     if args.dataset is not None:
-        check_dataset(get_benchmark(args.benchmark), args.dataset, args.vocab)
+        args.benchmark.check_dataset(args.dataset, args.vocab)
 
 
 def _run(args: argparse.Namespace) -> int:
     from mlperf_mig.harness import InstanceTask, SettingsSpec, run_instance
+    from mlperf_mig.workloads import get_workload
 
+    args.benchmark = get_workload(args.benchmark)  # resolved once: from here on the workload
     _check_input(args)
     engine = _engine(args)
     requested = _requested(args, engine)
@@ -361,7 +359,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _verify(task: Any) -> Any:
     """The audit's verdict against the performance and accuracy runs in the task's folder."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness import datasets
     from mlperf_mig.harness.compliance import verify_audit
 
@@ -371,7 +368,7 @@ def _verify(task: Any) -> Any:
         benchmark=task.benchmark,
         loadgen_scenario=task.loadgen_scenario,
         short=task.settings.preset != "submission",
-        open_source=lambda: datasets.open_source(task, get_benchmark(task.benchmark)),
+        open_source=lambda: datasets.open_source(task),
     )
 
 

@@ -30,13 +30,13 @@ from typing import Any
 import attrs
 
 from mlperf_mig._io import atomic_write_text, read_small_text
-from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.errors import DatasetError, SettingsError
 from mlperf_mig.harness.accuracy import first_answers, score_entries
 from mlperf_mig.harness.logs import parse_detail_log, read_accuracy_log
 from mlperf_mig.harness.result import AccuracyReport
-from mlperf_mig.harness.samples import SampleSource
 from mlperf_mig.harness.task import AUDITS
+from mlperf_mig.workloads.samples import SampleSource
+from mlperf_mig.workloads.workload import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,6 @@ AUDIT_CONFIG = "audit.config"
 AUDIT_CONFIG_MARKER = (
     "# written by mlperf-mig for {audit}: it removes this file when the test ends\n"
 )
-REQUIRED_AUDITS = {"resnet50": ("TEST01", "TEST04"), "bert": ("TEST01",)}
 VERIFY_ACCURACY = "verify_accuracy.txt"
 VERIFY_PERFORMANCE = "verify_performance.txt"
 AUDIT_FOUND = "Found Audit Config file"  # LoadGen's warning when it read an audit.config
@@ -91,12 +90,6 @@ SCORE_KEYS = {
 # Stream scenarios get the wider band at or under these (TEST01: latency in ns; TEST04: its
 # summary's 1e9 / latency), as in the reference scripts.
 STREAM_LIMITS = {"SingleStream": 200_000, "MultiStream": 1_600_000}
-
-
-def required_audits(benchmark: str) -> tuple[str, ...]:
-    """The audits a closed-division result of `benchmark` needs: ResNet50 TEST01 and TEST04;
-    BERT TEST01 (TEST04 exempts inputs of variable cost)."""
-    return REQUIRED_AUDITS[get_benchmark(benchmark).name]
 
 
 def audit_config_text(audit: str) -> str:
@@ -418,7 +411,7 @@ def _subset(entries: Sequence[tuple[int, bytes]], indices: set[int]) -> list[tup
 
 
 def _metric_fallback(
-    benchmark: Benchmark,
+    benchmark: Workload,
     source: SampleSource,
     accuracy_entries: Sequence[tuple[int, bytes]],
     audit_entries: Sequence[tuple[int, bytes]],
@@ -458,7 +451,7 @@ def verify_audit(
     audit: str,
     instance_dir: str | os.PathLike[str],
     *,
-    benchmark: str,
+    benchmark: Workload,
     loadgen_scenario: str,
     short: bool,
     open_source: Callable[[], SampleSource] | None = None,
@@ -502,9 +495,7 @@ def verify_audit(
     noisy = short and spread is not None and spread > scores.band
     reasons = [scores.reason] if scores.reason and not noisy else []
     if audit == "TEST01":
-        fields.update(
-            _test01_accuracy(folder, log_dir, get_benchmark(benchmark), open_source, reasons)
-        )
+        fields.update(_test01_accuracy(folder, log_dir, benchmark, open_source, reasons))
     inconclusive = noisy and not reasons
     if inconclusive:
         change = scores.test / scores.reference - 1 if scores.reference else 0.0
@@ -525,7 +516,7 @@ def verify_audit(
 def _test01_accuracy(
     folder: Path,
     log_dir: Path,
-    benchmark: Benchmark,
+    benchmark: Workload,
     open_source: Callable[[], SampleSource] | None,
     reasons: list[str],
 ) -> dict[str, Any]:

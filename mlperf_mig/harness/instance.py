@@ -15,7 +15,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from mlperf_mig.benchmark import Benchmark
 from mlperf_mig.engines.backend import Backend
 from mlperf_mig.harness.calibration import (
     CALIBRATION_CONSTANTS,
@@ -27,7 +26,7 @@ from mlperf_mig.harness.calibration import (
 from mlperf_mig.harness.loadgen_test import LoadGenTest, calibration_applies, running
 from mlperf_mig.harness.result import InstanceResult
 from mlperf_mig.harness.reuse import WorkCache, machine_identity
-from mlperf_mig.harness.samples import SampleLibrary, SampleSource, input_layouts
+from mlperf_mig.harness.samples import SampleLibrary, input_layouts
 from mlperf_mig.harness.settings import MergedSettings, merge_settings, preset_calibrates
 from mlperf_mig.harness.sut import (
     OFFLINE_COMPLETION_SAMPLES,
@@ -36,6 +35,8 @@ from mlperf_mig.harness.sut import (
     InlineSUT,
 )
 from mlperf_mig.harness.task import InstanceTask
+from mlperf_mig.workloads import Workload
+from mlperf_mig.workloads.samples import SampleSource
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ DEFAULT_BATCH = {"Offline": 64, "Server": 8, "SingleStream": 1, "MultiStream": 8
 WINDOW_FRACTION = 1 / 15  # Server batching window against the latency bound: 1 ms for ResNet50
 
 
-def open_task_backend(task: InstanceTask, benchmark: Benchmark) -> Backend:
+def open_task_backend(task: InstanceTask, benchmark: Workload) -> Backend:
     """Open the task's backend in this process (the null backend when there is no engine), under
     the duty cycle of an emulated instance's CPU budget when it has one."""
     from mlperf_mig.runner.cpu_budget import budgeted
@@ -161,7 +162,7 @@ def calibration_inputs(
         "kind": "calibrated target",
         "engine": task.engine.to_dict(),
         "model_stamp": model_stamp,
-        "benchmark": task.benchmark,
+        "benchmark": task.benchmark.name,
         "loadgen_scenario": task.loadgen_scenario,
         "preset": task.settings.preset,
         "batch_size": batch_size,
@@ -175,7 +176,7 @@ def calibration_inputs(
 
 def reused_or_measured_target(
     task: InstanceTask,
-    benchmark: Benchmark,
+    benchmark: Workload,
     backend: Backend,
     source: SampleSource | None,
     *,
@@ -233,7 +234,7 @@ def target_was_wrong(result: InstanceResult) -> bool:
 
 def measured_target(
     task: InstanceTask,
-    benchmark: Benchmark,
+    benchmark: Workload,
     backend: Backend,
     source: SampleSource | None,
     *,
@@ -275,7 +276,7 @@ def measured_target(
 
 
 def _make_sut(
-    task: InstanceTask, runner: BatchRunner, benchmark: Benchmark
+    task: InstanceTask, runner: BatchRunner, benchmark: Workload
 ) -> InlineSUT | BatchingSUT:
     if task.loadgen_scenario != "Server":
         return InlineSUT(runner, offline=task.loadgen_scenario == "Offline")

@@ -24,7 +24,6 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from mlperf_mig._io import atomic_write_text, ensure_writable_dir
-from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import DeviceReport
 from mlperf_mig.harness import accuracy, datasets
 from mlperf_mig.harness.compliance import (
@@ -43,7 +42,6 @@ from mlperf_mig.harness.result import (
     latencies,
     throughput,
 )
-from mlperf_mig.harness.samples import SampleSource
 from mlperf_mig.harness.settings import (
     CALIBRATED,
     MergedSettings,
@@ -52,6 +50,8 @@ from mlperf_mig.harness.settings import (
     merge_settings,
 )
 from mlperf_mig.harness.task import InstanceTask
+from mlperf_mig.workloads import Workload
+from mlperf_mig.workloads.samples import SampleSource
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class LoadGenTest:
 
     def __init__(self, task: InstanceTask) -> None:
         self.task = task
-        self.benchmark: Benchmark = get_benchmark(task.benchmark)
+        self.benchmark: Workload = task.benchmark
         self._started = 0.0
         self._audit_path: Path | None = None
         self._opened: tuple[SampleSource, MergedSettings] | None = None
@@ -84,7 +84,7 @@ class LoadGenTest:
     def __enter__(self) -> LoadGenTest:
         self._started = time.monotonic()
         self._audit_path = prepare_folders(self.task)
-        source = datasets.open_source(self.task, self.benchmark)
+        source = datasets.open_source(self.task)
         settings = merge_settings(
             self.task.settings,
             self.benchmark,
@@ -276,7 +276,7 @@ def prepare_folders(task: InstanceTask) -> Path:
     return audit_path
 
 
-def calibrates(task: InstanceTask, benchmark: Benchmark) -> bool:
+def calibrates(task: InstanceTask, benchmark: Workload) -> bool:
     """Whether a calibrating preset measures this task's target: always for performance runs;
     for accuracy runs only in Server, where LoadGen paces even an AccuracyOnly run by the
     target (64 samples at the CPU row's 0.3 QPS would take 3.5 minutes)."""
@@ -309,7 +309,7 @@ def performance_count(settings: ResolvedSettings | MergedSettings, source: Sampl
 
 def task_result(
     task: InstanceTask,
-    benchmark: Benchmark,
+    benchmark: Workload,
     source: SampleSource,
     resolved: ResolvedSettings,
     conf_path: Path,

@@ -62,7 +62,8 @@ import numpy as np
 
 from mlperf_mig._io import atomic_write_json, current_umask, finite_number, inside, read_small_text
 from mlperf_mig.errors import MlperfMigError
-from mlperf_mig.harness.samples import SampleLibrary, SampleSource, SyntheticSource
+from mlperf_mig.harness.samples import SampleLibrary
+from mlperf_mig.workloads.samples import SampleSource, SyntheticSource
 
 logger = logging.getLogger(__name__)
 

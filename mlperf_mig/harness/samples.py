@@ -1,4 +1,4 @@
-"""The sample library behind the QSL, and the synthetic sample source.
+"""The sample library behind the QSL (its sources are the workload's: workloads/samples.py).
 
 Loaded samples live in one contiguous array per model input (`[capacity, *sample_shape]`), and
 a slot table maps LoadGen's sample index to a row. Batches are gathered with one `np.take` per
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 import attrs
 import numpy as np
 
-from mlperf_mig.benchmark import SEQ_LEN, Benchmark
 from mlperf_mig.errors import DatasetError
+from mlperf_mig.workloads.samples import SampleSource
+from mlperf_mig.workloads.workload import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -33,25 +33,12 @@ class InputLayout:
     dtype: str
 
 
-def input_layouts(benchmark: Benchmark) -> tuple[InputLayout, ...]:
+def input_layouts(benchmark: Workload) -> tuple[InputLayout, ...]:
     """Per-sample layouts of the benchmark's inputs (the batch axis dropped)."""
     return tuple(
         InputLayout(name=t.name, shape=tuple(int(d) for d in t.shape[1:]), dtype=t.dtype)
         for t in benchmark.inputs
     )
-
-
-class SampleSource(Protocol):
-    """Where samples come from: writes preprocessed samples into the library's rows."""
-
-    benchmark: Benchmark
-    total_count: int
-    performance_count: int
-    synthetic: bool
-    description: str
-
-    def fill(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
-        """Write sample `indices[i]` into row i of every `out[input name]`."""
 
 
 class SampleLibrary:
@@ -169,74 +156,3 @@ def _consecutive(rows: np.ndarray) -> bool:
     if not count or int(rows[-1]) - int(rows[0]) != count - 1:
         return False
     return count < 3 or bool(np.all(np.diff(rows) == 1))
-
-
-@attrs.define(kw_only=True)
-class SyntheticSource:
-    """Deterministic synthetic samples: each sample depends only on (seed, index).
-
-    An image sample is a window of one random block drawn once per seed, at an offset unique to
-    its index (`_image_offset`): a copy instead of 150k random draws per sample (loading
-    ResNet50's 1024 samples takes ~0.1 s instead of ~2 s), every sample's bytes different.
-    """
-
-    benchmark: Benchmark
-    total_count: int
-    performance_count: int
-    seed: int = 0
-    synthetic: bool = attrs.field(default=True, init=False)
-    description: str = attrs.field(default="synthetic", init=False)
-    _blocks: dict[str, np.ndarray] = attrs.field(factory=dict, init=False, repr=False)
-
-    def fill(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
-        if self.benchmark.name != "bert":
-            self._fill_images(indices, out)
-            return
-        for row, index in enumerate(indices):
-            _fill_bert_sample(np.random.default_rng((self.seed, int(index))), row, out)
-
-    def _fill_images(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
-        span = _offset_span(self.total_count)
-        for name, array in out.items():
-            size = int(np.prod(array.shape[1:]))
-            block = self._blocks.get(name)
-            if block is None or len(block) != size + span:
-                block = _image_block(self.seed, size + span)
-                self._blocks[name] = block
-            shape = array.shape[1:]
-            for row, index in enumerate(indices):
-                offset = _image_offset(int(index), span)
-                array[row] = block[offset : offset + size].reshape(shape)
-
-
-def _offset_span(total_count: int) -> int:
-    """A power of two above every sample index (each index gets its own offset below it)."""
-    return 1 << max(1, int(total_count - 1).bit_length())
-
-
-def _image_offset(index: int, span: int) -> int:
-    """Where sample `index`'s window starts: a bijection of [0, span) (odd multiplier)."""
-    return (index * 40503) % span
-
-
-def _image_block(seed: int, length: int) -> np.ndarray:
-    """`length` float32 values in the range of mean-subtracted 8-bit pixels, fixed by `seed`."""
-    block = np.random.default_rng((seed, 0x1A6E)).random(length, dtype=np.float32)
-    block *= np.float32(276.0)
-    block -= np.float32(124.0)
-    return block
-
-
-def _fill_bert_sample(rng: np.random.Generator, row: int, out: Mapping[str, np.ndarray]) -> None:
-    length = int(rng.integers(SEQ_LEN // 4, SEQ_LEN + 1))
-    query = int(rng.integers(8, 64))
-    ids = np.zeros(SEQ_LEN, dtype=np.int64)
-    ids[:length] = rng.integers(1000, 30000, size=length)
-    ids[0], ids[query], ids[length - 1] = 101, 102, 102  # [CLS] query [SEP] context [SEP]
-    mask = np.zeros(SEQ_LEN, dtype=np.int64)
-    mask[:length] = 1
-    segments = np.zeros(SEQ_LEN, dtype=np.int64)
-    segments[query + 1 : length] = 1
-    out["input_ids"][row] = ids
-    out["input_mask"][row] = mask
-    out["segment_ids"][row] = segments

@@ -27,8 +27,8 @@ from typing import Any
 import attrs
 
 from mlperf_mig._paths import data_dir
-from mlperf_mig.benchmark import Benchmark
 from mlperf_mig.errors import DataFileError, SettingsError
+from mlperf_mig.workloads import Workload, workloads
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ TARGET_KEYS = {
     "SingleStream": "target_latency",
     "MultiStream": "target_latency",
 }
-CONF_MODEL_NAMES = ("resnet50", "bert")
 OFFICIAL_MIN_DURATION_MS = 600_000  # mlperf.conf's min duration, where no setting changes it
 
 
@@ -206,9 +205,9 @@ def _check_value(key: str, value: Any, loadgen_scenario: str, origin: str) -> fl
 
 
 # --- presets and targets (data files) ----------------------------------------------------------
-def load_settings_data(benchmark: Benchmark) -> dict[str, Any]:
-    """Return the parsed `harness/<benchmark>.toml`."""
-    path = data_dir("harness") / f"{benchmark.name}.toml"
+def load_settings_data(benchmark: Workload) -> dict[str, Any]:
+    """Return the parsed settings file of the workload (`harness/<name>.toml`)."""
+    path = data_dir("harness") / benchmark.settings_file
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -300,10 +299,11 @@ def _parse_conf_line(line: str, origin: str) -> tuple[str, str, str, float] | No
     if len(parts) != 3:
         raise SettingsError(f"{origin}: key {tokens[0]!r} is not 'model.Scenario.key'")
     model, scenario, key = parts
-    if model not in (*CONF_MODEL_NAMES, "*"):
+    conf_models = tuple(w.conf_model_name for w in workloads())
+    if model not in (*conf_models, "*"):
         raise SettingsError(
             f"{origin}: model {model!r} is not one LoadGen knows here (it would fall back to "
-            f"wildcard defaults); use one of {', '.join(CONF_MODEL_NAMES)} or '*'"
+            f"wildcard defaults); use one of {', '.join(conf_models)} or '*'"
         )
     if scenario not in (*LOADGEN_SCENARIOS, "*"):
         raise SettingsError(
@@ -323,7 +323,7 @@ class MergedSettings:
     """A test's settings read once: the preset, the user.conf and the overrides, with the choice
     of the target (QPS or latency) left to `resolve`, which may get a measured one."""
 
-    benchmark: Benchmark
+    benchmark: Workload
     loadgen_scenario: str
     spec: SettingsSpec
     data: Mapping[str, Any]
@@ -334,7 +334,7 @@ class MergedSettings:
     def _origins(self, target_source: str) -> dict[str, Origin]:
         """Where each value of `resolve` came from, and how to change it."""
         target_key = TARGET_KEYS[self.loadgen_scenario]
-        data_file = f"harness/{self.benchmark.name}.toml"
+        data_file = f"harness/{self.benchmark.settings_file}"
         origins = {
             key: Origin(
                 f"preset {self.spec.preset!r} of {data_file}", f"pass --set {key}=... to replace it"
@@ -423,7 +423,7 @@ class MergedSettings:
 
 
 def merge_settings(
-    spec: SettingsSpec, benchmark: Benchmark, loadgen_scenario: str, *, whole_dataset: bool = False
+    spec: SettingsSpec, benchmark: Workload, loadgen_scenario: str, *, whole_dataset: bool = False
 ) -> MergedSettings:
     """Read a test's settings once (the settings data, the user.conf) and check the overrides.
 
@@ -457,7 +457,7 @@ def merge_settings(
 
 def resolve_settings(
     spec: SettingsSpec,
-    benchmark: Benchmark,
+    benchmark: Workload,
     loadgen_scenario: str,
     *,
     calibrated_target: float | None = None,
@@ -490,7 +490,7 @@ def offline_query_fraction(
 
 
 def expected_test_seconds(
-    benchmark: Benchmark, loadgen_scenario: str, preset: str, overrides: Mapping[str, float]
+    benchmark: Workload, loadgen_scenario: str, preset: str, overrides: Mapping[str, float]
 ) -> float:
     """About how long the timed part of a LoadGen test lasts under these settings."""
     data = load_settings_data(benchmark)
@@ -507,7 +507,7 @@ def _rounded_target(key: str, value: float, loadgen_scenario: str) -> float:
     return float(f"{value:.4g}")
 
 
-def needs_calibration(spec: SettingsSpec, benchmark: Benchmark, loadgen_scenario: str) -> bool:
+def needs_calibration(spec: SettingsSpec, benchmark: Workload, loadgen_scenario: str) -> bool:
     """True when the preset measures the target and neither an override nor user.conf sets it."""
     return merge_settings(spec, benchmark, loadgen_scenario).calibrates
 

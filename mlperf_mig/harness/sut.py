@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from mlperf_mig.benchmark import SEQ_LEN, Benchmark
 from mlperf_mig.engines.backend import Backend
+from mlperf_mig.errors import WorkloadError
 from mlperf_mig.harness.samples import SampleLibrary
+from mlperf_mig.workloads.workload import ONE_ANSWER, Workload
 
 logger = logging.getLogger(__name__)
 
@@ -99,39 +100,33 @@ def _ids_of_rows(
     return [ids[base + p] for p in positions.tolist()]
 
 
-def payload_layout(benchmark: Benchmark) -> tuple[tuple[int, ...], str]:
-    """Shape (without the batch axis) and dtype of one sample's response payload."""
-    if benchmark.name == "bert":
-        return (SEQ_LEN, 2), "float32"
-    return (), "int32"
+def payload_layout(benchmark: Workload) -> tuple[tuple[int, ...], str]:
+    """Shape (without the batch axis) and dtype of one sample's response payload.
+
+    The SUTs here and the unified dispatcher ask this before LoadGen starts; they answer each
+    sample once, whole (ONE_ANSWER), so a workload whose responses are of another kind is
+    refused by name here."""
+    if benchmark.response.kind != ONE_ANSWER:
+        raise WorkloadError(
+            f"the {benchmark.name} workload answers with {benchmark.response.kind!r} responses; "
+            f"this harness's SUTs give {ONE_ANSWER!r} responses only"
+        )
+    return benchmark.response.shape, benchmark.response.dtype
 
 
 def response_payload(
-    benchmark: Benchmark, outputs: dict[str, np.ndarray], out: np.ndarray | None = None
+    benchmark: Workload, outputs: dict[str, np.ndarray], out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Per-sample payloads in the reference formats, one row per sample, C-contiguous.
-
-    ResNet50: the predicted ImageNet class (ArgMax minus the background class) as int32.
-    BERT: float32 `[384, 2]`, start and end logits interleaved. Written into the first rows of
-    `out` when given, else into a new array.
-    """
-    if benchmark.name == "bert":
-        start, end = (outputs[name] for name in benchmark.output_names())
-        payload = _payload_rows(benchmark, len(start), out)
-        payload[:, :, 0] = start
-        payload[:, :, 1] = end
-        return payload
-    argmax = np.asarray(outputs[benchmark.outputs[0].name]).reshape(-1)
-    payload = _payload_rows(benchmark, len(argmax), out)
-    np.subtract(argmax, 1, out=payload, casting="unsafe")
-    return payload
-
-
-def _payload_rows(benchmark: Benchmark, count: int, out: np.ndarray | None) -> np.ndarray:
+    """Per-sample payloads in the reference formats (the workload writes them), one row per
+    sample, C-contiguous; written into the first rows of `out` when given, else a new array."""
+    count = len(outputs[benchmark.outputs[0].name])
     if out is not None:
-        return out[:count]
-    shape, dtype = payload_layout(benchmark)
-    return np.empty((count, *shape), dtype=dtype)
+        payload = out[:count]
+    else:
+        shape, dtype = payload_layout(benchmark)
+        payload = np.empty((count, *shape), dtype=dtype)
+    benchmark.write_payload(outputs, payload)
+    return payload
 
 
 class ResponsePool:

@@ -10,19 +10,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness.settings import SettingsSpec, normalize_loadgen_scenario
+from mlperf_mig.workloads import Workload, get_workload
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
 
 MODES = ("performance", "accuracy")
 AUDITS = ("TEST01", "TEST04")  # the compliance audits of ResNet50 and BERT (harness/compliance.py)
-
-
-def _benchmark_name(value: str) -> str:
-    return get_benchmark(value).name
 
 
 def check_positive(name: str, value: int | None) -> None:
@@ -52,14 +48,15 @@ class InstanceTask:
     """Everything one worker needs to run one LoadGen test; plain, picklable data.
 
     `engine` is the engines pillar's EngineSpec (opened in the worker with open_backend), or None
-    for the null backend. `dataset` is an ImageNet validation folder (with val_map.txt) for
-    ResNet50 or a SQuAD v1.1 dev json (or its folder) for BERT; None means synthetic samples.
+    for the null backend. `dataset` is the workload's dataset (an ImageNet validation folder
+    with val_map.txt for ResNet50, a SQuAD v1.1 dev json or its folder for BERT); None means
+    synthetic samples.
     `outdir` is the instance's folder: the logs go to `<outdir>/<mode>/`, the user.conf to
     `<outdir>/user.conf`. `audit` ("TEST01", "TEST04") makes the test a compliance audit: its
     audit.config, logs and user.conf go to `<outdir>/<audit>/` (see harness/compliance.py).
     """
 
-    benchmark: str = attrs.field(converter=_benchmark_name)
+    benchmark: Workload = attrs.field(converter=get_workload)  # a name is resolved once, here
     loadgen_scenario: str = attrs.field(converter=normalize_loadgen_scenario)
     outdir: str = attrs.field(converter=os.fspath)
     mode: str = attrs.field(default="performance", validator=_mode)

@@ -54,12 +54,10 @@ def run_audits(
     by folder and whether the run was interrupted. Short audits are bracketed by
     `reference_round` (the performance test again) and judged against their measured spread;
     `performance` holds the performance round's outcomes (the CPU time each test received)."""
-    from mlperf_mig.harness.compliance import required_audits
-
     if not folders:
         return {}, False
     outcomes: dict[str, dict[str, WorkerOutcome]] = {}
-    for audit in required_audits(plan.benchmark):
+    for audit in plan.benchmark.required_audits:
         outcomes[audit], interrupted = run_round(audit, names)
         if interrupted:
             return {}, True
@@ -137,11 +135,11 @@ def _spreads(
 
 def not_run(plan: RunPlan, outdir: Path, folder: str, why: str) -> tuple[AuditVerdict, ...]:
     """The verdicts of an instance whose audits could not run (`why`)."""
-    from mlperf_mig.harness.compliance import failed_verdict, required_audits
+    from mlperf_mig.harness.compliance import failed_verdict
 
     return tuple(
         failed_verdict(audit, outdir / folder / audit, f"not run: {why}", short=_short(plan))
-        for audit in required_audits(plan.benchmark)
+        for audit in plan.benchmark.required_audits
     )
 
 
@@ -193,11 +191,10 @@ def _failure(outcome: WorkerOutcome | None) -> str | None:
 
 
 def _open_source(plan: RunPlan, outdir: Path, folder: str) -> Any:
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness import datasets
 
     task = instance_task(
         plan, name=folder, outdir=outdir, mode="performance", engine=None, threads=None,
         profile=None,
     )  # fmt: skip
-    return datasets.open_source(task, get_benchmark(plan.benchmark))
+    return datasets.open_source(task)

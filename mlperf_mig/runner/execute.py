@@ -132,7 +132,7 @@ def find_baseline(plan: RunPlan, outdir: Path) -> tuple[float | None, str | None
 
 def _given_baseline(baseline: Any, plan: RunPlan) -> tuple[float | None, str | None]:
     other = baseline if isinstance(baseline, RunResult) else RunResult.load(baseline)
-    if (other.benchmark, other.loadgen_scenario) != (plan.benchmark, plan.loadgen_scenario):
+    if (other.benchmark, other.loadgen_scenario) != (plan.benchmark.name, plan.loadgen_scenario):
         raise SettingsError(
             f"baseline is {other.benchmark} {other.loadgen_scenario} but this run is "
             f"{plan.benchmark} {plan.loadgen_scenario} (LoadGen scenario); pass a baseline of the same"
@@ -332,7 +332,7 @@ def _assemble(
         scenario=plan.deployment.scenario,
         partitioning=plan.deployment.partitioning,
         mode=plan.mode,
-        benchmark=plan.benchmark,
+        benchmark=plan.benchmark.name,
         loadgen_scenario=plan.loadgen_scenario,
         backend=plan.backend,
         device=_device_of(runs, performance),

@@ -136,23 +136,21 @@ def instance_task(
 
 def _sets_accuracy_count(plan: RunPlan) -> bool:
     """Whether the user set the accuracy sample count (an override or the user.conf)."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import read_user_conf
 
     if ACCURACY_COUNT in dict(plan.overrides):
         return True
     if plan.user_conf is None:
         return False
-    model = get_benchmark(plan.benchmark).conf_model_name
+    model = plan.benchmark.conf_model_name
     return ACCURACY_COUNT in read_user_conf(plan.user_conf, model, plan.loadgen_scenario)
 
 
 def _resolved_values(plan: RunPlan, conf: Path) -> tuple[tuple[str, float], ...]:
     """The values of the user.conf a performance run wrote (all of its settings, resolved)."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import read_user_conf
 
-    model = get_benchmark(plan.benchmark).conf_model_name
+    model = plan.benchmark.conf_model_name
     return tuple(read_user_conf(conf, model, plan.loadgen_scenario).items())
 
 
@@ -171,14 +169,13 @@ def instance_env(slot: Any) -> dict[str, str]:
 def sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
     """Input layouts, LoadGen's performance sample count, and how many samples the shared
     sample memory must hold (MultiStream may load one query more than the performance count)."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness import datasets
     from mlperf_mig.harness.loadgen_test import performance_count
     from mlperf_mig.harness.samples import input_layouts
     from mlperf_mig.harness.settings import resolve_settings
 
-    benchmark = get_benchmark(plan.benchmark)
-    source = datasets.open_source(task, benchmark)
+    benchmark = plan.benchmark
+    source = datasets.open_source(task)
     resolved = resolve_settings(
         task.settings, benchmark, plan.loadgen_scenario, calibrated_target=1.0
     )

@@ -31,6 +31,7 @@ from mlperf_mig.runner.placement import Deployment, InstanceSlot, without_cpu_bu
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
 from mlperf_mig.runner.supervisor import Timeouts
 from mlperf_mig.runner.system import as_one_gpu, choose_system, fit_host
+from mlperf_mig.workloads import Workload
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class EngineRequest:
     """One engine to build, in a worker on the device of the first instance that uses it."""
 
     key: str  # profile name on GPUs, "cpu" for emulated partitions, "gpu" for a shared GPU
-    benchmark: str
+    benchmark: Workload
     backend: str
     precision: str | None
     variant: str
@@ -53,6 +54,10 @@ class EngineRequest:
     cache_dir: str | None
     env: dict[str, str] = attrs.field(factory=dict)
     cpus: tuple[int, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (the workload by name), as plan.json holds it."""
+        return {**attrs.asdict(self), "benchmark": self.benchmark.name}
 
     def spec_options(self) -> dict[str, Any]:
         """The keyword arguments of `EngineSpec.create` that this request fixes."""
@@ -66,7 +71,7 @@ class RunPlan:
     """Everything a run needs, resolved; printing it shows what would run and where."""
 
     deployment: Deployment
-    benchmark: str
+    benchmark: Workload  # resolved once, from the options; tasks and engine requests carry it
     loadgen_scenario: str
     mode: str
     backend: str
@@ -129,7 +134,7 @@ class RunPlan:
     def settings_key(self) -> str:
         """Digest of every setting except the layout: runs with equal keys are comparable."""
         fields = {
-            "benchmark": self.benchmark,
+            "benchmark": self.benchmark.name,
             "loadgen_scenario": self.loadgen_scenario,
             "mode": self.mode,
             "backend": self.backend,
@@ -246,7 +251,7 @@ class RunPlan:
             "scenario": self.deployment.scenario,
             "partitioning": self.deployment.partitioning,
             "mode": self.mode,
-            "benchmark": self.benchmark,
+            "benchmark": self.benchmark.name,
             "loadgen_scenario": self.loadgen_scenario,
             "backend": self.backend,
             "precision": self.precision,
@@ -262,7 +267,7 @@ class RunPlan:
             "instances": [
                 {**slot.to_dict(), "engine": self.engine_of[slot.name]} for slot in self.slots
             ],
-            "engines": [attrs.asdict(e) for e in self.engines],
+            "engines": [e.to_dict() for e in self.engines],
         }
 
 
@@ -289,7 +294,7 @@ def default_outdir(kind: str = "run", now: dt.datetime | None = None) -> Path:
 def _engine_requests(
     deployment: Deployment,
     *,
-    benchmark: str,
+    benchmark: Workload,
     backend: str,
     precision: str | None,
     variant: str,
@@ -339,13 +344,12 @@ def _engine_requests(
 
 
 def expected_seconds(
-    benchmark: str, loadgen_scenario: str, preset: str, overrides: Mapping[str, float]
+    benchmark: Workload, loadgen_scenario: str, preset: str, overrides: Mapping[str, float]
 ) -> float:
     """About how long one instance's LoadGen test lasts (s): what the progress display expects."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import expected_test_seconds
 
-    return expected_test_seconds(get_benchmark(benchmark), loadgen_scenario, preset, overrides)
+    return expected_test_seconds(benchmark, loadgen_scenario, preset, overrides)
 
 
 def make_plan(options: RunOptions) -> RunPlan:
@@ -354,11 +358,11 @@ def make_plan(options: RunOptions) -> RunPlan:
     cannot check alone (layouts on the GPU, files, CPUs, settings per profile) is refused here,
     before any worker starts."""
     from mlperf_mig import registry
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.engines import backend_class, resolve_backend
     from mlperf_mig.harness.settings import PRESETS, normalize_loadgen_scenario
+    from mlperf_mig.workloads import get_workload
 
-    bench = get_benchmark(options.benchmark).name
+    bench = get_workload(options.benchmark)  # the workload is resolved here, once
     lg_scenario = normalize_loadgen_scenario(options.loadgen_scenario)
     if options.preset not in PRESETS:
         raise SettingsError(f"preset {options.preset!r} is not one of {', '.join(PRESETS)}")
@@ -450,14 +454,16 @@ def _with_estimates(plan: RunPlan, timeout_s: float | None) -> RunPlan:
 
 
 def _fit_host(
-    deployment: Deployment, options: RunOptions, backend: str, benchmark: str, loadgen_scenario: str
+    deployment: Deployment,
+    options: RunOptions,
+    backend: str,
+    bench: Workload,
+    loadgen_scenario: str,
 ) -> tuple[tuple[tuple[str, float], ...], tuple[str, ...]]:
     """The overrides and notes of a run that fits this host (runner/system.py fit_host)."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.engines import backend_class
     from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
 
-    bench = get_benchmark(benchmark)
     spec = SettingsSpec(
         preset=options.preset,
         overrides=dict(options.settings),
@@ -563,12 +569,10 @@ def _check_engine_input(
 
 
 def _check_run_input(
-    deployment: Deployment, options: RunOptions, *, benchmark: str, loadgen_scenario: str
+    deployment: Deployment, options: RunOptions, *, benchmark: Workload, loadgen_scenario: str
 ) -> None:
     """Refuse what every worker would refuse, so that bad input is one line and exit 2 rather
     than a failed run: the user.conf, settings (for each distinct profile), dataset files."""
-    from mlperf_mig.benchmark import get_benchmark
-    from mlperf_mig.harness.datasets import check_dataset
     from mlperf_mig.harness.settings import (
         SettingsSpec,
         check_concurrent_queues,
@@ -576,7 +580,7 @@ def _check_run_input(
         resolve_settings,
     )
 
-    bench = get_benchmark(benchmark)
+    bench = benchmark
     if options.user_conf is not None:
         check_text_file(options.user_conf, "user.conf")
     profiles = {None} if deployment.emulated else {slot.profile for slot in deployment.slots}
@@ -597,7 +601,7 @@ def _check_run_input(
         # each instance's LoadGen passed alone; on one host they build their queries together
         check_concurrent_queues(queued, len(deployment.slots))
     if options.dataset is not None:
-        check_dataset(bench, options.dataset, options.vocab)
+        bench.check_dataset(options.dataset, options.vocab)
 
 
 def _backend_for(deployment: Deployment, backend: str, resolve: Any) -> str:

@@ -208,11 +208,11 @@ class InstanceRun:
 def _check_names(fields: Mapping[str, Any], source: str) -> None:
     """The values of a results.json that become folder names (a submission's scenario folder, an
     instance's logs) are checked like user input: a file copied from elsewhere may say anything."""
-    from mlperf_mig.benchmark import BENCHMARK_NAMES
     from mlperf_mig.harness.settings import LOADGEN_SCENARIOS
+    from mlperf_mig.workloads import workload_names
 
     allowed = {
-        "benchmark": BENCHMARK_NAMES,
+        "benchmark": workload_names(),
         "loadgen_scenario": LOADGEN_SCENARIOS,
         "mode": ("independent", "unified"),
         "partitioning": ("mig", "vgpu", "shared", "emulated"),

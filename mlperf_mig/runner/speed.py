@@ -43,7 +43,7 @@ def _where(plan: Any, slot: Any) -> str:
 
 def _key(plan: Any, slot: Any) -> str:
     return speed_key(
-        benchmark=plan.benchmark,
+        benchmark=plan.benchmark.name,
         variant=plan.variant,
         backend=plan.backend,
         precision=plan.precision,
@@ -55,7 +55,6 @@ def slot_speed(
     plan: Any, slot: Any, measured: dict[str, dict[str, Any]]
 ) -> tuple[float | None, str]:
     """Samples per second the slot's engine should deliver here, and where that comes from."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import load_settings_data, profile_target
 
     scale = (
@@ -67,7 +66,7 @@ def slot_speed(
     if plan.variant != "full" or plan.backend == "null":
         return None, "not measured here yet"
     try:
-        data = load_settings_data(get_benchmark(plan.benchmark))
+        data = load_settings_data(plan.benchmark)
         if plan.deployment.emulated:
             return profile_target(
                 data, "Offline", None
@@ -79,10 +78,9 @@ def slot_speed(
 
 def test_seconds(plan: Any, speed: float | None, *, accuracy: bool) -> float:
     """About how long one instance's LoadGen test lasts at `speed` samples/s."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import expected_test_seconds, load_settings_data, preset_values
 
-    benchmark = get_benchmark(plan.benchmark)
+    benchmark = plan.benchmark
     overrides = dict(plan.overrides)
     base = expected_test_seconds(benchmark, plan.loadgen_scenario, plan.preset, overrides)
     values = {

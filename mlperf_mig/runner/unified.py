@@ -657,14 +657,13 @@ def serve_instance(
 
     `open_backend` replaces the task's backend (tests use it to give instances known speeds).
     """
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.instance import open_task_backend, reused_or_measured_target
     from mlperf_mig.harness.reuse import WorkCache, key_digest
     from mlperf_mig.harness.samples import SampleLibrary
     from mlperf_mig.harness.sut import payload_layout, response_payload
 
     task = job.task
-    benchmark = get_benchmark(task.benchmark)
+    benchmark = task.benchmark
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
     library = SampleLibrary(arrays, total_count=0)
     reused: dict[str, np.ndarray] = {}  # the gather buffer, allocated at the first scattered batch

@@ -402,7 +402,7 @@ def capacity(
     )
     key = plan_key(the_plan, profile)
     result = CapacityResult(
-        benchmark=the_plan.benchmark,
+        benchmark=the_plan.benchmark.name,
         profile=profile,
         gpu=the_plan.gpu,
         emulated=the_plan.deployment.emulated,

@@ -44,7 +44,7 @@ def plan_key(plan: Any, profile: str) -> str:
         gpu=plan.gpu,
         emulated=plan.deployment.emulated,
         profile=profile,
-        benchmark=plan.benchmark,
+        benchmark=plan.benchmark.name,
         backend=plan.backend,
         precision=plan.precision,
         preset=plan.preset,
@@ -66,7 +66,6 @@ def with_cached_capacity(options: RunOptions, the_plan: RunPlan) -> tuple[RunOpt
     The target passes the settings' range check under the cache's name before anything runs,
     and the plan records where it came from (`RunPlan.target_from`) when it is made again with it.
     """
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
 
     own_target = "target_qps" in dict(options.settings) or options.user_conf is not None
@@ -87,7 +86,7 @@ def with_cached_capacity(options: RunOptions, the_plan: RunPlan) -> tuple[RunOpt
     settings = {**dict(options.settings), "target_qps": target}
     resolve_settings(
         SettingsSpec(preset=options.preset, overrides=settings, target_from=origin),
-        get_benchmark(the_plan.benchmark),
+        the_plan.benchmark,
         "Server",
     )
     log.info(

@@ -280,7 +280,8 @@ def _load_runs(
 
 
 def _sources(run_dir: Path, run: RunResult, bert_folder: str) -> list[ResultSource]:
-    benchmark_folder = "resnet50" if run.benchmark == "resnet50" else bert_folder
+    folders = readme.workload_of(run).submission_names  # bert: the user picks the accuracy level
+    benchmark_folder = bert_folder if bert_folder in folders else folders[0]
     if run.mode == "unified":
         return [
             ResultSource(

@@ -12,7 +12,6 @@ from multiprocessing.connection import AuthenticationError
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import RESNET50
 from mlperf_mig.cluster.serving import (
     AUTHKEY_BYTES,
     RemoteServing,
@@ -21,6 +20,7 @@ from mlperf_mig.cluster.serving import (
     round_trip_rate,
 )
 from mlperf_mig.engines.backends.null.backend import NullBackend
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 
 class RecordingBackend(NullBackend):

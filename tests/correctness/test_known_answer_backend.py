@@ -6,16 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import BERT, RESNET50, Benchmark
 from mlperf_mig.engines import EngineSpec, open_backend
 from mlperf_mig.engines.backends.known_answer import KnownAnswerBackend, expected_payload
-from mlperf_mig.harness.samples import SyntheticSource, input_layouts
+from mlperf_mig.harness.samples import input_layouts
 from mlperf_mig.harness.sut import response_payload
+from mlperf_mig.workloads import Workload, get_workload
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
+from mlperf_mig.workloads.samples import SyntheticSource
 
 BENCHMARKS = pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
 
 
-def _samples(benchmark: Benchmark, indices: list[int]) -> dict[str, np.ndarray]:
+def _samples(benchmark: Workload, indices: list[int]) -> dict[str, np.ndarray]:
     batch = {
         layout.name: np.empty((len(indices), *layout.shape), layout.dtype)
         for layout in input_layouts(benchmark)
@@ -31,7 +34,7 @@ def _rows(batch: dict[str, np.ndarray], row: int) -> dict[str, np.ndarray]:
 
 
 @BENCHMARKS
-def test_answer_depends_on_the_sample_not_its_batch(benchmark: Benchmark) -> None:
+def test_answer_depends_on_the_sample_not_its_batch(benchmark: Workload) -> None:
     """A sample gets the same payload alone and at another place in a larger batch."""
     backend = KnownAnswerBackend(benchmark)
     alone = response_payload(benchmark, backend.run(_samples(benchmark, [5])))
@@ -40,7 +43,7 @@ def test_answer_depends_on_the_sample_not_its_batch(benchmark: Benchmark) -> Non
 
 
 @BENCHMARKS
-def test_expected_payload_is_what_the_harness_sends(benchmark: Benchmark) -> None:
+def test_expected_payload_is_what_the_harness_sends(benchmark: Workload) -> None:
     """expected_payload(sample) equals the harness's payload of the backend's answer."""
     batch = _samples(benchmark, list(range(6)))
     payload = response_payload(benchmark, KnownAnswerBackend(benchmark).run(batch))
@@ -78,7 +81,7 @@ def test_bert_span_lies_in_the_samples_context() -> None:
 
 def test_is_opened_through_the_engine_builder() -> None:
     """`--backend known_answer` resolves to a spec without a model file and opens in-process."""
-    spec = EngineSpec.create("resnet50", backend="known_answer", variant="tiny")
+    spec = EngineSpec.create(get_workload("resnet50"), backend="known_answer", variant="tiny")
     with open_backend(spec) as backend:
         assert spec.model is None and isinstance(backend, KnownAnswerBackend)
         assert backend.device.backend == "known_answer"
@@ -90,7 +93,7 @@ def test_a_model_file_is_refused() -> None:
 
     from mlperf_mig.errors import ModelFileError
 
-    spec = EngineSpec.create("resnet50", backend="known_answer", variant="tiny")
+    spec = EngineSpec.create(get_workload("resnet50"), backend="known_answer", variant="tiny")
     message = r"computes no model, so model file 'x\.onnx' would be ignored"
     with pytest.raises(ModelFileError, match=message):
         open_backend(attrs.evolve(spec, model_path="x.onnx"))

@@ -24,10 +24,11 @@ import numpy as np
 import pytest
 
 import mlperf_mig
-from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backends.known_answer import expected_payload
 from mlperf_mig.harness.logs import ACCURACY_LOG
-from mlperf_mig.harness.samples import SyntheticSource, input_layouts
+from mlperf_mig.harness.samples import input_layouts
+from mlperf_mig.workloads import Workload, get_workload
+from mlperf_mig.workloads.samples import SyntheticSource
 
 LAYOUT = "2g.20gb+1g.10gb"
 HANG_BOUND_S = 60  # each of these LoadGen tests takes a few seconds
@@ -64,7 +65,7 @@ def _run(outdir: Path, scenario: str, mode: str, **options: Any) -> Any:
     )
 
 
-def _expected(benchmark: Benchmark, total: int, indices: set[int]) -> dict[int, bytes]:
+def _expected(benchmark: Workload, total: int, indices: set[int]) -> dict[int, bytes]:
     """The payload every logged sample must have, from the samples the run generated."""
     source = SyntheticSource(benchmark=benchmark, total_count=total, performance_count=total)
     expected = {}
@@ -78,7 +79,7 @@ def _expected(benchmark: Benchmark, total: int, indices: set[int]) -> dict[int, 
     return expected
 
 
-def _check_accuracy_log(log_dir: Path, benchmark: Benchmark, total: int) -> None:
+def _check_accuracy_log(log_dir: Path, benchmark: Workload, total: int) -> None:
     entries = json.loads((log_dir / ACCURACY_LOG).read_text())
     indices = [int(e["qsl_idx"]) for e in entries]
     assert set(indices) == set(range(total)), "every sample is answered in an accuracy run"
@@ -97,7 +98,7 @@ def test_every_logged_answer_is_its_samples(tmp_path: Path, scenario: str, mode:
     result = _run(tmp_path / "run", scenario, mode)
     assert result.ok, result.table()
     benchmark_name, total, _ = CASES[scenario]
-    benchmark = get_benchmark(benchmark_name)
+    benchmark = get_workload(benchmark_name)
     if mode == "unified":
         log_dirs = [Path(result.layout_accuracy.log_dir)]
         assert result.layout_accuracy.failed_samples == 0
@@ -147,4 +148,4 @@ def test_every_logged_answer_is_its_samples_across_nodes(tmp_path: Path) -> None
     benchmark_name, total, _ = CASES["Offline"]
     for instance in result.instances:
         assert instance.accuracy.failed_samples == 0
-        _check_accuracy_log(Path(instance.accuracy.log_dir), get_benchmark(benchmark_name), total)
+        _check_accuracy_log(Path(instance.accuracy.log_dir), get_workload(benchmark_name), total)

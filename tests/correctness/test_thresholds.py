@@ -18,12 +18,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlperf_mig.benchmark import RESNET50
 from mlperf_mig.harness import compliance
 from mlperf_mig.harness.result import AccuracyReport
 from mlperf_mig.study.advisor import Constraints
 from mlperf_mig.submission import accuracy, check, rules
 from mlperf_mig.submission.logs import DetailLog
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 NUDGE = 1e-9  # a relative step just inside or outside a bound
 
@@ -319,7 +319,7 @@ def test_short_test04_is_inconclusive_only_above_its_band(
     verdict = compliance.verify_audit(
         "TEST04",
         tmp_path,
-        benchmark="resnet50",
+        benchmark=RESNET50,
         loadgen_scenario="Offline",
         short=True,
         spread=spread,

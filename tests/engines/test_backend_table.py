@@ -14,7 +14,7 @@ from mlperf_mig.engines.backends import backend_class, backend_names, find_backe
 from mlperf_mig.errors import BackendUnavailableError
 
 _ECHO_BACKEND = """
-from mlperf_mig.benchmark import get_benchmark
+from mlperf_mig.workloads import get_workload
 from mlperf_mig.engines.backend import Backend, DeviceReport
 
 
@@ -30,7 +30,7 @@ class EchoBackend(Backend):
 
     @property
     def benchmark(self):
-        return get_benchmark("resnet50")
+        return get_workload("resnet50")
 
     @property
     def device(self):

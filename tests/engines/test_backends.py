@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.engines import (
     EngineSpec,
     NullBackend,
@@ -21,13 +20,15 @@ from mlperf_mig.engines import (
     open_backend,
     resolve_backend,
 )
-from mlperf_mig.engines.models import calibration_feeds
 from mlperf_mig.errors import (
     BackendUnavailableError,
     EngineBuildError,
     EngineMismatchError,
     PrecisionError,
 )
+from mlperf_mig.workloads import get_workload
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 TENSORRT_USABLE = backend_info("tensorrt").available
 
@@ -70,13 +71,17 @@ def test_import_loads_no_heavy_library() -> None:
 def test_onnxruntime_cpu_refuses_fp16(cache_dir: Path) -> None:
     """fp16 on the CPU provider would be computed in fp32 behind casts, so it is refused."""
     with pytest.raises(PrecisionError, match="cannot compute fp16 on the CPU"):
-        EngineSpec.create("resnet50", backend="onnxruntime", precision="fp16", variant="tiny")
+        EngineSpec.create(
+            get_workload("resnet50"), backend="onnxruntime", precision="fp16", variant="tiny"
+        )
 
 
 def test_onnxruntime_cpu_refuses_resnet50_int8(cache_dir: Path) -> None:
     """ResNet50's Q/DQ graph would run as float convolutions on the CPU, so int8 is refused."""
     with pytest.raises(PrecisionError, match=r"cannot compute int8 on the CPU; it can do fp32$"):
-        EngineSpec.create("resnet50", backend="onnxruntime", precision="int8", variant="tiny")
+        EngineSpec.create(
+            get_workload("resnet50"), backend="onnxruntime", precision="int8", variant="tiny"
+        )
 
 
 def test_onnxruntime_cuda_refuses_int8() -> None:
@@ -95,7 +100,7 @@ def test_onnxruntime_cuda_refuses_int8() -> None:
 @pytest.mark.skipif(TENSORRT_USABLE, reason="a GPU may be usable here")
 def test_onnxruntime_gpu_request_never_falls_back_to_cpu(cache_dir: Path) -> None:
     """A spec for a GPU fails loudly where ONNX Runtime has no CUDA provider."""
-    cpu_spec = EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    cpu_spec = EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
     gpu_spec = EngineSpec(**{**cpu_spec.to_dict(), "gpu": "H100-SXM5-80GB"})
     with pytest.raises(BackendUnavailableError, match="CUDAExecutionProvider"):
         build_engine(gpu_spec)
@@ -103,7 +108,7 @@ def test_onnxruntime_gpu_request_never_falls_back_to_cpu(cache_dir: Path) -> Non
 
 def test_onnxruntime_reports_provider_and_threads(cache_dir: Path) -> None:
     """The loaded session reports the CPU provider and the thread count it was given."""
-    spec = EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    spec = EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
     with open_backend(spec, threads=1) as backend:
         device = backend.device
     assert (device.provider, device.device, device.threads) == ("CPUExecutionProvider", "cpu", 1)
@@ -111,7 +116,7 @@ def test_onnxruntime_reports_provider_and_threads(cache_dir: Path) -> None:
 
 def test_null_spec_needs_no_model(cache_dir: Path) -> None:
     """A null-backend spec generates nothing and opens at once."""
-    spec = EngineSpec.create("bert", backend="null")
+    spec = EngineSpec.create(get_workload("bert"), backend="null")
     with open_backend(spec) as backend:
         assert isinstance(backend, NullBackend) and backend.device.backend == "null"
     assert spec.model is None and not cache_dir.exists()
@@ -129,7 +134,7 @@ def test_null_outputs_have_official_shapes(benchmark) -> None:
 
 def test_spec_for_another_backend_version_is_refused(cache_dir: Path) -> None:
     """A spec made for another ONNX Runtime version is refused rather than silently rebuilt."""
-    spec = EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    spec = EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
     stale = EngineSpec(**{**spec.to_dict(), "backend_version": "0.1.0"})
     with pytest.raises(EngineMismatchError, match=r"0\.1\.0"):
         open_backend(stale)
@@ -148,7 +153,7 @@ def test_onnxruntime_cuda_runs_fp16_on_the_gpu(benchmark, cache_dir: Path) -> No
     """With onnxruntime-gpu, a GPU spec runs the fp16 graph on the CUDA provider."""
     import onnxruntime as ort
 
-    model = generated_model(benchmark.name, variant="tiny", precision="fp16")
+    model = generated_model(benchmark, variant="tiny", precision="fp16")
     spec = EngineSpec(
         benchmark=benchmark.name,
         backend="onnxruntime",
@@ -159,13 +164,13 @@ def test_onnxruntime_cuda_runs_fp16_on_the_gpu(benchmark, cache_dir: Path) -> No
         backend_version=ort.__version__,
     )
     with open_backend(spec) as backend:
-        outputs = backend.run(calibration_feeds(benchmark, 2, seed=0))
+        outputs = backend.run(benchmark.calibration_feeds(2, seed=0))
         assert backend.device.provider == "CUDAExecutionProvider"
     assert outputs[benchmark.outputs[1].name].shape == (2, *benchmark.outputs[1].shape[1:])
 
 
 def test_backend_with_engine_files_refuses_to_load_without_one(cache_dir: Path) -> None:
     """Backend.load without an engine file says to build one first."""
-    spec = EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    spec = EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
     with pytest.raises(EngineBuildError, match="build it first"):
         backend_class("onnxruntime").load(spec, None)

@@ -13,12 +13,15 @@ import pytest
 
 from mlperf_mig.engines import EngineSpec, build_engine, cache, cache_root
 from mlperf_mig.engines.cache import CACHE_ENV, sidecar_path
+from mlperf_mig.workloads import get_workload
 
 
 @pytest.fixture(name="spec")
 def fixture_spec(cache_dir: Path) -> EngineSpec:
     """A tiny ResNet50 engine spec for ONNX Runtime on the CPU."""
-    return EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny", cache_dir=cache_dir)
+    return EngineSpec.create(
+        get_workload("resnet50"), backend="onnxruntime", variant="tiny", cache_dir=cache_dir
+    )
 
 
 def test_first_build_builds(spec: EngineSpec, cache_dir: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from mlperf_mig import cli
 from mlperf_mig.engines import EngineSpec, backend_info, generate_model
 from mlperf_mig.engines import cli as engines_cli
+from mlperf_mig.workloads import get_workload
 
 
 def _build(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -55,7 +56,9 @@ def test_corrupt_model_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     """A truncated --model file is one line, exit 2."""
     path = tmp_path / "resnet50_v1.onnx"
     path.write_bytes(
-        generate_model("resnet50", variant="tiny", precision="fp32").SerializeToString()[:999]
+        generate_model(
+            get_workload("resnet50"), variant="tiny", precision="fp32"
+        ).SerializeToString()[:999]
     )
     _assert_one_line_error(
         _build(capsys, "--benchmark", "resnet50", "--model", str(path)), "corrupt"
@@ -65,7 +68,7 @@ def test_corrupt_model_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 def test_wrong_interface(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A BERT file offered for ResNet50 is one line listing expected and found tensors, exit 2."""
     path = tmp_path / "model.onnx"
-    onnx.save(generate_model("bert", variant="tiny", precision="fp32"), str(path))
+    onnx.save(generate_model(get_workload("bert"), variant="tiny", precision="fp32"), str(path))
     _assert_one_line_error(
         _build(capsys, "--benchmark", "resnet50", "--model", str(path)),
         "expected inputs input_tensor:0",

@@ -9,33 +9,34 @@ import pytest
 
 from mlperf_mig.engines import EngineSpec, build_engine, generate_model, user_model
 from mlperf_mig.errors import ModelFileError, PrecisionError
+from mlperf_mig.workloads import get_workload
 
 
 @pytest.fixture(name="resnet_file")
 def fixture_resnet_file(tmp_path: Path) -> Path:
     """A tiny ResNet50 saved where a user would keep the official resnet50_v1.onnx."""
     path = tmp_path / "resnet50_v1.onnx"
-    onnx.save(generate_model("resnet50", variant="tiny", precision="fp32"), str(path))
+    onnx.save(generate_model(get_workload("resnet50"), variant="tiny", precision="fp32"), str(path))
     return path
 
 
 def test_official_interface_is_accepted(resnet_file: Path) -> None:
     """A file with the official names, dtypes and shapes is accepted and hashed."""
-    model = user_model(resnet_file, "resnet50")
+    model = user_model(resnet_file, get_workload("resnet50"))
     assert not model.generated and len(model.sha256) == 64 and model.precision == "fp32"
 
 
 def test_missing_file_is_one_error(tmp_path: Path) -> None:
     """A missing file raises ModelFileError naming the path."""
     with pytest.raises(ModelFileError, match="does not exist"):
-        user_model(tmp_path / "absent.onnx", "resnet50")
+        user_model(tmp_path / "absent.onnx", get_workload("resnet50"))
 
 
 def test_corrupt_file_is_one_error(resnet_file: Path) -> None:
     """A truncated ONNX file is reported as unreadable, not as a protobuf traceback."""
     resnet_file.write_bytes(resnet_file.read_bytes()[:5000])
     with pytest.raises(ModelFileError, match=r"truncated or corrupt|no ONNX graph"):
-        user_model(resnet_file, "resnet50")
+        user_model(resnet_file, get_workload("resnet50"))
 
 
 def test_non_onnx_file_is_one_error(tmp_path: Path) -> None:
@@ -43,13 +44,13 @@ def test_non_onnx_file_is_one_error(tmp_path: Path) -> None:
     path = tmp_path / "notes.onnx"
     path.write_text("this is not a model\n")
     with pytest.raises(ModelFileError, match=r"notes\.onnx"):
-        user_model(path, "bert")
+        user_model(path, get_workload("bert"))
 
 
 def test_wrong_interface_lists_expected_and_found(resnet_file: Path) -> None:
     """A ResNet50 file offered as BERT fails with one message listing both interfaces."""
     with pytest.raises(ModelFileError) as excinfo:
-        user_model(resnet_file, "bert")
+        user_model(resnet_file, get_workload("bert"))
     message = str(excinfo.value)
     assert "\n" not in message
     assert "expected inputs input_ids int64 [N,384]" in message
@@ -58,19 +59,19 @@ def test_wrong_interface_lists_expected_and_found(resnet_file: Path) -> None:
 
 def test_wrong_dtype_is_rejected(tmp_path: Path) -> None:
     """An input with the right name but another dtype does not match."""
-    model = generate_model("resnet50", variant="tiny", precision="fp32")
+    model = generate_model(get_workload("resnet50"), variant="tiny", precision="fp32")
     model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
     path = tmp_path / "fp16_input.onnx"
     onnx.save(model, str(path))
     with pytest.raises(ModelFileError, match="float16"):
-        user_model(path, "resnet50")
+        user_model(path, get_workload("resnet50"))
 
 
 def test_user_file_precision_must_match_request(resnet_file: Path, cache_dir: Path) -> None:
     """Asking for int8 from an fp32 file is refused: the precision lives in the graph."""
     with pytest.raises(PrecisionError, match="fp32 graph"):
         EngineSpec.create(
-            "resnet50",
+            get_workload("resnet50"),
             backend="null",
             precision="int8",
             model_path=resnet_file,
@@ -81,20 +82,21 @@ def test_user_file_precision_must_match_request(resnet_file: Path, cache_dir: Pa
 def test_user_file_spec_records_path_and_hash(resnet_file: Path, cache_dir: Path) -> None:
     """A spec from a user file names the file and its content hash, and does not generate."""
     spec = EngineSpec.create(
-        "resnet50", backend="onnxruntime", model_path=resnet_file, cache_dir=cache_dir
+        get_workload("resnet50"), backend="onnxruntime", model_path=resnet_file, cache_dir=cache_dir
     )
     assert spec.model_path == str(resnet_file)
-    assert spec.model == user_model(resnet_file, "resnet50").sha256
+    assert spec.model == user_model(resnet_file, get_workload("resnet50")).sha256
     assert not (cache_dir / "models").exists()
 
 
 def test_user_file_changed_after_spec_is_refused(resnet_file: Path, cache_dir: Path) -> None:
     """Building from a user file that changed since its spec was made raises ModelFileError."""
     spec = EngineSpec.create(
-        "resnet50", backend="onnxruntime", model_path=resnet_file, cache_dir=cache_dir
+        get_workload("resnet50"), backend="onnxruntime", model_path=resnet_file, cache_dir=cache_dir
     )
     onnx.save(
-        generate_model("resnet50", variant="tiny", precision="fp32", seed=7), str(resnet_file)
+        generate_model(get_workload("resnet50"), variant="tiny", precision="fp32", seed=7),
+        str(resnet_file),
     )
     with pytest.raises(ModelFileError, match="changed since the spec was created"):
         build_engine(spec, cache_dir)

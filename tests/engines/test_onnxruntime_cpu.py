@@ -11,13 +11,14 @@ import attrs
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.engines import EngineSpec, build_engine, open_backend
 from mlperf_mig.engines.backends.onnxruntime import backend as ort_backend
 from mlperf_mig.engines.backends.onnxruntime import cpu_copy as onnxruntime_cpu
 from mlperf_mig.engines.backends.onnxruntime.backend import session_options
-from mlperf_mig.engines.models import calibration_feeds
 from mlperf_mig.errors import OutputDirError
+from mlperf_mig.workloads import get_workload
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -25,7 +26,7 @@ ort = pytest.importorskip("onnxruntime")
 @pytest.fixture(name="spec")
 def fixture_spec(cache_dir: Path) -> EngineSpec:
     """A tiny ResNet50 spec on the CPU provider, in the test's own cache."""
-    return EngineSpec.create("resnet50", backend="onnxruntime", variant="tiny")
+    return EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
 
 
 def _reference_outputs(engine: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -81,7 +82,7 @@ def test_copy_computes_what_the_engine_computes(cache_dir: Path, benchmark, prec
     spec = EngineSpec.create(
         benchmark.name, backend="onnxruntime", precision=precision, variant="tiny"
     )
-    feeds = calibration_feeds(benchmark, 2, seed=0)
+    feeds = benchmark.calibration_feeds(2, seed=0)
     with open_backend(spec, threads=1) as backend:
         got = backend.run(feeds)
     expected = _reference_outputs(build_engine(spec).path, feeds)
@@ -103,11 +104,11 @@ def test_damaged_copy_is_made_again(spec: EngineSpec) -> None:
     """A copy whose weights changed on disk is discarded and saved again, never loaded."""
     with open_backend(spec, threads=1) as backend:
         weights = backend.model_path.with_name(onnxruntime_cpu.WEIGHTS_NAME)
-        expected = backend.run(calibration_feeds(RESNET50, 2, seed=0))
+        expected = backend.run(RESNET50.calibration_feeds(2, seed=0))
     original = weights.read_bytes()
     weights.write_bytes(original[:100] + bytes([original[100] ^ 0xFF]) + original[101:])
     with open_backend(spec, threads=1) as backend:
-        got = backend.run(calibration_feeds(RESNET50, 2, seed=0))
+        got = backend.run(RESNET50.calibration_feeds(2, seed=0))
     assert weights.read_bytes() == original
     np.testing.assert_array_equal(got["softmax_tensor:0"], expected["softmax_tensor:0"])
 
@@ -214,14 +215,14 @@ def test_cpu_batch_runs_in_runs_of_two_samples_per_thread(spec: EngineSpec) -> N
     with open_backend(spec, threads=1) as backend:
         recording = _RecordingSession(backend._session)
         backend._session = recording
-        outputs = backend.run(calibration_feeds(RESNET50, 5, seed=0))
+        outputs = backend.run(RESNET50.calibration_feeds(5, seed=0))
     assert recording.batches == [2, 2, 1]
     assert [len(outputs[t.name]) for t in RESNET50.outputs] == [5, 5]
 
 
 def test_cpu_runs_give_the_outputs_of_one_whole_run(spec: EngineSpec) -> None:
     """Outputs of a batch run in parts equal those of the same batch in one session run."""
-    feeds = calibration_feeds(RESNET50, 5, seed=0)
+    feeds = RESNET50.calibration_feeds(5, seed=0)
     with open_backend(spec, threads=1) as backend:
         parts = backend.run(feeds)
         whole = backend._session.run(list(RESNET50.output_names()), feeds)

@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from mlperf_mig.engines import EngineSpec
+from mlperf_mig.workloads import get_workload
 
 
 @pytest.fixture(name="spec")
@@ -29,7 +30,7 @@ def fixture_spec() -> EngineSpec:
 
 def test_cache_key_is_stable(spec: EngineSpec) -> None:
     """The key is a pure function of the fields: a known value that must not drift silently."""
-    assert spec.cache_key == EngineSpec(**attrs.asdict(spec)).cache_key
+    assert spec.cache_key == EngineSpec.from_dict(spec.to_dict()).cache_key
     assert spec.cache_key == "be0f5f6ce2ba4bc1d174"
 
 
@@ -87,7 +88,7 @@ def test_rejects_empty_batch_sizes() -> None:
 def test_create_for_a_mig_profile_takes_its_recipe_batch() -> None:
     """A spec for H100 1g.10gb resolves the profile in the registry and takes the 1g batch."""
     spec = EngineSpec.create(
-        "bert",
+        get_workload("bert"),
         backend="null",
         precision="int8",
         gpu="H100-80GB",

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.engines.backend import DeviceReport
 from mlperf_mig.engines.backends import backend_class, backend_info
 from mlperf_mig.engines.backends.tensorrt.backend import (
@@ -38,6 +37,8 @@ from mlperf_mig.errors import (
     ModelFileError,
     PrecisionError,
 )
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 TENSORRT_INSTALLED = importlib.util.find_spec("tensorrt") is not None
 

@@ -15,7 +15,6 @@ from typing import Any
 import onnx
 import pytest
 
-from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.engines.backends.tensorrt.build import (
     CapturedLog,
     build_serialized_engine,
@@ -33,6 +32,9 @@ from mlperf_mig.engines.backends.tensorrt.engine_file import ShapeRange
 from mlperf_mig.engines.models import generated_model
 from mlperf_mig.engines.recipes import load_recipe
 from mlperf_mig.errors import EngineBuildError, ModelFileError
+from mlperf_mig.workloads import Workload, get_workload
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 RESNET = {"input_tensor:0": (-1, 3, 224, 224)}
 BERT_STATIC = {name: (-1, 384) for name in ("input_ids", "input_mask", "segment_ids")}
@@ -204,12 +206,12 @@ def test_dynamic_sequence_gets_a_profile_per_bucket() -> None:
 @pytest.mark.parametrize(
     ("benchmark", "batch", "maxima"),
     [
-        ("resnet50", 8, [(8, 3, 224, 224)]),
-        ("bert", 16, [(16, 128), (16, 256), (16, 384)]),
+        (RESNET50, 8, [(8, 3, 224, 224)]),
+        (BERT, 16, [(16, 128), (16, 256), (16, 384)]),
     ],
 )
 def test_profiles_of_the_generated_graphs(
-    cache_dir: Path, benchmark: str, batch: int, maxima: list[tuple[int, ...]]
+    cache_dir: Path, benchmark: Workload, batch: int, maxima: list[tuple[int, ...]]
 ) -> None:
     """The generated graphs (dynamic batch; BERT also dynamic sequence) get the recipe's profiles."""
     model = generated_model(benchmark, variant="tiny", precision="fp32", cache_dir=cache_dir)
@@ -223,7 +225,7 @@ def test_profiles_of_the_generated_graphs(
     }
     recipe = load_recipe(benchmark, "int8")
     profiles = optimization_profiles(shapes, batch_sizes=(batch,), seq_buckets=recipe.seq_buckets)
-    first_input = get_benchmark(benchmark).inputs[0].name
+    first_input = get_workload(benchmark).inputs[0].name
     assert [p[first_input].max for p in profiles] == maxima
 
 

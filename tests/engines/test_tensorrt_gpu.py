@@ -13,13 +13,13 @@ import attrs
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.engines.backends.tensorrt.backend import TensorRTBackend
 from mlperf_mig.engines.backends.tensorrt.engine_file import read_engine_file, write_engine_file
 from mlperf_mig.engines.build import build_engine, open_backend
-from mlperf_mig.engines.models import calibration_feeds, generated_model
+from mlperf_mig.engines.models import generated_model
 from mlperf_mig.engines.spec import EngineSpec
 from mlperf_mig.errors import EngineMismatchError
+from mlperf_mig.workloads import get_workload
 
 pytestmark = pytest.mark.gpu
 
@@ -71,7 +71,7 @@ def _onnxruntime(model_path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np
 
 
 def _check_shapes(outputs: dict[str, np.ndarray], benchmark: str, batch: int) -> None:
-    bench = get_benchmark(benchmark)
+    bench = get_workload(benchmark)
     assert list(outputs) == list(bench.output_names())
     for spec in bench.outputs:
         assert outputs[spec.name].shape == (batch, *spec.shape[1:])
@@ -84,7 +84,7 @@ def test_tiny_resnet50_builds_and_runs(tmp_path: Path, precision: str) -> None:
     """The tiny ResNet50 engine gives the official outputs; softmax rows sum to 1."""
     backend, _, _ = _build_and_load(tmp_path, "resnet50", precision)
     with backend:
-        feeds = calibration_feeds(get_benchmark("resnet50"), 3, seed=1)
+        feeds = get_workload("resnet50").calibration_feeds(3, seed=1)
         out = backend.run(feeds)
     _check_shapes(out, "resnet50", 3)
     np.testing.assert_allclose(out["softmax_tensor:0"].sum(axis=1), 1.0, atol=1e-2)
@@ -94,7 +94,7 @@ def test_tiny_resnet50_builds_and_runs(tmp_path: Path, precision: str) -> None:
 def test_tiny_resnet50_fp32_matches_onnxruntime(tmp_path: Path) -> None:
     """fp32 TensorRT (TF32 allowed) agrees with ONNX Runtime on the CPU."""
     backend, model_path, _ = _build_and_load(tmp_path, "resnet50", "fp32")
-    feeds = calibration_feeds(get_benchmark("resnet50"), 4, seed=2)
+    feeds = get_workload("resnet50").calibration_feeds(4, seed=2)
     with backend:
         out = backend.run(feeds)
     expected = _onnxruntime(model_path, feeds)
@@ -106,14 +106,14 @@ def test_tiny_bert_builds_and_runs(tmp_path: Path, precision: str) -> None:
     """The tiny BERT engine takes int64 [B,384] inputs and gives [B,384] start/end logits."""
     backend, _, _ = _build_and_load(tmp_path, "bert", precision, batch_sizes=(2,))
     with backend:
-        out = backend.run(calibration_feeds(get_benchmark("bert"), 2, seed=3))
+        out = backend.run(get_workload("bert").calibration_feeds(2, seed=3))
     _check_shapes(out, "bert", 2)
 
 
 def test_tiny_bert_fp32_matches_onnxruntime(tmp_path: Path) -> None:
     """fp32 BERT logits agree with ONNX Runtime within TF32 accuracy."""
     backend, model_path, _ = _build_and_load(tmp_path, "bert", "fp32", batch_sizes=(2,))
-    feeds = calibration_feeds(get_benchmark("bert"), 2, seed=4)
+    feeds = get_workload("bert").calibration_feeds(2, seed=4)
     with backend:
         out = backend.run(feeds)
     expected = _onnxruntime(model_path, feeds)
@@ -127,7 +127,7 @@ def test_short_sequences_use_the_short_bucket(tmp_path: Path) -> None:
     backend, _, _ = _build_and_load(tmp_path, "bert", "fp16", batch_sizes=(2,))
     feeds = {
         name: array[:, :128]
-        for name, array in calibration_feeds(get_benchmark("bert"), 2, seed=6).items()
+        for name, array in get_workload("bert").calibration_feeds(2, seed=6).items()
     }
     with backend:
         out = backend.run(feeds)
@@ -139,14 +139,14 @@ def test_short_sequences_use_the_short_bucket(tmp_path: Path) -> None:
 def test_batches_pick_their_profile(tmp_path: Path) -> None:
     """Batches 1..8 run on a (2, 8) engine, switching profiles; batch 9 is refused."""
     backend, _, _ = _build_and_load(tmp_path, "resnet50", "fp16", batch_sizes=(2, 8))
-    bench = get_benchmark("resnet50")
+    bench = get_workload("resnet50")
     with backend:
         for batch in (1, 5, 2, 8):
             _check_shapes(
-                backend.run(calibration_feeds(bench, batch, seed=batch)), "resnet50", batch
+                backend.run(bench.calibration_feeds(batch, seed=batch)), "resnet50", batch
             )
         with pytest.raises(ValueError, match="fit no optimization profile"):
-            backend.run(calibration_feeds(bench, 9, seed=9))
+            backend.run(bench.calibration_feeds(9, seed=9))
 
 
 def test_device_report_names_this_device(tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ def test_engine_from_another_profile_is_refused_on_load(tmp_path: Path) -> None:
 def test_open_backend_builds_once_then_reuses(cache_dir: Path) -> None:
     """Through the engine cache: the first build is made, the second reused, both run."""
     spec = EngineSpec.create(
-        "resnet50",
+        get_workload("resnet50"),
         backend="tensorrt",
         variant="tiny",
         precision="fp16",
@@ -189,5 +189,5 @@ def test_open_backend_builds_once_then_reuses(cache_dir: Path) -> None:
     backend: Any = open_backend(spec, cache_dir=cache_dir)
     with backend:
         _check_shapes(
-            backend.run(calibration_feeds(get_benchmark("resnet50"), 4, seed=5)), "resnet50", 4
+            backend.run(get_workload("resnet50").calibration_feeds(4, seed=5)), "resnet50", 4
         )

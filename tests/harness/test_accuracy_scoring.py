@@ -16,10 +16,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import BERT, RESNET50, SEQ_LEN
 from mlperf_mig.harness import accuracy
 from mlperf_mig.harness.logs import ACCURACY_LOG
-from mlperf_mig.harness.squad import DOC_STRIDE, SquadSource
+from mlperf_mig.workloads.bert import BERT, SEQ_LEN
+from mlperf_mig.workloads.bert.squad import DOC_STRIDE, SquadSource
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 
 def _write_log(folder: Path, records: list[tuple[int, bytes]]) -> Path:
@@ -99,7 +100,7 @@ def fixture_squad(tmp_path_factory: pytest.TempPathFactory) -> SquadSource:
     (folder / "dev-v1.1.json").write_text(json.dumps(data))
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "where", "is", "?"]
     (folder / "vocab.txt").write_text("\n".join(vocab + [f"w{i}" for i in range(WORDS)]) + "\n")
-    return SquadSource.open(folder)
+    return SquadSource.open(folder, benchmark=BERT)
 
 
 def _qa(qid: str, question: str, answer: str, context: str) -> dict:

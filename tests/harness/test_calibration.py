@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import BERT
 from mlperf_mig.engines.backends.null import NullBackend
 from mlperf_mig.harness import InstanceTask
 from mlperf_mig.harness.calibration import OFFLINE_MARGIN, SERVER_LOAD, timed_target
 from mlperf_mig.harness.loadgen_test import calibrates
 from mlperf_mig.harness.samples import input_layouts
+from mlperf_mig.workloads.bert import BERT
 
 GATHER_S = 0.02
 BATCH = 8

@@ -17,10 +17,10 @@ from mlperf_mig.harness.compliance import (
     audit_config_text,
     compare_payloads,
     compare_performance,
-    required_audits,
     verify_audit,
 )
 from mlperf_mig.harness.task import InstanceTask
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 AUDIT_WARNING = (
     "Found Audit Config file (audit.config). Overriding TestSettings from audit.config file."
@@ -108,13 +108,6 @@ def test_audit_config_holds_the_reference_values() -> None:
     )
 
 
-def test_required_audits_per_benchmark() -> None:
-    """ResNet50 needs TEST01 and TEST04; BERT only TEST01."""
-    assert required_audits("resnet50") == ("TEST01", "TEST04")
-    assert required_audits("bert") == ("TEST01",)
-
-
-# --- the comparisons -------------------------------------------------------------------------------
 def test_payloads_compared_by_sample() -> None:
     """Each audit record is compared with the accuracy run's answer for its sample; samples the
     accuracy run did not score are not matched."""
@@ -173,7 +166,7 @@ def test_test04_verdict_and_verify_file(tmp_path: Path) -> None:
     verdict = verify_audit(
         "TEST04",
         _instance(tmp_path, "TEST04", test_rate=140.0),
-        benchmark="resnet50",
+        benchmark=RESNET50,
         loadgen_scenario="Offline",
         short=True,
     )
@@ -188,7 +181,7 @@ def test_test01_verdict_with_matching_payloads(tmp_path: Path) -> None:
     """Matching payloads and a close score pass TEST01: both verify files say TEST PASS."""
     folder = _instance(tmp_path, "TEST01", test_rate=98.0)
     verdict = verify_audit(
-        "TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True
+        "TEST01", folder, benchmark=RESNET50, loadgen_scenario="Offline", short=True
     )
     assert verdict.passed and (verdict.sampled, verdict.matched, verdict.mismatched) == (3, 3, 0)
     assert "TEST PASS" in (folder / "TEST01" / "verify_performance.txt").read_text().splitlines()
@@ -202,7 +195,7 @@ def test_test01_differing_payloads_fall_back_to_the_metric(tmp_path: Path) -> No
     labels[3] = 9  # sample 3: neither the accuracy run's class 3 nor the audit's 7 is right
     folder = _instance(tmp_path, "TEST01", test_rate=100.0, audit_entries=[(1, 1), (3, 7), (5, 5)])
     verdict = verify_audit(
-        "TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True,
+        "TEST01", folder, benchmark=RESNET50, loadgen_scenario="Offline", short=True,
         open_source=lambda: LabelledSource(labels=labels),
     )  # fmt: skip
     assert verdict.passed and verdict.mismatched == 1
@@ -216,7 +209,7 @@ def test_test01_differing_payloads_on_synthetic_data_fail(tmp_path: Path) -> Non
     """Without ground truth the metric cannot be compared: differing payloads fail TEST01."""
     folder = _instance(tmp_path, "TEST01", test_rate=100.0, audit_entries=[(1, 2)])
     verdict = verify_audit(
-        "TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True,
+        "TEST01", folder, benchmark=RESNET50, loadgen_scenario="Offline", short=True,
         open_source=lambda: LabelledSource(labels=np.zeros(8, dtype=int), synthetic=True),
     )  # fmt: skip
     assert not verdict.passed
@@ -228,7 +221,7 @@ def test_audit_log_without_the_audit_settings_fails(tmp_path: Path) -> None:
     folder = _instance(tmp_path, "TEST04", test_rate=100.0)
     _write_detail(folder / "TEST04", {**_offline(100.0), **TEST04_SETTINGS})
     verdict = verify_audit(
-        "TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True
+        "TEST04", folder, benchmark=RESNET50, loadgen_scenario="Offline", short=True
     )
     assert not verdict.passed
     assert "LoadGen did not log that it read an audit.config" in verdict.reason
@@ -238,7 +231,7 @@ def test_missing_audit_log_is_a_failed_verdict(tmp_path: Path) -> None:
     """An audit that left no log is a failed verdict, not an exception."""
     _write_detail(tmp_path / "performance", _offline(100.0))
     verdict = verify_audit(
-        "TEST04", tmp_path, benchmark="resnet50", loadgen_scenario="Offline", short=True
+        "TEST04", tmp_path, benchmark=RESNET50, loadgen_scenario="Offline", short=True
     )
     assert not verdict.passed and "cannot read LoadGen detail log" in verdict.reason
 
@@ -248,7 +241,7 @@ def test_verdict_round_trips_through_a_dict(tmp_path: Path) -> None:
     labels = np.array([i % 10 for i in range(8)])
     folder = _instance(tmp_path, "TEST01", test_rate=100.0, audit_entries=[(1, 2)])
     verdict = verify_audit(
-        "TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True,
+        "TEST01", folder, benchmark=RESNET50, loadgen_scenario="Offline", short=True,
         open_source=lambda: LabelledSource(labels=labels),
     )  # fmt: skip
     assert AuditVerdict.from_dict(json.loads(json.dumps(verdict.to_dict()))) == verdict
@@ -327,7 +320,7 @@ def test_short_audit_with_a_spread_above_the_band_is_inconclusive(tmp_path: Path
     """A short TEST04 40% faster on a machine whose measured spread is 25% is inconclusive, not FAIL, and says the spread."""
     folder = _instance(tmp_path, "TEST04", test_rate=140.0)
     verdict = verify_audit(
-        "TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.25
+        "TEST04", folder, benchmark=RESNET50, loadgen_scenario="Offline", short=True, spread=0.25
     )
     assert verdict.inconclusive and not verdict.passed
     assert (
@@ -342,7 +335,7 @@ def test_short_audit_with_a_small_spread_keeps_its_verdict(tmp_path: Path) -> No
     """A spread within the band leaves the 40%-faster TEST04 a FAIL."""
     folder = _instance(tmp_path, "TEST04", test_rate=140.0)
     verdict = verify_audit(
-        "TEST04", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.03
+        "TEST04", folder, benchmark=RESNET50, loadgen_scenario="Offline", short=True, spread=0.03
     )
     assert not verdict.passed and not verdict.inconclusive
 
@@ -354,7 +347,7 @@ def test_full_length_audit_keeps_the_mlcommons_rule_whatever_the_spread(tmp_path
     verdict = verify_audit(
         "TEST04",
         tmp_path,
-        benchmark="resnet50",
+        benchmark=RESNET50,
         loadgen_scenario="Offline",
         short=False,
         spread=0.5,
@@ -366,6 +359,6 @@ def test_noise_does_not_hide_a_test01_payload_failure(tmp_path: Path) -> None:
     """A TEST01 whose payloads differ on synthetic data fails even when the spread makes its score inconclusive."""
     folder = _instance(tmp_path, "TEST01", test_rate=150.0, audit_entries=[(1, 2), (3, 3), (5, 5)])
     verdict = verify_audit(
-        "TEST01", folder, benchmark="resnet50", loadgen_scenario="Offline", short=True, spread=0.3
+        "TEST01", folder, benchmark=RESNET50, loadgen_scenario="Offline", short=True, spread=0.3
     )
     assert not verdict.passed and not verdict.inconclusive and "payloads differ" in verdict.reason

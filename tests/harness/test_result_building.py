@@ -8,15 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlperf_mig.benchmark import RESNET50
 from mlperf_mig.engines.backend import DeviceReport
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness import InstanceTask, SettingsSpec
 from mlperf_mig.harness.loadgen_test import task_result
 from mlperf_mig.harness.logs import DETAIL_LOG
 from mlperf_mig.harness.result import LOADGEN_OFFLINE_ADVICE, MIN_DURATION_REASON
-from mlperf_mig.harness.samples import SyntheticSource
 from mlperf_mig.harness.settings import resolve_settings
+from mlperf_mig.workloads.resnet50 import RESNET50
+from mlperf_mig.workloads.samples import SyntheticSource
 
 SHORT_OFFLINE = {
     "result_validity": "INVALID",

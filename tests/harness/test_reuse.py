@@ -12,14 +12,15 @@ import attrs
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import get_benchmark
 from mlperf_mig.engines import EngineSpec
 from mlperf_mig.harness import InstanceTask, SettingsSpec, reuse, run_instance
 from mlperf_mig.harness.instance import calibration_inputs, target_was_wrong
 from mlperf_mig.harness.result import InstanceResult
 from mlperf_mig.harness.reuse import WorkCache, key_digest
-from mlperf_mig.harness.samples import SampleLibrary, SyntheticSource, input_layouts
+from mlperf_mig.harness.samples import SampleLibrary, input_layouts
 from mlperf_mig.runner.cpu_budget import BUDGET_ENV, SHARE_ENV
+from mlperf_mig.workloads import get_workload
+from mlperf_mig.workloads.samples import SyntheticSource
 
 
 @pytest.fixture(name="engine_cache", scope="module")
@@ -30,7 +31,7 @@ def fixture_engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(name="spec", scope="module")
 def fixture_spec(engine_cache: Path) -> EngineSpec:
     return EngineSpec.create(
-        "resnet50", backend="onnxruntime", variant="tiny", cache_dir=engine_cache
+        get_workload("resnet50"), backend="onnxruntime", variant="tiny", cache_dir=engine_cache
     )
 
 
@@ -291,7 +292,7 @@ def test_second_run_says_its_target_was_cached(in_child, spec: EngineSpec, tmp_p
 def _library_and_source(
     benchmark: str = "bert", seed: int = 0
 ) -> tuple[SampleLibrary, SyntheticSource]:
-    bench = get_benchmark(benchmark)
+    bench = get_workload(benchmark)
     source = SyntheticSource(benchmark=bench, total_count=200, performance_count=64, seed=seed)
     library = SampleLibrary.allocate(input_layouts(bench), capacity=64, total_count=200)
     return library, source

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.errors import DatasetError
 from mlperf_mig.harness import SampleLibrary
-from mlperf_mig.harness.samples import SyntheticSource, input_layouts
+from mlperf_mig.harness.samples import input_layouts
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
+from mlperf_mig.workloads.samples import SyntheticSource
 
 
 def test_library_uses_the_buffer_it_is_given() -> None:

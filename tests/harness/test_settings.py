@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness.settings import (
     SettingsSpec,
@@ -17,6 +16,8 @@ from mlperf_mig.harness.settings import (
     read_user_conf,
     resolve_settings,
 )
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 
 @pytest.fixture(name="conf")
@@ -228,11 +229,11 @@ def test_values_loadgen_ignored_are_caught(in_child, conf) -> None:
 def _submission_settings_in_child(benchmark: str, scenario: str, path: str) -> dict[str, float]:
     import mlperf_loadgen as lg
 
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.harness.settings import load_test_settings
+    from mlperf_mig.workloads import get_workload
 
     spec = SettingsSpec(preset="submission", profile="1g.10gb")
-    resolved = resolve_settings(spec, get_benchmark(benchmark), scenario)
+    resolved = resolve_settings(spec, get_workload(benchmark), scenario)
     Path(path).write_text(resolved.conf_text())
     settings = load_test_settings(path, resolved, lg)
     return {

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from mlperf_mig import cli
-from mlperf_mig.benchmark import RESNET50
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness import settings
 from mlperf_mig.harness.settings import SettingsSpec, queued_samples, resolve_settings
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 
 def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

@@ -10,11 +10,10 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import BERT, RESNET50, Benchmark
 from mlperf_mig.engines.backends.known_answer import KnownAnswerBackend, expected_payload
 from mlperf_mig.engines.backends.null import NullBackend
 from mlperf_mig.harness import sut as sut_module
-from mlperf_mig.harness.samples import SampleLibrary, SyntheticSource, input_layouts
+from mlperf_mig.harness.samples import SampleLibrary, input_layouts
 from mlperf_mig.harness.sut import (
     OFFLINE_COMPLETION_SAMPLES,
     BatchingSUT,
@@ -24,6 +23,10 @@ from mlperf_mig.harness.sut import (
     contiguous_order,
     response_payload,
 )
+from mlperf_mig.workloads import Workload
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
+from mlperf_mig.workloads.samples import SyntheticSource
 
 
 class Response:
@@ -68,7 +71,7 @@ class FailingBackend(NullBackend):
 
 
 def _runner(
-    benchmark: Benchmark, lg: RecordingLoadGen, *, backend=None, batch_size: int = 4
+    benchmark: Workload, lg: RecordingLoadGen, *, backend=None, batch_size: int = 4
 ) -> BatchRunner:
     library = SampleLibrary.allocate(input_layouts(benchmark), capacity=8, total_count=16)
     library.load(
@@ -155,7 +158,7 @@ CAPACITY = 40
 
 
 def _known_answer_runner(
-    benchmark: Benchmark,
+    benchmark: Workload,
     lg: RecordingLoadGen,
     *,
     batch_size: int,
@@ -183,7 +186,7 @@ def _query(loaded: list[int], count: int, seed: int) -> tuple[list[int], list[in
     return [10_000 + 7 * k for k in range(count)], indices
 
 
-def _expected_answers(benchmark: Benchmark, indices: list[int]) -> dict[int, bytes]:
+def _expected_answers(benchmark: Workload, indices: list[int]) -> dict[int, bytes]:
     """The known-answer payload of each sample index."""
     source = SyntheticSource(benchmark=benchmark, total_count=TOTAL, performance_count=CAPACITY)
     expected = {}
@@ -200,7 +203,7 @@ def _expected_answers(benchmark: Benchmark, indices: list[int]) -> dict[int, byt
 
 
 def _assert_known_answers(
-    lg: RecordingLoadGen, benchmark: Benchmark, ids: list[int], indices: list[int]
+    lg: RecordingLoadGen, benchmark: Workload, ids: list[int], indices: list[int]
 ) -> None:
     """Every id was completed once, with the payload of its own sample."""
     expected = _expected_answers(benchmark, indices)
@@ -213,7 +216,7 @@ def _assert_known_answers(
 
 @pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
 def test_offline_answers_survive_the_completion_batch(
-    benchmark: Benchmark, monkeypatch: pytest.MonkeyPatch
+    benchmark: Workload, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Offline stages answers for OFFLINE_COMPLETION_SAMPLES at a time: with partial batches of 7
     and rows taken out of order, every sample still gets its own answer when LoadGen reads it."""
@@ -259,7 +262,7 @@ def test_failed_batch_leaves_staged_answers_intact() -> None:
 
 
 @pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
-def test_stream_answers_reach_their_samples(benchmark: Benchmark) -> None:
+def test_stream_answers_reach_their_samples(benchmark: Workload) -> None:
     """Stream queries of scattered rows (copied, not viewed) in batches of 3: each its own answer."""
     lg = RecordingLoadGen()
     runner, loaded = _known_answer_runner(benchmark, lg, batch_size=3)
@@ -276,7 +279,7 @@ def test_stream_answers_reach_their_samples(benchmark: Benchmark) -> None:
 
 
 @pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
-def test_server_answers_reach_their_samples(benchmark: Benchmark) -> None:
+def test_server_answers_reach_their_samples(benchmark: Workload) -> None:
     """Server's batcher merges queries into dynamic batches: each sample keeps its own answer."""
     lg = RecordingLoadGen()
     runner, loaded = _known_answer_runner(benchmark, lg, batch_size=5)
@@ -302,7 +305,7 @@ def _equal_issue(
 
 @pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=["resnet50", "bert"])
 def test_equal_issue_rounds_complete_in_query_order_with_their_answers(
-    benchmark: Benchmark, monkeypatch: pytest.MonkeyPatch
+    benchmark: Workload, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rounds that permute the loaded set run in row order and are completed in LoadGen's
     order, each sample with its own answer; the partial last round is run too."""
@@ -367,7 +370,7 @@ def test_permutation_rounds_counts_leading_permutations(
 class CountingBackend(KnownAnswerBackend):
     """The known-answer backend, keeping the size of every batch it runs."""
 
-    def __init__(self, benchmark: Benchmark) -> None:
+    def __init__(self, benchmark: Workload) -> None:
         super().__init__(benchmark)
         self.sizes: list[int] = []
 

@@ -75,11 +75,11 @@ RATE_PER_SLICE = 40.0
 
 def sleepy_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
     """Unified-mode instance worker whose speed is proportional to its compute slices."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.runner.unified import serve_instance
+    from mlperf_mig.workloads import get_workload
 
     slices = int(_instance().split("-")[1].split("g")[0])
-    benchmark = get_benchmark(job.task.benchmark)
+    benchmark = get_workload(job.task.benchmark)
     return serve_instance(
         job,
         before_start=before_start,
@@ -117,10 +117,10 @@ def _serve_with_i1_failing(
     job: Any, failing: type[FailingBackend], before_start: Any, progress: Any
 ) -> Any:
     """Unified-mode instance worker: i1 serves 5 batches with `failing`, the others keep serving."""
-    from mlperf_mig.benchmark import get_benchmark
     from mlperf_mig.runner.unified import serve_instance
+    from mlperf_mig.workloads import get_workload
 
-    benchmark = get_benchmark(job.task.benchmark)
+    benchmark = get_workload(job.task.benchmark)
     if _instance().startswith("i1-"):
         make = lambda: failing(benchmark, 4 * RATE_PER_SLICE, batches=5)  # noqa: E731
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mlperf_mig.submission import accuracy, rules
+from mlperf_mig.workloads import get_workload
 
 
 def test_small_log_is_kept_whole() -> None:
@@ -120,9 +121,9 @@ def test_accuracy_line_of_a_scored_log(tmp_path) -> None:
 
     import numpy as np
 
-    from mlperf_mig.benchmark import RESNET50
     from mlperf_mig.harness.accuracy import score
     from mlperf_mig.submission.writer import accuracy_figures
+    from mlperf_mig.workloads.resnet50 import RESNET50
 
     # labels of samples 0..3 are 5, 1, 0, 7; sample 3 is logged twice (its first answer counts)
     records = [(3, 7), (0, 5), (3, 9), (1, 2), (2, 0)]
@@ -142,7 +143,7 @@ def test_result_readme_gives_each_official_command_for_our_log() -> None:
     ResNet50, and accuracy-squad.py with its default dtype for BERT."""
     from mlperf_mig.submission.readme import accuracy_paragraph
 
-    resnet = "\n".join(accuracy_paragraph("resnet50"))
-    bert = "\n".join(accuracy_paragraph("bert"))
+    resnet = "\n".join(accuracy_paragraph(get_workload("resnet50")))
+    bert = "\n".join(accuracy_paragraph(get_workload("bert")))
     assert "accuracy-imagenet.py" in resnet and "--dtype int32" in resnet
     assert "accuracy-squad.py" in bert and "--output_dtype" not in bert.split("```")[1]

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import HostBackend
+from mlperf_mig.workloads import Workload
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
@@ -23,7 +23,7 @@ class NullBackend(HostBackend):
     listing_order = 30
     provider = "null"
 
-    def __init__(self, benchmark: Benchmark) -> None:
+    def __init__(self, benchmark: Workload) -> None:
         super().__init__(benchmark)
         self._cache: dict[int, dict[str, np.ndarray]] = {}
 
@@ -33,7 +33,7 @@ class NullBackend(HostBackend):
 
     @classmethod
     def _open(cls, spec: EngineSpec, engine_path: None, *, threads: int | None) -> NullBackend:
-        return cls(get_benchmark(spec.benchmark))
+        return cls(spec.benchmark)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         batch = len(next(iter(feeds.values())))

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport, InstallStatus
 from mlperf_mig.engines.backends.onnxruntime.cpu_copy import (
     EXTERNAL_MIN_BYTES,
@@ -53,6 +52,7 @@ from mlperf_mig.engines.backends.onnxruntime.cpu_copy import (
 )
 from mlperf_mig.errors import BackendUnavailableError, EngineBuildError
 from mlperf_mig.runner.cpu_budget import BUDGET_ENV
+from mlperf_mig.workloads import Workload
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -195,7 +195,7 @@ class OnnxRuntimeBackend(Backend):
     ) -> None:
         self._spec = spec
         self.model_path = Path(model_path)  # the file the session loaded
-        self._benchmark = get_benchmark(spec.benchmark)
+        self._benchmark = spec.benchmark
         self._session: ort.InferenceSession | None = session
         self._threads = threads
         self._output_names = list(self._benchmark.output_names())
@@ -247,7 +247,7 @@ class OnnxRuntimeBackend(Backend):
     def precisions(cls, spec: EngineSpec) -> tuple[str, ...]:
         if provider_for(spec) == CUDA_PROVIDER:
             return ("fp16", "fp32")
-        return ("fp32", "int8") if spec.benchmark == "bert" else ("fp32",)
+        return ("fp32", "int8") if spec.benchmark.int8_on_cpu else ("fp32",)
 
     @classmethod
     def build(
@@ -286,7 +286,7 @@ class OnnxRuntimeBackend(Backend):
         return backend
 
     @property
-    def benchmark(self) -> Benchmark:
+    def benchmark(self) -> Workload:
         return self._benchmark
 
     @property

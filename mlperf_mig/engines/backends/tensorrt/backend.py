@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlperf_mig.benchmark import Benchmark, get_benchmark
 from mlperf_mig.engines.backend import Backend, DeviceReport, InstallStatus
 from mlperf_mig.engines.backends.tensorrt.build import (
     build_serialized_engine,
@@ -45,6 +44,7 @@ from mlperf_mig.errors import (
     ModelFileError,
     PrecisionError,
 )
+from mlperf_mig.workloads import Workload
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
@@ -145,7 +145,7 @@ class TensorRTBackend(Backend):
     listing_order = 10
 
     def __init__(
-        self, *, benchmark: Benchmark, runner: TensorRTRunner, device: DeviceReport
+        self, *, benchmark: Workload, runner: TensorRTRunner, device: DeviceReport
     ) -> None:
         self._benchmark = benchmark
         self._runner = runner
@@ -243,7 +243,7 @@ class TensorRTBackend(Backend):
         header = EngineHeader.for_device(
             device,
             tensorrt_version=str(trt.__version__),
-            benchmark=spec.benchmark,
+            benchmark=spec.benchmark.name,
             precision=spec.precision,
             cache_key=spec.cache_key,
             profiles=profiles,
@@ -253,7 +253,7 @@ class TensorRTBackend(Backend):
     @classmethod
     def _open(cls, spec: EngineSpec, engine_path: Path, *, threads: int | None) -> TensorRTBackend:
         """Open the engine file on this process's device; `threads` has no meaning on a GPU."""
-        benchmark = get_benchmark(spec.benchmark)
+        benchmark = spec.benchmark
         trt, cudart = import_libraries()
         device = DeviceIdentity.detect(cudart)
         runner = TensorRTRunner.from_file(engine_path, trt=trt, cudart=cudart, device=device)
@@ -273,7 +273,7 @@ class TensorRTBackend(Backend):
 
     # --- the instance side ---------------------------------------------------------------------
     @property
-    def benchmark(self) -> Benchmark:
+    def benchmark(self) -> Workload:
         return self._benchmark
 
     @property
@@ -303,7 +303,7 @@ def check_engine_spec(header: EngineHeader, spec: EngineSpec, path: str | os.Pat
 
 
 def check_engine_interface(
-    benchmark: Benchmark,
+    benchmark: Workload,
     inputs: tuple[str, ...],
     outputs: tuple[str, ...],
     path: str | os.PathLike[str],

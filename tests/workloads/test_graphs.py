@@ -10,13 +10,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from mlperf_mig.benchmark import BERT, RESNET50, Benchmark
 from mlperf_mig.engines import EngineSpec, generate_model, generated_model, open_backend
-from mlperf_mig.engines.models import calibration_feeds
+from mlperf_mig.workloads import Workload, get_workload
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 
 def _run_generated(
-    benchmark: Benchmark, variant: str, precision: str, cache_dir: Path, batch: int
+    benchmark: Workload, variant: str, precision: str, cache_dir: Path, batch: int
 ) -> dict[str, np.ndarray]:
     spec = EngineSpec.create(
         benchmark.name,
@@ -26,11 +27,11 @@ def _run_generated(
         cache_dir=cache_dir,
     )
     with open_backend(spec, cache_dir=cache_dir, threads=2) as backend:
-        return backend.run(calibration_feeds(benchmark, batch, seed=1))
+        return backend.run(benchmark.calibration_feeds(batch, seed=1))
 
 
 def _assert_official_outputs(
-    outputs: dict[str, np.ndarray], benchmark: Benchmark, batch: int
+    outputs: dict[str, np.ndarray], benchmark: Workload, batch: int
 ) -> None:
     assert list(outputs) == list(benchmark.output_names())
     for spec in benchmark.outputs:
@@ -43,7 +44,9 @@ def fixture_full_resnet50(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     """The full fp32 ResNet50 generated once for the module, with its outputs on a batch of 2."""
     cache_dir = tmp_path_factory.mktemp("cache")
     outputs = _run_generated(RESNET50, "full", "fp32", cache_dir, batch=2)
-    model = generated_model("resnet50", variant="full", precision="fp32", cache_dir=cache_dir)
+    model = generated_model(
+        get_workload("resnet50"), variant="full", precision="fp32", cache_dir=cache_dir
+    )
     return model.path, outputs
 
 
@@ -84,14 +87,14 @@ def test_tiny_bert_runs_with_official_outputs(cache_dir: Path) -> None:
 
 def test_tiny_bert_accepts_shorter_sequence_buckets() -> None:
     """The BERT graph has a dynamic sequence axis, so 128-token buckets run too."""
-    model = generate_model("bert", variant="tiny", precision="fp32")
+    model = generate_model(get_workload("bert"), variant="tiny", precision="fp32")
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = {t.name: np.ones((2, 128), dtype=np.int64) for t in BERT.inputs}
     start, end = session.run(None, feeds)
     assert start.shape == end.shape == (2, 128)
 
 
-@pytest.mark.parametrize("benchmark", ["resnet50", "bert"])
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=str)
 def test_generating_twice_gives_the_same_hash(benchmark: str, tmp_path: Path) -> None:
     """Two generations in separate caches produce byte-identical files."""
     first = generated_model(benchmark, variant="tiny", precision="int8", cache_dir=tmp_path / "a")
@@ -101,30 +104,30 @@ def test_generating_twice_gives_the_same_hash(benchmark: str, tmp_path: Path) ->
 
 def test_other_seed_gives_other_weights() -> None:
     """The seed decides the synthetic weights."""
-    one = generate_model("resnet50", variant="tiny", precision="fp32", seed=1)
-    two = generate_model("resnet50", variant="tiny", precision="fp32", seed=2)
+    one = generate_model(get_workload("resnet50"), variant="tiny", precision="fp32", seed=1)
+    two = generate_model(get_workload("resnet50"), variant="tiny", precision="fp32", seed=2)
     assert one.SerializeToString() != two.SerializeToString()
 
 
 @pytest.mark.parametrize("benchmark", [RESNET50, BERT])
-def test_fp16_graph_keeps_the_official_interface(benchmark: Benchmark) -> None:
+def test_fp16_graph_keeps_the_official_interface(benchmark: Workload) -> None:
     """The fp16 graph stores float16 weights but keeps float32/int64 inputs and outputs."""
-    model = generate_model(benchmark.name, variant="tiny", precision="fp16")
+    model = generate_model(benchmark, variant="tiny", precision="fp16")
     weights = [t for t in model.graph.initializer if len(t.dims) >= 2]
     assert weights and all(t.data_type == TensorProto.FLOAT16 for t in weights)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     outputs = dict(
-        zip(benchmark.output_names(), session.run(None, calibration_feeds(benchmark, 2, 0)))
+        zip(benchmark.output_names(), session.run(None, benchmark.calibration_feeds(2, 0)))
     )
     _assert_official_outputs(outputs, benchmark, 2)
 
 
 def test_fp16_graph_computes_what_fp32_computes() -> None:
     """fp16 BERT logits agree with fp32 to fp16 precision (same weights, different storage)."""
-    feeds = calibration_feeds(BERT, 1, 0)
+    feeds = BERT.calibration_feeds(1, 0)
     results = []
     for precision in ("fp32", "fp16"):
-        model = generate_model("bert", variant="tiny", precision=precision)
+        model = generate_model(get_workload("bert"), variant="tiny", precision=precision)
         session = ort.InferenceSession(
             model.SerializeToString(), providers=["CPUExecutionProvider"]
         )
@@ -132,7 +135,7 @@ def test_fp16_graph_computes_what_fp32_computes() -> None:
     np.testing.assert_allclose(results[0], results[1], atol=2e-2)
 
 
-@pytest.mark.parametrize("benchmark", ["resnet50", "bert"])
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=str)
 def test_int8_graph_has_per_channel_int8_weights(benchmark: str) -> None:
     """Every gemm weight of the int8 graph is int8 behind a per-channel DequantizeLinear."""
     model = generate_model(benchmark, variant="tiny", precision="int8")
@@ -150,7 +153,7 @@ def test_int8_graph_has_per_channel_int8_weights(benchmark: str) -> None:
         assert scale.dims[0] == int8[node.input[0]].dims[axis] > 1
 
 
-@pytest.mark.parametrize("benchmark", ["resnet50", "bert"])
+@pytest.mark.parametrize("benchmark", [RESNET50, BERT], ids=str)
 def test_int8_graph_quantizes_activations_symmetrically(benchmark: str) -> None:
     """Activations enter every quantized gemm through Q/DQ with an int8 zero point of 0."""
     model = generate_model(benchmark, variant="tiny", precision="int8")
@@ -164,9 +167,9 @@ def test_int8_graph_quantizes_activations_symmetrically(benchmark: str) -> None:
 
 def test_int8_resnet50_graph_runs_with_official_outputs() -> None:
     """The Q/DQ ResNet50 is a valid graph with the official outputs (checked in a plain session)."""
-    model = generate_model("resnet50", variant="tiny", precision="int8")
+    model = generate_model(get_workload("resnet50"), variant="tiny", precision="int8")
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    outputs = session.run(None, calibration_feeds(RESNET50, 2, seed=1))
+    outputs = session.run(None, RESNET50.calibration_feeds(2, seed=1))
     _assert_official_outputs(dict(zip(RESNET50.output_names(), outputs)), RESNET50, 2)
 
 

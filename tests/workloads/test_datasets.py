@@ -9,17 +9,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mlperf_mig.benchmark import BERT, RESNET50
 from mlperf_mig.errors import DatasetError
 from mlperf_mig.harness import accuracy
-from mlperf_mig.harness.imagenet import MEAN_RGB, ImageNetSource, preprocess
-from mlperf_mig.harness.squad import (
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.bert.squad import (
     SquadSource,
     WordPieceTokenizer,
     basic_tokens,
     f1_score,
     normalize_answer,
 )
+from mlperf_mig.workloads.resnet50 import RESNET50
+from mlperf_mig.workloads.resnet50.imagenet import MEAN_RGB, ImageNetSource, preprocess
 
 
 def test_preprocess_is_mlperf_layout(tmp_path: Path) -> None:
@@ -43,27 +44,27 @@ def test_preprocess_crops_the_centre(tmp_path: Path) -> None:
 
 def test_imagenet_source_reads_val_map(imagenet_dir: Path) -> None:
     """val_map.txt gives names and labels; `sample_count` keeps the first ones."""
-    source = ImageNetSource.open(imagenet_dir, limit=4)
+    source = ImageNetSource.open(imagenet_dir, benchmark=RESNET50, limit=4)
     assert source.total_count == 4 and source.labels.tolist() == [0, 100, 200, 300]
 
 
 def test_missing_imagenet_folder_raises(tmp_path: Path) -> None:
     """A folder that does not exist is a dataset error naming it."""
     with pytest.raises(DatasetError, match="does not exist"):
-        ImageNetSource.open(tmp_path / "nope")
+        ImageNetSource.open(tmp_path / "nope", benchmark=RESNET50)
 
 
 def test_missing_val_map_raises(tmp_path: Path) -> None:
     """A folder without val_map.txt is a dataset error."""
     with pytest.raises(DatasetError, match=r"has no val_map\.txt"):
-        ImageNetSource.open(tmp_path)
+        ImageNetSource.open(tmp_path, benchmark=RESNET50)
 
 
 def test_missing_image_raises(imagenet_dir: Path, tmp_path: Path) -> None:
     """A val_map.txt entry whose image is missing is reported before any run."""
     (tmp_path / "val_map.txt").write_text("gone.JPEG 3\n")
     with pytest.raises(DatasetError, match=r"missing, first 'gone\.JPEG'"):
-        ImageNetSource.open(tmp_path)
+        ImageNetSource.open(tmp_path, benchmark=RESNET50)
 
 
 def test_basic_tokens_split_punctuation_and_accents() -> None:
@@ -80,7 +81,7 @@ def test_wordpiece_longest_match_first() -> None:
 
 def test_squad_features_layout(squad_dir: Path) -> None:
     """Each question gives one feature: [CLS] query [SEP] context [SEP], padded to 384."""
-    source = SquadSource.open(squad_dir)
+    source = SquadSource.open(squad_dir, benchmark=BERT)
     assert source.total_count == 3
     ids = source.arrays["input_ids"][0]
     mask = source.arrays["input_mask"][0]
@@ -95,7 +96,7 @@ def test_squad_without_vocab_raises(squad_dir: Path, tmp_path: Path) -> None:
     lone = tmp_path / "dev-v1.1.json"
     lone.write_text((squad_dir / "dev-v1.1.json").read_text())
     with pytest.raises(DatasetError, match="vocabulary"):
-        SquadSource.open(lone)
+        SquadSource.open(lone, benchmark=BERT)
 
 
 def test_squad_not_json_raises(tmp_path: Path, squad_dir: Path) -> None:
@@ -103,7 +104,7 @@ def test_squad_not_json_raises(tmp_path: Path, squad_dir: Path) -> None:
     bad = tmp_path / "dev-v1.1.json"
     bad.write_text("{}")
     with pytest.raises(DatasetError, match="not a SQuAD"):
-        SquadSource.open(bad, vocab=squad_dir / "vocab.txt")
+        SquadSource.open(bad, benchmark=BERT, vocab=squad_dir / "vocab.txt")
 
 
 @pytest.mark.parametrize(
@@ -121,24 +122,24 @@ def test_squad_wrong_field_types_raise(
     bad = tmp_path / "dev-v1.1.json"
     bad.write_text(json.dumps({"data": [{"paragraphs": [paragraph]}]}))
     with pytest.raises(DatasetError, match=f"is not SQuAD v1.1.*{field}"):
-        SquadSource.open(bad, vocab=squad_dir / "vocab.txt")
+        SquadSource.open(bad, benchmark=BERT, vocab=squad_dir / "vocab.txt")
 
 
 def test_imagenet_sample_count_beyond_the_folder_is_refused(imagenet_dir: Path) -> None:
     """Asking for more images than val_map.txt lists is an error, not a silent cut to six."""
-    assert ImageNetSource.open(imagenet_dir, limit=6).total_count == 6
+    assert ImageNetSource.open(imagenet_dir, benchmark=RESNET50, limit=6).total_count == 6
     with pytest.raises(DatasetError, match="sample count 7 is more than the 6 images"):
-        ImageNetSource.open(imagenet_dir, limit=7)
+        ImageNetSource.open(imagenet_dir, benchmark=RESNET50, limit=7)
 
 
 def test_squad_sample_count_beyond_the_file_is_refused(squad_dir: Path) -> None:
     """Asking for more features than the SQuAD file makes is an error, not a silent cut."""
-    available = SquadSource.open(squad_dir).total_count
-    assert SquadSource.open(squad_dir, limit=available).total_count == available
+    available = SquadSource.open(squad_dir, benchmark=BERT).total_count
+    assert SquadSource.open(squad_dir, benchmark=BERT, limit=available).total_count == available
     with pytest.raises(
         DatasetError, match=f"sample count {available + 1} is more than the {available} features"
     ):
-        SquadSource.open(squad_dir, limit=available + 1)
+        SquadSource.open(squad_dir, benchmark=BERT, limit=available + 1)
 
 
 def test_f1_and_normalisation() -> None:
@@ -157,7 +158,7 @@ def _write_accuracy_log(folder: Path, payloads: dict[int, bytes]) -> None:
 
 def test_top1_from_accuracy_log(imagenet_dir: Path, tmp_path: Path) -> None:
     """Top-1 compares the int32 payloads with val_map labels; real weights get a verdict."""
-    source = ImageNetSource.open(imagenet_dir)
+    source = ImageNetSource.open(imagenet_dir, benchmark=RESNET50)
     answers = {0: 0, 1: 100, 2: 7, 3: 300}  # three of four right
     _write_accuracy_log(tmp_path, {i: np.int32(c).tobytes() for i, c in answers.items()})
     report = accuracy.score(RESNET50, source, tmp_path, weights_synthetic=False)
@@ -170,7 +171,7 @@ ANSWER_WORDS = ((10, 10), (12, 12), (6, 8))  # Paris / 1990. / the lazy dog
 
 def test_f1_from_accuracy_log(squad_dir: Path, tmp_path: Path) -> None:
     """Logits that point at the answers give F1 and exact match of 100."""
-    source = SquadSource.open(squad_dir)
+    source = SquadSource.open(squad_dir, benchmark=BERT)
     payloads = {}
     for index, (first, last) in enumerate(ANSWER_WORDS):
         to_word = source.features[index].token_to_word

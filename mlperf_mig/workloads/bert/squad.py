@@ -30,8 +30,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from mlperf_mig.benchmark import BERT, SEQ_LEN, Benchmark
 from mlperf_mig.errors import DatasetError
+from mlperf_mig.workloads.bert.interface import SEQ_LEN
+from mlperf_mig.workloads.workload import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,39 @@ def squad_paths(
 
 
 # --- tokenizer -------------------------------------------------------------------------------
+def check_files(dataset: str | os.PathLike[str], vocab: str | os.PathLike[str] | None) -> None:
+    """Raise DatasetError unless the SQuAD json and the vocabulary are UTF-8 and the json parses
+    (read before any worker starts; questions are tokenised later)."""
+    path, vocab_path = squad_paths(dataset, vocab)
+    _utf8_text(vocab_path, "BERT vocabulary")
+    _json_document(path)
+
+
+def _utf8_text(path: Path, what: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise DatasetError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); pass the "
+            "original UTF-8 file"
+        ) from None
+
+
+def _json_document(path: Path) -> None:
+    """The SQuAD file must be UTF-8 JSON of a sane depth (Python's parser recurses)."""
+    text = _utf8_text(path, "SQuAD file")
+    try:
+        json.loads(text)
+    except RecursionError:
+        raise DatasetError(
+            f"SQuAD file {str(path)!r} is nested too deeply to be SQuAD v1.1; pass the dev-v1.1.json file"
+        ) from None
+    except ValueError as exc:
+        raise DatasetError(f"SQuAD file {str(path)!r} is not JSON: {exc}") from None
+
+
 def load_vocab(path: Path) -> dict[str, int]:
     """Token -> id of a BERT vocab.txt (one token per line)."""
     if not path.is_file():
@@ -408,7 +442,7 @@ class SquadSource:
     examples: list[Example]
     features: list[Feature]
     arrays: dict[str, np.ndarray]
-    benchmark: Benchmark = BERT
+    benchmark: Workload
     synthetic: bool = attrs.field(default=False, init=False)
 
     @classmethod
@@ -416,6 +450,7 @@ class SquadSource:
         cls,
         dataset: str | os.PathLike[str],
         *,
+        benchmark: Workload,
         vocab: str | os.PathLike[str] | None = None,
         limit: int | None = None,
     ) -> SquadSource:
@@ -435,7 +470,9 @@ class SquadSource:
             # the questions the kept windows belong to: the accuracy's denominator
             examples = examples[: features[-1].example_index + 1] if features else []
         logger.info("SQuAD: %d questions -> %d features", len(examples), len(features))
-        return cls(path=path, examples=examples, features=features, arrays=arrays)
+        return cls(
+            path=path, examples=examples, features=features, arrays=arrays, benchmark=benchmark
+        )
 
     @property
     def total_count(self) -> int:

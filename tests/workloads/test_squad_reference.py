@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlperf_mig.benchmark import SEQ_LEN
-from mlperf_mig.harness.squad import (
+from mlperf_mig.workloads.bert import BERT, SEQ_LEN
+from mlperf_mig.workloads.bert.squad import (
     NO_ANSWER,
     SquadSource,
     WordPieceTokenizer,
@@ -55,7 +55,7 @@ def _squad(folder: Path, questions: list[tuple[str, str]], context: str = CONTEX
     }
     (folder / "dev-v1.1.json").write_text(json.dumps(data))
     (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    return SquadSource.open(folder)
+    return SquadSource.open(folder, benchmark=BERT)
 
 
 @pytest.fixture(name="one_question")

@@ -17,8 +17,8 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from mlperf_mig.benchmark import RESNET50, Benchmark
 from mlperf_mig.errors import DatasetError
+from mlperf_mig.workloads.workload import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,20 @@ RESIZE = 256
 CROP = 224
 CLASSES = 1000
 MEAN_RGB = np.array([123.68, 116.78, 103.94], dtype=np.float32)
+
+
+def check_folder(root: Path) -> None:
+    """Raise DatasetError unless `root` is a folder holding val_map.txt."""
+    if not root.is_dir():
+        raise DatasetError(
+            f"ImageNet folder {str(root)!r} does not exist; pass the validation folder holding "
+            f"the images and {VAL_MAP}"
+        )
+    if not (root / VAL_MAP).is_file():
+        raise DatasetError(
+            f"ImageNet folder {str(root)!r} has no {VAL_MAP}; pass the validation folder holding "
+            f"the images and {VAL_MAP}"
+        )
 
 
 def read_val_map(folder: Path) -> tuple[tuple[str, ...], np.ndarray]:
@@ -99,18 +113,16 @@ class ImageNetSource:
     folder: Path
     names: tuple[str, ...]
     labels: np.ndarray
-    benchmark: Benchmark = RESNET50
+    benchmark: Workload
     synthetic: bool = attrs.field(default=False, init=False)
 
     @classmethod
-    def open(cls, folder: str | os.PathLike[str], *, limit: int | None = None) -> ImageNetSource:
+    def open(
+        cls, folder: str | os.PathLike[str], *, benchmark: Workload, limit: int | None = None
+    ) -> ImageNetSource:
         """The images of `folder` (the first `limit` of val_map.txt when given)."""
         root = Path(folder)
-        if not root.is_dir():
-            raise DatasetError(
-                f"ImageNet folder {str(root)!r} does not exist; pass the validation folder "
-                f"holding the images and {VAL_MAP}"
-            )
+        check_folder(root)
         names, labels = read_val_map(root)
         if limit is not None and limit > len(names):
             raise DatasetError(
@@ -119,7 +131,7 @@ class ImageNetSource:
             )
         if limit is not None:
             names, labels = names[:limit], labels[:limit]
-        return cls(folder=root, names=names, labels=labels)
+        return cls(folder=root, names=names, labels=labels, benchmark=benchmark)
 
     @property
     def total_count(self) -> int:

@@ -15,8 +15,8 @@ import attrs
 import numpy as np
 from onnx import TensorProto
 
-from mlperf_mig.benchmark import BERT
-from mlperf_mig.engines.graphs._builder import GraphBuilder, GraphGenerator
+from mlperf_mig.workloads.bert.interface import INPUTS, OUTPUTS
+from mlperf_mig.workloads.onnx_graph import GraphBuilder, GraphGenerator
 
 VOCAB_SIZE = 30522
 MAX_POSITIONS = 512
@@ -105,7 +105,7 @@ def _attention_bias(b: GraphBuilder, input_mask: str) -> str:
 
 
 def _add_bert(b: GraphBuilder, shape: BertShape) -> None:
-    ids, mask, segments = (b.add_input(t.name, TensorProto.INT64, _DIMS) for t in BERT.inputs)
+    ids, mask, segments = (b.add_input(t.name, TensorProto.INT64, _DIMS) for t in INPUTS)
 
     x = _embeddings(b, ids, segments, shape)
     attention_bias = _attention_bias(b, mask)
@@ -115,7 +115,7 @@ def _add_bert(b: GraphBuilder, shape: BertShape) -> None:
     logits = _dense(b, x, shape.hidden, 2)
     start, end = b.node_multi("Split", [logits, b.const(np.array([1, 1]))], 2, axis=-1)
     squeeze_axis = b.const(np.array([-1]))
-    for tensor, spec in zip((start, end), BERT.outputs):
+    for tensor, spec in zip((start, end), OUTPUTS):
         squeezed = b.to_float32(b.node("Squeeze", [tensor, squeeze_axis]))
         b.named_node("Identity", [squeezed], spec.name)
         b.add_output(spec.name, TensorProto.FLOAT, _DIMS)

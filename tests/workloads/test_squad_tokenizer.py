@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from mlperf_mig.harness.squad import SquadSource, WordPieceTokenizer
+from mlperf_mig.workloads.bert import BERT
+from mlperf_mig.workloads.bert.squad import SquadSource, WordPieceTokenizer
 
 PARAGRAPHS = (
     "Normandy (French: Normandie; Norman: Nourmandie; Latin: Normannia) is a geographical "
@@ -220,7 +221,7 @@ def test_sample_ids_as_before(sample_tokenizer: WordPieceTokenizer) -> None:
 
 def test_sample_features_as_before(sample_squad: Path) -> None:
     """The 384-token features of the SQuAD-like sample hash to the recorded digest."""
-    source = SquadSource.open(sample_squad)
+    source = SquadSource.open(sample_squad, benchmark=BERT)
     assert source.total_count == 8
     digest = hashlib.sha256()
     for name in ("input_ids", "input_mask", "segment_ids"):

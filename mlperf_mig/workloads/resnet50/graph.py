@@ -12,11 +12,11 @@ import math
 import attrs
 from onnx import TensorProto
 
-from mlperf_mig.benchmark import RESNET50
-from mlperf_mig.engines.graphs._builder import GraphBuilder, GraphGenerator
+from mlperf_mig.workloads.onnx_graph import GraphBuilder, GraphGenerator
+from mlperf_mig.workloads.resnet50.interface import INPUTS, OUTPUTS
 
-NUM_CLASSES = RESNET50.outputs[1].shape[1]
-_IMAGE_SHAPE = RESNET50.inputs[0].shape[1:]
+NUM_CLASSES = OUTPUTS[1].shape[1]
+_IMAGE_SHAPE = INPUTS[0].shape[1:]
 # The last convolution of each residual branch starts small (like a zero-initialised final batch
 # norm), so that the synthetic activations neither explode in fp16 nor vanish.
 _BRANCH_GAIN = 0.2
@@ -61,7 +61,7 @@ def _bottleneck(b: GraphBuilder, x: str, cin: int, width: int, stride: int) -> s
 
 
 def _add_resnet50(b: GraphBuilder, shape: ResNetShape) -> None:
-    image = b.add_input(RESNET50.inputs[0].name, TensorProto.FLOAT, ["N", *_IMAGE_SHAPE])
+    image = b.add_input(INPUTS[0].name, TensorProto.FLOAT, ["N", *_IMAGE_SHAPE])
 
     x = b.node("Relu", [_conv(b, b.to_float(image), 3, shape.stem_width, 7, 2)])
     x = b.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
@@ -77,7 +77,7 @@ def _add_resnet50(b: GraphBuilder, shape: ResNetShape) -> None:
     fc_b = b.weight(b.draw((NUM_CLASSES,), 0.01), prefix="fc_b")
     logits = b.to_float32(b.node("Add", [b.node("MatMul", [b.quantized(pooled), fc_w]), fc_b]))
 
-    argmax, softmax = RESNET50.outputs
+    argmax, softmax = OUTPUTS
     b.named_node("ArgMax", [logits], argmax.name, axis=1, keepdims=0)
     b.named_node("Softmax", [logits], softmax.name, axis=1)
     b.add_output(argmax.name, TensorProto.INT64, ["N"])

@@ -1,0 +1,65 @@
+"""The one table of workloads (MLPerf benchmarks), read by option parsing, the CLI and the
+readers of files alike.
+
+Each workload is a folder here, `workloads/<name>/`, whose `__init__.py` exports its `WORKLOAD`
+(see `workloads/workload.py`). Adding a workload is adding a folder: the table finds it. Workload
+modules import their heavy libraries (onnx, tokenizers, pillow) only inside the methods that need
+them, so that this table works without them loaded.
+
+A name is resolved once, at the edge (options, the CLI, a file read back); from there on the
+workload object travels. Nothing outside a workload folder compares a workload's name.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+from mlperf_mig.errors import UnknownBenchmarkError
+from mlperf_mig.workloads.workload import Score, TensorSpec, Workload
+
+__all__ = ["Score", "TensorSpec", "Workload", "get_workload", "workload_names", "workloads"]
+
+
+@functools.cache
+def _table() -> dict[str, Workload]:
+    """name (and alias) -> workload of every workload folder, in listing order."""
+    listed: list[Workload] = []
+    for module in pkgutil.iter_modules(__path__):
+        if not module.ispkg:
+            continue
+        workload = importlib.import_module(f"{__name__}.{module.name}").WORKLOAD
+        if not isinstance(workload, Workload):
+            raise TypeError(f"workload folder {module.name!r} exports no Workload as WORKLOAD")
+        listed.append(workload)
+    found: dict[str, Workload] = {}
+    for workload in sorted(listed, key=lambda w: (w.listing_order, w.name)):
+        for name in (workload.name, *workload.aliases):
+            if name in found:
+                raise TypeError(f"workload name {name!r} is taken by two workload folders")
+            found[name] = workload
+    return found
+
+
+def workloads() -> tuple[Workload, ...]:
+    """Every workload of this installation, each once."""
+    return tuple(dict.fromkeys(_table().values()))
+
+
+def workload_names() -> tuple[str, ...]:
+    """The names of every workload (aliases left out)."""
+    return tuple(w.name for w in workloads())
+
+
+def get_workload(name: str | Workload) -> Workload:
+    """The workload called `name` (case-insensitive; aliases such as 'bert-99' accepted); a
+    Workload is returned as it is, so that records may take either."""
+    if isinstance(name, Workload):
+        return name
+    try:
+        return _table()[str(name).strip().lower()]
+    except KeyError:
+        raise UnknownBenchmarkError(
+            f"unknown benchmark {name!r}; expected one of {', '.join(workload_names())}"
+        ) from None

@@ -1,0 +1,185 @@
+"""What a workload is: an MLPerf Inference benchmark's model interface, its rules, and the parts
+that differ from one benchmark to the next (reference/mlperf.md section 2).
+
+Each workload is a folder, `workloads/<name>/`, whose `__init__.py` exports its `WORKLOAD` (a
+subclass of `Workload` with its facts filled in); `workloads/__init__.py` is the table that finds
+them. The rest of the library asks the workload object, which travels resolved in the plan,
+engine requests and instance tasks: the graph builders generate models with its tensors, the
+backends check user-supplied models against them, the harness shapes samples and responses from
+them, the accuracy run asks it to score, and the submission writer takes its folder names from it.
+Nothing outside a workload folder compares a workload's name.
+"""
+
+from __future__ import annotations
+
+import abc
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+    from mlperf_mig.workloads.samples import SampleSource
+
+
+@attrs.frozen(kw_only=True)
+class TensorSpec:
+    """One model input or output; `None` in `shape` is the dynamic batch dimension."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...]
+
+
+ONE_ANSWER = "one answer"  # the only kind of response so far: one payload per sample, at once
+
+
+@attrs.frozen(kw_only=True)
+class ResponseFormat:
+    """What LoadGen gets for one sample: its kind, and the shape and dtype of its payload.
+
+    `kind` is ONE_ANSWER (the whole answer in one QuerySampleResponse, the SUTs of harness/ and
+    runner/unified.py serve it); a workload whose answer streams tokens declares another kind,
+    and a SUT that cannot serve it refuses it by name before LoadGen starts.
+    """
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@attrs.frozen(kw_only=True)
+class Score:
+    """A workload's accuracy metric over the logged answers: the value, how many samples (for
+    SQuAD, questions) it rests on, and what else the metric reports."""
+
+    value: float
+    count: int
+    extra: Mapping[str, float] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Workload(abc.ABC):
+    """An MLPerf Inference benchmark: the model interface, the rules that depend on it, and what
+    differs per benchmark (graphs, samples, datasets, responses, scoring).
+
+    A subclass per workload folder implements the abstract methods; instances are immutable and picklable
+    (the plan sends them to every worker).
+    """
+
+    name: str
+    listing_order: int  # where the workload stands in lists, help texts and errors
+    aliases: tuple[str, ...] = ()  # other names a user may type ("bert-99" for bert)
+    conf_model_name: (
+        str  # the model name LoadGen's mlperf.conf uses (trap 3: "bert", not "bert-99")
+    )
+    submission_names: tuple[str, ...]  # result folder names the submission checker accepts
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    performance_sample_count: int
+    server_latency_bound_ms: float
+    offline_min_samples: int
+    accuracy_metric: str
+    accuracy_target: float
+    required_audits: tuple[str, ...]  # the compliance audits a closed-division result needs
+    official_weights: str  # the reference model file a submission's measurements.json names
+    response: ResponseFormat
+    # ONNX Runtime's CPU provider computes int8 fast for this graph (BERT: its Q/DQ matmuls fuse
+    # into integer GEMMs; ResNet50's Q/DQ convolutions run slower than fp32 on the CPU).
+    int8_on_cpu: bool = False
+
+    def __str__(self) -> str:
+        return self.name  # how messages, file names and tables name it
+
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs)
+
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.outputs)
+
+    @property
+    def settings_file(self) -> str:
+        """The LoadGen settings of this workload: a file of the top-level harness/ folder."""
+        return f"{self.name}.toml"
+
+    @property
+    def recipe_file(self) -> str:
+        """The engine recipe of this workload: a file of the top-level engines/ folder."""
+        return f"{self.name}.toml"
+
+    # -- models ------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def build_graph(
+        self,
+        *,
+        variant: str,
+        precision: str,
+        seed: int,
+        act_amax: Mapping[str, float] | None = None,
+    ) -> tuple[onnx.ModelProto, list[str]]:
+        """The generated graph (synthetic weights) and the tensors its int8 version quantizes."""
+
+    @abc.abstractmethod
+    def calibration_feeds(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+        """Synthetic inputs shaped like the real ones, for calibrating an int8 graph."""
+
+    # -- samples -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def fill_synthetic(
+        self,
+        *,
+        seed: int,
+        total_count: int,
+        indices: Sequence[int],
+        out: Mapping[str, np.ndarray],
+        scratch: dict[str, Any],
+    ) -> None:
+        """Write deterministic synthetic sample `indices[i]` into row i of every `out[input]`;
+        each sample depends only on (seed, index). `scratch` is the source's to keep draws in."""
+
+    @abc.abstractmethod
+    def check_dataset(self, dataset: str, vocab: str | None) -> None:
+        """Raise DatasetError when `dataset` (and a vocabulary where the workload needs one) is
+        missing or malformed; cheap enough to run before any worker starts."""
+
+    @abc.abstractmethod
+    def open_dataset(self, dataset: str, *, vocab: str | None, limit: int | None) -> SampleSource:
+        """The dataset's samples (its first `limit` when given), ready to fill a library."""
+
+    # -- responses and accuracy --------------------------------------------------------------
+
+    @abc.abstractmethod
+    def write_payload(self, outputs: Mapping[str, np.ndarray], payload: np.ndarray) -> None:
+        """Write each sample's response payload (reference format) into the rows of `payload`
+        (shaped `[batch, *response.shape]`) from the model's outputs for the batch."""
+
+    @abc.abstractmethod
+    def score(self, source: SampleSource, answers: Mapping[int, bytes]) -> Score:
+        """The accuracy metric over each logged sample's first answer, by sample index, as
+        MLCommons' reference script computes it; `source` holds the ground truth."""
+
+    # -- known answers (the known_answer backend) -------------------------------------------
+
+    def sample_code(self, sample: Mapping[str, np.ndarray]) -> int:
+        """CRC-32 of one sample's bytes, every input in the workload's input order."""
+        code = 0
+        for name in self.input_names():
+            code = zlib.crc32(np.ascontiguousarray(sample[name]), code)
+        return code
+
+    @abc.abstractmethod
+    def known_outputs(
+        self, samples: Sequence[Mapping[str, np.ndarray]], codes: Sequence[int]
+    ) -> dict[str, np.ndarray]:
+        """Model outputs for a batch that carry each sample's code (the known_answer backend)."""
+
+    @abc.abstractmethod
+    def known_payload(self, sample: Mapping[str, np.ndarray]) -> bytes:
+        """The response payload the known_answer backend's answer to `sample` must give, built
+        straight from the sample without the harness's code, to check a log against."""
