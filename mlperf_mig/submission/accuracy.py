@@ -4,13 +4,12 @@ Follows tools/submission/truncate_accuracy_log.py: the hash is the SHA-256 of th
 mlperf_log_accuracy.json; a log above 10 KiB keeps its first and last 4 KiB around a marker. The
 accuracy line is what the reference accuracy scripts print (accuracy-imagenet.py:
 "accuracy=76.456%, good=38228, total=50000"; accuracy-squad.py: '{"exact_match": .., "f1": ..}'),
-which the checker reads with the patterns in rules.ACCURACY_PATTERNS.
+which the checker reads with the workload's accuracy pattern (rules.accuracy_pattern).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,57 +25,21 @@ class AccuracyFigures:
     """The metric of an accuracy run, as the reference script reports it."""
 
     model: str  # checker model class: "resnet", "bert-99", "bert-99.9"
-    values: Mapping[str, float]  # resnet: accuracy (%), good, total; bert: exact_match, f1 (%)
+    values: Mapping[str, float]  # the workload's accuracy_figures (resnet: accuracy, good, total)
 
     def line(self) -> str:
         """The line the reference accuracy script prints for these figures."""
-        if self.model == "resnet":
-            return (
-                f"accuracy={float(self.values['accuracy']):.3f}%, "
-                f"good={int(self.values['good'])}, total={int(self.values['total'])}"
-            )
-        return json.dumps(
-            {"exact_match": float(self.values["exact_match"]), "f1": float(self.values["f1"])}
-        )
-
-
-# How mlperf-mig computed the figure, the official script's command for our log, and why its
-# flags are what they are. In accuracy.txt they are "#" lines, which no checker pattern matches.
-REFERENCE_SCRIPTS = {
-    "resnet": (
-        "accuracy-imagenet.py computes it: top-1 over the logged samples, each counted once by "
-        "its first record; the logged label is the class index with the background class "
-        "already removed (argmax - 1)",
-        "python3 vision/classification_and_detection/tools/accuracy-imagenet.py "
-        "--mlperf-accuracy-file mlperf_log_accuracy.json --imagenet-val-file val_map.txt "
-        "--dtype int32",
-        "our log holds int32 labels, which the script's default --dtype float32 would misread",
-    ),
-    "bert": (
-        "language/bert/accuracy-squad.py computes it: the best span (n-best 20, at most 30 "
-        "tokens, float64 scores) of each question's windows, its WordPiece text aligned back "
-        "onto the original characters, F1 and exact match averaged over all the dataset's "
-        "questions (a question without a logged window counts 0)",
-        "python3 language/bert/accuracy-squad.py --vocab_file vocab.txt --val_data dev-v1.1.json "
-        "--log_file mlperf_log_accuracy.json",
-        "our log holds float32 [384, 2] start/end logits, the script's defaults: no "
-        "--output_dtype or --output_transposed",
-    ),
-}
-
-
-def reference_script(model: str) -> tuple[str, str, str]:
-    """(how the accuracy of `model` — "resnet", "bert-99", ... — was computed, the MLCommons
-    script's command line for our log, why its flags are these)."""
-    return REFERENCE_SCRIPTS["resnet" if model == "resnet" else "bert"]
+        return rules.workload_of_model(self.model).accuracy_line(self.values)
 
 
 def how_computed(model: str) -> list[str]:
-    """accuracy.txt's lines on how the figure was computed and how to check it."""
-    how, command, why = reference_script(model)
+    """accuracy.txt's lines on how the figure was computed and how to check it ("#" lines, which
+    no checker pattern matches)."""
+    script = rules.workload_of_model(model).reference_script
     return [
-        f"# computed by mlperf-mig as {how}",
-        f"# check it on the full log (its sha256 is the hash line): {command}   ({why})",
+        f"# computed by mlperf-mig as {script.how}",
+        f"# check it on the full log (its sha256 is the hash line): {script.command}   "
+        f"({script.why})",
     ]
 
 

@@ -206,7 +206,7 @@ def _system_results(
                 benchmark,
                 (
                     f"unknown benchmark folder {benchmark.name!r}; expected one of "
-                    f"{', '.join(rules.BENCHMARK_FOLDERS)}"
+                    f"{', '.join(rules.benchmark_folders())}"
                 ),
             )
             continue
@@ -232,7 +232,7 @@ def _required_scenarios(
 ) -> Iterator[Finding]:
     system_type = str(description.get("system_type", ""))
     key = "datacenter,edge" if "," in system_type else system_type
-    required = rules.REQUIRED_SCENARIOS.get(key, {}).get(model)
+    required = rules.checker_model(model).scenarios_required(key)
     if required is None:
         yield (
             benchmark,
@@ -271,7 +271,7 @@ def _compliance(folder: Path, model: str, division: str, version: str) -> Iterat
     """The audits of a result: required in the closed division; checked wherever present (the
     MLCommons checker skips them in the open division, so an open tree must meet the same rules
     for its audits to count if it were closed)."""
-    for audit in rules.COMPLIANCE_TESTS[model]:
+    for audit in rules.workload_of_model(model).required_audits:
         test = folder / audit
         if test.is_dir():
             yield from _audit(test, audit, model, division, version)
@@ -333,13 +333,13 @@ def _test01_accuracy_fallback(folder: Path, model: str) -> Iterator[Finding]:
         if not path.is_file():
             return
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        found = [float(m.group(1)) for m in map(rules.ACCURACY_PATTERNS[model].match, lines) if m]
+        found = [float(m.group(1)) for m in map(rules.accuracy_pattern(model).match, lines) if m]
         if not found or not found[0]:
             yield path, "no non-zero accuracy line in the reference script's format"
             return
         values[name] = found[0]
     delta = abs(1 - values["baseline_accuracy.txt"] / values["compliance_accuracy.txt"]) * 100
-    allowed = rules.ACCURACY_DELTA_PERCENT[model]
+    allowed = rules.checker_model(model).accuracy_delta_percent
     if delta > allowed:
         yield (
             folder,
@@ -409,7 +409,7 @@ def performance_problems(
         problems.append(
             f"no numeric {result_key} record: the checker reads the {detail.scenario} result from it"
         )
-    required_count = rules.PERFORMANCE_SAMPLE_COUNT[model]
+    required_count = rules.checker_model(model).performance_sample_count
     count = detail.get("effective_performance_sample_count") or 0
     if count < required_count:
         problems.append(
@@ -431,12 +431,12 @@ def _scenario_rule_problems(detail: DetailLog, model: str, division: str) -> lis
     if scenario in rules.EARLY_STOPPING_SCENARIOS:
         if not detail.get("early_stopping_met"):
             problems.append("early stopping condition not met (too few queries for an estimate)")
-        bound = rules.SERVER_LATENCY_BOUND_NS.get(model) if scenario == "Server" else None
+        bound = rules.checker_model(model).server_latency_bound_ns if scenario == "Server" else None
         target = detail.get("effective_target_latency_ns") or 0
         if bound is not None and target > bound:
             problems.append(f"target latency {target} ns exceeds the bound {bound} ns")
     else:
-        required = rules.MIN_QUERY_COUNT.get(model, {}).get(str(scenario))
+        required = rules.checker_model(model).min_queries(str(scenario))
         found = detail.get("effective_min_query_count") or 0
         if required and found < required:
             problems.append(f"min_query_count is {found}; the checker needs >= {required}")
@@ -447,7 +447,7 @@ def _scenario_rule_problems(detail: DetailLog, model: str, division: str) -> lis
             f"closed division needs a VALID LoadGen result, the log says {validity} {reason}".strip()
         )
     per_query = detail.get("effective_samples_per_query") or 0
-    minimum = rules.OFFLINE_MIN_SAMPLES_PER_QUERY[model]
+    minimum = rules.checker_model(model).offline_min_samples
     if scenario == "Offline" and division == "closed" and per_query < minimum:
         problems.append(
             f"closed Offline needs >= {minimum} samples per query, the log has {per_query}"
@@ -529,9 +529,9 @@ def accuracy_txt_problems(
         and accuracy.sha256_of(log_data) != hashes[-1]
     ):
         problems.append("hash does not match mlperf_log_accuracy.json (which is not truncated)")
-    values = [float(m.group(1)) for m in map(rules.ACCURACY_PATTERNS[model].match, lines) if m]
+    values = [float(m.group(1)) for m in map(rules.accuracy_pattern(model).match, lines) if m]
     if division == "closed":
-        target = rules.ACCURACY_TARGETS[model]
+        target = rules.checker_model(model).accuracy_target
         if not values:
             problems.append("no accuracy line in the reference script's format")
         elif values[0] < target:

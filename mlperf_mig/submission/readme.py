@@ -14,7 +14,6 @@ from typing import Any
 
 from mlperf_mig import __version__
 from mlperf_mig.runner.results import InstanceRun, RunResult
-from mlperf_mig.submission import accuracy, rules
 from mlperf_mig.submission.hostinfo import package_version
 from mlperf_mig.workloads import Workload, get_workload
 
@@ -136,9 +135,8 @@ def result_readme(
 def accuracy_paragraph(benchmark: Workload) -> list[str]:
     """How accuracy/accuracy.txt's figure was computed, and the MLCommons script's command for
     our log (ImageNet needs `--dtype int32`)."""
-    how, command, why = accuracy.reference_script(
-        rules.BENCHMARK_FOLDERS[benchmark.submission_names[0]]
-    )
+    script = benchmark.reference_script
+    how, command, why = script.how, script.command, script.why
     return [
         f"mlperf-mig computed the accuracy in accuracy/accuracy.txt as {how}.",
         "",

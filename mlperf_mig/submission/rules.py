@@ -6,12 +6,16 @@ counts, minimum duration, latency bounds, required scenarios), checks/performanc
 checks/accuracy_check.py, checks/system_check.py, checks/measurements_checks.py, loader.py
 (paths of v6.0 and later), configuration/configuration.py (model names, early stopping), and
 tools/submission/truncate_accuracy_log.py (truncation and hash). The checker is the judge; these
-values must follow it, not our taste.
+values must follow it, not our taste. What it knows per model class (sample counts, latency
+bounds, minimum queries, required scenarios, accuracy targets and patterns, compliance audits) is
+each workload's `checker_models` (workloads/<name>/); this module asks the workloads for it.
 """
 
 from __future__ import annotations
 
 import re
+
+from mlperf_mig.workloads import CheckerModel, Workload, workloads
 
 DEFAULT_VERSION = "v6.1"
 
@@ -47,46 +51,7 @@ SEEDS: dict[str, dict[str, int]] = {
     },
 }
 
-# Result folder name -> the checker's model class (configuration.get_mlperf_model).
-BENCHMARK_FOLDERS: dict[str, str] = {
-    "resnet50": "resnet",
-    "resnet": "resnet",
-    "bert-99": "bert-99",
-    "bert-99.9": "bert-99.9",
-}
-PERFORMANCE_SAMPLE_COUNT = {"resnet": 1024, "bert-99": 10833, "bert-99.9": 10833}
-OFFLINE_MIN_SAMPLES_PER_QUERY = {"resnet": 24576, "bert-99": 10833, "bert-99.9": 10833}
-SERVER_LATENCY_BOUND_NS = {"resnet": 15_000_000}
-MIN_QUERY_COUNT = {
-    "resnet": {"SingleStream": 1024, "MultiStream": 270336, "Server": 270336, "Offline": 1},
-    "bert-99": {"SingleStream": 1024, "Offline": 1},
-    "bert-99.9": {"SingleStream": 1024, "Offline": 1},
-}
 MIN_DURATION_MS = 600_000
-# Closed division: scenarios each system type must have (constants.py required-scenarios-*).
-REQUIRED_SCENARIOS = {
-    "edge": {
-        "resnet": ("SingleStream", "MultiStream", "Offline"),
-        "bert-99": ("SingleStream", "Offline"),
-        "bert-99.9": ("SingleStream", "Offline"),
-    },
-    "datacenter,edge": {
-        "resnet": ("SingleStream", "MultiStream", "Offline", "Server"),
-        "bert-99": ("SingleStream", "Offline"),
-        "bert-99.9": ("SingleStream", "Offline"),
-    },
-}
-ACCURACY_TARGETS = {"resnet": 76.46 * 0.99, "bert-99": 90.874 * 0.99, "bert-99.9": 90.874 * 0.999}
-# constants.py ACC_PATTERN["acc"] and ["F1"]: what the reference accuracy scripts print.
-ACCURACY_PATTERNS = {
-    "resnet": re.compile(r"^(?:\{\"accuracy|accuracy)[\": ]*=?\s*([\d\.]+).*"),
-    "bert-99": re.compile(
-        r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"
-    ),
-    "bert-99.9": re.compile(
-        r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"
-    ),
-}
 HASH_LINE = re.compile(r"^hash=([\w\d]+)$")
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -137,13 +102,6 @@ REQUIRED_ACC_FILES = (
 )
 REQUIRED_SCENARIO_FILES = ("measurements.json", "user.conf", "README.md")
 
-# Compliance audits (reference/mlperf.md section 5): which the closed division needs per model
-# (the checker's models_TEST01 / models_TEST04), in <scenario>/<TEST>/ since v6.0.
-COMPLIANCE_TESTS = {
-    "resnet": ("TEST01", "TEST04"),
-    "bert-99": ("TEST01",),
-    "bert-99.9": ("TEST01",),
-}
 VERIFY_FILES = {
     "TEST01": ("verify_accuracy.txt", "verify_performance.txt"),
     "TEST04": ("verify_performance.txt",),
@@ -153,7 +111,6 @@ PASS_LINE = "TEST PASS"
 TEST01_ACC_FILES = (
     "mlperf_log_accuracy.json", "accuracy.txt", "baseline_accuracy.txt", "compliance_accuracy.txt",
 )  # fmt: skip
-ACCURACY_DELTA_PERCENT = {"resnet": 1.0, "bert-99": 1.0, "bert-99.9": 0.1}
 
 MEASUREMENTS_KEYS = (
     "input_data_types",
@@ -240,14 +197,39 @@ def short_run_settings(model: str) -> dict[str, float]:
     """
     return {
         "min_duration": MIN_DURATION_MS,
-        "performance_sample_count_override": PERFORMANCE_SAMPLE_COUNT[model],
+        "performance_sample_count_override": checker_model(model).performance_sample_count,
         "target_qps": 0.1,
     }
 
 
+def _models() -> dict[str, tuple[CheckerModel, Workload]]:
+    """The checker's model classes, each with the workload whose result folders it judges."""
+    return {model.name: (model, w) for w in workloads() for model in w.checker_models}
+
+
+def checker_model(model: str) -> CheckerModel:
+    """What the checker knows of model class `model` ("resnet", "bert-99", ...)."""
+    return _models()[model][0]
+
+
+def workload_of_model(model: str) -> Workload:
+    """The workload whose results the checker's model class `model` judges."""
+    return _models()[model][1]
+
+
+def benchmark_folders() -> dict[str, str]:
+    """Result folder name -> the checker's model class (configuration.get_mlperf_model)."""
+    return {folder: name for name, (model, _) in _models().items() for folder in model.folders}
+
+
 def mlperf_model(benchmark_folder: str) -> str | None:
     """The checker's model class for a result folder name, None for a name it would reject."""
-    return BENCHMARK_FOLDERS.get(benchmark_folder)
+    return benchmark_folders().get(benchmark_folder)
+
+
+def accuracy_pattern(model: str) -> re.Pattern[str]:
+    """The regex the checker reads model `model`'s accuracy.txt figure with (ACC_PATTERN)."""
+    return re.compile(checker_model(model).accuracy_pattern)
 
 
 def known_versions() -> tuple[str, ...]:

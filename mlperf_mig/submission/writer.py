@@ -222,7 +222,7 @@ def _short_run_hint(problems: list[str], sources: list[ResultSource]) -> str:
             f"sample count in every division; a {', '.join(others)} run with them lasts 600 s: "
             "mlperf-mig run ... --preset submission)"
         )
-    model = rules.BENCHMARK_FOLDERS[sources[0].benchmark_folder]
+    model = rules.benchmark_folders()[sources[0].benchmark_folder]
     flags = " ".join(f"--set {k}={v}" for k, v in rules.short_run_settings(model).items())
     return f" (hint: an open-division Offline run the checker accepts takes seconds with: mlperf-mig run ... {flags})"
 
@@ -409,7 +409,7 @@ def _source_problems(source: ResultSource, division: str, version: str) -> list[
     problems = [prefix + p for p in _run_problems(source, division)]
     if source.performance is None:
         return [*problems, prefix + "no performance result (the run did not finish)"]
-    model = rules.BENCHMARK_FOLDERS[source.benchmark_folder]
+    model = rules.benchmark_folders()[source.benchmark_folder]
     problems += [prefix + p for p in _log_problems(source, model, division, version)]
     if division == "closed":
         problems += [prefix + p for p in _closed_audit_problems(source, model)]
@@ -419,7 +419,7 @@ def _source_problems(source: ResultSource, division: str, version: str) -> list[
 def _closed_audit_problems(source: ResultSource, model: str) -> list[str]:
     """The closed division needs every required audit, passed, at the official duration."""
     problems = []
-    for audit in rules.COMPLIANCE_TESTS[model]:
+    for audit in rules.workload_of_model(model).required_audits:
         verdict = source.audits.get(audit)
         if verdict is None:
             problems.append(
@@ -454,7 +454,7 @@ def _included_audits(source: ResultSource, model: str) -> list[Any]:
     one or one whose files are gone is left out, with a warning."""
     included = []
     for audit, verdict in source.audits.items():
-        if audit not in rules.COMPLIANCE_TESTS[model]:
+        if audit not in rules.workload_of_model(model).required_audits:
             continue
         missing = [n for n in _audit_files(audit) if not (source.audit_logs(audit) / n).is_file()]
         if not verdict.passed or missing:
@@ -741,7 +741,7 @@ def _fill_result(folder: Path, source: ResultSource, division: str) -> None:
     for name in rules.REQUIRED_PERF_FILES:
         shutil.copyfile(source.logs("performance") / name, run_1 / name)
     _write_accuracy(folder / "accuracy", source)
-    model = rules.BENCHMARK_FOLDERS[source.benchmark_folder]
+    model = rules.benchmark_folders()[source.benchmark_folder]
     for verdict in _included_audits(source, model):
         _write_audit(folder / verdict.audit, source, verdict, model)
     atomic_write_json(folder / "measurements.json", readme.measurements(source.run))
@@ -761,7 +761,7 @@ def _write_accuracy(folder: Path, source: ResultSource) -> None:
     logs = source.logs("accuracy")
     for name in ("mlperf_log_summary.txt", "mlperf_log_detail.txt"):
         shutil.copyfile(logs / name, folder / name)
-    model = rules.BENCHMARK_FOLDERS[source.benchmark_folder]
+    model = rules.benchmark_folders()[source.benchmark_folder]
     figures, note = accuracy_figures(model, source.accuracy.accuracy)
     accuracy.write_accuracy_files(logs / "mlperf_log_accuracy.json", folder, figures, note)
 
@@ -799,11 +799,8 @@ def accuracy_figures(model: str, report: Any) -> tuple[accuracy.AccuracyFigures 
         return None, "# accuracy was not scored by mlperf-mig"
     if not report.meaningful or report.value is None:
         return None, f"# accuracy not reported: {report.note}"
-    if model == "resnet":
-        good = round(report.value * report.sample_count / 100.0)
-        values = {"accuracy": report.value, "good": good, "total": report.sample_count}
-    else:
-        values = {"exact_match": report.extra["exact_match"], "f1": report.value}
+    workload = rules.workload_of_model(model)
+    values = workload.accuracy_figures(report.value, report.sample_count, report.extra)
     return accuracy.AccuracyFigures(model=model, values=values), ""
 
 

@@ -17,9 +17,17 @@ import importlib
 import pkgutil
 
 from mlperf_mig.errors import UnknownBenchmarkError
-from mlperf_mig.workloads.workload import Score, TensorSpec, Workload
+from mlperf_mig.workloads.workload import CheckerModel, Score, TensorSpec, Workload
 
-__all__ = ["Score", "TensorSpec", "Workload", "get_workload", "workload_names", "workloads"]
+__all__ = [
+    "CheckerModel",
+    "Score",
+    "TensorSpec",
+    "Workload",
+    "get_workload",
+    "workload_names",
+    "workloads",
+]
 
 
 @functools.cache

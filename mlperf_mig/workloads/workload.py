@@ -63,6 +63,42 @@ class Score:
 
 
 @attrs.frozen(kw_only=True)
+class CheckerModel:
+    """One model class of MLCommons' submission checker, as it judges a result folder of a
+    workload (its constants.py and configuration.py; reference/mlperf.md section 3). The checker
+    is the judge: these values follow it, not our taste."""
+
+    name: str  # the checker's model class: "resnet", "bert-99"
+    folders: tuple[str, ...]  # result folder names the checker reads as this model
+    performance_sample_count: int
+    offline_min_samples: int  # the least samples of an Offline query
+    # the least queries per LoadGen scenario (scenarios it does not name have no minimum)
+    min_query_count: tuple[tuple[str, int], ...]
+    server_latency_bound_ns: int | None  # None: the checker sets no Server bound
+    # closed division: the LoadGen scenarios each system type must have
+    required_scenarios: tuple[tuple[str, tuple[str, ...]], ...]
+    accuracy_target: float
+    accuracy_pattern: str  # the regex the checker reads accuracy.txt's figure with (ACC_PATTERN)
+    accuracy_delta_percent: float  # TEST01: how far the audit's sampled accuracy may move
+
+    def min_queries(self, loadgen_scenario: str) -> int | None:
+        return dict(self.min_query_count).get(loadgen_scenario)
+
+    def scenarios_required(self, system_type: str) -> tuple[str, ...] | None:
+        return dict(self.required_scenarios).get(system_type)
+
+
+@attrs.frozen(kw_only=True)
+class ReferenceScript:
+    """How mlperf-mig computed a workload's accuracy figure, the MLCommons script's command line
+    for our log, and why its flags are what they are (accuracy.txt and a result's README)."""
+
+    how: str
+    command: str
+    why: str
+
+
+@attrs.frozen(kw_only=True)
 class Workload(abc.ABC):
     """An MLPerf Inference benchmark: the model interface, the rules that depend on it, and what
     differs per benchmark (graphs, samples, datasets, responses, scoring).
@@ -87,6 +123,8 @@ class Workload(abc.ABC):
     accuracy_target: float
     required_audits: tuple[str, ...]  # the compliance audits a closed-division result needs
     official_weights: str  # the reference model file a submission's measurements.json names
+    checker_models: tuple[CheckerModel, ...]  # the checker's classes of this workload (bert: 2)
+    reference_script: ReferenceScript
     response: ResponseFormat
     # ONNX Runtime's CPU provider computes int8 fast for this graph (BERT: its Q/DQ matmuls fuse
     # into integer GEMMs; ResNet50's Q/DQ convolutions run slower than fp32 on the CPU).
@@ -163,6 +201,18 @@ class Workload(abc.ABC):
     def score(self, source: SampleSource, answers: Mapping[int, bytes]) -> Score:
         """The accuracy metric over each logged sample's first answer, by sample index, as
         MLCommons' reference script computes it; `source` holds the ground truth."""
+
+    @abc.abstractmethod
+    def accuracy_figures(
+        self, value: float, count: int, extra: Mapping[str, float]
+    ) -> dict[str, float]:
+        """The figures the reference accuracy script prints, from a scored accuracy run (the
+        metric's value, the samples it rests on, what else it reported)."""
+
+    @abc.abstractmethod
+    def accuracy_line(self, figures: Mapping[str, float]) -> str:
+        """The line the reference accuracy script prints for `figures` (what the checker's
+        `accuracy_pattern` reads)."""
 
     # -- known answers (the known_answer backend) -------------------------------------------
 

@@ -222,8 +222,8 @@ def test_checker_server_latency_bound(target: int, passed: bool) -> None:
 
 @pytest.mark.parametrize(
     ("value", "passed"),
-    [(rules.ACCURACY_TARGETS["resnet"] * (1 + NUDGE), True), (rules.ACCURACY_TARGETS["resnet"], True),
-     (rules.ACCURACY_TARGETS["resnet"] * (1 - NUDGE), False)],
+    [(rules.checker_model("resnet").accuracy_target * (1 + NUDGE), True), (rules.checker_model("resnet").accuracy_target, True),
+     (rules.checker_model("resnet").accuracy_target * (1 - NUDGE), False)],
 )  # fmt: skip
 def test_checker_accuracy_target(value: float, passed: bool) -> None:
     """Closed division: accuracy at 99% of 76.46 or above passes."""

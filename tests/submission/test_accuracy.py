@@ -29,14 +29,14 @@ def test_resnet_line_matches_the_checker_pattern() -> None:
     )
     line = figures.line()
     assert line == "accuracy=76.456%, good=38228, total=50000"
-    assert rules.ACCURACY_PATTERNS["resnet"].match(line).group(1) == "76.456"
+    assert rules.accuracy_pattern("resnet").match(line).group(1) == "76.456"
 
 
 def test_bert_line_matches_the_checker_pattern() -> None:
     """The SQuAD line is the JSON accuracy-squad.py prints; the checker reads F1 from it."""
     figures = accuracy.AccuracyFigures(model="bert-99", values={"exact_match": 83.5, "f1": 90.9})
     assert figures.line() == '{"exact_match": 83.5, "f1": 90.9}'
-    assert rules.ACCURACY_PATTERNS["bert-99"].match(figures.line()).group(1) == "90.9"
+    assert rules.accuracy_pattern("bert-99").match(figures.line()).group(1) == "90.9"
 
 
 def test_accuracy_txt_ends_with_the_hash_line() -> None:
@@ -64,7 +64,7 @@ def test_accuracy_txt_tells_the_imagenet_script_to_read_int32() -> None:
     )
     lines = accuracy.accuracy_txt(figures, accuracy.sha256_of(b"[]")).splitlines()
     assert any("accuracy-imagenet.py" in line and "--dtype int32" in line for line in lines)
-    assert [line for line in lines if rules.ACCURACY_PATTERNS["resnet"].match(line)] == [lines[0]]
+    assert [line for line in lines if rules.accuracy_pattern("resnet").match(line)] == [lines[0]]
 
 
 def test_accuracy_txt_says_squad_is_averaged_over_all_questions() -> None:
@@ -75,7 +75,7 @@ def test_accuracy_txt_says_squad_is_averaged_over_all_questions() -> None:
     text = "\n".join(lines)
     assert "accuracy-squad.py" in text and "all the dataset's questions" in text
     assert "aligned back onto the original characters" in text
-    assert [line for line in lines if rules.ACCURACY_PATTERNS["bert-99"].match(line)] == [lines[0]]
+    assert [line for line in lines if rules.accuracy_pattern("bert-99").match(line)] == [lines[0]]
 
 
 def test_figures_from_the_harness_reports() -> None:

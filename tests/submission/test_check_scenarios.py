@@ -82,7 +82,9 @@ def test_server_target_latency_at_the_bound_passes(trees: dict[str, Path], tmp_p
     """A target latency equal to the bound is within it (the genuine log's 10 ms is below it)."""
     tree = _copy(trees, "Server", tmp_path)
     _set_record(
-        _perf_detail(tree), "effective_target_latency_ns", rules.SERVER_LATENCY_BOUND_NS["resnet"]
+        _perf_detail(tree),
+        "effective_target_latency_ns",
+        rules.checker_model("resnet").server_latency_bound_ns,
     )
     assert check_submission(tree) == ()
 

@@ -125,7 +125,7 @@ def test_synthetic_run_is_marked_for_open(runs: dict[str, Path], tmp_path: Path)
     lines = (folder / "accuracy" / "accuracy.txt").read_text().splitlines()
     assert lines[0].startswith("# accuracy not reported: synthetic")
     assert rules.HASH_LINE.match(lines[-1])
-    assert not any(rules.ACCURACY_PATTERNS["resnet"].match(line) for line in lines)
+    assert not any(rules.accuracy_pattern("resnet").match(line) for line in lines)
 
 
 def test_accuracy_log_is_truncated_with_hash_of_full_log(real_run: Path, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -9,7 +10,14 @@ import attrs
 import numpy as np
 
 from mlperf_mig.workloads.bert.interface import INPUTS, OUTPUTS, SEQ_LEN
-from mlperf_mig.workloads.workload import ONE_ANSWER, ResponseFormat, Score, Workload
+from mlperf_mig.workloads.workload import (
+    ONE_ANSWER,
+    CheckerModel,
+    ReferenceScript,
+    ResponseFormat,
+    Score,
+    Workload,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -100,6 +108,18 @@ class Bert(Workload):
         }
         return Score(value=f1, count=questions, extra=extra)
 
+    def accuracy_figures(
+        self, value: float, count: int, extra: Mapping[str, float]
+    ) -> dict[str, float]:
+        """exact_match and f1 (%)."""
+        return {"exact_match": extra["exact_match"], "f1": value}
+
+    def accuracy_line(self, figures: Mapping[str, float]) -> str:
+        """accuracy-squad.py's '{"exact_match": .., "f1": ..}'."""
+        return json.dumps(
+            {"exact_match": float(figures["exact_match"]), "f1": float(figures["f1"])}
+        )
+
     def known_outputs(
         self, samples: Sequence[Mapping[str, np.ndarray]], codes: Sequence[int]
     ) -> dict[str, np.ndarray]:
@@ -171,6 +191,42 @@ BERT = Bert(
     accuracy_target=0.99 * 90.874,
     required_audits=("TEST01",),  # TEST04 exempts inputs of variable cost
     official_weights="model.onnx (BERT-Large SQuAD v1.1)",
+    checker_models=tuple(
+        CheckerModel(
+            name=name,
+            folders=(name,),
+            performance_sample_count=10833,
+            offline_min_samples=10833,
+            min_query_count=(("SingleStream", 1024), ("Offline", 1)),
+            server_latency_bound_ns=None,
+            required_scenarios=(
+                ("edge", ("SingleStream", "Offline")),
+                ("datacenter,edge", ("SingleStream", "Offline")),
+            ),
+            accuracy_target=90.874 * level,
+            accuracy_pattern=(
+                r"^{[\"\']exact_match[\"\']\:\s*[\d\.]+,\s*[\"\']f1[\"\']\:\s*([\d\.]+)}"
+            ),
+            accuracy_delta_percent=delta,
+        )
+        for name, level, delta in (("bert-99", 0.99, 1.0), ("bert-99.9", 0.999, 0.1))
+    ),
+    reference_script=ReferenceScript(
+        how=(
+            "language/bert/accuracy-squad.py computes it: the best span (n-best 20, at most 30 "
+            "tokens, float64 scores) of each question's windows, its WordPiece text aligned back "
+            "onto the original characters, F1 and exact match averaged over all the dataset's "
+            "questions (a question without a logged window counts 0)"
+        ),
+        command=(
+            "python3 language/bert/accuracy-squad.py --vocab_file vocab.txt --val_data "
+            "dev-v1.1.json --log_file mlperf_log_accuracy.json"
+        ),
+        why=(
+            "our log holds float32 [384, 2] start/end logits, the script's defaults: no "
+            "--output_dtype or --output_transposed"
+        ),
+    ),
     response=ResponseFormat(kind=ONE_ANSWER, shape=(SEQ_LEN, 2), dtype="float32"),
     int8_on_cpu=True,
 )

@@ -10,7 +10,14 @@ import attrs
 import numpy as np
 
 from mlperf_mig.workloads.resnet50.interface import INPUTS, OUTPUTS
-from mlperf_mig.workloads.workload import ONE_ANSWER, ResponseFormat, Score, Workload
+from mlperf_mig.workloads.workload import (
+    ONE_ANSWER,
+    CheckerModel,
+    ReferenceScript,
+    ResponseFormat,
+    Score,
+    Workload,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -93,6 +100,19 @@ class ResNet50(Workload):
         value = 100.0 * float(np.mean(predicted == labels)) if len(answers) else 0.0
         return Score(value=value, count=len(answers))
 
+    def accuracy_figures(
+        self, value: float, count: int, extra: Mapping[str, float]
+    ) -> dict[str, float]:
+        """accuracy (%), good, total."""
+        return {"accuracy": value, "good": round(value * count / 100.0), "total": count}
+
+    def accuracy_line(self, figures: Mapping[str, float]) -> str:
+        """accuracy-imagenet.py's "accuracy=76.456%, good=38228, total=50000"."""
+        return (
+            f"accuracy={float(figures['accuracy']):.3f}%, "
+            f"good={int(figures['good'])}, total={int(figures['total'])}"
+        )
+
     def known_outputs(
         self, samples: Sequence[Mapping[str, np.ndarray]], codes: Sequence[int]
     ) -> dict[str, np.ndarray]:
@@ -139,5 +159,40 @@ RESNET50 = ResNet50(
     accuracy_target=0.99 * 76.46,
     required_audits=("TEST01", "TEST04"),
     official_weights="resnet50_v1.onnx",
+    checker_models=(
+        CheckerModel(
+            name="resnet",
+            folders=("resnet50", "resnet"),
+            performance_sample_count=1024,
+            offline_min_samples=24576,
+            min_query_count=(
+                ("SingleStream", 1024),
+                ("MultiStream", 270336),
+                ("Server", 270336),
+                ("Offline", 1),
+            ),
+            server_latency_bound_ns=15_000_000,
+            required_scenarios=(
+                ("edge", ("SingleStream", "MultiStream", "Offline")),
+                ("datacenter,edge", ("SingleStream", "MultiStream", "Offline", "Server")),
+            ),
+            accuracy_target=76.46 * 0.99,
+            accuracy_pattern=r"^(?:\{\"accuracy|accuracy)[\": ]*=?\s*([\d\.]+).*",
+            accuracy_delta_percent=1.0,
+        ),
+    ),
+    reference_script=ReferenceScript(
+        how=(
+            "accuracy-imagenet.py computes it: top-1 over the logged samples, each counted once "
+            "by its first record; the logged label is the class index with the background class "
+            "already removed (argmax - 1)"
+        ),
+        command=(
+            "python3 vision/classification_and_detection/tools/accuracy-imagenet.py "
+            "--mlperf-accuracy-file mlperf_log_accuracy.json --imagenet-val-file val_map.txt "
+            "--dtype int32"
+        ),
+        why="our log holds int32 labels, which the script's default --dtype float32 would misread",
+    ),
     response=ResponseFormat(kind=ONE_ANSWER, shape=(), dtype="int32"),
 )
