@@ -14,7 +14,6 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig._paths import data_dir
 from mlperf_mig.errors import DataFileError, PrecisionError, SettingsError
 from mlperf_mig.workloads import Workload
 
@@ -135,5 +134,6 @@ def load_recipe(
     benchmark: Workload, precision: str, *, folder: str | os.PathLike[str] | None = None
 ) -> Recipe:
     """The recipe of `benchmark` in `precision` from `folder` (default: the shipped engines/)."""
-    root = Path(folder) if folder is not None else data_dir("engines")
-    return Recipe.from_file(root / benchmark.recipe_file, precision)
+    return Recipe.from_file(
+        benchmark.recipe_path(Path(folder) if folder is not None else None), precision
+    )

@@ -205,9 +205,14 @@ def _check_value(key: str, value: Any, loadgen_scenario: str, origin: str) -> fl
 
 
 # --- presets and targets (data files) ----------------------------------------------------------
+def _shown_settings_path(path: Path) -> str:
+    """A shipped settings file as `harness/<name>.toml`, another (a workload's own) whole."""
+    return f"harness/{path.name}" if path.parent == data_dir("harness") else str(path)
+
+
 def load_settings_data(benchmark: Workload) -> dict[str, Any]:
     """Return the parsed settings file of the workload (`harness/<name>.toml`)."""
-    path = data_dir("harness") / benchmark.settings_file
+    path = benchmark.settings_path()
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
@@ -334,7 +339,7 @@ class MergedSettings:
     def _origins(self, target_source: str) -> dict[str, Origin]:
         """Where each value of `resolve` came from, and how to change it."""
         target_key = TARGET_KEYS[self.loadgen_scenario]
-        data_file = f"harness/{self.benchmark.settings_file}"
+        data_file = _shown_settings_path(self.benchmark.settings_path())
         origins = {
             key: Origin(
                 f"preset {self.spec.preset!r} of {data_file}", f"pass --set {key}=... to replace it"

@@ -15,10 +15,13 @@ from __future__ import annotations
 import abc
 import zlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
+
+from mlperf_mig._paths import data_dir
 
 if TYPE_CHECKING:
     import onnx
@@ -139,15 +142,15 @@ class Workload(abc.ABC):
     def output_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.outputs)
 
-    @property
-    def settings_file(self) -> str:
-        """The LoadGen settings of this workload: a file of the top-level harness/ folder."""
-        return f"{self.name}.toml"
+    def settings_path(self) -> Path:
+        """Its LoadGen settings (presets, targets per profile): harness/<name>.toml of the
+        shipped data folders; a workload folder may ship its own instead."""
+        return data_dir("harness") / f"{self.name}.toml"
 
-    @property
-    def recipe_file(self) -> str:
-        """The engine recipe of this workload: a file of the top-level engines/ folder."""
-        return f"{self.name}.toml"
+    def recipe_path(self, folder: Path | None = None) -> Path:
+        """Its engine recipe (batch sizes per profile, workspace): engines/<name>.toml of the
+        shipped data folders, or of `folder`."""
+        return (folder if folder is not None else data_dir("engines")) / f"{self.name}.toml"
 
     # -- models ------------------------------------------------------------------------------
 
