@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from mlperf_mig.study import capacity as capacity_module
+from mlperf_mig.workloads.resnet50 import RESNET50
 
 BOUND_NS = 15_000_000
 
@@ -74,7 +75,7 @@ def fixture_stand_in(monkeypatch: pytest.MonkeyPatch) -> Any:
     def install(knee: float, **kwargs: Any) -> StandInServer:
         server = StandInServer(knee, **kwargs)
         monkeypatch.setattr("mlperf_mig.api.run", server)
-        the_plan = SimpleNamespace(benchmark="resnet50", gpu="A100-SXM4-80GB", backend="null",
+        the_plan = SimpleNamespace(benchmark=RESNET50, gpu="A100-SXM4-80GB", backend="null",
                                    deployment=SimpleNamespace(emulated=True))  # fmt: skip
         monkeypatch.setattr("mlperf_mig.api.plan", lambda *args, **kwargs: the_plan)
         monkeypatch.setattr(capacity_module, "plan_key", lambda plan, profile: "stand-in")
