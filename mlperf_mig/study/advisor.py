@@ -668,6 +668,14 @@ def validate(measurements: Measurements, gpu: Any) -> tuple[dict[str, Any], ...]
     return tuple(rows)
 
 
+def check_ranking(objective: object, top: object) -> None:
+    """`objective` is one the advisor ranks by and `top` a count of layouts to show."""
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise SettingsError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if not is_whole(top, 1):
+        raise SettingsError(f"top must be a whole number of at least 1, got {top!r}")
+
+
 def advise_from(
     measurements: Measurements,
     *,
@@ -678,10 +686,7 @@ def advise_from(
     """Rank every valid layout of the measurements' GPU by `objective` under `constraints`."""
     from mlperf_mig import registry
 
-    if objective not in OBJECTIVES:
-        raise SettingsError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    if not is_whole(top, 1):
-        raise SettingsError(f"top must be a whole number of at least 1, got {top!r}")
+    check_ranking(objective, top)
     if not any(m.alone or m.isolated for m in measurements.profiles.values()):
         raise SettingsError(
             f"the measurements of {measurements.gpu} hold no single-profile layout (one instance "
