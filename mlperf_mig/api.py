@@ -22,6 +22,7 @@ from mlperf_mig.runner.options import (
     RUN_OPTIONS,
     RunOptions,
     check_flag,
+    check_outdir,
     check_progress,
     options_doc,
     run_options,
@@ -262,12 +263,8 @@ def sweep(
     check_flag("resume", resume)
     check_flag("chart", chart)
     check_progress(progress)
+    check_outdir("outdir", outdir)
     if outdir is not None:
-        if not isinstance(outdir, (str, os.PathLike)):
-            raise SettingsError(
-                f"outdir must be a path (str or os.PathLike) or None, got {outdir!r}"
-            )
-        check_output_path("outdir", os.fspath(outdir))
         refuse_other_kinds(outdir, SWEEP_FILE, "a sweep")  # before a cluster starts
     with stop_signals(), cluster_scope(values["cluster"]):
         return run_sweep(

@@ -231,14 +231,20 @@ def _optional_path(instance: object, attribute: attrs.Attribute, value: object) 
         )
 
 
-def _outdir(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def check_outdir(name: str, value: object) -> None:
+    """An output folder: a path (str or path-like) the file system can hold, or None."""
     if value is None:
         return
-    if not isinstance(value, str):
+    path = _path(value)
+    if not isinstance(path, str):
         raise SettingsError(
-            f"outdir must be a path (str or os.PathLike) or None, got {_kind(value)}"
+            f"{name} must be a path (str or os.PathLike) or None, got {_kind(value)}"
         )
-    check_output_path("outdir", value)
+    check_output_path(name, path)
+
+
+def _outdir(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    check_outdir(attribute.name, value)
 
 
 def check_setting(key: str, value: object) -> None:

@@ -31,13 +31,13 @@ import attrs
 
 from mlperf_mig._checks import is_number, is_whole
 from mlperf_mig._cli_args import Flag, decimal_number, whole_number
-from mlperf_mig._io import check_output_path
 from mlperf_mig._table import text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.harness.result import MIN_DURATION_REASON
 from mlperf_mig.runner.audits import relative_spread
 from mlperf_mig.runner.capacity_store import cache_file, store_capacity
 from mlperf_mig.runner.options import (
+    check_outdir,
     check_progress,
     declared_options,
     option,
@@ -328,8 +328,7 @@ class _Search:
 
         options = SearchOptions(**{o.name: values[o.name] for o in SEARCH_OPTIONS})
         outdir, cache_dir = values["outdir"], values["cache_dir"]
-        if outdir is not None:
-            check_output_path("outdir (--outdir)", os.fspath(outdir))
+        check_outdir("outdir (--outdir)", outdir)
         cache_file(cache_dir)  # an empty cache folder name is refused before any run
         common = {name: values[name] for name in _PASSED_ON}
         common |= {"accuracy": False, "cache_dir": cache_dir, "progress": values["progress"]}
