@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -313,18 +313,21 @@ class Option:
     flag: Flag | None
 
 
+Check = Callable[[Any, "attrs.Attribute[Any]", Any], None]  # an attrs validator
+
+
 def option(
     default: Any,
     *,
     doc: str,
-    check: Any = None,
-    convert: Any = None,
+    check: Check | None = None,
+    convert: Callable[[Any], Any] | None = None,
     accepts: str | None = None,
     flag: Flag | None = None,
 ) -> Any:
     """A field of an options record, declared once: its default, its check (an attrs validator)
-    or conversion (a converter that checks), the type the API takes where it is not the field's
-    own, the docstring entry and the command-line flag."""
+    and/or conversion (a converter that checks), the type the API takes where it is not the
+    field's own, the docstring entry and the command-line flag (None: Python only)."""
     declared = {"doc": doc, "accepts": accepts, "flag": flag}
     return attrs.field(
         default=default, validator=check, converter=convert, metadata={OPTION: declared}
@@ -337,12 +340,12 @@ def declared_options(record: type) -> tuple[Option, ...]:
         Option(
             name=f.name,
             default=f.default,
-            accepts=f.metadata[OPTION]["accepts"] or str(f.type),
-            doc=f.metadata[OPTION]["doc"],
-            flag=f.metadata[OPTION]["flag"],
+            accepts=m["accepts"] or str(f.type),
+            doc=m["doc"],
+            flag=m["flag"],
         )
-        for f in attrs.fields(record)
-        if OPTION in f.metadata
+        for f in attrs.fields(record)  # type: ignore[arg-type]
+        if (m := f.metadata.get(OPTION)) is not None
     )
 
 
