@@ -10,7 +10,6 @@ import contextlib
 import errno
 import fcntl
 import json
-import math
 import os
 import re
 import shutil
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from mlperf_mig._checks import is_number
 from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError, UntrustedPathError
 
 
@@ -263,7 +263,7 @@ def _refuse_existing(folder: Path, name: str | None, what: str) -> None:
 def finite_number(value: object) -> bool:
     """A JSON number that is one: an int or float, finite, not a bool (json reads NaN and
     Infinity, and True is an int)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return is_number(value)
 
 
 # A name that becomes one path component: no separators, no leading dot, no control characters.

@@ -1,9 +1,12 @@
 """The notebook API: `run`, `plan`, `sweep` and `aggregate` (exported as `mlperf_mig.*`).
 
-`run`, `plan` and `sweep` list every option with its type (for help() and tab completion) and
-build one `RunOptions` record from them, which checks every option once. This module is the
-public face over runner/ (one layout), study/ (repeats and sweeps) and cluster/ (Ray sessions):
-the only place that imports all three.
+`run`, `plan` and `sweep` list every option with its type as a keyword parameter, so that help(),
+a notebook's tab completion and a type checker see them (a generated `**options` signature is
+invisible to the last two, which read the source). Each option is declared once, in RunOptions
+(runner/options.py): their docstrings' option lists are made from the declarations, a test checks
+their parameters against them, and each call builds one `RunOptions`, which checks every option
+once. This module is the public face over runner/ (one layout), study/ (repeats and sweeps) and
+cluster/ (Ray sessions): the only place that imports all three.
 """
 
 from __future__ import annotations
@@ -12,12 +15,18 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-import attrs
-
 from mlperf_mig._io import check_output_path, claim_folder
 from mlperf_mig.cluster.connect import cluster_scope
 from mlperf_mig.errors import SettingsError
-from mlperf_mig.runner.options import RunOptions, check_progress
+from mlperf_mig.runner.options import (
+    RUN_OPTIONS,
+    RunOptions,
+    check_flag,
+    check_outdir,
+    check_progress,
+    options_doc,
+    run_options,
+)
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
 from mlperf_mig.runner.results import RESULTS_FILE, RunResult
@@ -30,63 +39,6 @@ if TYPE_CHECKING:
     from mlperf_mig.study.sweep import SweepResult
 
 PathArg = str | os.PathLike[str]
-
-_OPTIONS_DOC = """
-    scenario:         the seed study's MIG layout 1-8, a layout string ("3x2g.20gb+1g.10gb"), a
-                      list of profile names, or a system ID. Not the LoadGen scenario:
-    loadgen_scenario: Offline, Server, SingleStream or MultiStream.
-    benchmark:        "resnet50" or "bert".
-    backend:          "auto" (TensorRT with a GPU, else ONNX Runtime), "tensorrt", "onnxruntime",
-                      "null" (no model: measures the harness).
-    preset:           "quick" (short, measured targets) or "submission" (official rules).
-    mode:             "independent" (one LoadGen per instance; the sum is an engineering metric)
-                      or "unified" (one LoadGen dispatching to all instances).
-    gpu:              GPU to emulate without a GPU (default A100-SXM4-80GB), or which live GPU.
-    outdir:           run folder (default: a new timestamped folder in the current directory).
-    variant:          "full" or "tiny" model graphs.
-    precision:        "fp32", "fp16" or "int8" (default: the backend's).
-    shared:           time-share a GPU without MIG between the instances (labelled shared).
-    emulate:          emulate the partitions on the CPU even with a GPU.
-    accuracy:         run the accuracy test after the performance test.
-    compliance:       then run the compliance audits (ResNet50 TEST01 and TEST04, BERT TEST01),
-                      each a fresh LoadGen test verified against the performance and accuracy runs.
-    telemetry:        sample GPU power and energy, each instance's activity and memory and each
-                      worker's CPU use at 10 Hz in the runner process around the performance round
-                      (results.json "telemetry", telemetry.csv); False turns the sampler off.
-    settings:         LoadGen settings in user.conf keys and units, {"min_duration": 5000}.
-    user_conf:        a user.conf file with LoadGen settings.
-    dataset, vocab:   ImageNet val folder or SQuAD dev json (and BERT's vocab.txt); default synthetic.
-    sample_count:     use the first N samples of the dataset.
-    batch_size:       batch size of every instance (default: the engine recipe's).
-    model_path:       an ONNX model file instead of the generated graph.
-    cache_dir:        model and engine cache folder.
-    timeout_s:        seconds one LoadGen test may take before its worker counts as hung.
-    worker_entry:     "module:function" run in each worker instead of the harness (tests).
-    nvml_source:      a recorded NVML state instead of this machine's GPUs (tests).
-    cpus:             CPUs the emulated partitions share (default: those of this process).
-    cluster:          the Ray cluster to run the instances on (None: this host): "auto", "HOST:PORT",
-                      "ray://HOST:PORT", or "local:N" (N throwaway nodes on this machine).
-    repeats:          run the layout N times, each repeat a complete run in `outdir`/repeat-<k>;
-                      `run` returns a RepeatedRun (means, 95% intervals) when N > 1 or with
-                      isolation.
-    isolation:        also run each distinct profile of the layout alone (the rest of the GPU
-                      idle, same device) and report each instance's interference against it.
-    gpu_group:        cluster runs on vGPUs: the nodes (addresses, host names or node IDs) whose
-                      vGPUs are slices of one GPU; the run says the grouping was declared.
-    gpus:             run the layout on each of these GPUs at once: "all" or indices such as
-                      [0, 3] (None: one GPU); with a cluster, "all" is every GPU of every node.
-                      results.json then has one `gpus` entry per GPU with its subtotal.
-    layouts:          a layout per GPU, {0: "7x1g.10gb", 1: "3g.40gb+4g.40gb"}; a GPU without
-                      one carries `scenario` (study numbers translate per GPU model).
-    gpu_count:        without a GPU (or with emulate): emulate this many GPUs of `gpu`, each on
-                      its share of the CPUs; on a cluster, per GPU-less node (with gpus="all")."""
-
-
-def _options(values: Mapping[str, Any]) -> RunOptions:
-    """The RunOptions of a call's keyword arguments (those that are run options)."""
-    return RunOptions(
-        **{f.name: values[f.name] for f in attrs.fields(RunOptions) if f.name in values}
-    )
 
 
 def plan(
@@ -132,7 +84,7 @@ def plan(
     each alone run (one instance of it) follows. A Server target taken from the capacity cache
     is shown as such.
     """
-    options = _options(locals())
+    options = run_options(locals())
     return with_cached_capacity(options, make_plan(options))[1]
 
 
@@ -190,7 +142,7 @@ def run(
     from mlperf_mig.runner.execute import execute
 
     check_progress(progress)
-    options = _options(locals())
+    options = run_options(locals())
     if options.outdir is not None:  # before a cluster starts; checked again once planned
         keep = REPEATS_FILE if options.studied else RESULTS_FILE
         refuse_other_kinds(options.outdir, keep, "a study" if options.studied else "a single run")
@@ -308,23 +260,16 @@ def sweep(
     from mlperf_mig.study.sweep import run_sweep
 
     values = {k: v for k, v in locals().items() if k not in ("scenarios", "outdir")}
-    for name in ("resume", "chart"):
-        if not isinstance(values[name], bool):
-            raise SettingsError(
-                f"{name} must be True or False, got {type(values[name]).__name__} {values[name]!r}"
-            )
+    check_flag("resume", resume)
+    check_flag("chart", chart)
     check_progress(progress)
+    check_outdir("outdir", outdir)
     if outdir is not None:
-        if not isinstance(outdir, (str, os.PathLike)):
-            raise SettingsError(
-                f"outdir must be a path (str or os.PathLike) or None, got {outdir!r}"
-            )
-        check_output_path("outdir", os.fspath(outdir))
         refuse_other_kinds(outdir, SWEEP_FILE, "a sweep")  # before a cluster starts
     with stop_signals(), cluster_scope(values["cluster"]):
         return run_sweep(
             scenarios,
-            _options(values),
+            run_options(values),
             outdir=outdir,
             resume=resume,
             chart=chart,
@@ -355,5 +300,6 @@ def aggregate(folders: Sequence[PathArg], outdir: PathArg | None = None) -> RunR
         return combine_runs(runs, outdir=outdir)
 
 
-for _function in (plan, run):
-    _function.__doc__ = (_function.__doc__ or "") + _OPTIONS_DOC + "\n"
+plan.__doc__ = f"{plan.__doc__}{options_doc(RUN_OPTIONS)}\n"
+run.__doc__ = f"{run.__doc__}{options_doc(RUN_OPTIONS)}\n"
+sweep.__doc__ = f"{sweep.__doc__}{options_doc(RUN_OPTIONS, skip=('scenario', 'outdir'))}\n"

@@ -16,19 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig._cli_args import add_settings_option, decimal_number, parse_overrides, whole_number
+from mlperf_mig._cli_args import LAYOUT, RUN, STUDY, add_flags, flag_values, layout_spec
 from mlperf_mig.errors import NameParseError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 STUDY_LAYOUTS = 8
-
-
-def _scenario(text: str) -> int | str:
-    """A study layout number stays an int; anything else is a layout string or system ID."""
-    stripped = text.strip()
-    digits = stripped[1:] if stripped[:1] in ("+", "-") else stripped
-    return int(stripped) if digits.isascii() and digits.isdigit() else stripped  # not "²", "٣"
 
 
 def _scenarios(values: list[str]) -> list[int | str]:
@@ -50,248 +43,32 @@ def _scenarios(values: list[str]) -> list[int | str]:
                     )
                 result.extend(range(int(low), int(high) + 1))
             elif part:
-                result.append(_scenario(part))
+                result.append(layout_spec(part))
     if not result:
         raise NameParseError("--scenarios is empty; pass study layouts such as 1-8 or 1,6,7")
     return result
 
 
-def _run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)"
-    )
-    parser.add_argument(
-        "--loadgen-scenario",
-        default="Offline",
-        help="MLPerf LoadGen scenario: Offline, Server, SingleStream, MultiStream (default Offline)",
-    )
-    parser.add_argument(
-        "--mode",
-        default="independent",
-        choices=("independent", "unified"),
-        help="independent: one LoadGen per instance (summed); unified: one LoadGen for the layout",
-    )
-    parser.add_argument(
-        "--backend", default="auto", help="auto, tensorrt, onnxruntime or null (default auto)"
-    )
-    parser.add_argument("--preset", default="quick", help="quick or submission (default quick)")
-    parser.add_argument(
-        "--variant", default="full", choices=("full", "tiny"), help="model size (default full)"
-    )
-    parser.add_argument(
-        "--precision", default=None, help="fp32, fp16 or int8 (default: the backend's)"
-    )
-    parser.add_argument(
-        "--gpu", default=None, help="GPU to emulate without a GPU (default A100-SXM4-80GB)"
-    )
-    parser.add_argument(
-        "--shared",
-        action="store_true",
-        help="on a GPU without MIG, let the instances time-share it (labelled shared)",
-    )
-    parser.add_argument(
-        "--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU"
-    )
-    parser.add_argument("--no-accuracy", action="store_true", help="skip the accuracy run")
-    parser.add_argument(
-        "--compliance",
-        action="store_true",
-        help="then run the compliance audits (TEST01, TEST04 for resnet50); a failed audit exits 1",
-    )
-    parser.add_argument(
-        "--no-telemetry",
-        action="store_true",
-        help="do not sample GPU power, energy and each instance's activity during the run "
-        "(default: sampled at 10 Hz into results.json and telemetry.csv)",
-    )
-    add_settings_option(parser)
-    parser.add_argument("--user-conf", default=None, help="a user.conf file with LoadGen settings")
-    parser.add_argument(
-        "--dataset", default=None, help="ImageNet val folder or SQuAD dev json (default synthetic)"
-    )
-    parser.add_argument("--vocab", default=None, help="vocab.txt for SQuAD")
-    parser.add_argument(
-        "--model", default=None, help="an ONNX model file instead of the generated graph"
-    )
-    parser.add_argument(
-        "--timeout",
-        type=decimal_number,
-        default=None,
-        help="seconds before a worker counts as hung",
-    )
-    parser.add_argument(
-        "--outdir", default=None, help="output folder (default: a new timestamped folder here)"
-    )
-    parser.add_argument(
-        "--worker-entry", default=None, help=argparse.SUPPRESS
-    )  # tests inject faults
-    parser.add_argument(
-        "--cluster",
-        default=None,
-        metavar="ADDR",
-        help="run the instances on a Ray cluster: auto, HOST:PORT, ray://HOST:PORT, or "
-        "local:N (N throwaway nodes on this machine); needs mlperf-mig[cluster]",
-    )
-    parser.add_argument(
-        "--gpu-group",
-        default=None,
-        metavar="NODES",
-        help="with --cluster on vGPUs: comma-separated nodes (address, host or node ID) "
-        "whose vGPUs are slices of one GPU (the run says the grouping was declared)",
-    )
-    parser.add_argument(
-        "--gpus",
-        default=None,
-        type=_gpu_selection,
-        metavar="all|0,3",
-        help="put the layout on each of these GPUs at once (all, or indices); with "
-        "--cluster, all means every GPU of every node",
-    )
-    parser.add_argument(
-        "--layout",
-        action="append",
-        default=[],
-        type=_gpu_layout,
-        metavar="GPU=LAYOUT",
-        help="a GPU's own layout, e.g. 1=3g.40gb+4g.40gb (repeatable; the others carry --scenario)",
-    )
-    parser.add_argument(
-        "--gpu-count",
-        type=_count_of_gpus,
-        default=None,
-        metavar="N",
-        help="without a GPU: emulate N GPUs of --gpu, each on its share of the CPUs "
-        "(on a cluster: per node, with --gpus all)",
-    )
-    parser.add_argument(
-        "--nvml-state",
-        default=None,
-        metavar="FILE",
-        help="use a recorded NVML state (from `mlperf-mig detect --record FILE`) instead of this machine's GPUs",
-    )
+def _option_flags(parser: argparse.ArgumentParser, *groups: str) -> None:
+    """The declared run options' flags (runner/options.py) of the command's groups."""
+    from mlperf_mig.runner.options import RUN_OPTIONS
 
-
-def _gpu_selection(text: str) -> str | list[int]:
-    """--gpus: 'all' or comma-separated GPU indices in ASCII digits."""
-    parts = [p.strip() for p in text.split(",")]
-    if text.strip() == "all":
-        return "all"
-    if not all(p.isascii() and p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not 'all' or GPU indices such as 0,3 (digits 0-9, comma-separated)"
-        )
-    return [int(p) for p in parts]
-
-
-def _gpu_layout(text: str) -> tuple[int, int | str]:
-    """--layout GPU=LAYOUT: a GPU index and that GPU's layout (a study number or a layout)."""
-    index, sep, layout = text.partition("=")
-    if not (sep and index.strip().isascii() and index.strip().isdigit() and layout.strip()):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not GPU=LAYOUT; pass a GPU index and its layout, e.g. 1=3g.40gb+4g.40gb or 0=8"
-        )
-    return int(index), _scenario(layout)
-
-
-def _count_of_gpus(text: str) -> int:
-    """--gpu-count: a whole number in ASCII digits (RunOptions checks its range, in one line)."""
-    try:
-        return whole_number(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a whole number in digits 0-9; pass how many GPUs to emulate, e.g. 8"
-        ) from None
-
-
-def _layouts(pairs: list[tuple[int, int | str]]) -> dict[int, int | str] | None:
-    """The --layout options as a mapping; a GPU named twice is refused."""
-    layouts: dict[int, int | str] = {}
-    for index, layout in pairs:
-        if index in layouts:
-            raise NameParseError(f"--layout names GPU {index} twice; give each GPU one layout")
-        layouts[index] = layout
-    return layouts or None
-
-
-def _positive(text: str) -> int:
-    """--repeats: a whole number in ASCII digits (RunOptions checks its range, in one line)."""
-    try:
-        return whole_number(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a whole number in digits 0-9; pass how often each layout runs, e.g. 3"
-        ) from None
-
-
-def _study_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--repeats",
-        type=_positive,
-        default=1,
-        metavar="N",
-        help="run each layout N times (each repeat its own folder); tables show "
-        "means with 95%% confidence intervals (default 1; the study used 3)",
-    )
-    parser.add_argument(
-        "--isolation",
-        action="store_true",
-        help="also run each distinct profile of the layout alone and report each "
-        "instance's interference against it",
-    )
+    add_flags(parser, RUN_OPTIONS, groups)
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "benchmark": args.benchmark,
-        "loadgen_scenario": args.loadgen_scenario,
-        "mode": args.mode,
-        "backend": args.backend,
-        "preset": args.preset,
-        "gpu": args.gpu,
-        "outdir": args.outdir,
-        "variant": args.variant,
-        "precision": args.precision,
-        "shared": args.shared,
-        "emulate": args.emulate,
-        "accuracy": not args.no_accuracy,
-        "compliance": args.compliance,
-        "telemetry": not args.no_telemetry,
-        "settings": parse_overrides(args.set),
-        "user_conf": args.user_conf,
-        "dataset": args.dataset,
-        "vocab": args.vocab,
-        "model_path": args.model,
-        "timeout_s": args.timeout,
-        "nvml_source": _nvml_source(args.nvml_state),
-        "worker_entry": args.worker_entry,
-        "cluster": args.cluster,
-        "gpu_group": args.gpu_group,
-        "gpus": args.gpus,
-        "layouts": _layouts(args.layout),
-        "gpu_count": args.gpu_count,
-    }
+    """The run options the command line gave, as the Python API's keyword arguments."""
+    from mlperf_mig.runner.options import RUN_OPTIONS
 
-
-def _nvml_source(path: str | None) -> Any:
-    if path is None:
-        return None
-    from mlperf_mig.telemetry.replay import RecordedTelemetry
-
-    return RecordedTelemetry.from_file(path)  # replays telemetry too where the state recorded it
+    return flag_values(args, RUN_OPTIONS)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register run, plan, sweep, report and aggregate on the `mlperf-mig` parser."""
-    scenario_help = (
-        "the study's MIG layout 1-8, a layout such as 3x2g.20gb+1g.10gb, or a system ID "
-        "(default 7; the LoadGen scenario is --loadgen-scenario)"
-    )
     parser = subparsers.add_parser(
         "run", help="run a benchmark on every instance of a MIG layout at once"
     )
-    parser.add_argument("--scenario", type=_scenario, default=7, help=scenario_help)
-    _run_options(parser)
-    _study_options(parser)
+    _option_flags(parser, LAYOUT, RUN, STUDY)
     parser.add_argument(
         "--json", action="store_true", help="print results.json (repeats.json) instead of the table"
     )
@@ -300,8 +77,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan", help="show what `run` would do, without running anything"
     )
-    parser.add_argument("--scenario", type=_scenario, default=7, help=scenario_help)
-    _run_options(parser)
+    _option_flags(parser, LAYOUT, RUN)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=_plan)
 
@@ -314,8 +90,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         default=["1-8"],
         help="study layouts (1-8, 1,6,7) or layout strings (default 1-8)",
     )
-    _run_options(parser)
-    _study_options(parser)
+    _option_flags(parser, RUN, STUDY)
     parser.add_argument("--no-resume", action="store_true", help="run every layout again")
     parser.add_argument("--json", action="store_true", help="print sweep.json instead of the table")
     parser.set_defaults(handler=_sweep)
@@ -362,7 +137,7 @@ def _run(args: argparse.Namespace) -> int:
     from mlperf_mig.api import run
     from mlperf_mig.runner.results import RunResult
 
-    result = run(args.scenario, repeats=args.repeats, isolation=args.isolation, **_options(args))
+    result = run(**_options(args))
     if isinstance(result, RunResult):
         print(result.to_json() if args.json else result.table())
         print(f"results: {Path(result.outdir) / 'results.json'}", file=sys.stderr)
@@ -375,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from mlperf_mig.api import plan
 
-    the_plan = plan(args.scenario, **_options(args))
+    the_plan = plan(**_options(args))
     print(json.dumps(the_plan.to_dict(), indent=2) if args.json else the_plan.table())
     return EXIT_OK
 
@@ -383,14 +158,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from mlperf_mig.api import sweep
 
-    options = _options(args)
-    result = sweep(
-        _scenarios(args.scenarios),
-        resume=not args.no_resume,
-        repeats=args.repeats,
-        isolation=args.isolation,
-        **options,
-    )
+    result = sweep(_scenarios(args.scenarios), resume=not args.no_resume, **_options(args))
     print(_json(result) if args.json else result.table())
     return EXIT_OK if result.ok and not _audit_failed(result) else EXIT_FAILED
 

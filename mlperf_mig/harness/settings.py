@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig._checks import is_number
 from mlperf_mig._paths import data_dir
 from mlperf_mig.errors import DataFileError, SettingsError
 from mlperf_mig.workloads import Workload, workloads
@@ -192,7 +193,7 @@ def _check_value(key: str, value: Any, loadgen_scenario: str, origin: str) -> fl
             f"{origin}: unknown LoadGen setting {key!r} (LoadGen would ignore it silently); "
             f"known keys: {', '.join(_all_key_names())}"
         )
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value):
         raise SettingsError(f"{origin}: {key} must be a finite number, got {value!r}")
     if value < 0:
         raise SettingsError(f"{origin}: {key} must not be negative, got {value!r}")

@@ -1,22 +1,41 @@
-"""The options of one run, checked once: `RunOptions`.
+"""The options of one run, declared and checked once: `RunOptions`.
 
-`mlperf_mig.run`, `plan`, `sweep` and the CLI build one RunOptions from their keyword arguments;
-`make_plan(options)` resolves it into a RunPlan. The record checks what needs no machine: the
-type of every option and the ranges of its values (counts and LoadGen settings within LoadGen's
-integer range, finite deadlines, output paths the file system can hold), each error one line
-naming the argument, what it expected and what arrived. What needs the machine (layouts on the
-GPU, files on disk, CPUs) is checked by make_plan, still before any worker starts.
+Each field of RunOptions is the one declaration of its option (`option`): its type, default,
+check, the entry of the Python API's docstring and its command-line flag. `mlperf_mig.run`, `plan`
+and `sweep` take the options as keyword arguments (their docstrings' option lists are made from
+the declarations, and a test checks their parameters against them); the CLI's flags of run, plan
+and sweep are made from them too (`_cli_args.add_flags`). Every caller builds one RunOptions;
+`make_plan(options)` resolves it into a RunPlan.
+
+The record checks what needs no machine: the type of every option and the ranges of its values
+(counts and LoadGen settings within LoadGen's integer range, finite deadlines, output paths the
+file system can hold), each error one line naming the argument, what it expected and what
+arrived. What needs the machine (layouts on the GPU, files on disk, CPUs) is checked by
+make_plan, still before any worker starts.
 """
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from mlperf_mig._checks import is_number, is_whole
+from mlperf_mig._cli_args import (
+    LAYOUT,
+    SETTINGS_FLAG,
+    STUDY,
+    Flag,
+    count_of,
+    decimal_number,
+    gpu_layout,
+    gpu_layouts,
+    gpu_selection,
+    layout_spec,
+)
 from mlperf_mig._io import check_output_path
 from mlperf_mig.errors import ClusterError, SettingsError
 from mlperf_mig.runner.cluster_address import parse_cluster
@@ -35,8 +54,8 @@ def _kind(value: object) -> str:
 
 def check_scenario(name: str, value: object) -> int | str | tuple[str, ...]:
     """A MIG layout as the API takes it: a study number, a layout string or a list of profiles."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+    if is_whole(value):
+        return value  # type: ignore[return-value]
     if isinstance(value, str):
         if not value.strip():
             raise SettingsError(
@@ -104,7 +123,7 @@ def _gpu_indices(value: object) -> str | tuple[int, ...] | None:
         if all(p.isascii() and p.isdigit() for p in parts):
             value = [int(p) for p in parts]
     ok = isinstance(value, Sequence) and not isinstance(value, str) and value
-    if not ok or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+    if not ok or not all(is_whole(i, 0) for i in value):
         raise SettingsError(
             f"gpus must be 'all' or a non-empty list of GPU indices such as [0, 3] (--gpus all or "
             f"--gpus 0,3), got {_kind(value)}"
@@ -130,25 +149,28 @@ def _gpu_layouts(value: object) -> tuple[tuple[int, int | str | tuple[str, ...]]
         )
     pairs = []
     for key, layout in value.items():
-        if isinstance(key, bool) or not isinstance(key, int) or key < 0:
+        if not is_whole(key, 0):
             raise SettingsError(f"layouts keys must be GPU indices (0, 1, ...), got {_kind(key)}")
         pairs.append((key, check_scenario(f"layouts[{key}]", layout)))
     return tuple(sorted(pairs))
 
 
 def _gpu_count(instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
+    if value is not None and not is_whole(value, 1, MAX_GPUS):
         raise SettingsError(
             f"gpu_count must be a whole number from 1 to {MAX_GPUS} (how many GPUs to emulate), "
             f"got {_kind(value)}"
         )
 
 
-def _flag(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def check_flag(name: str, value: object) -> None:
+    """An on/off argument is True or False (not 1, "no" or None)."""
     if not isinstance(value, bool):
-        raise SettingsError(f"{attribute.name} must be True or False, got {_kind(value)}")
+        raise SettingsError(f"{name} must be True or False, got {_kind(value)}")
+
+
+def _flag(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    check_flag(attribute.name, value)
 
 
 def _mode(instance: object, attribute: attrs.Attribute, value: object) -> None:
@@ -161,9 +183,7 @@ def _mode(instance: object, attribute: attrs.Attribute, value: object) -> None:
 
 
 def _count(instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LOADGEN_INT_MAX:
+    if value is not None and not is_whole(value, 1, LOADGEN_INT_MAX):
         raise SettingsError(
             f"{attribute.name} must be a whole number from 1 to {LOADGEN_INT_MAX} (or None), got "
             f"{_kind(value)}"
@@ -174,7 +194,7 @@ MAX_REPEATS = 1000
 
 
 def _repeats(instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPEATS:
+    if not is_whole(value, 1, MAX_REPEATS):
         raise SettingsError(
             f"repeats must be a whole number from 1 to {MAX_REPEATS} (how often each layout runs; "
             f"the study used 3), got {_kind(value)}"
@@ -184,8 +204,7 @@ def _repeats(instance: object, attribute: attrs.Attribute, value: object) -> Non
 def _seconds(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is None:
         return
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value <= 0 or value * 1e9 > LOADGEN_INT_MAX:
+    if not is_number(value) or value <= 0 or value * 1e9 > LOADGEN_INT_MAX:  # type: ignore[operator]
         raise SettingsError(
             f"{attribute.name} must be a positive, finite number of seconds (or None), got {_kind(value)}"
         )
@@ -212,20 +231,26 @@ def _optional_path(instance: object, attribute: attrs.Attribute, value: object) 
         )
 
 
-def _outdir(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def check_outdir(name: str, value: object) -> None:
+    """An output folder: a path (str or path-like) the file system can hold, or None."""
     if value is None:
         return
-    if not isinstance(value, str):
+    path = _path(value)
+    if not isinstance(path, str):
         raise SettingsError(
-            f"outdir must be a path (str or os.PathLike) or None, got {_kind(value)}"
+            f"{name} must be a path (str or os.PathLike) or None, got {_kind(value)}"
         )
-    check_output_path("outdir", value)
+    check_output_path(name, path)
+
+
+def _outdir(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    check_outdir(attribute.name, value)
 
 
 def check_setting(key: str, value: object) -> None:
     """A LoadGen setting override: a finite number within LoadGen's integer range (durations are
     milliseconds that LoadGen keeps in nanoseconds)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value):
         raise SettingsError(f"setting {key} must be a finite number, got {_kind(value)}")
     limit = LOADGEN_INT_MAX // _NS_PER_MS if key in _DURATION_KEYS else LOADGEN_INT_MAX
     if abs(value) > limit:
@@ -256,7 +281,7 @@ def _cpus(value: object) -> tuple[int, ...] | None:
     if value is None:
         return None
     ok = isinstance(value, Sequence) and not isinstance(value, str) and value
-    if not ok or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
+    if not ok or not all(is_whole(c, 0) for c in value):
         raise SettingsError(
             f"cpus must be a non-empty list of CPU numbers (or None), got {_kind(value)}"
         )
@@ -273,47 +298,407 @@ def _worker_entry(instance: object, attribute: attrs.Attribute, value: object) -
         )
 
 
+OPTION = "mlperf_mig.option"  # the attrs metadata key of an option's declaration
+
+
+@attrs.frozen(kw_only=True)
+class Option:
+    """One option as declared: its name, default, the type the Python API takes, the entry of
+    the API's docstring and its command-line form (None: Python only)."""
+
+    name: str
+    default: Any
+    accepts: str
+    doc: str
+    flag: Flag | None
+
+
+Check = Callable[[Any, "attrs.Attribute[Any]", Any], None]  # an attrs validator
+
+
+def option(
+    default: Any,
+    *,
+    doc: str,
+    check: Check | None = None,
+    convert: Callable[[Any], Any] | None = None,
+    accepts: str | None = None,
+    flag: Flag | None = None,
+) -> Any:
+    """A field of an options record, declared once: its default, its check (an attrs validator)
+    and/or conversion (a converter that checks), the type the API takes where it is not the
+    field's own, the docstring entry and the command-line flag (None: Python only)."""
+    declared = {"doc": doc, "accepts": accepts, "flag": flag}
+    return attrs.field(
+        default=default, validator=check, converter=convert, metadata={OPTION: declared}
+    )
+
+
+def declared_options(record: type) -> tuple[Option, ...]:
+    """The options of an attrs record whose fields are declared with `option`, in order."""
+    return tuple(
+        Option(
+            name=f.name,
+            default=f.default,
+            accepts=m["accepts"] or str(f.type),
+            doc=m["doc"],
+            flag=m["flag"],
+        )
+        for f in attrs.fields(record)  # type: ignore[arg-type]
+        if (m := f.metadata.get(OPTION)) is not None
+    )
+
+
+def options_doc(options: Iterable[Option], *, skip: Iterable[str] = ()) -> str:
+    """The option list of a docstring: one entry per option, wrapped to 100 columns."""
+    left_out = set(skip)
+    entries = [
+        textwrap.fill(
+            o.doc,
+            width=100,
+            initial_indent=f"    {o.name + ':':<17} ",
+            subsequent_indent=" " * 22,
+            break_on_hyphens=False,
+        )
+        for o in options
+        if o.name not in left_out
+    ]
+    return "\n" + "\n".join(entries)
+
+
+def _recorded_nvml(path: str | None) -> Any:
+    """--nvml-state FILE: the recorded NVML state (telemetry too where the state recorded it)."""
+    if path is None:
+        return None
+    from mlperf_mig.telemetry.replay import RecordedTelemetry
+
+    return RecordedTelemetry.from_file(path)
+
+
 @attrs.frozen(kw_only=True)
 class RunOptions:
-    """Every option of a run, with its type and range checked; see `mlperf_mig.run`."""
+    """Every option of a run, with its type and range checked; see `mlperf_mig.run`.
 
-    scenario: ScenarioSpec = attrs.field(default=7, converter=_scenario)
-    benchmark: str = attrs.field(default="resnet50", validator=_text)
-    loadgen_scenario: str = attrs.field(default="Offline", validator=_text)
-    backend: str = attrs.field(default="auto", validator=_text)
-    preset: str = attrs.field(default="quick", validator=_text)
-    mode: str = attrs.field(default="independent", validator=_mode)
-    gpu: str | None = attrs.field(default=None, validator=_optional_text)
-    outdir: str | None = attrs.field(default=None, converter=_path, validator=_outdir)
-    variant: str = attrs.field(default="full", validator=_text)
-    precision: str | None = attrs.field(default=None, validator=_optional_text)
-    shared: bool = attrs.field(default=False, validator=_flag)
-    emulate: bool = attrs.field(default=False, validator=_flag)
-    accuracy: bool = attrs.field(default=True, validator=_flag)
-    compliance: bool = attrs.field(default=False, validator=_flag)
+    Each field is the one declaration of its option: the Python API's parameters and docstrings
+    and the command-line flags of run, plan and sweep are made from these (`RUN_OPTIONS`), in
+    this order.
+    """
+
+    scenario: ScenarioSpec = option(  # noqa: RUF009 (option() is an attrs field, as field() is)
+        7,
+        convert=_scenario,
+        doc='the seed study\'s MIG layout 1-8, a layout string ("3x2g.20gb+1g.10gb"), a list of '
+        "profile names, or a system ID. Not the LoadGen scenario, which is loadgen_scenario.",
+        flag=Flag(
+            name="--scenario",
+            type=layout_spec,
+            group=LAYOUT,
+            help="the study's MIG layout 1-8, a layout such as 3x2g.20gb+1g.10gb, or a system ID "
+            "(default 7; the LoadGen scenario is --loadgen-scenario)",
+        ),
+    )
+    benchmark: str = option(
+        "resnet50",
+        check=_text,
+        doc='"resnet50" or "bert".',
+        flag=Flag(name="--benchmark", help="resnet50 or bert (default resnet50)"),
+    )
+    loadgen_scenario: str = option(
+        "Offline",
+        check=_text,
+        doc="the MLPerf LoadGen scenario: Offline, Server, SingleStream or MultiStream.",
+        flag=Flag(
+            name="--loadgen-scenario",
+            help="MLPerf LoadGen scenario: Offline, Server, SingleStream, MultiStream (default "
+            "Offline)",
+        ),
+    )
+    mode: str = option(
+        "independent",
+        check=_mode,
+        doc='"independent" (one LoadGen per instance; the sum is an engineering metric) or '
+        '"unified" (one LoadGen dispatching to all instances).',
+        flag=Flag(
+            name="--mode",
+            choices=MODES,
+            help="independent: one LoadGen per instance (summed); unified: one LoadGen for the "
+            "layout",
+        ),
+    )
+    backend: str = option(
+        "auto",
+        check=_text,
+        doc='"auto" (TensorRT with a GPU, else ONNX Runtime), "tensorrt", "onnxruntime", "null" '
+        "(no model: measures the harness).",
+        flag=Flag(name="--backend", help="auto, tensorrt, onnxruntime or null (default auto)"),
+    )
+    preset: str = option(
+        "quick",
+        check=_text,
+        doc='"quick" (short, measured targets) or "submission" (official rules).',
+        flag=Flag(name="--preset", help="quick or submission (default quick)"),
+    )
+    variant: str = option(
+        "full",
+        check=_text,
+        doc='"full" or "tiny" model graphs.',
+        flag=Flag(name="--variant", choices=("full", "tiny"), help="model size (default full)"),
+    )
+    precision: str | None = option(
+        None,
+        check=_optional_text,
+        doc='"fp32", "fp16" or "int8" (default: the backend\'s).',
+        flag=Flag(name="--precision", help="fp32, fp16 or int8 (default: the backend's)"),
+    )
+    gpu: str | None = option(
+        None,
+        check=_optional_text,
+        doc="GPU to emulate without a GPU (default A100-SXM4-80GB), or which live GPU.",
+        flag=Flag(name="--gpu", help="GPU to emulate without a GPU (default A100-SXM4-80GB)"),
+    )
+    shared: bool = option(
+        False,
+        check=_flag,
+        doc="time-share a GPU without MIG between the instances (labelled shared).",
+        flag=Flag(
+            name="--shared",
+            action="store_true",
+            help="on a GPU without MIG, let the instances time-share it (labelled shared)",
+        ),
+    )
+    emulate: bool = option(
+        False,
+        check=_flag,
+        doc="emulate the partitions on the CPU even with a GPU.",
+        flag=Flag(
+            name="--emulate",
+            action="store_true",
+            help="emulate partitions on the CPU even with a GPU",
+        ),
+    )
+    accuracy: bool = option(
+        True,
+        check=_flag,
+        doc="run the accuracy test after the performance test.",
+        flag=Flag(name="--no-accuracy", action="store_false", help="skip the accuracy run"),
+    )
+    compliance: bool = option(
+        False,
+        check=_flag,
+        doc="then run the compliance audits (ResNet50 TEST01 and TEST04, BERT TEST01), each a "
+        "fresh LoadGen test verified against the performance and accuracy runs.",
+        flag=Flag(
+            name="--compliance",
+            action="store_true",
+            help="then run the compliance audits (TEST01, TEST04 for resnet50); a failed audit "
+            "exits 1",
+        ),
+    )
     # the telemetry sampler (mlperf_mig/telemetry) around the performance round
-    telemetry: bool = attrs.field(default=True, validator=_flag)
-    settings: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_settings)
-    user_conf: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
-    dataset: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
-    vocab: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
-    sample_count: int | None = attrs.field(default=None, validator=_count)
-    batch_size: int | None = attrs.field(default=None, validator=_count)
-    model_path: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
-    cache_dir: str | None = attrs.field(default=None, converter=_path, validator=_optional_path)
-    timeout_s: float | None = attrs.field(default=None, validator=_seconds)
-    worker_entry: str | None = attrs.field(default=None, validator=_worker_entry)
-    nvml_source: Any = None
-    cpus: tuple[int, ...] | None = attrs.field(default=None, converter=_cpus)
-    cluster: str | None = attrs.field(default=None, validator=_cluster)
-    gpu_group: tuple[str, ...] | None = attrs.field(default=None, converter=_gpu_group)
+    telemetry: bool = option(
+        True,
+        check=_flag,
+        doc="sample GPU power and energy, each instance's activity and memory and each worker's "
+        "CPU use at 10 Hz in the runner process around the performance round (results.json "
+        '"telemetry", telemetry.csv); False turns the sampler off.',
+        flag=Flag(
+            name="--no-telemetry",
+            action="store_false",
+            help="do not sample GPU power, energy and each instance's activity during the run "
+            "(default: sampled at 10 Hz into results.json and telemetry.csv)",
+        ),
+    )
+    settings: tuple[tuple[str, float], ...] = option(
+        None,
+        convert=_settings,
+        accepts="Mapping[str, float] | None",
+        doc='LoadGen settings in user.conf keys and units, {"min_duration": 5000}.',
+        flag=SETTINGS_FLAG,
+    )
+    user_conf: str | None = option(
+        None,
+        convert=_path,
+        check=_optional_path,
+        accepts="PathArg | None",
+        doc="a user.conf file with LoadGen settings.",
+        flag=Flag(name="--user-conf", help="a user.conf file with LoadGen settings"),
+    )
+    dataset: str | None = option(
+        None,
+        convert=_path,
+        check=_optional_path,
+        accepts="PathArg | None",
+        doc="ImageNet val folder or SQuAD dev json (default synthetic).",
+        flag=Flag(
+            name="--dataset", help="ImageNet val folder or SQuAD dev json (default synthetic)"
+        ),
+    )
+    vocab: str | None = option(
+        None,
+        convert=_path,
+        check=_optional_path,
+        accepts="PathArg | None",
+        doc="BERT's vocab.txt for the SQuAD dev json.",
+        flag=Flag(name="--vocab", help="vocab.txt for SQuAD"),
+    )
+    sample_count: int | None = option(
+        None, check=_count, doc="use the first N samples of the dataset."
+    )
+    batch_size: int | None = option(
+        None, check=_count, doc="batch size of every instance (default: the engine recipe's)."
+    )
+    model_path: str | None = option(
+        None,
+        convert=_path,
+        check=_optional_path,
+        accepts="PathArg | None",
+        doc="an ONNX model file instead of the generated graph.",
+        flag=Flag(name="--model", help="an ONNX model file instead of the generated graph"),
+    )
+    cache_dir: str | None = option(
+        None,
+        convert=_path,
+        check=_optional_path,
+        accepts="PathArg | None",
+        doc="model and engine cache folder.",
+    )
+    timeout_s: float | None = option(
+        None,
+        check=_seconds,
+        doc="seconds one LoadGen test may take before its worker counts as hung.",
+        flag=Flag(
+            name="--timeout", type=decimal_number, help="seconds before a worker counts as hung"
+        ),
+    )
+    outdir: str | None = option(
+        None,
+        convert=_path,
+        check=_outdir,
+        accepts="PathArg | None",
+        doc="run folder (default: a new timestamped folder in the current directory).",
+        flag=Flag(name="--outdir", help="output folder (default: a new timestamped folder here)"),
+    )
+    worker_entry: str | None = option(
+        None,
+        check=_worker_entry,
+        doc='"module:function" run in each worker instead of the harness (tests).',
+        flag=Flag(name="--worker-entry", hidden=True, help="tests inject faults"),
+    )
+    cluster: str | None = option(
+        None,
+        check=_cluster,
+        doc='the Ray cluster to run the instances on (None: this host): "auto", "HOST:PORT", '
+        '"ray://HOST:PORT", or "local:N" (N throwaway nodes on this machine).',
+        flag=Flag(
+            name="--cluster",
+            metavar="ADDR",
+            help="run the instances on a Ray cluster: auto, HOST:PORT, ray://HOST:PORT, or "
+            "local:N (N throwaway nodes on this machine); needs mlperf-mig[cluster]",
+        ),
+    )
+    gpu_group: tuple[str, ...] | None = option(
+        None,
+        convert=_gpu_group,
+        accepts="Sequence[str] | str | None",
+        doc="cluster runs on vGPUs: the nodes (addresses, host names or node IDs) whose vGPUs "
+        "are slices of one GPU; the run says the grouping was declared.",
+        flag=Flag(
+            name="--gpu-group",
+            metavar="NODES",
+            help="with --cluster on vGPUs: comma-separated nodes (address, host or node ID) "
+            "whose vGPUs are slices of one GPU (the run says the grouping was declared)",
+        ),
+    )
     # a whole system (runner/system.py): which GPUs, a layout per GPU, how many to emulate
-    gpus: str | tuple[int, ...] | None = attrs.field(default=None, converter=_gpu_indices)
-    layouts: tuple[tuple[int, ScenarioSpec], ...] = attrs.field(default=(), converter=_gpu_layouts)
-    gpu_count: int | None = attrs.field(default=None, validator=_gpu_count)
+    gpus: str | tuple[int, ...] | None = option(
+        None,
+        convert=_gpu_indices,
+        accepts="Sequence[int] | str | None",
+        doc='run the layout on each of these GPUs at once: "all" or indices such as [0, 3] '
+        '(None: one GPU); with a cluster, "all" is every GPU of every node. results.json then '
+        "has one `gpus` entry per GPU with its subtotal.",
+        flag=Flag(
+            name="--gpus",
+            type=gpu_selection,
+            metavar="all|0,3",
+            help="put the layout on each of these GPUs at once (all, or indices); with "
+            "--cluster, all means every GPU of every node",
+        ),
+    )
+    layouts: tuple[tuple[int, ScenarioSpec], ...] = option(
+        None,
+        convert=_gpu_layouts,
+        accepts="Mapping[int, ScenarioSpec] | None",
+        doc='a layout per GPU, {0: "7x1g.10gb", 1: "3g.40gb+4g.40gb"}; a GPU without one '
+        "carries `scenario` (study numbers translate per GPU model).",
+        flag=Flag(
+            name="--layout",
+            action="append",
+            type=gpu_layout,
+            value=gpu_layouts,
+            metavar="GPU=LAYOUT",
+            help="a GPU's own layout, e.g. 1=3g.40gb+4g.40gb (repeatable; the others carry "
+            "--scenario)",
+        ),
+    )
+    gpu_count: int | None = option(
+        None,
+        check=_gpu_count,
+        doc="without a GPU (or with emulate): emulate this many GPUs of `gpu`, each on its share "
+        'of the CPUs; on a cluster, per GPU-less node (with gpus="all").',
+        flag=Flag(
+            name="--gpu-count",
+            type=count_of("how many GPUs to emulate", 8),
+            metavar="N",
+            help="without a GPU: emulate N GPUs of --gpu, each on its share of the CPUs "
+            "(on a cluster: per node, with --gpus all)",
+        ),
+    )
+    nvml_source: Any = option(  # noqa: RUF009 (an attrs field)
+        None,
+        doc="a recorded NVML state instead of this machine's GPUs (tests).",
+        flag=Flag(
+            name="--nvml-state",
+            value=_recorded_nvml,
+            metavar="FILE",
+            help="use a recorded NVML state (from `mlperf-mig detect --record FILE`) instead of "
+            "this machine's GPUs",
+        ),
+    )
+    cpus: tuple[int, ...] | None = option(
+        None,
+        convert=_cpus,
+        accepts="Sequence[int] | None",
+        doc="CPUs the emulated partitions share (default: those of this process).",
+    )
     # studies (study/repeats.py): each repeat and each alone run is a plan made from the others
-    repeats: int = attrs.field(default=1, validator=_repeats)
-    isolation: bool = attrs.field(default=False, validator=_flag)
+    repeats: int = option(
+        1,
+        check=_repeats,
+        doc="run the layout N times, each repeat a complete run in `outdir`/repeat-<k>; `run` "
+        "returns a RepeatedRun (means, 95% intervals) when N > 1 or with isolation.",
+        flag=Flag(
+            name="--repeats",
+            type=count_of("how often each layout runs", 3),
+            group=STUDY,
+            metavar="N",
+            help="run each layout N times (each repeat its own folder); tables show means with "
+            "95%% confidence intervals (default 1; the study used 3)",
+        ),
+    )
+    isolation: bool = option(
+        False,
+        check=_flag,
+        doc="also run each distinct profile of the layout alone (the rest of the GPU idle, same "
+        "device) and report each instance's interference against it.",
+        flag=Flag(
+            name="--isolation",
+            action="store_true",
+            group=STUDY,
+            help="also run each distinct profile of the layout alone and report each instance's "
+            "interference against it",
+        ),
+    )
 
     def __attrs_post_init__(self) -> None:
         """Options that cannot go together are refused before a cluster or worker starts."""
@@ -364,3 +749,11 @@ def check_progress(progress: object) -> None:
         raise SettingsError(
             f"progress must be True, False or a text stream such as sys.stderr, got {_kind(progress)}"
         )
+
+
+RUN_OPTIONS = declared_options(RunOptions)
+
+
+def run_options(values: Mapping[str, Any]) -> RunOptions:
+    """The RunOptions of a call's keyword arguments (those of them that are run options)."""
+    return RunOptions(**{o.name: values[o.name] for o in RUN_OPTIONS if o.name in values})

@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig._checks import is_number, is_whole
 from mlperf_mig._table import markdown_table, text_table
 from mlperf_mig.errors import DataFileError, SettingsError
 from mlperf_mig.runner.results import EMULATED_LABEL, RESULTS_FILE, result_p99_ms, result_throughput
@@ -102,7 +103,7 @@ def _measure(value: object, source: str, field: str, limit: float = MEASURE_LIMI
     """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= limit:
+    if not is_number(value, 0, limit):
         raise DataFileError(
             f"{source!r}: {field} is {value!r}, not a measurement the advisor can rank (a finite "
             f"number from 0 to {limit:g}); the file was edited or damaged: fix that field "
@@ -418,7 +419,7 @@ class Constraints:
 def _count(name: str, value: object) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_whole(value, 1):
         raise SettingsError(f"{name} must be a whole number of at least 1 (or None), got {value!r}")
     return value
 
@@ -446,11 +447,7 @@ def check_constraints(
         allowed = tuple(
             gpu.profile(n.strip()).name for n in names
         )  # UnknownProfileError names the known ones
-    if max_p99_ms is not None and (
-        isinstance(max_p99_ms, bool)
-        or not isinstance(max_p99_ms, (int, float))
-        or not max_p99_ms > 0
-    ):
+    if max_p99_ms is not None and not (is_number(max_p99_ms) and max_p99_ms > 0):
         raise SettingsError(
             f"max_p99_ms must be a positive number of milliseconds (or None), got {max_p99_ms!r}"
         )
@@ -671,6 +668,14 @@ def validate(measurements: Measurements, gpu: Any) -> tuple[dict[str, Any], ...]
     return tuple(rows)
 
 
+def check_ranking(objective: object, top: object) -> None:
+    """`objective` is one the advisor ranks by and `top` a count of layouts to show."""
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise SettingsError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if not is_whole(top, 1):
+        raise SettingsError(f"top must be a whole number of at least 1, got {top!r}")
+
+
 def advise_from(
     measurements: Measurements,
     *,
@@ -681,10 +686,7 @@ def advise_from(
     """Rank every valid layout of the measurements' GPU by `objective` under `constraints`."""
     from mlperf_mig import registry
 
-    if objective not in OBJECTIVES:
-        raise SettingsError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise SettingsError(f"top must be a whole number of at least 1, got {top!r}")
+    check_ranking(objective, top)
     if not any(m.alone or m.isolated for m in measurements.profiles.values()):
         raise SettingsError(
             f"the measurements of {measurements.gpu} hold no single-profile layout (one instance "

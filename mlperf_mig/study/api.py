@@ -9,7 +9,13 @@ from typing import Any, TextIO
 import attrs
 
 from mlperf_mig.errors import SettingsError
-from mlperf_mig.study.advisor import Advice, advise_from, check_constraints, measurements_from
+from mlperf_mig.study.advisor import (
+    Advice,
+    advise_from,
+    check_constraints,
+    check_ranking,
+    measurements_from,
+)
 
 PathArg = str | os.PathLike[str]
 
@@ -47,6 +53,7 @@ def advise(
     """
     from mlperf_mig import registry
 
+    check_ranking(objective, top)  # before a measuring sweep, not after it
     if from_dir is None:
         # the public sweep (cluster session, stop signals) sits above study/: imported when used
         from mlperf_mig.api import sweep

@@ -23,17 +23,27 @@ import datetime as dt
 import logging
 import math
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
 
-from mlperf_mig._io import check_output_path
+from mlperf_mig._checks import is_number, is_whole
+from mlperf_mig._cli_args import Flag, decimal_number, whole_number
 from mlperf_mig._table import text_table
 from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.harness.result import MIN_DURATION_REASON
 from mlperf_mig.runner.audits import relative_spread
 from mlperf_mig.runner.capacity_store import cache_file, store_capacity
+from mlperf_mig.runner.options import (
+    check_outdir,
+    check_progress,
+    declared_options,
+    option,
+    options_doc,
+    run_options,
+)
 from mlperf_mig.runner.results import EMULATED_LABEL
 from mlperf_mig.study.capacity_cache import plan_key
 
@@ -226,19 +236,267 @@ def _probe(run: Any, target: float, *, confirm: bool, quick: bool) -> Probe:
     )
 
 
-def _positive(name: str, value: object, *, integer: bool = False) -> None:
-    if value is None:
-        return
-    kind = int if integer else (int, float)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kind)
-        or not math.isfinite(value)
-        or value <= 0
-    ):  # type: ignore[arg-type]
-        raise SettingsError(
-            f"{name} must be a positive {'whole ' if integer else ''}number, got {value!r}"
+def _positive(*, whole: bool = False, optional: bool = False) -> Callable[..., None]:
+    """The check of a positive number (a whole one with `whole`; None too with `optional`)."""
+
+    def check(instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if value is None and optional:
+            return
+        if not (is_whole(value) if whole else is_number(value)) or value <= 0:  # type: ignore[operator]
+            raise SettingsError(
+                f"{attribute.name} must be a positive {'whole ' if whole else ''}number, got "
+                f"{value!r}"
+            )
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class SearchOptions:
+    """The search's own options, each declared once (its check, doc and `capacity` flag); the
+    run options it passes on to every run are checked by RunOptions."""
+
+    low_qps: float | None = option(
+        None,
+        check=_positive(optional=True),
+        doc="the first target; a probe that fails there is an error (no lower target is tried). "
+        "Default: a quarter of a short Offline run's throughput.",
+        flag=Flag(
+            name="--low-qps",
+            type=decimal_number,
+            metavar="QPS",
+            help="first target; a failure there is an error (default: a quarter of an Offline run)",
+        ),
+    )
+    probe_ms: int | None = option(
+        2000,
+        check=_positive(whole=True, optional=True),
+        accepts="int",
+        doc="min_duration of each probe (None: the preset's).",
+        flag=Flag(
+            name="--probe-ms", type=whole_number, help="min_duration of each probe (default 2000)"
+        ),
+    )
+    confirm_ms: int | None = option(
+        None,
+        check=_positive(whole=True, optional=True),
+        doc="min_duration of the confirming run (default: the preset's).",
+        flag=Flag(
+            name="--confirm-ms",
+            type=whole_number,
+            help="min_duration of the confirming run (default: the preset's)",
+        ),
+    )
+    tolerance: float = option(
+        0.1,
+        check=_positive(),
+        doc="the bracket's relative width at which bisection stops.",
+        flag=Flag(
+            name="--tolerance",
+            type=decimal_number,
+            help="bracket width at which to stop (default 0.1)",
+        ),
+    )
+    max_steps: int = option(
+        12,
+        check=_positive(whole=True),
+        doc="the most probes the search runs.",
+        flag=Flag(name="--max-steps", type=whole_number, help="most probes (default 12)"),
+    )
+
+
+SEARCH_OPTIONS = declared_options(SearchOptions)
+# the run options of `capacity` that each of its runs takes as they are
+_PASSED_ON = ("benchmark", "gpu", "backend", "precision", "preset", "variant", "emulate")
+
+
+@attrs.define
+class _Search:
+    """One search under way: its options, where its runs go, and the probes so far."""
+
+    profile: str
+    options: SearchOptions
+    root: Path
+    common: dict[str, Any]  # the run options every run of the search takes
+    extra: dict[str, float]  # the caller's LoadGen settings, under the search's own
+    probes: list[Probe] = attrs.Factory(list)
+
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> _Search:
+        """The search of `capacity`'s arguments, each checked before any run starts."""
+        from mlperf_mig.runner.plan import default_outdir
+
+        options = SearchOptions(**{o.name: values[o.name] for o in SEARCH_OPTIONS})
+        outdir, cache_dir = values["outdir"], values["cache_dir"]
+        check_outdir("outdir (--outdir)", outdir)
+        cache_file(cache_dir)  # an empty cache folder name is refused before any run
+        common = {name: values[name] for name in _PASSED_ON}
+        common |= {"accuracy": False, "cache_dir": cache_dir, "progress": values["progress"]}
+        run_options({**common, "settings": values["settings"]})  # checked as `run` checks them
+        check_progress(values["progress"])
+        return cls(
+            profile=values["profile"],
+            options=options,
+            root=Path(outdir) if outdir is not None else default_outdir("capacity"),
+            common=common,
+            extra=dict(values["settings"] or {}),
         )
+
+    @property
+    def steps_left(self) -> bool:
+        return len(self.probes) < self.options.max_steps
+
+    def _once(self, target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
+        # the public run (cluster session, stop signals, capacity cache) sits above study/
+        from mlperf_mig.api import run
+
+        duration_setting = {"min_duration": duration} if duration else {}
+        overrides = {**self.extra, "target_qps": target, **duration_setting}
+        result = run(
+            [self.profile],
+            loadgen_scenario="Server",
+            outdir=self.root / folder,
+            settings=overrides,
+            **self.common,
+        )
+        return _probe(result, target, confirm=confirm, quick=self.common["preset"] != "submission")
+
+    def server(self, target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
+        """One Server run at `target`, recorded; a failed probe is run again once."""
+        probe = self._once(target, folder, duration, confirm=confirm)
+        if not confirm and not probe.passed and probe.p99_ms is not None:
+            # a short probe's p99 moves with the machine's load: a failure is measured again
+            # before the search relies on it, and two that disagree are inconclusive
+            again = self._once(target, f"{folder}-again", duration, confirm=False)
+            if again.passed:
+                probe = _inconclusive(probe, again)
+        self.probes.append(probe)
+        verdict = "pass" if probe.passed else "fail"
+        log.info("capacity %s: %s %.4g QPS -> %s", self.profile, folder, target, verdict)
+        return probe
+
+    def probe(self, target: float) -> Probe:
+        """The next probe of the search, at `target`."""
+        folder = f"probe-{len(self.probes) + 1}"
+        return self.server(target, folder, self.options.probe_ms, confirm=False)
+
+
+def _inconclusive(probe: Probe, again: Probe) -> Probe:
+    """A failed probe whose repeat passed: counted as a failure, with the spread of the two."""
+    return attrs.evolve(
+        probe,
+        inconclusive=True,
+        spread=relative_spread([probe.p99_ms, again.p99_ms]),
+        reasons=(
+            *probe.reasons,
+            f"passed when repeated (p99 {again.p99_ms:.2f} ms, {again.folder})",
+        ),
+    )
+
+
+def _start_target(search: _Search) -> float:
+    """The first target: the caller's low_qps, or a quarter of a short Offline run's throughput."""
+    from mlperf_mig.api import run
+
+    if search.options.low_qps is not None:
+        return float(search.options.low_qps)
+    outdir = search.root / "offline"
+    offline = run([search.profile], loadgen_scenario="Offline", outdir=outdir, **search.common)
+    if offline.total_throughput is None:
+        raise SettingsError(
+            f"the Offline run that sizes the search on {search.profile} measured nothing "
+            f"({offline.outdir}); pass low_qps"
+        )
+    return offline.total_throughput / 4
+
+
+def _start(search: _Search, start: float) -> tuple[float, float | None]:
+    """(a target that passed, the lowest that failed or None) from the first probes.
+
+    A derived start may be too high: it is halved (a few times) while it fails. A start given by
+    the caller is the lowest target they accept, so a failure there ends the search.
+    """
+    halvings = 0 if search.options.low_qps is not None else START_HALVINGS
+    high = None
+    while not (first := search.probe(start)).passed:
+        if halvings == 0 or not search.steps_left:
+            raise SettingsError(
+                f"capacity search: the lowest target, {start:.4g} QPS, already fails on "
+                f"{search.profile} (p99 {first.p99_ms} ms, bound {first.bound_ms} ms; "
+                f"{'; '.join(first.reasons)}); pass a lower low_qps (--low-qps)"
+            )
+        high, start, halvings = start, start / 2, halvings - 1
+    return start, high
+
+
+def _bracket(search: _Search, low: float, high: float | None) -> tuple[float, float | None]:
+    """The bracket once the target doubled from `low` until a probe failed (or the steps ran
+    out: then `high` is still None)."""
+    while search.steps_left and high is None:
+        target = low * 2
+        if search.probe(target).passed:
+            low = target
+        else:
+            high = target
+    return low, high
+
+
+def _bisect(search: _Search, low: float, high: float | None) -> tuple[float, float | None]:
+    """The bracket narrowed by geometric means until it is within the tolerance (or the steps
+    ran out)."""
+    tolerance = search.options.tolerance
+    while high is not None and high / low > 1 + tolerance and search.steps_left:
+        target = math.sqrt(low * high)
+        if search.probe(target).passed:
+            low = target
+        else:
+            high = target
+    return low, high
+
+
+def _confirm(search: _Search, qps: float) -> tuple[float, bool]:
+    """(the answer, whether a run of the confirming length passed at it): a confirming run that
+    fails steps the target down by the tolerance, CONFIRM_TRIES runs at most."""
+    for k in range(1, CONFIRM_TRIES + 1):
+        if search.server(qps, f"confirm-{k}", search.options.confirm_ms, confirm=True).passed:
+            return qps, True
+        if k < CONFIRM_TRIES:
+            qps /= 1 + search.options.tolerance
+    return qps, False
+
+
+def _result(
+    search: _Search, qps: float, confirmed: bool, low: float, high: float | None
+) -> CapacityResult:
+    """The search's answer, keyed by the plan of its last run."""
+    from mlperf_mig.api import plan as plan_of
+
+    # the key's plan, with the settings of the last run (so that it takes no cached target: a bad
+    # cache entry is what a new search replaces, and it must not refuse the answer)
+    confirm_ms = search.options.confirm_ms
+    last = {
+        **search.extra,
+        "target_qps": qps,
+        **({"min_duration": confirm_ms} if confirm_ms else {}),
+    }
+    common = {k: v for k, v in search.common.items() if k != "progress"}
+    the_plan = plan_of([search.profile], loadgen_scenario="Server", settings=last, **common)
+    return CapacityResult(
+        benchmark=the_plan.benchmark.name,
+        profile=search.profile,
+        gpu=the_plan.gpu,
+        emulated=the_plan.deployment.emulated,
+        backend=the_plan.backend,
+        preset=search.common["preset"],
+        qps=qps,
+        confirmed=confirmed,
+        bracket_closed=high is not None and high / low <= 1 + search.options.tolerance,
+        probes=tuple(search.probes),
+        outdir=str(search.root),
+        key=plan_key(the_plan, search.profile),
+        passed_qps=low,
+        failed_qps=high,
+    )
 
 
 def capacity(
@@ -256,165 +514,23 @@ def capacity(
     confirm_ms: int | None = None,
     tolerance: float = 0.1,
     max_steps: int = 12,
-    settings: dict[str, float] | None = None,
+    settings: Mapping[str, float] | None = None,
     outdir: PathArg | None = None,
     cache_dir: PathArg | None = None,
     progress: bool | TextIO = False,
     store: bool = True,
 ) -> CapacityResult:
     """The highest Server target QPS of one instance of `profile` that stays within the
-    benchmark's latency bound (see the module's description of the search).
-
-    low_qps:     the first target; a probe that fails there is an error (no lower target is
-                 tried). Default: a quarter of a short Offline run's throughput.
-    probe_ms:    min_duration of each probe; confirm_ms: of the confirming run (default: the
-                 preset's). tolerance: the bracket's relative width at which bisection stops.
-    settings:    further LoadGen settings for every run (e.g. a different target_latency).
-    Runs go to `outdir`/probe-<k>/ and confirm-<k>/. A complete answer is cached in the engine
-    cache (`store=False`: not yet; `CapacityResult.store` does it, as the CLI does once it has
-    printed the answer); the result's `cache_note` says whether it was.
+    benchmark's latency bound (the module describes the search); `settings`: further LoadGen
+    settings for every run. Runs go to `outdir`/probe-<k>/ and confirm-<k>/. A complete answer is
+    cached in the engine cache (`store=False`: not yet; `CapacityResult.store` does it, as the CLI
+    does once it has printed the answer); the result's `cache_note` says whether it was.
     """
-    # the search measures through the public plan/run (cluster session, stop signals, capacity
-    # cache), which sit above study/: imported when used
-    from mlperf_mig.api import plan as plan_of
-    from mlperf_mig.api import run
-    from mlperf_mig.runner.plan import default_outdir
-
-    for name, value in (("low_qps", low_qps), ("tolerance", tolerance)):
-        _positive(name, value)
-    for name, value in (
-        ("probe_ms", probe_ms),
-        ("confirm_ms", confirm_ms),
-        ("max_steps", max_steps),
-    ):
-        _positive(name, value, integer=True)
-    if outdir is not None:
-        check_output_path("outdir (--outdir)", os.fspath(outdir))
-    cache_file(cache_dir)  # an empty cache folder name is refused before any run
-    root = Path(outdir) if outdir is not None else default_outdir("capacity")
-    common = {
-        "benchmark": benchmark,
-        "gpu": gpu,
-        "backend": backend,
-        "precision": precision,
-        "preset": preset,
-        "variant": variant,
-        "emulate": emulate,
-        "accuracy": False,
-        "cache_dir": cache_dir,
-        "progress": progress,
-    }
-    extra = dict(settings or {})
-    probes: list[Probe] = []
-
-    def once(target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
-        overrides = {
-            **extra,
-            "target_qps": target,
-            **({"min_duration": duration} if duration else {}),
-        }
-        result = run(
-            [profile], loadgen_scenario="Server", outdir=root / folder, settings=overrides, **common
-        )
-        return _probe(result, target, confirm=confirm, quick=preset != "submission")
-
-    def server(target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
-        probe = once(target, folder, duration, confirm=confirm)
-        if not confirm and not probe.passed and probe.p99_ms is not None:
-            # a short probe's p99 moves with the machine's load: a failure is measured again
-            # before the search relies on it, and two that disagree are inconclusive
-            again = once(target, f"{folder}-again", duration, confirm=False)
-            if again.passed:
-                probe = attrs.evolve(
-                    probe,
-                    inconclusive=True,
-                    spread=relative_spread([probe.p99_ms, again.p99_ms]),
-                    reasons=(
-                        *probe.reasons,
-                        f"passed when repeated (p99 {again.p99_ms:.2f} ms, {again.folder})",
-                    ),
-                )
-        probes.append(probe)
-        log.info(
-            "capacity %s: %s %.4g QPS -> %s",
-            profile,
-            folder,
-            target,
-            "pass" if probe.passed else "fail",
-        )
-        return probe
-
-    if low_qps is None:
-        offline = run([profile], loadgen_scenario="Offline", outdir=root / "offline", **common)
-        if offline.total_throughput is None:
-            raise SettingsError(
-                f"the Offline run that sizes the search on {profile} measured nothing "
-                f"({offline.outdir}); pass low_qps"
-            )
-        start = offline.total_throughput / 4
-    else:
-        start = float(low_qps)
-    # a derived start may be too high: halve it (a few times); a start given by the caller is
-    # the lowest target they accept, so a failure there ends the search
-    halvings = 0 if low_qps is not None else START_HALVINGS
-    high = None
-    while True:
-        first = server(start, f"probe-{len(probes) + 1}", probe_ms, confirm=False)
-        if first.passed:
-            break
-        if halvings == 0 or len(probes) >= max_steps:
-            raise SettingsError(
-                f"capacity search: the lowest target, {start:.4g} QPS, already fails on {profile} "
-                f"(p99 {first.p99_ms} ms, bound {first.bound_ms} ms; {'; '.join(first.reasons)}); "
-                "pass a lower low_qps (--low-qps)"
-            )
-        high, start, halvings = start, start / 2, halvings - 1
-    low = start
-    while len(probes) < max_steps and high is None:
-        target = low * 2
-        if server(target, f"probe-{len(probes) + 1}", probe_ms, confirm=False).passed:
-            low = target
-        else:
-            high = target
-    while high is not None and high / low > 1 + tolerance and len(probes) < max_steps:
-        target = math.sqrt(low * high)
-        if server(target, f"probe-{len(probes) + 1}", probe_ms, confirm=False).passed:
-            low = target
-        else:
-            high = target
-    closed = high is not None and high / low <= 1 + tolerance
-    passed_qps = low
-    confirmed = False
-    for k in range(1, CONFIRM_TRIES + 1):
-        if server(low, f"confirm-{k}", confirm_ms, confirm=True).passed:
-            confirmed = True
-            break
-        if k < CONFIRM_TRIES:
-            low /= 1 + tolerance
-    # the key's plan, with the settings of the last run (so that it takes no cached target: a bad
-    # cache entry is what a new search replaces, and it must not refuse the answer)
-    last = {**extra, "target_qps": low, **({"min_duration": confirm_ms} if confirm_ms else {})}
-    the_plan = plan_of(
-        [profile],
-        loadgen_scenario="Server",
-        settings=last,
-        **{k: v for k, v in common.items() if k != "progress"},
-    )
-    key = plan_key(the_plan, profile)
-    result = CapacityResult(
-        benchmark=the_plan.benchmark.name,
-        profile=profile,
-        gpu=the_plan.gpu,
-        emulated=the_plan.deployment.emulated,
-        backend=the_plan.backend,
-        preset=preset,
-        qps=low,
-        confirmed=confirmed,
-        bracket_closed=closed,
-        probes=tuple(probes),
-        outdir=str(root),
-        key=key,
-        passed_qps=passed_qps,
-        failed_qps=high,
-    )
+    search = _Search.of(locals())
+    low, high = _bisect(search, *_bracket(search, *_start(search, _start_target(search))))
+    qps, confirmed = _confirm(search, low)
+    result = _result(search, qps, confirmed, low, high)
     return result.store(cache_dir) if store else result
+
+
+capacity.__doc__ = f"{capacity.__doc__}{options_doc(SEARCH_OPTIONS)}\n"

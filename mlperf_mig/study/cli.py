@@ -102,7 +102,8 @@ def _advise(args: argparse.Namespace) -> int:
 
 
 def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
-    from mlperf_mig._cli_args import add_settings_option
+    from mlperf_mig._cli_args import RUN, add_flags, add_settings_option
+    from mlperf_mig.study.capacity import SEARCH_OPTIONS
 
     parser = subparsers.add_parser(
         "capacity",
@@ -139,34 +140,7 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--emulate", action="store_true", help="emulate partitions on the CPU even with a GPU"
     )
-    parser.add_argument(
-        "--low-qps",
-        type=decimal_number,
-        default=None,
-        metavar="QPS",
-        help="first target; a failure there is an error (default: a quarter of an Offline run)",
-    )
-    parser.add_argument(
-        "--probe-ms",
-        type=whole_number,
-        default=2000,
-        help="min_duration of each probe (default 2000)",
-    )
-    parser.add_argument(
-        "--confirm-ms",
-        type=whole_number,
-        default=None,
-        help="min_duration of the confirming run (default: the preset's)",
-    )
-    parser.add_argument(
-        "--tolerance",
-        type=decimal_number,
-        default=0.1,
-        help="bracket width at which to stop (default 0.1)",
-    )
-    parser.add_argument(
-        "--max-steps", type=whole_number, default=12, help="most probes (default 12)"
-    )
+    add_flags(parser, SEARCH_OPTIONS, (RUN,))
     add_settings_option(parser)
     parser.add_argument("--outdir", default=None, help="folder of the search's runs")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -174,8 +148,8 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _capacity(args: argparse.Namespace) -> int:
-    from mlperf_mig._cli_args import parse_overrides
-    from mlperf_mig.study.capacity import capacity
+    from mlperf_mig._cli_args import flag_values, parse_overrides
+    from mlperf_mig.study.capacity import SEARCH_OPTIONS, capacity
 
     result = capacity(
         args.benchmark,
@@ -186,11 +160,7 @@ def _capacity(args: argparse.Namespace) -> int:
         preset=args.preset,
         variant=args.variant,
         emulate=args.emulate,
-        low_qps=args.low_qps,
-        probe_ms=args.probe_ms,
-        confirm_ms=args.confirm_ms,
-        tolerance=args.tolerance,
-        max_steps=args.max_steps,
+        **flag_values(args, SEARCH_OPTIONS),
         settings=parse_overrides(args.set),
         outdir=args.outdir,
         progress=False,

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from mlperf_mig._checks import is_whole
 from mlperf_mig._io import finite_number, safe_name
 from mlperf_mig.errors import UntrustedPathError
 from mlperf_mig.telemetry.nvml import reason_names
@@ -116,9 +117,7 @@ class InstanceTelemetry:
     def from_dict(cls, data: Any, source: str) -> InstanceTelemetry:
         data = _check_mapping(data, "instance", source)
         gpu = data.get("gpu_index")
-        if gpu is not None and (
-            isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < 4096
-        ):
+        if gpu is not None and not is_whole(gpu, 0, 4095):
             raise UntrustedPathError(
                 f"{source!r}: telemetry gpu_index {gpu!r} is not a GPU index; write the run again"
             )
@@ -177,7 +176,7 @@ class GpuTelemetry:
     def from_dict(cls, data: Any, source: str) -> GpuTelemetry:
         data = _check_mapping(data, "gpu", source)
         index = data.get("index")
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 4096:
+        if not is_whole(index, 0, 4095):
             raise UntrustedPathError(
                 f"{source!r}: telemetry GPU index {index!r} is not a GPU index; write the run again"
             )
@@ -276,7 +275,7 @@ class RunTelemetry:
                 f"{source!r}: telemetry csv {csv!r} is not {CSV_FILE!r} or null; write the run again"
             )
         samples = data.get("samples")
-        if isinstance(samples, bool) or not isinstance(samples, int) or not 0 <= samples <= _LIMIT:
+        if not is_whole(samples, 0, _LIMIT):
             raise UntrustedPathError(
                 f"{source!r}: telemetry samples {samples!r} is not a count; write the run again"
             )

@@ -3,6 +3,7 @@ naming the argument, before anything runs or is written."""
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import pydoc
 from pathlib import Path
@@ -13,8 +14,9 @@ import pytest
 
 import mlperf_mig
 from mlperf_mig import api
+from mlperf_mig._cli_args import LAYOUT, RUN, STUDY, add_flags, flag_values
 from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError
-from mlperf_mig.runner.options import RunOptions
+from mlperf_mig.runner.options import RUN_OPTIONS, RunOptions, run_options
 
 from .conftest import QUICK_NULL
 
@@ -100,15 +102,53 @@ def test_sweep_refuses_before_running_any_layout(tmp_path: Path, scenarios: list
     assert not (tmp_path / "sweep").exists()
 
 
-def test_help_lists_every_option_with_its_type() -> None:
-    """run, plan and sweep take every field of RunOptions as a typed keyword argument."""
-    fields = {f.name for f in attrs.fields(RunOptions)}
-    for function in (api.run, api.plan, api.sweep):
-        parameters = inspect.signature(function).parameters
-        expected = fields - {"scenario"} if function is api.sweep else fields
-        assert expected <= set(parameters)
-        assert all(parameters[name].annotation is not inspect.Parameter.empty for name in expected)
-        assert "timeout_s: 'float | None' = None" in pydoc.plain(pydoc.render_doc(function))
+# the parameters of each public function that are its own, not run options
+OWN_PARAMETERS = {
+    api.plan: set(),
+    api.run: {"progress", "baseline"},
+    api.sweep: {"scenarios", "resume", "chart", "progress"},
+}
+
+
+@pytest.mark.parametrize("function", list(OWN_PARAMETERS), ids=lambda f: f.__name__)
+def test_public_parameters_are_the_declared_options(function: Any) -> None:
+    """run, plan and sweep take each declared option (sweep: all but scenario) as a keyword
+    parameter with the declared type and default, and nothing else but their own parameters."""
+    parameters = inspect.signature(function).parameters
+    options = [o for o in RUN_OPTIONS if not (function is api.sweep and o.name == "scenario")]
+    assert set(parameters) == {o.name for o in options} | OWN_PARAMETERS[function]
+    for declared in options:
+        parameter = parameters[declared.name]
+        assert (parameter.annotation, parameter.default) == (declared.accepts, declared.default), (
+            declared.name
+        )
+
+
+@pytest.mark.parametrize("function", list(OWN_PARAMETERS), ids=lambda f: f.__name__)
+def test_help_lists_every_option_with_its_type(function: Any) -> None:
+    """help() of run, plan and sweep shows each option's type and its declared description."""
+    text = pydoc.plain(pydoc.render_doc(function))
+    assert "timeout_s: 'float | None' = None" in text
+    for declared in RUN_OPTIONS:
+        if function is api.sweep and declared.name in ("scenario", "outdir"):
+            continue
+        assert f"{declared.name}:" in text and declared.doc.split()[-1] in text, declared.name
+
+
+def test_every_flag_reads_back_as_its_option() -> None:
+    """Each declared flag of `run` parses into the keyword argument of its option; without
+    flags, the options are the declared defaults."""
+    parser = argparse.ArgumentParser()
+    add_flags(parser, RUN_OPTIONS, (RUN, LAYOUT, STUDY))
+    defaults = flag_values(parser.parse_args([]), RUN_OPTIONS)
+    assert set(defaults) == {o.name for o in RUN_OPTIONS if o.flag is not None}
+    assert run_options(defaults) == RunOptions()
+    given = flag_values(
+        parser.parse_args(["--model", "m.onnx", "--no-accuracy", "--set", "min_duration=5"]),
+        RUN_OPTIONS,
+    )
+    assert given["model_path"] == "m.onnx" and given["accuracy"] is False
+    assert given["settings"] == {"min_duration": 5}
 
 
 def test_options_record_is_frozen_and_converted() -> None:

@@ -14,6 +14,7 @@ from mlperf_mig.study.advisor import (
     advise_from,
     check_constraints,
 )
+from mlperf_mig.study.api import advise
 
 GPU = "A100-SXM4-80GB"
 # samples/s alone, by profile: 7g is worse than any split, 1g the best per slice
@@ -146,3 +147,18 @@ def test_the_notes_name_missing_inputs_and_the_run_that_settles_them() -> None:
     notes = "\n".join(advice.notes())
     assert "rests on lone runs for 1g.10gb" in notes
     assert "mlperf-mig run --scenario 7x1g.10gb" in notes
+
+
+@pytest.mark.parametrize(("objective", "top"), [("speed", 5), (["p99"], 5), ("p99", 0)])
+def test_ranking_arguments_are_checked_before_measuring(
+    monkeypatch: pytest.MonkeyPatch, objective: object, top: object
+) -> None:
+    """advise() without a folder refuses a wrong objective or top before its measuring sweep."""
+    import mlperf_mig.api
+
+    def no_sweep(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the sweep ran")
+
+    monkeypatch.setattr(mlperf_mig.api, "sweep", no_sweep)
+    with pytest.raises(SettingsError, match=r"objective|top"):
+        advise(objective=objective, top=top)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -11,9 +12,9 @@ import pytest
 from mlperf_mig import api, cli
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.capacity_store import store_capacity
-from mlperf_mig.runner.options import RunOptions
+from mlperf_mig.runner.options import RUN_OPTIONS, RunOptions
 from mlperf_mig.runner.plan import make_plan
-from mlperf_mig.study.capacity import capacity
+from mlperf_mig.study.capacity import SEARCH_OPTIONS, capacity
 from mlperf_mig.study.capacity_cache import plan_key, with_cached_capacity
 
 BOUND_NS = 15_000_000
@@ -196,3 +197,39 @@ def test_a_probe_failing_twice_stays_failed(
     result = _search(monkeypatch, tmp_path, KnownService(100.0), low_qps=10.0)
     failed = [p for p in result.probes if not p.passed and not p.confirm]
     assert failed and not any(p.inconclusive for p in failed)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("tolerance", None), ("max_steps", 2.0), ("probe_ms", True), ("low_qps", float("inf"))],
+)
+def test_search_options_are_checked_before_any_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, value: Any
+) -> None:
+    """A search option of the wrong type or range is one line naming it; nothing runs."""
+    service = KnownService(100.0)
+    with pytest.raises(SettingsError, match=f"{name} must be a positive") as caught:
+        _search(monkeypatch, tmp_path, service, **{name: value})
+    assert "\n" not in str(caught.value) and service.targets == []
+
+
+def test_capacity_parameters_are_the_declared_options() -> None:
+    """capacity's search options and the run options it passes on take the declared type and
+    default, and its docstring lists the search options."""
+    parameters = inspect.signature(capacity).parameters
+    passed_on = [o for o in RUN_OPTIONS if o.name in parameters and o.name != "outdir"]
+    for declared in (*SEARCH_OPTIONS, *passed_on):
+        parameter = parameters[declared.name]
+        assert (parameter.annotation, parameter.default) == (declared.accepts, declared.default)
+    assert all(f"{o.name}:" in (capacity.__doc__ or "") for o in SEARCH_OPTIONS)
+
+
+def test_run_options_are_checked_before_any_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A run option of the wrong type (here variant=3) is refused as `run` refuses it, before
+    the Offline run that sizes the search."""
+    service = KnownService(100.0)
+    with pytest.raises(SettingsError, match="variant must be a non-empty string"):
+        _search(monkeypatch, tmp_path, service, variant=3)
+    assert service.targets == [] and not (tmp_path / "search").exists()
