@@ -29,6 +29,8 @@ from mlperf_mig.engines.backends.known_answer import expected_payload
 from mlperf_mig.harness.logs import ACCURACY_LOG
 from mlperf_mig.harness.samples import SyntheticSource, input_layouts
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 LAYOUT = "2g.20gb+1g.10gb"
 HANG_BOUND_S = 60  # each of these LoadGen tests takes a few seconds
 BATCH = 7

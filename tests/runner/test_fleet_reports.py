@@ -11,6 +11,8 @@ from mlperf_mig.study.chart import gpu_bars
 
 from .conftest import QUICK_NULL
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 SYSTEM = {"gpu_count": 2, "emulate": True, "accuracy": False, "telemetry": False}
 
 
