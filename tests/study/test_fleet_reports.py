@@ -13,7 +13,7 @@ from .conftest import QUICK_NULL
 
 pytestmark = pytest.mark.slow  # starts the runner's workers
 
-SYSTEM = {"gpu_count": 2, "emulate": True, "accuracy": False, "telemetry": False}
+SYSTEM = {"gpu_count": 2, "emulate": True, "telemetry": False}
 
 
 @pytest.fixture(scope="module", name="sweep")

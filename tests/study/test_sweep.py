@@ -22,7 +22,7 @@ def fixture_sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module", name="swept")
 def fixture_swept(sweep_dir: Path) -> Any:
     """Layouts 1 and 7 on the null backend."""
-    return mlperf_mig.sweep([1, 7], outdir=sweep_dir, accuracy=False, **QUICK_NULL)
+    return mlperf_mig.sweep([1, 7], outdir=sweep_dir, **QUICK_NULL)
 
 
 @pytest.mark.slow
@@ -45,7 +45,7 @@ def test_chart_saved_as_png_and_svg(swept: Any) -> None:
 @pytest.mark.slow
 def test_sweep_resumes_unchanged_layouts(swept: Any, sweep_dir: Path) -> None:
     """Running the same sweep again reuses both layouts from disk."""
-    again = mlperf_mig.sweep([1, 7], outdir=sweep_dir, accuracy=False, chart=False, **QUICK_NULL)
+    again = mlperf_mig.sweep([1, 7], outdir=sweep_dir, chart=False, **QUICK_NULL)
     assert again.resumed == ("scenario-1", "scenario-7")
     assert [r.started_at for r in again.runs] == [r.started_at for r in swept.runs]
 
