@@ -19,6 +19,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import mlperf_mig
 
 PACKAGE_DIR = Path(mlperf_mig.__file__).parent
@@ -257,6 +259,7 @@ print("\\n".join(failed))
 """
 
 
+@pytest.mark.slow
 def test_each_module_imports_alone() -> None:
     """Each module imports first, with no other library module loaded (one interpreter, emptied
     of the library before each import)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,14 @@ def test_plan_example_runs_and_prints_what_it_says(capsys: pytest.CaptureFixture
     exec(compile(example, "README.md", "exec"), {})
     promised = re.search(r"# (\S+): ", example).group(1)
     assert capsys.readouterr().out.strip() == promised
+
+
+def test_fast_subset_deselects_a_declared_marker_and_ci_runs_everything() -> None:
+    """The README's fast subset leaves out a marker pyproject declares; .ci/run leaves out none."""
+    fast = re.search(r'`\.venv/bin/python -m pytest -q -m "not (\w+)"`', README)
+    assert fast, "the README names its fast subset under the quickstart"
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    markers = ini["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(line.startswith(f"{fast.group(1)}:") for line in markers)
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert [line for line in ci.splitlines() if re.search(r"pytest\b.* -[mk] ", line)] == []

@@ -28,13 +28,16 @@ from mlperf_mig.cluster.connect import LOOPBACK_ENV
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
 NS_REASON = "needs root, unshare and nsenter to keep Ray in a private network namespace"
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0
-    or not shutil.which("unshare")
-    or not shutil.which("nsenter")
-    or not shutil.which("ip"),
-    reason=NS_REASON,
-)
+pytestmark = [
+    pytest.mark.slow,  # Ray clusters in a network namespace
+    pytest.mark.skipif(
+        os.geteuid() != 0
+        or not shutil.which("unshare")
+        or not shutil.which("nsenter")
+        or not shutil.which("ip"),
+        reason=NS_REASON,
+    ),
+]
 ENV = {**os.environ, **LOOPBACK_ENV}
 VGPU_STATE = HERE.parent / "registry" / "fixtures" / "vgpu-a100d-2-20c.json"
 QUICK = ["--emulate", "--variant", "tiny", "--set", "min_duration=1000"]

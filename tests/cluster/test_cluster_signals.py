@@ -26,10 +26,13 @@ pytest.importorskip("ray")
 from mlperf_mig.cluster.connect import LOOPBACK_ENV
 
 BIN = Path(sys.executable).parent
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"),
-    reason="needs root, unshare and ip to keep Ray in a private network namespace",
-)
+pytestmark = [
+    pytest.mark.slow,  # a Ray cluster in a network namespace
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"),
+        reason="needs root, unshare and ip to keep Ray in a private network namespace",
+    ),
+]
 TAG_VARIABLE = "MLPERF_MIG_TEST_RUN_TAG"
 DUMP_MARKERS = ("*** SIGTERM received", "Stack trace", "Fatal Python error", "Traceback")
 

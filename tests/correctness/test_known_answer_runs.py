@@ -30,6 +30,8 @@ from mlperf_mig.harness.samples import input_layouts
 from mlperf_mig.workloads import Workload, get_workload
 from mlperf_mig.workloads.samples import SyntheticSource
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 LAYOUT = "2g.20gb+1g.10gb"
 HANG_BOUND_S = 60  # each of these LoadGen tests takes a few seconds
 BATCH = 7

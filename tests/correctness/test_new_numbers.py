@@ -44,6 +44,7 @@ def fixture_fleet_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     return {mode: root / mode for mode in ("independent", "unified")}
 
 
+@pytest.mark.slow
 def test_independent_subtotals_and_total_from_each_instances_own_log(
     fleet_runs: dict[str, Path],
 ) -> None:
@@ -65,6 +66,7 @@ def test_independent_subtotals_and_total_from_each_instances_own_log(
     assert data["aggregate"]["total_throughput"] == pytest.approx(sum(rates.values()), rel=1e-9)
 
 
+@pytest.mark.slow
 def test_unified_subtotals_share_the_one_result_by_samples_served(
     fleet_runs: dict[str, Path],
 ) -> None:

@@ -207,6 +207,7 @@ def test_a_child_that_fails_is_one_error_line(tmp_path: Path) -> None:
 
 
 # --- the CLI ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_doctor_on_this_cpu_machine_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     """Without a GPU: one line saying so, the CPU reference smoke run, the GPU part skipped, exit 0."""
     from tests.conftest import gpu_present

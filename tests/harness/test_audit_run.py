@@ -23,6 +23,8 @@ import pytest
 
 from mlperf_mig.cli import main
 
+pytestmark = pytest.mark.slow  # LoadGen tests and audits, each in a fresh process
+
 _BACKENDS = {
     "paced": '''
         import time

@@ -87,6 +87,7 @@ def test_malformed_set(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
     _assert_one_line(code, err, "KEY=NUMBER")
 
 
+@pytest.mark.slow
 def test_run_prints_the_result(tmp_path: Path) -> None:
     """A tiny ONNX Runtime run in its own process prints the result as JSON."""
     argv = [

@@ -11,6 +11,8 @@ import pytest
 
 from mlperf_mig.harness import InstanceResult, InstanceTask, SettingsSpec, run_instance
 
+pytestmark = pytest.mark.slow  # a LoadGen test left to run into its bound
+
 BOUND_S = 8.0
 
 

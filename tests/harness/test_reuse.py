@@ -277,6 +277,7 @@ def test_only_an_invalid_target_driven_test_drops_the_cached_target(
     assert target_was_wrong(_result(**fields)) is wrong
 
 
+@pytest.mark.slow
 def test_second_run_says_its_target_was_cached(in_child, spec: EngineSpec, tmp_path: Path) -> None:
     """The first run measures and keeps its target; the second uses it and its result says so."""
     settings = SettingsSpec(overrides={"min_duration": 200, "min_query_count": 8})
@@ -434,6 +435,7 @@ def test_forget_key_drops_only_a_key_of_this_cache(spec: EngineSpec, tmp_path: P
     assert work.target(inputs) is None
 
 
+@pytest.mark.slow
 def test_second_unified_run_says_its_target_was_cached(tmp_path: Path) -> None:
     """A unified run's instances keep their targets; the next identical run reuses them and its
     layout result says so."""

@@ -37,6 +37,7 @@ def _task(benchmark: str, scenario: str, cache: Path, outdir: Path, **fields) ->
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("benchmark", "scenario"),
     [

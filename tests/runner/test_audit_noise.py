@@ -23,6 +23,7 @@ def test_spread_is_the_largest_over_the_smallest() -> None:
     assert relative_spread([100.0]) is None
 
 
+@pytest.mark.slow
 def test_an_inconclusive_audit_does_not_fail_the_run(good_run: Any) -> None:
     """A run whose only unpassed audit is inconclusive is not a compliance failure (None), one with a FAIL is."""
     inconclusive = _verdict(passed=False, inconclusive=True, reason="noise", spread=0.3)

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import mlperf_mig
 from mlperf_mig.harness.compliance import audit_config_text
 
 from .conftest import alive
+
+pytestmark = pytest.mark.slow  # starts the runner's workers
 
 # a single instance at 2 ms a computed sample (tests/runner/paced_entries.py); its target is
 # measured, as the quick preset does, and its audits repeat it

@@ -170,6 +170,7 @@ def test_sweep_lists_refused_before_any_layout(
     assert not outdir.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["throughput is a string", "no instances"])
 def test_report_refuses_a_damaged_results_file(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, good_run: Any, damage: str

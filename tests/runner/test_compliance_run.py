@@ -39,6 +39,7 @@ def _verdicts(run: RunResult, name: str) -> dict[str, Any]:
     return {v.audit: v for v in instance.compliance}
 
 
+@pytest.mark.slow
 def test_failed_audit_is_a_result_with_exit_code_1(audited: tuple[int, RunResult, str]) -> None:
     """The caching instance fails TEST04; every worker ended normally and the exit code is 1."""
     code, run, _ = audited
@@ -49,6 +50,7 @@ def test_failed_audit_is_a_result_with_exit_code_1(audited: tuple[int, RunResult
     assert not test04.passed and "faster than the performance run" in test04.reason
 
 
+@pytest.mark.slow
 def test_failed_audit_in_a_sweep_exits_1(tmp_path: Path) -> None:
     """A sweep whose layout fails an audit exits 1, as a single run does."""
     argv = [
@@ -59,6 +61,7 @@ def test_failed_audit_in_a_sweep_exits_1(tmp_path: Path) -> None:
     assert main(argv) == 1
 
 
+@pytest.mark.slow
 def test_computing_instance_passes_test04(audited: tuple[int, RunResult, str]) -> None:
     """The instance that computes every sample never fails TEST04 (its repeated sample is no
     faster): PASS, or inconclusive where the machine's measured noise exceeds the 10% band."""
@@ -67,6 +70,7 @@ def test_computing_instance_passes_test04(audited: tuple[int, RunResult, str]) -
     assert verdict.passed or verdict.inconclusive, verdict.reason
 
 
+@pytest.mark.slow
 def test_table_names_the_failed_audit(audited: tuple[int, RunResult, str]) -> None:
     """The table has a compliance column naming each verdict, short audits labelled."""
     _, run, _ = audited
@@ -76,6 +80,7 @@ def test_table_names_the_failed_audit(audited: tuple[int, RunResult, str]) -> No
     assert "quick-preset audits" in table
 
 
+@pytest.mark.slow
 def test_audit_logs_and_verify_files_per_instance(audited: tuple[int, RunResult, str]) -> None:
     """Each instance folder holds its audits' logs, user.conf and verify files, and no
     audit.config is left anywhere."""
@@ -91,6 +96,7 @@ def test_audit_logs_and_verify_files_per_instance(audited: tuple[int, RunResult,
     assert list(Path(outdir).rglob("audit.config")) == []
 
 
+@pytest.mark.slow
 def test_accuracy_run_covers_every_sample(audited: tuple[int, RunResult, str]) -> None:
     """With audits, the accuracy run scores every loaded sample (not the quick preset's 64), so
     that TEST01's sampled responses can be compared with it."""
@@ -101,6 +107,7 @@ def test_accuracy_run_covers_every_sample(audited: tuple[int, RunResult, str]) -
     )
 
 
+@pytest.mark.slow
 def test_audits_run_with_the_performance_runs_settings(audited: tuple[int, RunResult, str]) -> None:
     """An audit's user.conf is its performance run's (its measured target included), which
     stays in the instance folder."""
@@ -112,6 +119,7 @@ def test_audits_run_with_the_performance_runs_settings(audited: tuple[int, RunRe
     assert (folder / "TEST04" / "user.conf").read_text() == performance_conf
 
 
+@pytest.mark.slow
 def test_verdicts_survive_results_json(audited: tuple[int, RunResult, str]) -> None:
     """results.json keeps every verdict and the aggregate compliance flag."""
     _, run, outdir = audited
@@ -120,6 +128,7 @@ def test_verdicts_survive_results_json(audited: tuple[int, RunResult, str]) -> N
     assert again.to_dict()["aggregate"]["compliance_passed"] is False
 
 
+@pytest.mark.slow
 def test_unified_run_audits_the_layout_once(tmp_path: Path) -> None:
     """Unified mode audits the layout's one LoadGen: verdicts and logs under layout/ only."""
     run = mlperf_mig.run(

@@ -9,6 +9,8 @@ import pytest
 from mlperf_mig import cli
 from mlperf_mig.runner.results import RunResult
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 
 @pytest.fixture(name="undecodable_imagenet")
 def fixture_undecodable_imagenet(tmp_path: Path) -> Path:

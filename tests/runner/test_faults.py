@@ -74,6 +74,7 @@ def _first_result_written(outdir: Path) -> bool:
     return data["instances"][0]["status"] == "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_keep_finished_results(tmp_path: Path, signum: int) -> None:
     """SIGTERM or SIGHUP mid-run stops every worker, writes results.json with the finished
@@ -94,6 +95,7 @@ def test_sigterm_and_sighup_keep_finished_results(tmp_path: Path, signum: int) -
     assert signal.Signals(signum).name in result.instances[1].error
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_hurries_but_writes(tmp_path: Path) -> None:
     """A second Ctrl-C during the shutdown kills the workers at once (they ignore SIGTERM)
     and results.json is still written."""
@@ -133,6 +135,7 @@ def fixture_small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
+@pytest.mark.slow
 def test_full_disk_mid_run_keeps_what_was_written(small_disk: Path) -> None:
     """A disk that fills up mid-run ends it with one line naming the path and the free space;
     results.json keeps the instance that finished before, and no worker is left."""
@@ -148,6 +151,7 @@ def test_full_disk_mid_run_keeps_what_was_written(small_disk: Path) -> None:
     assert not [pid for pid in recorded_pids(outdir) if alive(pid)]
 
 
+@pytest.mark.slow
 def test_failing_write_keeps_the_previous_results(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -177,6 +181,7 @@ def test_failing_write_keeps_the_previous_results(
     assert not list(outdir.glob(".results.json.*"))
 
 
+@pytest.mark.slow
 def test_second_run_into_the_same_folder_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -197,6 +202,7 @@ def test_second_run_into_the_same_folder_is_refused(
     assert not [pid for pid in recorded_pids(outdir) if alive(pid)]
 
 
+@pytest.mark.slow
 def test_killed_worker_takes_its_children(tmp_path: Path) -> None:
     """A hung worker is killed with its process group: the child it started is gone too."""
     outdir = tmp_path / "run"
@@ -209,6 +215,7 @@ def test_killed_worker_takes_its_children(tmp_path: Path) -> None:
     assert RunResult.load(outdir).instances[0].status == "hung"
 
 
+@pytest.mark.slow
 def test_sigterm_in_unified_mode_unlinks_shared_memory(tmp_path: Path) -> None:
     """SIGTERM to a unified run stops the coordinator and the serving workers, writes
     results.json marked interrupted, exits 143 and unlinks its shared-memory blocks."""

@@ -115,6 +115,7 @@ def test_gpu_count_on_a_cluster_needs_gpus_all() -> None:
 NS_REASON = "needs root, unshare and ip to keep Ray in a private network namespace"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"), reason=NS_REASON
 )

@@ -12,6 +12,8 @@ from mlperf_mig.runner.results import RunResult
 
 from .conftest import QUICK_NULL
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 SYSTEM = {"scenario": "2g.20gb+1g.10gb", "gpu_count": 2, "emulate": True, "accuracy": False}
 
 

@@ -18,6 +18,8 @@ from mlperf_mig.runner.results import RunResult
 
 from .conftest import HERE, QUICK_NULL, alive, recorded_pids
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 
 def test_run_folder_layout(good_run: Any) -> None:
     """Each instance has the performance run's user.conf, worker.log, performance and accuracy

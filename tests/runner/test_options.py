@@ -75,6 +75,7 @@ def test_missing_baseline_is_refused_before_running(tmp_path: Path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_baseline_of_another_benchmark_is_refused_before_running(
     tmp_path: Path, good_run: Any
 ) -> None:
@@ -163,6 +164,7 @@ def test_options_record_is_frozen_and_converted() -> None:
         options.mode = "unified"  # type: ignore[misc]
 
 
+@pytest.mark.slow
 def test_aggregate_refuses_an_outdir_holding_a_run(tmp_path: Path, good_run: Any) -> None:
     """aggregate into a folder that holds another run's results.json is refused; the file is kept."""
     other = tmp_path / "other"

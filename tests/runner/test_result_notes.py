@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
+
+pytestmark = pytest.mark.slow  # starts the runner's workers
 
 
 def test_an_invalid_result_says_why_in_the_notes(good_run: Any) -> None:

@@ -19,6 +19,7 @@ from mlperf_mig.errors import SettingsError, UntrustedPathError
 from mlperf_mig.runner.results import RunResult
 
 
+@pytest.mark.slow
 def test_json_round_trip(good_run: Any) -> None:
     """to_json / from_json gives back an equal RunResult, instances and LoadGen results included."""
     again = RunResult.from_json(good_run.to_json())
@@ -26,11 +27,13 @@ def test_json_round_trip(good_run: Any) -> None:
     assert again.instances[0].performance == good_run.instances[0].performance
 
 
+@pytest.mark.slow
 def test_results_file_is_the_record(good_run: Any) -> None:
     """results.json on disk loads to the returned RunResult."""
     assert RunResult.load(good_run.outdir) == good_run
 
 
+@pytest.mark.slow
 def test_results_of_schema_1_still_load(good_run: Any) -> None:
     """A results.json written with schema 1, which named the partitioning "target", loads with
     the same partitioning."""
@@ -40,12 +43,14 @@ def test_results_of_schema_1_still_load(good_run: Any) -> None:
     assert RunResult.from_dict(data) == good_run
 
 
+@pytest.mark.slow
 def test_markdown_and_html_carry_the_labels(good_run: Any) -> None:
     """Markdown and notebook HTML both say emulated and engineering metric."""
     for text in (good_run.to_markdown(), good_run._repr_html_()):
         assert "emulated" in text and "not an MLPerf result" in text
 
 
+@pytest.mark.slow
 def test_to_pandas_without_pandas_says_how_to_get_it(
     good_run: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -56,6 +61,7 @@ def test_to_pandas_without_pandas_says_how_to_get_it(
         good_run.to_pandas()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed")
 def test_to_pandas_has_one_row_per_instance(good_run: Any) -> None:
     """to_pandas gives one row per instance with the run's columns."""
@@ -63,6 +69,7 @@ def test_to_pandas_has_one_row_per_instance(good_run: Any) -> None:
     assert len(frame) == len(good_run.instances) and "layout" in frame.columns
 
 
+@pytest.mark.slow
 def test_change_against_scenario_1(good_run: Any) -> None:
     """With a baseline, the change is total / baseline - 1 and the table shows it as a ratio."""
     half = attrs.evolve(
@@ -72,6 +79,7 @@ def test_change_against_scenario_1(good_run: Any) -> None:
     assert "x2.000" in half.table()
 
 
+@pytest.mark.slow
 def test_report_prints_a_run(good_run: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """`mlperf-mig report DIR` prints the run's table."""
     assert cli.main(["report", good_run.outdir]) == 0
@@ -87,6 +95,7 @@ def _copy_as_host(good_run: Any, folder: Path, host: str) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_aggregate_combines_hosts(good_run: Any, tmp_path: Path) -> None:
     """Two hosts' folders combine into one run: instances renumbered, totals added."""
     first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
@@ -104,6 +113,7 @@ def test_aggregate_combines_hosts(good_run: Any, tmp_path: Path) -> None:
     assert RunResult.load(tmp_path / "all") == combined
 
 
+@pytest.mark.slow
 def test_aggregate_refuses_other_benchmarks(good_run: Any, tmp_path: Path) -> None:
     """Folders of different benchmarks cannot be summed."""
     other = _copy_as_host(good_run, tmp_path / "vm2", "vm2")
@@ -114,6 +124,7 @@ def test_aggregate_refuses_other_benchmarks(good_run: Any, tmp_path: Path) -> No
         aggregate([good_run.outdir, other])
 
 
+@pytest.mark.slow
 def test_aggregate_cli(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`mlperf-mig aggregate DIR DIR` prints the combined table."""
     first = _copy_as_host(good_run, tmp_path / "vm1", "vm1")
@@ -121,6 +132,7 @@ def test_aggregate_cli(good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixt
     assert "i3-1g.10gb" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_report_and_aggregate_json(
     good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -135,6 +147,7 @@ def test_report_and_aggregate_json(
     assert set(combined.hosts) == {"vm1", *good_run.hosts}
 
 
+@pytest.mark.slow
 def test_aggregate_outdir_that_is_an_input_is_refused(
     good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,6 +160,7 @@ def test_aggregate_outdir_that_is_an_input_is_refused(
     assert (first / "results.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_aggregate_outdir_not_writable(
     good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -172,6 +186,7 @@ def _short_by_design(good_run: Any) -> RunResult:
     return attrs.evolve(good_run, instances=instances)
 
 
+@pytest.mark.slow
 def test_quick_offline_invalid_by_design_is_labelled(good_run: Any) -> None:
     """The valid column and a note say a quick run's INVALID is by design, not a failure."""
     run = _short_by_design(good_run)
@@ -180,6 +195,7 @@ def test_quick_offline_invalid_by_design_is_labelled(good_run: Any) -> None:
     assert "by design, not a failure" in run.table()
 
 
+@pytest.mark.slow
 def test_real_invalid_is_not_by_design(good_run: Any) -> None:
     """One instance INVALID for another reason makes the total a plain NO."""
     run = _short_by_design(good_run)
@@ -192,12 +208,14 @@ def test_real_invalid_is_not_by_design(good_run: Any) -> None:
     assert run.instance_rows()[-1]["valid"] == "NO"
 
 
+@pytest.mark.slow
 def test_aggregate_refuses_one_run_twice(good_run: Any) -> None:
     """The same folder twice would count its instances twice."""
     with pytest.raises(SettingsError, match="passed twice"):
         aggregate([good_run.outdir, good_run.outdir])
 
 
+@pytest.mark.slow
 def test_aggregate_refuses_more_than_one_gpu_holds(good_run: Any, tmp_path: Path) -> None:
     """Three hosts' 2g+1g do not fit one A100 (9 of 7 compute slices): LayoutError."""
     from mlperf_mig.errors import LayoutError
@@ -228,6 +246,7 @@ def test_report_of_a_malformed_file_is_one_line(
     assert err.startswith("mlperf-mig: error:") and "\n" not in err
 
 
+@pytest.mark.slow
 def test_report_of_a_bad_status_is_one_line(
     good_run: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -240,6 +259,7 @@ def test_report_of_a_bad_status_is_one_line(
     assert "weird" in err and "\n" not in err
 
 
+@pytest.mark.slow
 def test_table_shows_each_accuracy_with_its_sample_count(good_run: Any) -> None:
     """Each instance's accuracy cell gives the metric, value and the samples it rests on."""
     rows = {r["instance"]: r for r in good_run.instance_rows()}
@@ -248,6 +268,7 @@ def test_table_shows_each_accuracy_with_its_sample_count(good_run: Any) -> None:
     assert "accuracy" in good_run.table() and f"({report.sample_count} samples)" in good_run.table()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("field", "value"),
     [("loadgen_scenario", "../../x/victim"), ("benchmark", "resnet50/.."), ("mode", "unified\n")],
@@ -268,6 +289,7 @@ def test_report_refuses_a_hostile_name(
     assert (folder / "results.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_instance_name_with_a_slash_is_refused_on_load(good_run: Any, tmp_path: Path) -> None:
     """An instance name that climbs out of the run folder is refused by RunResult.load."""
     folder = Path(shutil.copytree(good_run.outdir, tmp_path / "run"))
@@ -280,6 +302,7 @@ def test_instance_name_with_a_slash_is_refused_on_load(good_run: Any, tmp_path: 
         RunResult.load(folder)
 
 
+@pytest.mark.slow
 def test_cached_calibration_is_labelled(good_run: Any) -> None:
     """A run whose target came from a cached calibration says so; a measured one does not."""
     assert not any("cached calibration" in label for label in good_run.labels())

@@ -13,6 +13,7 @@ import pytest
 from mlperf_mig.runner.supervisor import main_module_hidden_if_unimportable
 
 
+@pytest.mark.slow
 def test_run_from_a_script_on_standard_input(tmp_path: Path) -> None:
     """`python - <<EOF ... mlperf_mig.run(...)` runs its instance to the end (it crashed on '<stdin>')."""
     script = textwrap.dedent(

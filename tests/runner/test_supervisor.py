@@ -62,11 +62,13 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_workers_start_with_the_harness_imported(tmp_path: Path) -> None:
     """A worker finds numpy, LoadGen and the harness imported before its target runs."""
     assert _in_worker(tmp_path, "loaded_modules", list(PRELOAD)) == list(PRELOAD)
 
 
+@pytest.mark.slow
 def test_the_fork_server_runs_one_thread(tmp_path: Path) -> None:
     """The process the workers are forked from has no thread but its main one."""
     _in_worker(tmp_path, "loaded_modules", [])  # the server has imported PRELOAD by now
@@ -75,6 +77,7 @@ def test_the_fork_server_runs_one_thread(tmp_path: Path) -> None:
     assert len(os.listdir(f"/proc/{server}/task")) == 1
 
 
+@pytest.mark.slow
 def test_a_variable_set_after_the_server_started_reaches_the_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,6 +87,7 @@ def test_a_variable_set_after_the_server_started_reaches_the_worker(
     assert _in_worker(tmp_path, "environment", [_VARIABLE]) == {_VARIABLE: "set later"}
 
 
+@pytest.mark.slow
 def test_a_variable_removed_after_the_server_started_is_gone_from_the_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,6 +100,7 @@ def test_a_variable_removed_after_the_server_started_is_gone_from_the_worker(
     assert _in_worker(tmp_path, "environment", [_VARIABLE]) == {_VARIABLE: None}
 
 
+@pytest.mark.slow
 def test_the_jobs_variables_win_over_the_runners(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -106,6 +111,7 @@ def test_the_jobs_variables_win_over_the_runners(
     assert value == {_VARIABLE: "the job's"}
 
 
+@pytest.mark.slow
 def test_a_worker_without_cpus_takes_the_runners_affinity_of_the_moment(tmp_path: Path) -> None:
     """A job without CPUs of its own runs on the CPUs the runner has when the round starts,
     not on those it had when the fork server started."""
@@ -141,6 +147,7 @@ def test_workers_die_with_a_killed_runner(tmp_path: Path) -> None:
     assert not [pid for pid in pids if _alive(pid)]
 
 
+@pytest.mark.slow
 def test_a_worker_killed_at_the_barrier_does_not_hang_the_release(tmp_path: Path) -> None:
     """A worker killed while it waits at the start barrier (as the OOM killer did) is reported
     crashed, and the others are still released and finish (a Condition-based Event hung here)."""

@@ -14,6 +14,8 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
 COLUMNS, ROWS = 160, 60
 _CSI = re.compile(r"\x1b\[([0-9;?]*)([A-Za-z])")
 
@@ -90,6 +92,7 @@ def _run_in_pty(argv: list[str], timeout_s: float = 300) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
+@pytest.mark.slow
 def test_single_run_screen_keeps_phase_lines_and_starts_the_table_at_column_0(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,8 @@ from mlperf_mig.harness import parse_detail_log
 from .conftest import QUICK_NULL
 from .fault_entries import RATE_PER_SLICE
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 
 @pytest.fixture(scope="module", name="unified_run")
 def fixture_unified_run(tmp_path_factory: pytest.TempPathFactory) -> Any:

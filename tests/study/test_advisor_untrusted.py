@@ -16,6 +16,8 @@ from mlperf_mig.study.sweep import load_report
 
 from .conftest import QUICK_NULL
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 THROUGHPUT = "instances[0].performance.throughput"
 P99 = "instances[0].performance.latency_ns.99.00"
 

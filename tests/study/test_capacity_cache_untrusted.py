@@ -258,6 +258,7 @@ def test_cli_prints_the_answer_before_the_cache_write(
     assert not (tmp_path / "cache" / "capacity.json").exists()
 
 
+@pytest.mark.slow
 def test_cached_target_is_recorded_as_capacity_cache(tmp_path: Path) -> None:
     """A Server run that takes its target from the cache records target_source 'capacity cache'
     and its table says so; no worker is left."""

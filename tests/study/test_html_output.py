@@ -18,6 +18,8 @@ from mlperf_mig.study.sweep import load_report
 
 from .conftest import QUICK_NULL
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 
 @pytest.fixture(scope="module", name="run_dir")
 def fixture_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -20,6 +20,8 @@ from mlperf_mig.study.report_html import report_html
 
 from .conftest import QUICK_NULL
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 MATH = "$x^$"  # mathtext that does not parse: a ParseSyntaxException when taken as math
 
 

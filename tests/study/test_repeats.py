@@ -21,6 +21,7 @@ from .conftest import QUICK_NULL
 MIXED = "layout-2g.20gb-1g.10gb"
 
 
+@pytest.mark.slow
 def test_each_repeat_is_a_complete_run_in_its_folder(studied: Any, study_dir: Path) -> None:
     """repeat-1 and repeat-2 each hold results.json and plan.json; repeats.json lists them."""
     for k in (1, 2):
@@ -30,6 +31,7 @@ def test_each_repeat_is_a_complete_run_in_its_folder(studied: Any, study_dir: Pa
     assert data["runs"] == ["repeat-1", "repeat-2"]
 
 
+@pytest.mark.slow
 def test_isolation_runs_each_profile_alone_on_its_device(studied: Any, study_dir: Path) -> None:
     """Each distinct profile ran alone, on the device it had inside the layout."""
     study = studied.studies[1]
@@ -40,6 +42,7 @@ def test_isolation_runs_each_profile_alone_on_its_device(studied: Any, study_dir
     assert alone.layout == "1g.10gb" and len(alone.instances) == 1
 
 
+@pytest.mark.slow
 def test_tables_show_the_range_of_two_repeats_and_say_why(studied: Any) -> None:
     """With 2 repeats the sweep table shows totals as mean (range min-max), no ± interval, and
     the note says why."""
@@ -51,6 +54,7 @@ def test_tables_show_the_range_of_two_repeats_and_say_why(studied: Any) -> None:
     assert row["repeats"] == 2 and "(range " in row["total"]
 
 
+@pytest.mark.slow
 def test_isolation_columns_and_emulated_label(studied: Any) -> None:
     """Each instance has its change against alone; emulated isolation says it measures the CPU."""
     table = studied.studies[1].table()
@@ -59,6 +63,7 @@ def test_isolation_columns_and_emulated_label(studied: Any) -> None:
     assert studied.studies[1].interference(0, "throughput") is not None
 
 
+@pytest.mark.slow
 def test_repeated_layout_bar_has_an_error_bar(studied: Any) -> None:
     """A layout of 2 repeats carries the min-max range of its totals as its error bar."""
     total = studied.studies[1].total
@@ -70,6 +75,7 @@ def test_repeated_layout_bar_has_an_error_bar(studied: Any) -> None:
     )
 
 
+@pytest.mark.slow
 def test_study_loads_back_from_disk(studied: Any, study_dir: Path) -> None:
     """repeats.json and the runs' results.json give back the same statistics."""
     loaded = RepeatedRun.load(study_dir / MIXED)
@@ -79,6 +85,7 @@ def test_study_loads_back_from_disk(studied: Any, study_dir: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_resume_reruns_only_the_missing_repeat(studied: Any, study_dir: Path) -> None:
     """With repeat-2's results.json gone, only repeat-2 runs again; the rest is reused."""
     (study_dir / "scenario-5" / "repeat-2" / "results.json").unlink()
@@ -94,6 +101,7 @@ def test_resume_reruns_only_the_missing_repeat(studied: Any, study_dir: Path) ->
     assert f"{MIXED}/alone-1g.10gb/repeat-2" in again.resumed
 
 
+@pytest.mark.slow
 def test_html_report_is_self_contained(studied: Any, study_dir: Path, tmp_path: Path) -> None:
     """`report DIR --html FILE`: one file with inline SVG figures, the labels and no scripts or links."""
     out = tmp_path / "r.html"
@@ -104,6 +112,7 @@ def test_html_report_is_self_contained(studied: Any, study_dir: Path, tmp_path: 
     assert "emulated" in text and "sum of independent LoadGen runs" in text and "Advisor" in text
 
 
+@pytest.mark.slow
 def test_advise_reads_a_sweep_folder(
     studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -130,6 +139,7 @@ def test_repeats_that_is_not_a_number_is_named(capsys: pytest.CaptureFixture[str
     assert "\n" not in err and "'x' is not a whole number" in err and "e.g. 3" in err
 
 
+@pytest.mark.slow
 def test_advise_on_a_folder_without_single_profile_layouts(
     studied: Any, study_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -160,6 +170,7 @@ def test_repeats_into_a_single_runs_folder_is_refused(tmp_path: Path) -> None:
     assert "\n" not in str(caught.value) and not (folder / "repeat-1").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [

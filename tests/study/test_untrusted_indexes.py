@@ -19,6 +19,8 @@ from mlperf_mig.study.sweep import SWEEP_FILE
 
 from .conftest import QUICK_NULL
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 RUN_FLAGS = [
     "--backend",
     "null",

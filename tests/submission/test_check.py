@@ -12,7 +12,10 @@ import pytest
 from mlperf_mig.errors import SubmissionError
 from mlperf_mig.submission import check_submission
 
-pytestmark = pytest.mark.usefixtures("fixed_host")
+pytestmark = [
+    pytest.mark.usefixtures("fixed_host"),
+    pytest.mark.slow,  # its trees are written from runs of the runner's workers
+]
 
 SYSTEM = "A100-SXM4-80GB-MIG_2g.20gb_1g.10gb_ORT_emulated"
 

@@ -12,7 +12,10 @@ import pytest
 
 from mlperf_mig.submission import check_submission, rules
 
-pytestmark = pytest.mark.usefixtures("fixed_host")
+pytestmark = [
+    pytest.mark.usefixtures("fixed_host"),
+    pytest.mark.slow,  # genuine LoadGen runs of each LoadGen scenario, and the runner's workers
+]
 
 SCENARIOS = ("Offline", "Server", "SingleStream", "MultiStream")
 

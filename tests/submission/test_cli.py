@@ -28,6 +28,7 @@ def _fails_with_one_line(
     assert fragment in err
 
 
+@pytest.mark.slow
 def test_write_then_check(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -40,6 +41,7 @@ def test_write_then_check(
     assert code == 0 and "no problems found" in stdout
 
 
+@pytest.mark.slow
 def test_check_prints_one_line_per_problem(
     good_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -56,6 +58,7 @@ def test_check_prints_one_line_per_problem(
     assert err == "2 problem(s) found\n"
 
 
+@pytest.mark.slow
 def test_missing_writer_options(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     """Writing without --division, --submitter and --outdir names all three."""
     _fails_with_one_line(
@@ -63,6 +66,7 @@ def test_missing_writer_options(runs: dict[str, Path], capsys: pytest.CaptureFix
     )
 
 
+@pytest.mark.slow
 def test_unknown_division(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -73,6 +77,7 @@ def test_unknown_division(
     )
 
 
+@pytest.mark.slow
 def test_bad_submitter_name(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -95,6 +100,7 @@ def test_not_a_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     _fails_with_one_line([*argv, str(tmp_path)], capsys, "results.json")
 
 
+@pytest.mark.slow
 def test_closed_refusal_is_one_line(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,6 +119,7 @@ def test_closed_refusal_is_one_line(
     )
 
 
+@pytest.mark.slow
 def test_malformed_overrides(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -135,6 +142,7 @@ def test_malformed_overrides(
     )
 
 
+@pytest.mark.slow
 def test_missing_host_description_path(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -153,6 +161,7 @@ def test_missing_host_description_path(
     )
 
 
+@pytest.mark.slow
 def test_empty_host_description_folder(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -174,6 +183,7 @@ def test_empty_host_description_folder(
     assert not (tmp_path / "S").exists()
 
 
+@pytest.mark.slow
 def test_unknown_bert_folder(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -184,6 +194,7 @@ def test_unknown_bert_folder(
     )
 
 
+@pytest.mark.slow
 def test_unwritable_outdir(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,6 +234,7 @@ def test_check_refuses_writer_options(tmp_path: Path, capsys: pytest.CaptureFixt
     )
 
 
+@pytest.mark.slow
 def test_check_unknown_version(good_tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown checker version is refused."""
     _fails_with_one_line(
@@ -232,6 +244,7 @@ def test_check_unknown_version(good_tree: Path, capsys: pytest.CaptureFixture[st
     )
 
 
+@pytest.mark.slow
 def test_write_unknown_version(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -248,6 +261,7 @@ def test_no_run_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     _fails_with_one_line(argv, capsys, "no run folder given")
 
 
+@pytest.mark.slow
 def test_overrides_not_an_object(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -270,6 +284,7 @@ def test_overrides_not_an_object(
     )
 
 
+@pytest.mark.slow
 def test_unknown_override_field(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -292,6 +307,7 @@ def test_unknown_override_field(
     )
 
 
+@pytest.mark.slow
 def test_malformed_host_description(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -314,6 +330,7 @@ def test_malformed_host_description(
     )
 
 
+@pytest.mark.slow
 def test_logs_the_checker_rejects(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

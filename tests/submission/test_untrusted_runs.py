@@ -332,6 +332,7 @@ def test_override_with_a_control_character_is_refused(unified_run: Path, tmp_pat
 # --- the checker ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_check_refuses_a_link_out_of_the_tree(
     good_tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -38,6 +38,7 @@ def fixture_overrides_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_independent_run_is_one_system_per_instance(runs: dict[str, Path], tmp_path: Path) -> None:
     """Each instance of an independent run becomes its own system, named with its profile."""
     tree = write_submission(
@@ -52,6 +53,7 @@ def test_independent_run_is_one_system_per_instance(runs: dict[str, Path], tmp_p
     ] * 2
 
 
+@pytest.mark.slow
 def test_tree_of_both_modes_passes_our_checker(runs: dict[str, Path], tmp_path: Path) -> None:
     """A tree written from an independent and a unified run has no problem our checker knows."""
     write_submission(list(runs.values()), division="open", submitter="Acme", outdir=tmp_path)
@@ -59,6 +61,7 @@ def test_tree_of_both_modes_passes_our_checker(runs: dict[str, Path], tmp_path: 
     assert len(_results(tmp_path)) == 3
 
 
+@pytest.mark.slow
 def test_unified_run_is_one_result_for_the_layout(runs: dict[str, Path], tmp_path: Path) -> None:
     """A unified run is one system whose name and accelerator show the whole MIG layout."""
     tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
@@ -70,6 +73,7 @@ def test_unified_run_is_one_result_for_the_layout(runs: dict[str, Path], tmp_pat
     assert "NOT an MLPerf result" not in (folder / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_independent_readme_says_the_sum_is_not_a_result(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -84,6 +88,7 @@ def test_independent_readme_says_the_sum_is_not_a_result(
         )
 
 
+@pytest.mark.slow
 def test_emulated_run_is_labelled(runs: dict[str, Path], tmp_path: Path) -> None:
     """An emulated run says so in system_name, the accelerator, hw_notes and the README."""
     tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
@@ -97,6 +102,7 @@ def test_emulated_run_is_labelled(runs: dict[str, Path], tmp_path: Path) -> None
     assert "EMULATED: no GPU was used" in (tree.results[0] / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_system_description_has_all_fields(runs: dict[str, Path], tmp_path: Path) -> None:
     """The system description holds the 35 checker fields, meaningful ones non-empty."""
     tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
@@ -106,6 +112,7 @@ def test_system_description_has_all_fields(runs: dict[str, Path], tmp_path: Path
     assert system["host_processor_model_name"] == "AMD EPYC 7763 64-Core Processor"
 
 
+@pytest.mark.slow
 def test_open_division_marks_undetectable_fields(runs: dict[str, Path], tmp_path: Path) -> None:
     """In the open division, fields no source fills are written as not reported and listed."""
     tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
@@ -117,6 +124,7 @@ def test_open_division_marks_undetectable_fields(runs: dict[str, Path], tmp_path
     )
 
 
+@pytest.mark.slow
 def test_synthetic_run_is_marked_for_open(runs: dict[str, Path], tmp_path: Path) -> None:
     """Synthetic weights/data: README says so and accuracy.txt has no accuracy figure, only the hash."""
     tree = write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
@@ -139,6 +147,7 @@ def test_accuracy_log_is_truncated_with_hash_of_full_log(real_run: Path, tmp_pat
     assert f"hash={digest}" in (tree.results[0] / "accuracy" / "accuracy.txt").read_text()
 
 
+@pytest.mark.slow
 def test_closed_division_refuses_synthetic_runs(runs: dict[str, Path], tmp_path: Path) -> None:
     """The closed division refuses runs with synthetic weights or data, writing nothing."""
     with pytest.raises(
@@ -205,6 +214,7 @@ def test_closed_tree_with_overrides(
     assert problems == ["closed division needs the scenarios SingleStream, MultiStream as well"]
 
 
+@pytest.mark.slow
 def test_closed_division_refuses_invalid_results(runs: dict[str, Path], tmp_path: Path) -> None:
     """A LoadGen result that is not VALID is refused for the closed division."""
     with pytest.raises(SubmissionError, match="closed division needs a VALID LoadGen result"):
@@ -213,6 +223,7 @@ def test_closed_division_refuses_invalid_results(runs: dict[str, Path], tmp_path
         )
 
 
+@pytest.mark.slow
 def test_host_description_fills_undetectable_fields(runs: dict[str, Path], tmp_path: Path) -> None:
     """A host description that matches the host fills cooling and networking."""
     hosts = tmp_path / "hosts"
@@ -234,6 +245,7 @@ def test_host_description_fills_undetectable_fields(runs: dict[str, Path], tmp_p
     assert system["accelerator_host_interconnect"].startswith("N/A (emulated")
 
 
+@pytest.mark.slow
 def test_unknown_override_field_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
     """An overrides file naming a field the checker does not know is refused."""
     path = tmp_path / "overrides.json"
@@ -244,6 +256,7 @@ def test_unknown_override_field_is_refused(runs: dict[str, Path], tmp_path: Path
         )
 
 
+@pytest.mark.slow
 def test_quick_preset_logs_are_refused(runs: dict[str, Path], tmp_path: Path) -> None:
     """Logs the MLCommons checker would reject (short duration, few samples) are refused up front."""
     run = shutil.copytree(runs["unified"], tmp_path / "run")
@@ -266,6 +279,7 @@ def test_quick_preset_logs_are_refused(runs: dict[str, Path], tmp_path: Path) ->
     )
 
 
+@pytest.mark.slow
 def test_rewriting_a_result_replaces_it(runs: dict[str, Path], tmp_path: Path) -> None:
     """Writing the same run twice into one tree leaves one clean result folder."""
     write_submission([runs["unified"]], division="open", submitter="Acme", outdir=tmp_path)
@@ -273,12 +287,14 @@ def test_rewriting_a_result_replaces_it(runs: dict[str, Path], tmp_path: Path) -
     assert check_submission(tmp_path) == ()
 
 
+@pytest.mark.slow
 def test_same_result_twice_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
     """Two runs that would write the same result folder are refused."""
     with pytest.raises(SubmissionError, match="both give"):
         write_submission([runs["unified"]] * 2, division="open", submitter="Acme", outdir=tmp_path)
 
 
+@pytest.mark.slow
 def test_run_from_another_host_is_noted(runs: dict[str, Path], tmp_path: Path) -> None:
     """When the run ran on another host, hw_notes says where the host facts were detected."""
     run_dir = shutil.copytree(runs["unified"], tmp_path / "run")
@@ -289,6 +305,7 @@ def test_run_from_another_host_is_noted(runs: dict[str, Path], tmp_path: Path) -
     assert "the run ran on vm-7" in _system(tmp_path / "S", tree.results[0])["hw_notes"]
 
 
+@pytest.mark.slow
 def test_override_with_a_bad_status_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
     """An override that breaks a system-description rule is refused before writing."""
     path = tmp_path / "overrides.json"
@@ -305,6 +322,7 @@ def test_override_with_a_bad_status_is_refused(runs: dict[str, Path], tmp_path: 
         )
 
 
+@pytest.mark.slow
 def test_missing_logs_are_listed_with_other_problems(runs: dict[str, Path], tmp_path: Path) -> None:
     """A run folder without its performance logs is one of the problems of the one error."""
     run_dir = shutil.copytree(runs["unified"], tmp_path / "run")
@@ -383,6 +401,7 @@ def test_readme_says_why_loadgen_said_invalid() -> None:
     assert invalid_paragraph(run, {**log, "result_validity": "VALID"}) == ""
 
 
+@pytest.mark.slow
 def test_quick_run_readme_in_the_tree_says_invalid(good_tree: Path) -> None:
     """Every result README whose performance log says INVALID carries the plain statement."""
     for folder in _results(good_tree):
@@ -405,6 +424,7 @@ def test_short_singlestream_logs_hint_at_the_submission_preset() -> None:
     assert "--set target_qps=0.1" in _short_run_hint(["x: min_duration is 2000 ms"], [offline])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["independent", "unified"])
 def test_failed_test_is_refused_with_its_reason(
     runs: dict[str, Path], tmp_path: Path, mode: str

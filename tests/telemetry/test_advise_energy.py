@@ -11,6 +11,8 @@ from mlperf_mig.telemetry.replay import RecordedTelemetry
 
 from .conftest import load_state
 
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
 QUICK = {
     "backend": "null",
     "accuracy": False,

@@ -50,11 +50,13 @@ def fixture_full_resnet50(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
     return model.path, outputs
 
 
+@pytest.mark.slow
 def test_full_resnet50_runs_with_official_outputs(full_resnet50: tuple[Path, dict]) -> None:
     """The full generated ResNet50 runs in ONNX Runtime with ArgMax:0 [N] and softmax [N,1001]."""
     _assert_official_outputs(full_resnet50[1], RESNET50, batch=2)
 
 
+@pytest.mark.slow
 def test_full_resnet50_has_resnet50_parameter_count(full_resnet50: tuple[Path, dict]) -> None:
     """The full ResNet50 holds about 25.5M parameters, like the official model."""
     model = onnx.load(str(full_resnet50[0]))
@@ -62,6 +64,7 @@ def test_full_resnet50_has_resnet50_parameter_count(full_resnet50: tuple[Path, d
     assert 25.0e6 < count < 26.0e6
 
 
+@pytest.mark.slow
 def test_full_resnet50_strides_the_3x3_convolution(full_resnet50: tuple[Path, dict]) -> None:
     """ResNet v1.5: downsampling bottlenecks stride their 3x3 convolution, never the first 1x1."""
     model = onnx.load(str(full_resnet50[0]), load_external_data=False)

@@ -11,7 +11,9 @@ from mlperf_mig.study.chart import gpu_bars
 
 from .conftest import QUICK_NULL
 
-SYSTEM = {"gpu_count": 2, "emulate": True, "accuracy": False, "telemetry": False}
+pytestmark = pytest.mark.slow  # starts the runner's workers
+
+SYSTEM = {"gpu_count": 2, "emulate": True, "telemetry": False}
 
 
 @pytest.fixture(scope="module", name="sweep")

@@ -47,16 +47,19 @@ def fixture_tree(system_run: Any, tmp_path_factory: pytest.TempPathFactory) -> P
     return outdir
 
 
+@pytest.mark.slow
 def test_system_counts_the_instances_of_all_gpus(system_run: Any) -> None:
     """Two GPUs of 2x 1g.10gb are one system of 4x 1g.10gb."""
     assert system_folder_name(system_run, None) == "A100-SXM4-80GB-MIG_4x1g.10gb_null_emulated"
 
 
+@pytest.mark.slow
 def test_checker_accepts_the_unified_system(tree: Path) -> None:
     """The checker finds no problem in the system's open tree."""
     assert check_submission(tree) == ()
 
 
+@pytest.mark.slow
 def test_system_description_names_the_system(tree: Path) -> None:
     """The description is of one node with the system's layout in its name."""
     (description,) = (tree / "open" / "Fleet" / "systems").glob("*.json")
@@ -65,6 +68,7 @@ def test_system_description_names_the_system(tree: Path) -> None:
     assert "2x[2x1g.10gb]" in fields["system_name"]
 
 
+@pytest.mark.slow
 def test_mixed_layouts_are_spelled_out(system_run: Any) -> None:
     """GPUs with different layouts name each group of GPUs and its layout."""
     gpus = [dict(system_run.gpus[0]), dict(system_run.gpus[1], layout="4g.40gb+3g.40gb")]
@@ -90,6 +94,7 @@ def test_accelerators_per_node_counts_the_gpus() -> None:
     assert fields["accelerator_interconnect"] == ""
 
 
+@pytest.mark.slow
 def test_instance_systems_name_their_system(system_run: Any) -> None:
     """In independent mode each instance is its own system, named within the whole system."""
     instance = system_run.instances[3]
