@@ -1,5 +1,5 @@
 """A workload is one folder: a toy workload (its own interface, samples, dataset reader, scorer,
-settings and checker facts, in tests/workloads/toy_workload/) runs end to end, from the plan
+settings and checker facts, in tests/workloads/fixtures/toy/) runs end to end, from the plan
 through both modes to a report and a submission tree the checker accepts, on the null backend,
 with no file of the library changed."""
 
@@ -22,7 +22,7 @@ from mlperf_mig.submission import check_submission, write_submission
 
 pytestmark = pytest.mark.slow
 
-TOY_SOURCE = Path(__file__).with_name("toy_workload")
+TOY_SOURCE = Path(__file__).with_name("fixtures") / "toy"
 # what the checker needs of an open Offline result, in seconds on the null backend
 CHECKER_SETTINGS = {
     "min_duration": 600000,
