@@ -20,7 +20,7 @@ from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.options import RunOptions, check_progress
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
-from mlperf_mig.runner.results import RESULTS_FILE, RunResult
+from mlperf_mig.runner.results import RESULTS_FILE, LayoutResult, RunResult
 from mlperf_mig.runner.supervisor import stop_signals
 from mlperf_mig.study.capacity_cache import with_cached_capacity
 from mlperf_mig.study.repeats import REPEATS_FILE, SWEEP_FILE, refuse_other_kinds
@@ -67,8 +67,8 @@ _OPTIONS_DOC = """
     cluster:          the Ray cluster to run the instances on (None: this host): "auto", "HOST:PORT",
                       "ray://HOST:PORT", or "local:N" (N throwaway nodes on this machine).
     repeats:          run the layout N times, each repeat a complete run in `outdir`/repeat-<k>;
-                      `run` returns a RepeatedRun (means, 95% intervals) when N > 1 or with
-                      isolation.
+                      `run` returns a RepeatedRun (means, 95% intervals; a LayoutResult as a
+                      lone RunResult is) when N > 1 or with isolation.
     isolation:        also run each distinct profile of the layout alone (the rest of the GPU
                       idle, same device) and report each instance's interference against it.
     gpu_group:        cluster runs on vGPUs: the nodes (addresses, host names or node IDs) whose
@@ -174,8 +174,9 @@ def run(
     isolation: bool = False,
     progress: bool | TextIO = True,
     baseline: RunResult | PathArg | None = None,
-) -> RunResult | RepeatedRun:
-    """Run MLPerf `benchmark` on every instance of a MIG layout at once and return the RunResult.
+) -> LayoutResult:
+    """Run MLPerf `benchmark` on every instance of a MIG layout at once and return its layout
+    result: the RunResult of the run, or with repeats or isolation a RepeatedRun of them.
 
     Works from notebooks; the workers are fresh processes from multiprocessing's fork server,
     which imports the main module as 'spawn' does, so a plain script must call it under
