@@ -236,6 +236,9 @@ def _check_names(fields: Mapping[str, Any], source: str) -> None:
         safe_name(instance.get("name"), "instance name", source)
 
 
+_GPU_FIELDS = ("index", "name", "layout", "partitioning", "node", "host", "instances")
+
+
 @attrs.frozen(kw_only=True)
 class RunGpu:
     """One GPU of a run: its index (on its node), model, layout, partitioning, node, host and
@@ -256,21 +259,12 @@ class RunGpu:
     def from_dict(cls, data: Mapping[str, Any]) -> RunGpu:
         """The GPU of a `gpus` entry (plan.json's or results.json's), its measured fields left
         out: they are recomputed from the instances."""
-        return cls(
-            **{
-                f.name: data[f.name]
-                for f in attrs.fields(cls)
-                if f.name in _GPU_FIELDS and f.name in data
-            }
-        )
+        return cls(**{name: data[name] for name in _GPU_FIELDS if name in data})
 
     def to_dict(self) -> dict[str, Any]:
         """The entry of results.json `gpus` (the same keys, in the same order, as plan.json's
         and then the measured ones)."""
         return {**attrs.asdict(self, recurse=False), "instances": list(self.instances)}
-
-
-_GPU_FIELDS = ("index", "name", "layout", "partitioning", "node", "host", "instances")
 
 
 def _run_gpus(entries: Iterable[RunGpu | Mapping[str, Any]]) -> tuple[RunGpu, ...]:
@@ -437,9 +431,9 @@ class LayoutResult(Report):
                 values.append(rows[position].subtotal)
         return summarize(values)
 
-    def gpu_runs(self) -> list[RunResult]:
-        """The layout as one run per GPU (its instances, its layout), for what reads layouts of
-        one GPU (the advisor)."""
+    def gpu_runs(self) -> list[LayoutResult]:
+        """The layout as one layout result per GPU (its instances, its layout), for what reads
+        layouts of one GPU (the advisor)."""
         raise NotImplementedError
 
     def summary_row(self) -> dict[str, Any]:

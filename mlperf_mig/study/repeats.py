@@ -418,8 +418,7 @@ class RepeatedRun(LayoutResult):
     baseline_totals: tuple[float, ...] = attrs.field(default=(), converter=tuple)
     baseline_source: str | None = None
 
-    # --- what the repeats share ----------------------------------------------------------------
-    # settings every repeat shares, read from the first
+    # --- what the repeats share: settings, read from the first --------------------------------
     gpu = _from_first("gpu")
     layout = _from_first("layout")
     scenario = _from_first("scenario")
@@ -440,7 +439,7 @@ class RepeatedRun(LayoutResult):
         words = {r.summary_row()["all valid"] for r in self.runs}
         return words.pop() if len(words) == 1 else "NO"
 
-    def gpu_runs(self) -> list[RunResult]:
+    def gpu_runs(self) -> list[LayoutResult]:
         """[self] for a layout on one GPU; the repeats of a whole system are refused (each
         repeat's folder reads as one run per GPU)."""
         if self.first.multi_gpu:
