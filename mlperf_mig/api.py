@@ -67,8 +67,8 @@ _OPTIONS_DOC = """
     cluster:          the Ray cluster to run the instances on (None: this host): "auto", "HOST:PORT",
                       "ray://HOST:PORT", or "local:N" (N throwaway nodes on this machine).
     repeats:          run the layout N times, each repeat a complete run in `outdir`/repeat-<k>;
-                      `run` returns a RepeatedRun (means, 95% intervals; a LayoutResult as a
-                      lone RunResult is) when N > 1 or with isolation.
+                      `run` returns a RepeatedRun (means, 95% intervals) when N > 1 or with
+                      isolation.
     isolation:        also run each distinct profile of the layout alone (the rest of the GPU
                       idle, same device) and report each instance's interference against it.
     gpu_group:        cluster runs on vGPUs: the nodes (addresses, host names or node IDs) whose
