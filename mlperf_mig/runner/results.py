@@ -1,4 +1,5 @@
-"""Results of a run as data: per-instance records, the run record, tables and aggregation.
+"""Results of a run as data: per-instance records, the run record, tables and aggregation;
+and `LayoutResult`, the one type of what was measured of a layout (a run is one with one run).
 
 The aggregate of an independent run is the SUM of the instances' throughput (Offline samples/s,
 Server scheduled QPS). Summing independent LoadGen runs is an engineering metric and not an
