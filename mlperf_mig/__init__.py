@@ -20,6 +20,7 @@ _API = {
     "sweep": "mlperf_mig.api",
     "aggregate": "mlperf_mig.api",
     "RunResult": "mlperf_mig.runner.results",
+    "LayoutResult": "mlperf_mig.runner.results",
     "InstanceRun": "mlperf_mig.runner.results",
     "RunPlan": "mlperf_mig.runner.plan",
     "SweepResult": "mlperf_mig.study.sweep",
@@ -30,6 +31,7 @@ _API = {
 
 __all__ = [
     "InstanceRun",
+    "LayoutResult",
     "RepeatedRun",
     "RunPlan",
     "RunResult",

@@ -1,8 +1,9 @@
-"""Plain-text and Markdown tables for the CLI and the result reports."""
+"""Plain-text, Markdown and HTML tables for the CLI and the reports (and pandas, when installed)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import html
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -39,3 +40,27 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) ->
     rule = "| " + " | ".join("---" for _ in columns) + " |"
     body = ["| " + " | ".join(cell_text(row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join([head, rule, *body])
+
+
+def html_table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str]) -> str:
+    """Return `rows` as an HTML table, every cell escaped."""
+    columns = list(columns)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{html.escape(cell_text(row.get(c)))}</td>" for c in columns)
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def require_pandas() -> Any:
+    """The pandas module, or ImportError saying how to install it (mlperf-mig does not)."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(
+            "to_pandas() needs pandas, which mlperf-mig does not install; run `pip install pandas`"
+        ) from None
+    return pandas

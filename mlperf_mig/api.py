@@ -29,7 +29,7 @@ from mlperf_mig.runner.options import (
 )
 from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
-from mlperf_mig.runner.results import RESULTS_FILE, RunResult
+from mlperf_mig.runner.results import RESULTS_FILE, LayoutResult, RunResult
 from mlperf_mig.runner.supervisor import stop_signals
 from mlperf_mig.study.capacity_cache import with_cached_capacity
 from mlperf_mig.study.repeats import REPEATS_FILE, SWEEP_FILE, refuse_other_kinds
@@ -126,8 +126,9 @@ def run(
     isolation: bool = False,
     progress: bool | TextIO = True,
     baseline: RunResult | PathArg | None = None,
-) -> RunResult | RepeatedRun:
-    """Run MLPerf `benchmark` on every instance of a MIG layout at once and return the RunResult.
+) -> LayoutResult:
+    """Run MLPerf `benchmark` on every instance of a MIG layout at once and return its layout
+    result: the RunResult of the run, or with repeats or isolation a RepeatedRun of them.
 
     Works from notebooks; the workers are fresh processes from multiprocessing's fork server,
     which imports the main module as 'spawn' does, so a plain script must call it under

@@ -135,15 +135,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from mlperf_mig.api import run
-    from mlperf_mig.runner.results import RunResult
 
     result = run(**_options(args))
-    if isinstance(result, RunResult):
-        print(result.to_json() if args.json else result.table())
-        print(f"results: {Path(result.outdir) / 'results.json'}", file=sys.stderr)
-    else:
-        print(_json(result) if args.json else result.table())
-        print(f"results: {Path(result.outdir) / 'repeats.json'}", file=sys.stderr)
+    print(result.to_json() if args.json else result.table())
+    print(f"results: {Path(result.outdir) / result.index_file}", file=sys.stderr)
     return EXIT_OK if result.ok and not _audit_failed(result) else EXIT_FAILED
 
 
@@ -166,16 +161,7 @@ def _sweep(args: argparse.Namespace) -> int:
 def _audit_failed(result: Any) -> bool:
     """Whether a compliance audit failed in any run of `result`: a run, its repeats, or every
     layout of a sweep (a failed audit exits 1, as `--help` says)."""
-    from mlperf_mig.runner.results import RunResult
-    from mlperf_mig.study.sweep import SweepResult
-
-    if isinstance(result, RunResult):
-        runs = [result]
-    elif isinstance(result, SweepResult):
-        runs = [*result.runs, *(run for study in result.studies for run in study.runs)]
-    else:  # RepeatedRun
-        runs = list(result.runs)
-    return any(run.compliance_passed is False for run in runs)
+    return any(run.compliance_passed is False for run in result.runs)
 
 
 def _json(result: Any) -> str:

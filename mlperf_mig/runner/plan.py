@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from mlperf_mig._io import check_text_file
-from mlperf_mig._table import markdown_table, text_table
+from mlperf_mig._report import Report
 from mlperf_mig.errors import (
     ModelFileError,
     PrecisionError,
@@ -28,7 +28,7 @@ from mlperf_mig.errors import (
 )
 from mlperf_mig.runner.options import RunOptions, check_setting
 from mlperf_mig.runner.placement import Deployment, InstanceSlot, without_cpu_budgets
-from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, html_table
+from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL
 from mlperf_mig.runner.supervisor import Timeouts
 from mlperf_mig.runner.system import as_one_gpu, choose_system, fit_host
 from mlperf_mig.workloads import Workload
@@ -67,8 +67,11 @@ class EngineRequest:
 
 
 @attrs.frozen(kw_only=True)
-class RunPlan:
-    """Everything a run needs, resolved; printing it shows what would run and where."""
+class RunPlan(Report):
+    """Everything a run needs, resolved; printing it shows what would run and where (its
+    report: the title and settings lines, then one row per instance)."""
+
+    notes_first = True
 
     deployment: Deployment
     benchmark: Workload  # resolved once, from the options; tasks and engine requests carry it
@@ -177,8 +180,7 @@ class RunPlan:
             for slot in self.slots
         ]
 
-    @property
-    def _columns(self) -> tuple[str, ...]:
+    def columns(self) -> tuple[str, ...]:
         """The plan table's columns: with the host and node of each instance on a cluster."""
         local = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
         if self.deployment.emulated:
@@ -188,15 +190,24 @@ class RunPlan:
         return local if self.deployment.cluster is None else (local[0], "host", "node", *local[1:])
 
     def header(self) -> list[str]:
+        """The lines above the plan's table: its title and notes."""
+        return [self.title(), *self.notes()]
+
+    def title(self) -> str:
         scenario = (
             f"study scenario {self.deployment.scenario}: " if self.deployment.scenario else ""
         )
         parts = self.deployment.parts
         where = f"{len(parts)} GPUs ({self.gpu})" if len(parts) > 1 else self.gpu
-        lines = [
+        return (
             f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {scenario}MIG layout "
             f"{self.layout} on {where} ({self.deployment.partitioning}), {self.mode} mode, "
-            f"{len(self.slots)} instance{'s' if len(self.slots) != 1 else ''}",
+            f"{len(self.slots)} instance{'s' if len(self.slots) != 1 else ''}"
+        )
+
+    def notes(self) -> list[str]:
+        """The settings, the engines, the output folder, then what qualifies the run."""
+        lines = [
             f"backend {self.backend}, variant {self.variant}, precision "
             f"{self.precision or 'backend default'}, preset {self.preset}, accuracy run "
             f"{'yes' if self.accuracy else 'no'}{', compliance audits' if self.compliance else ''}, "
@@ -225,21 +236,6 @@ class RunPlan:
                 f"{f'{gpus} GPUs' if gpus > 1 else 'one GPU'} by {self.deployment.grouping} grouping"
             )
         return lines
-
-    def table(self) -> str:
-        return "\n".join([*self.header(), text_table(self.rows(), self._columns)])
-
-    def to_markdown(self) -> str:
-        return "\n\n".join(["\n".join(self.header()), markdown_table(self.rows(), self._columns)])
-
-    def _repr_html_(self) -> str:
-        import html
-
-        head = "<br>".join(html.escape(line) for line in self.header())
-        return f"<p>{head}</p>" + html_table(self.rows(), self._columns)
-
-    def __str__(self) -> str:
-        return self.table()
 
     def to_dict(self) -> dict[str, Any]:
         from mlperf_mig.runner.system import parts_to_dicts

@@ -1,4 +1,5 @@
-"""Results of a run as data: per-instance records, the run record, tables and aggregation.
+"""Results of a run as data: per-instance records, the run record, tables and aggregation;
+and `LayoutResult`, the one type of what was measured of a layout (a run is one with one run).
 
 The aggregate of an independent run is the SUM of the instances' throughput (Offline samples/s,
 Server scheduled QPS). Summing independent LoadGen runs is an engineering metric and not an
@@ -9,18 +10,19 @@ result. Emulated runs (CPU partitions standing in for MIG slices) are labelled i
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from mlperf_mig._io import atomic_write_json, finite_number, safe_name
-from mlperf_mig._table import cell_text, markdown_table, text_table
+from mlperf_mig._report import Report
+from mlperf_mig._table import cell_text
 from mlperf_mig.errors import OutputDirError, SettingsError, UntrustedPathError
+from mlperf_mig.runner.stats import Change, Summary, relative_change, summarize
 
 if TYPE_CHECKING:
     from mlperf_mig.harness.compliance import AuditVerdict
@@ -235,10 +237,43 @@ def _check_names(fields: Mapping[str, Any], source: str) -> None:
         safe_name(instance.get("name"), "instance name", source)
 
 
-_MEASURED_GPU_FIELDS = ("subtotal", "served_samples")  # recomputed from the instances when read
+_GPU_FIELDS = ("index", "name", "layout", "partitioning", "node", "host", "instances")
 
 
-def _gpus_from(data: object, source: str) -> tuple[dict[str, Any], ...]:
+@attrs.frozen(kw_only=True)
+class RunGpu:
+    """One GPU of a run: its index (on its node), model, layout, partitioning, node, host and
+    the names of its instances. `served_samples` and `subtotal` are measured: None in
+    `RunResult.gpus`, filled in by `RunResult.gpu_rows()` (and results.json) from the instances."""
+
+    index: int
+    name: str
+    layout: str
+    partitioning: str | None = None
+    node: str | None = None
+    host: str | None = None
+    instances: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    served_samples: int | None = None  # unified mode: the samples its instances served
+    subtotal: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunGpu:
+        """The GPU of a `gpus` entry (plan.json's or results.json's), its measured fields left
+        out: they are recomputed from the instances."""
+        return cls(**{name: data[name] for name in _GPU_FIELDS if name in data})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry of results.json `gpus` (the same keys, in the same order, as plan.json's
+        and then the measured ones)."""
+        return {**attrs.asdict(self, recurse=False), "instances": list(self.instances)}
+
+
+def _run_gpus(entries: Iterable[RunGpu | Mapping[str, Any]]) -> tuple[RunGpu, ...]:
+    """`RunResult.gpus` from records or from plan.json-style dicts (runner/system.py)."""
+    return tuple(e if isinstance(e, RunGpu) else RunGpu.from_dict(e) for e in entries)
+
+
+def _gpus_from(data: object, source: str) -> tuple[RunGpu, ...]:
     """The `gpus` of a results.json, checked: what each entry says of its GPU and instances."""
     if not isinstance(data, (list, tuple)):
         raise UntrustedPathError(f"{source!r}: gpus is not a list of GPUs; write the run again")
@@ -252,13 +287,17 @@ def _gpus_from(data: object, source: str) -> tuple[dict[str, Any], ...]:
             and isinstance(entry.get("layout"), str)
             and isinstance(entry.get("instances"), list)
             and all(isinstance(n, str) for n in entry["instances"])
+            and all(
+                isinstance(entry.get(k), (str, type(None)))
+                for k in ("partitioning", "node", "host")
+            )
         )
         if not ok:
             raise UntrustedPathError(
                 f"{source!r}: gpus entry {entry!r} needs an index, a name, a layout and a list of "
-                "instance names; write the run again"
+                "instance names (partitioning, node and host: texts or null); write the run again"
             )
-        gpus.append({k: v for k, v in entry.items() if k not in _MEASURED_GPU_FIELDS})
+        gpus.append(RunGpu.from_dict(entry))
     return tuple(gpus)
 
 
@@ -284,9 +323,149 @@ def _accuracy_word(instance: InstanceRun) -> str:
     return f"ok (accuracy run {instance.accuracy_status})"
 
 
+class LayoutResult(Report):
+    """What was measured of one MIG layout: its runs (one, or one per repeat) and, with
+    isolation, each profile's runs alone. `mlperf_mig.run` returns one, a sweep holds one per
+    layout, and the charts, the HTML report and the advisor read any of them through this class.
+
+    A lone run (`RunResult`) is a layout result with one run, itself; a repeated run
+    (study/repeats.py `RepeatedRun`) holds its repeats' RunResults. What is computed over the
+    runs (totals, means, 95% intervals, the change against MIG scenario 1, interference) is
+    computed here, the same way for both; each kind is a `Report` with its own table.
+    """
+
+    __slots__ = ()
+
+    index_file: ClassVar[str]  # the file at the top of its folder (results.json, repeats.json)
+    # what every kind has: its folder and the settings its runs share
+    outdir: str
+    gpu: str
+    layout: str
+    scenario: int | None
+    partitioning: str
+    benchmark: str
+    settings_key: str
+
+    @property
+    def runs(self) -> tuple[RunResult, ...]:
+        """The runs of the layout: itself for a lone run, the repeats of a repeated one."""
+        raise NotImplementedError
+
+    @property
+    def alone(self) -> Mapping[str, tuple[RunResult, ...]]:
+        """Each profile's runs alone (isolation); none for a lone run."""
+        return {}
+
+    @property
+    def isolation(self) -> bool:
+        return False
+
+    @property
+    def baseline_totals(self) -> tuple[float, ...]:
+        """The totals of MIG scenario 1 this layout is compared with (none: not compared)."""
+        raise NotImplementedError
+
+    @property
+    def ok(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def first(self) -> RunResult:
+        return self.runs[0]
+
+    @property
+    def repeats(self) -> int:
+        return len(self.runs)
+
+    @property
+    def layouts(self) -> tuple[LayoutResult, ...]:
+        """The layouts of this report (as a sweep has them): this one."""
+        return (self,)
+
+    @property
+    def capacities(self) -> Mapping[str, float]:
+        """Server capacities per profile measured beside the layouts (a sweep's); none here."""
+        return {}
+
+    def alone_runs(self) -> list[RunResult]:
+        return [run for runs in self.alone.values() for run in runs]
+
+    # --- over the runs -------------------------------------------------------------------------
+    @property
+    def totals(self) -> list[float]:
+        return [r.total_throughput for r in self.runs if r.total_throughput is not None]
+
+    @property
+    def total(self) -> Summary | None:
+        """The total throughput over the runs (a single value for one run)."""
+        return summarize(self.totals)
+
+    @property
+    def change(self) -> Change | None:
+        """The change of the total against MIG scenario 1, with its interval from 3 runs."""
+        if self.scenario == 1 or not self.baseline_totals:
+            return None
+        return relative_change(self.totals, self.baseline_totals)
+
+    def instance_values(self, index: int, what: str) -> list[float]:
+        """Instance `index`'s throughput or p99 (ms) over the runs."""
+        values = [_value(r.instances[index], what) for r in self.runs if index < len(r.instances)]
+        return [v for v in values if v is not None]
+
+    def alone_values(self, profile: str, what: str) -> list[float]:
+        values = [_value(r.instances[0], what) for r in self.alone.get(profile, ()) if r.instances]
+        return [v for v in values if v is not None]
+
+    def interference(self, index: int, what: str) -> Change | None:
+        """Instance `index` inside the layout against its profile alone (None: not measured)."""
+        profile = self.first.instances[index].profile
+        if profile not in self.alone:
+            return None
+        return relative_change(self.instance_values(index, what), self.alone_values(profile, what))
+
+    def gpu_subtotals(self, position: int) -> Summary | None:
+        """The subtotal of the run's `position`-th GPU over the runs that finished."""
+        values = []
+        for run in self.runs:
+            rows = run.gpu_rows()
+            if run.ok and position < len(rows) and rows[position].subtotal is not None:
+                values.append(rows[position].subtotal)
+        return summarize(values)
+
+    def gpu_runs(self) -> list[LayoutResult]:
+        """The layout as one layout result per GPU (its instances, its layout), for what reads
+        layouts of one GPU (the advisor)."""
+        raise NotImplementedError
+
+    def summary_row(self) -> dict[str, Any]:
+        """The layout's row in tables of several layouts (sweeps)."""
+        raise NotImplementedError
+
+    def rows(self) -> list[dict[str, Any]]:
+        return self.instance_rows()
+
+    def instance_rows(self) -> list[dict[str, Any]]:
+        """The per-instance table's rows, the total last."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """What its `index_file` holds."""
+        raise NotImplementedError
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+
+def _value(instance: InstanceRun, what: str) -> float | None:
+    return instance.throughput if what == "throughput" else result_p99_ms(instance.performance)
+
+
 @attrs.frozen(kw_only=True)
-class RunResult:
-    """One run of one layout: the settings, every instance and the aggregate."""
+class RunResult(LayoutResult):
+    """One run of one layout: the settings, every instance and the aggregate. As a
+    LayoutResult it is a layout measured once: its `runs` are itself."""
+
+    index_file: ClassVar[str] = RESULTS_FILE
 
     gpu: str
     layout: str
@@ -320,15 +499,24 @@ class RunResult:
     cluster: dict[str, Any] | None = None
     # unified mode: the layout's compliance audits (independent mode: each InstanceRun's)
     layout_compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
-    # the GPUs of the run, one dict each: index, name, layout, partitioning, node, host,
-    # instances (names); results.json adds each one's subtotal (see gpu_rows)
-    gpus: tuple[dict[str, Any], ...] = attrs.field(default=(), converter=tuple)
+    # the GPUs of the run: index, name, layout, partitioning, node, host, instances (names);
+    # results.json adds each one's subtotal (see gpu_rows)
+    gpus: tuple[RunGpu, ...] = attrs.field(default=(), converter=_run_gpus)
     # what fitting the instances into the host's memory changed (fewer samples per LoadGen)
     host_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     # emulated: how the CPU budgets were enforced and where a proportion could not be kept
     emulation_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     # what the sampler recorded (mlperf_mig/telemetry); None: telemetry=False or an older run
     telemetry: RunTelemetry | None = None
+
+    # --- as a layout result ---------------------------------------------------------------------
+    @property
+    def runs(self) -> tuple[RunResult, ...]:
+        return (self,)
+
+    @property
+    def baseline_totals(self) -> tuple[float, ...]:
+        return (self.baseline_throughput,) if self.baseline_throughput else ()
 
     # --- aggregate -----------------------------------------------------------------------------
     @property
@@ -434,26 +622,22 @@ class RunResult:
         """Whether the run's instances were slices of several GPUs."""
         return len(self.gpus) > 1
 
-    def gpu_rows(self) -> list[dict[str, Any]]:
+    def gpu_rows(self) -> list[RunGpu]:
         """Each GPU with its subtotal: independent, the sum of its instances' throughput;
         unified, the layout's result in proportion to the samples its instances served."""
         rows = []
         total = self.total_throughput
         served_all = sum(i.dispatched_samples or 0 for i in self.instances)
         for gpu in self.gpus:
-            members = [i for i in self.instances if i.name in gpu["instances"]]
-            row = {k: v for k, v in gpu.items() if k not in _MEASURED_GPU_FIELDS}
+            members = [i for i in self.instances if i.name in gpu.instances]
             if self.mode == "unified":
                 served = sum(i.dispatched_samples or 0 for i in members)
-                row["served_samples"] = served
-                row["subtotal"] = (
-                    None if total is None or not served_all else total * served / served_all
-                )
+                share = None if total is None or not served_all else total * served / served_all
+                rows.append(attrs.evolve(gpu, served_samples=served, subtotal=share))
             else:
                 values = [i.throughput for i in members if i.throughput is not None]
-                row["served_samples"] = None
-                row["subtotal"] = sum(values) if values else None
-            rows.append(row)
+                subtotal = sum(values) if values else None
+                rows.append(attrs.evolve(gpu, served_samples=None, subtotal=subtotal))
         return rows
 
     def gpu_runs(self) -> list[RunResult]:
@@ -469,12 +653,12 @@ class RunResult:
         return [
             attrs.evolve(
                 self,
-                gpu=gpu["name"],
-                layout=gpu["layout"],
-                partitioning=gpu.get("partitioning") or self.partitioning,
-                instances=[i for i in self.instances if i.name in gpu["instances"]],
+                gpu=gpu.name,
+                layout=gpu.layout,
+                partitioning=gpu.partitioning or self.partitioning,
+                instances=[i for i in self.instances if i.name in gpu.instances],
                 gpus=(gpu,),
-                outdir=f"{self.outdir} (GPU {gpu['index']})",
+                outdir=f"{self.outdir} (GPU {gpu.index})",
                 cluster=None,
             )
             for gpu in self.gpus
@@ -585,18 +769,18 @@ class RunResult:
         if self.multi_gpu:  # each GPU's instances, then its subtotal
             rows = []
             gpus = self.gpu_rows()
-            nodes = list(dict.fromkeys(g.get("node") for g in gpus))
+            nodes = list(dict.fromkeys(g.node for g in gpus))
             for gpu in gpus:
-                rows += [i.row() for i in self.instances if i.name in gpu["instances"]]
-                where = f"n{nodes.index(gpu.get('node'))}-" if len(nodes) > 1 else ""
+                rows += [i.row() for i in self.instances if i.name in gpu.instances]
+                where = f"n{nodes.index(gpu.node)}-" if len(nodes) > 1 else ""
                 rows.append(
                     {
-                        "instance": f"{where}GPU {gpu['index']} subtotal",
-                        "gpu": gpu["index"],
-                        "host": gpu.get("host") or "",
-                        "profile": gpu["layout"],
-                        "throughput": gpu["subtotal"],
-                        "samples served": gpu["served_samples"],
+                        "instance": f"{where}GPU {gpu.index} subtotal",
+                        "gpu": gpu.index,
+                        "host": gpu.host or "",
+                        "profile": gpu.layout,
+                        "throughput": gpu.subtotal,
+                        "samples served": gpu.served_samples,
                     }
                 )
         total_name = "layout (unified)" if self.mode == "unified" else "total (sum)"
@@ -636,7 +820,7 @@ class RunResult:
                     row["samples/J"] = row["throughput"] * window.duration_s / gpu.energy_j
         return rows
 
-    def _columns(self) -> list[str]:
+    def columns(self) -> list[str]:
         columns = ["instance", "profile", "device", "status", "valid", "throughput", "p99 ms"]
         if self.multi_gpu:
             columns.insert(1, "gpu")
@@ -657,7 +841,7 @@ class RunResult:
             columns.append("error")
         return columns
 
-    def _footer(self) -> list[str]:
+    def notes(self) -> list[str]:
         lines = [f"throughput in {self.throughput_unit}"]
         change = self.change_vs_baseline
         if change is not None:
@@ -712,28 +896,6 @@ class RunResult:
             )
         return lines
 
-    def table(self) -> str:
-        """Plain-text report: title, per-instance table with the aggregate row, labels."""
-        body = text_table(self.instance_rows(), self._columns())
-        return "\n".join([self.title(), body, *self._footer()])
-
-    def to_markdown(self) -> str:
-        body = markdown_table(self.instance_rows(), self._columns())
-        notes = "\n".join(f"- {line}" for line in self._footer())
-        return f"**{self.title()}**\n\n{body}\n\n{notes}\n"
-
-    def _repr_html_(self) -> str:
-        return (
-            f"<p><b>{html.escape(self.title())}</b></p>"
-            + html_table(self.instance_rows(), self._columns())
-            + "<ul>"
-            + "".join(f"<li>{html.escape(line)}</li>" for line in self._footer())
-            + "</ul>"
-        )
-
-    def __str__(self) -> str:
-        return self.table()
-
     # --- data ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         data = attrs.asdict(self, recurse=False)
@@ -742,7 +904,7 @@ class RunResult:
         data["layout_result"] = _result_to(self.layout_result)
         data["layout_accuracy"] = _result_to(self.layout_accuracy)
         data["layout_compliance"] = [v.to_dict() for v in self.layout_compliance]
-        data["gpus"] = self.gpu_rows()
+        data["gpus"] = [gpu.to_dict() for gpu in self.gpu_rows()]
         data["telemetry"] = None if self.telemetry is None else self.telemetry.to_dict()
         return {
             "schema": SCHEMA,
@@ -783,9 +945,6 @@ class RunResult:
             )
         return cls(**fields)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2) + "\n"
-
     @classmethod
     def from_json(cls, text: str, source: str = RESULTS_FILE) -> RunResult:
         return cls.from_dict(json.loads(text), source)
@@ -819,18 +978,10 @@ class RunResult:
                 f"{str(file)!r} is not a results file of mlperf-mig ({reason})"
             ) from None
 
-    def to_html(self) -> str:
-        """The run's table and notes as one self-contained HTML page (the report with figures:
-        `mlperf-mig report DIR --html FILE`, which also reads repeats and sweeps)."""
-        title = html.escape(self.title())
-        return (
-            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head>"
-            f"<body>{self._repr_html_()}</body></html>\n"
-        )
-
-    def to_pandas(self) -> Any:
-        """One row per instance with the run's settings as columns (needs pandas)."""
-        pandas = require_pandas()
+    def frame_rows(self) -> list[dict[str, Any]]:
+        """to_pandas: one row per instance with the run's settings as columns. (`to_html()` is
+        the run's table and notes as one page; the report with figures is `mlperf-mig report
+        DIR --html FILE`, which also reads repeats and sweeps.)"""
         run_columns = {
             "gpu": self.gpu,
             "layout": self.layout,
@@ -844,43 +995,20 @@ class RunResult:
             "all_valid": self.all_valid,
             "samples_per_joule": self.samples_per_joule,
         }
-        rows = [
+        return [
             {**run_columns, **i.row(), **self._instance_telemetry(i.name)} for i in self.instances
         ]
-        return pandas.DataFrame(rows)
 
 
 PER_GPU_COLUMN = "per GPU"
 
 
-def gpu_subtotals_text(rows: Sequence[Mapping[str, Any]]) -> str:
+def gpu_subtotals_text(rows: Sequence[RunGpu]) -> str:
     """Each GPU's subtotal in one cell: 'GPU 0 37,937; GPU 1 36,778' (node prefix on a cluster)."""
-    nodes = list(dict.fromkeys(r.get("node") for r in rows))
+    nodes = list(dict.fromkeys(r.node for r in rows))
 
-    def name(row: Mapping[str, Any]) -> str:
-        where = f"n{nodes.index(row.get('node'))}-" if len(nodes) > 1 else ""
-        return f"{where}GPU {row['index']}"
+    def name(row: RunGpu) -> str:
+        where = f"n{nodes.index(row.node)}-" if len(nodes) > 1 else ""
+        return f"{where}GPU {row.index}"
 
-    return "; ".join(f"{name(r)} {cell_text(r.get('subtotal'))}" for r in rows)
-
-
-def require_pandas() -> Any:
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError(
-            "to_pandas() needs pandas, which mlperf-mig does not install; run `pip install pandas`"
-        ) from None
-    return pandas
-
-
-def html_table(rows: Sequence[Mapping[str, Any]], columns: Iterable[str]) -> str:
-    columns = list(columns)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td>{html.escape(cell_text(row.get(c)))}</td>" for c in columns)
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return "; ".join(f"{name(r)} {cell_text(r.subtotal)}" for r in rows)

@@ -16,24 +16,35 @@ throughput objective, and the notes name the inputs that were missing and the ru
 measure them. Layouts come from
 the registry's enumeration (`valid_layouts`), so every valid layout is considered.
 
-Inputs are read by their attributes (runs, repeated runs), so this module imports neither the
-sweep nor the repeats module; the HTML report can use it without an import circle.
+Inputs are layout results (runner/results.py `LayoutResult`: a run, or a repeated run with its
+isolation runs), read through that one class, so this module imports neither the sweep nor the
+repeats module; the HTML report can use it without an import circle.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from mlperf_mig._checks import is_number, is_whole
-from mlperf_mig._table import markdown_table, text_table
+from mlperf_mig._report import Report
+from mlperf_mig._table import text_table
 from mlperf_mig.errors import DataFileError, SettingsError
-from mlperf_mig.runner.results import EMULATED_LABEL, RESULTS_FILE, result_p99_ms, result_throughput
+from mlperf_mig.runner.results import (
+    EMULATED_LABEL,
+    RESULTS_FILE,
+    LayoutResult,
+    RunResult,
+    result_p99_ms,
+    result_throughput,
+)
 from mlperf_mig.runner.stats import Summary, summarize
+
+if TYPE_CHECKING:
+    from mlperf_mig.harness.result import InstanceResult
 
 OBJECTIVES = {
     "throughput": "highest predicted total throughput",
@@ -91,10 +102,6 @@ class Measurements:
 MEASURE_LIMIT = 1e12
 
 
-def _runs_of(layout: Any) -> list[Any]:
-    return list(layout.runs) if hasattr(layout, "alone") else [layout]
-
-
 def _measure(value: object, source: str, field: str, limit: float = MEASURE_LIMIT) -> float | None:
     """`value` read from `source` as a measurement: a finite number from 0 to `limit`.
 
@@ -112,7 +119,7 @@ def _measure(value: object, source: str, field: str, limit: float = MEASURE_LIMI
     return float(value)
 
 
-def _p99_ms(result: Any, source: str, field: str) -> float | None:
+def _p99_ms(result: InstanceResult | None, source: str, field: str) -> float | None:
     if result is None:
         return None
     _measure(
@@ -121,7 +128,7 @@ def _p99_ms(result: Any, source: str, field: str) -> float | None:
     return result_p99_ms(result)
 
 
-def _checked_run(run: Any) -> list[tuple[str, float | None, float | None]]:
+def _checked_run(run: RunResult) -> list[tuple[str, float | None, float | None]]:
     """(profile, throughput, p99 ms) of each instance of `run`, each value checked, and the
     layout's LoadGen throughput (unified) checked too."""
     source = str(Path(run.outdir) / RESULTS_FILE)
@@ -136,11 +143,11 @@ def _checked_run(run: Any) -> list[tuple[str, float | None, float | None]]:
     ]
 
 
-def _instance_powers(run: Any) -> tuple[float | None, list[float | None]]:
+def _instance_powers(run: RunResult) -> tuple[float | None, list[float | None]]:
     """The GPU's idle power before `run` and each instance's estimated power above it (W): the
     board energy over the timed window less idle power, split as the run's telemetry split it
     (by activity x slices), or by compute slices where no activity was measured."""
-    telemetry = getattr(run, "telemetry", None)
+    telemetry = run.telemetry
     window = None if telemetry is None else telemetry.window
     if (
         window is None
@@ -166,7 +173,9 @@ def _instance_powers(run: Any) -> tuple[float | None, list[float | None]]:
 
 
 def measurements_from(
-    layouts: Sequence[Any], compute_slices: int, capacities: Mapping[str, float] | None = None
+    layouts: Sequence[LayoutResult],
+    compute_slices: int,
+    capacities: Mapping[str, float] | None = None,
 ) -> Measurements:
     """Measurements from runs and repeated runs (one entry per layout, as a sweep has them);
     `compute_slices` is the GPU's, to tell full layouts; `capacities`: profile -> Server QPS."""
@@ -185,7 +194,7 @@ def measurements_from(
     idle_powers: list[float] = []
     labels: list[str] = []
     for layout in layouts:
-        runs = [r for r in _runs_of(layout) if r.ok]
+        runs = [r for r in layout.runs if r.ok]
         if not runs:
             continue
         values = {id(run): _checked_run(run) for run in runs}
@@ -210,13 +219,13 @@ def measurements_from(
                     add(profile, "in_layout", throughput)
                     add(profile, "p99_in_layout", p99)
                     add(profile, "power_in_layout", power)
-        for profile, alone_runs in (getattr(layout, "alone", None) or {}).items():
+        for profile, alone_runs in layout.alone.items():
             for run in alone_runs:
                 if run.ok and run.instances:
                     _, throughput, p99 = _checked_run(run)[0]
                     add(profile, "isolated", throughput)
                     add(profile, "p99_alone", p99)
-    first = _runs_of(layouts[0])[0]
+    first = layouts[0].first
     capacities = {
         name: _measure(value, "the sweep's capacities (sweep.json)", f"capacities[{name!r}]")
         for name, value in dict(capacities or {}).items()
@@ -477,7 +486,7 @@ def _rank_key(objective: str) -> Any:
 
 
 @attrs.frozen(kw_only=True)
-class Advice:
+class Advice(Report):
     """The ranking of every valid layout under the constraints, and the winner's config."""
 
     gpu: str
@@ -572,29 +581,15 @@ class Advice:
         ]
 
     def table(self) -> str:
+        """The report's table and notes, then the validation and the winner's mig-parted config."""
         return "\n".join(
             [
-                self.title(),
-                text_table(self.rows(), self.columns()),
-                *self.notes(),
+                super().table(),
                 *self.validation_text(),
                 "mig-parted config of the winner:",
                 self.mig_parted.rstrip(),
             ]
         )
-
-    def __str__(self) -> str:
-        return self.table()
-
-    def to_markdown(self) -> str:
-        notes = "\n".join(f"- {n}" for n in self.notes())
-        return f"**{self.title()}**\n\n{markdown_table(self.rows(), self.columns())}\n\n{notes}\n"
-
-    def _repr_html_(self) -> str:
-        from mlperf_mig.runner.results import html_table
-
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes())
-        return f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), self.columns())}<ul>{notes}</ul>"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 import attrs
 
 from mlperf_mig.errors import SettingsError
+from mlperf_mig.runner.results import LayoutResult
 from mlperf_mig.study.advisor import (
     Advice,
     advise_from,
@@ -70,14 +71,12 @@ def advise(
             accuracy=False,
             progress=progress,
         )
-        layouts = list(report.layouts)
     else:
         from mlperf_mig.study.sweep import load_report
 
         report = load_report(from_dir)
-        layouts = list(report.layouts) if hasattr(report, "layouts") else [report]
-    layouts, systems = _per_gpu(layouts, gpu)
-    first = layouts[0].runs[0] if hasattr(layouts[0], "alone") else layouts[0]
+    layouts, systems = _per_gpu(list(report.layouts), gpu)
+    first = layouts[0].first
     if benchmark is not None and benchmark != first.benchmark:
         raise SettingsError(
             f"{os.fspath(from_dir)!r} holds {first.benchmark} runs, not {benchmark}; pass a folder of "
@@ -96,44 +95,39 @@ def advise(
         profiles_allowed=profiles_allowed,
         max_p99_ms=max_p99_ms,
     )
-    measurements = measurements_from(
-        layouts, board.compute_slices, getattr(report, "capacities", None)
-    )
+    measurements = measurements_from(layouts, board.compute_slices, report.capacities)
     advice = advise_from(measurements, objective=objective, constraints=constraints, top=top)
     if not systems:
         return advice
     return attrs.evolve(advice, labels=(*advice.labels, _per_gpu_label(systems, advice)))
 
 
-def _per_gpu(layouts: list[Any], gpu: str | None) -> tuple[list[Any], list[Any]]:
+def _per_gpu(
+    layouts: list[LayoutResult], gpu: str | None
+) -> tuple[list[LayoutResult], list[LayoutResult]]:
     """Runs of whole systems split into one run per GPU (the advisor ranks layouts of one GPU),
     keeping the GPUs of the model asked for (else of the first GPU's); the systems split."""
     from mlperf_mig import registry
 
-    systems = [layout for layout in layouts if not hasattr(layout, "alone") and layout.multi_gpu]
+    systems = [layout for layout in layouts if layout.first.multi_gpu]
     if not systems:
         return layouts, []
-    if any(hasattr(layout, "alone") and layout.first.multi_gpu for layout in layouts):
-        raise SettingsError(
-            "the folder holds repeated runs of a whole system; advise reads a system's single runs "
-            "(each GPU a run of its layout): pass one repeat's folder (repeat-1)"
-        )
     split = [part for layout in layouts for part in layout.gpu_runs()]
     model = registry.default_catalog().get(gpu).name if gpu is not None else split[0].gpu
     return [run for run in split if run.gpu == model], systems
 
 
-def _per_gpu_label(systems: list[Any], advice: Any) -> str:
+def _per_gpu_label(systems: list[LayoutResult], advice: Advice) -> str:
     """What advice from a whole system means for the system."""
-    counts = sorted({len(run.gpus) for run in systems})
+    counts = sorted({len(layout.first.gpus) for layout in systems})
     each = ", ".join(
-        f"{run.layout}: "
+        f"{layout.layout}: "
         + "; ".join(
-            f"GPU {g['index']} {g['subtotal']:,.0f}"
-            for g in run.gpu_rows()
-            if g["subtotal"] is not None
+            f"GPU {g.index} {g.subtotal:,.0f}"
+            for g in layout.first.gpu_rows()
+            if g.subtotal is not None
         )
-        for run in systems
+        for layout in systems
     )
     return (
         f"measured on whole systems ({each}); each GPU's instances are read as a run of its layout, "

@@ -4,10 +4,9 @@ Drawn with matplotlib's object API on an Agg canvas (no pyplot, so a notebook's 
 alone). A repeated layout's bar stacks its instances' means and carries the 95% interval of its
 mean total as an error bar (from 3 repeats; with 2, the min-max range of the totals, see
 runner/stats.py). The value axis follows the bars: it ends a little above the tallest bar, and
-an error bar reaching far beyond is cut at the axis and says so with its end's value. Runs and repeated runs are read by their attributes (a repeated run
-has `alone`; `StudiedLayout` names what is read of one), so that this module imports neither the
-sweep nor the repeats module, not even for type hints (repeats -> report_html -> chart would be a
-circle).
+an error bar reaching far beyond is cut at the axis and says so with its end's value. A run and
+a repeated run are both a `LayoutResult` (runner/results.py) and are drawn the same way from its
+totals and means: a lone run's bar is a mean of one value, with no error bar.
 
 Every text of a figure (profiles, layouts, GPU and benchmark names read back from results.json)
 is drawn literally: mathtext and TeX are off while a figure is made, so a label such as `$x^$`
@@ -22,13 +21,12 @@ import math
 import textwrap
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from mlperf_mig._io import atomic_write_bytes
-from mlperf_mig.runner.results import SUM_LABEL, UNIFIED_LABEL, RunResult
-from mlperf_mig.runner.stats import Change, Summary
+from mlperf_mig.runner.results import SUM_LABEL, UNIFIED_LABEL, LayoutResult, RunResult
 
 CHART_NAME = "throughput"
 PLOT_INSTALL = "pip install -e '.[plot]'"  # matplotlib, as the README says to install it
@@ -41,23 +39,6 @@ RANGE_BAR_NOTE = (
 AXIS_HEADROOM = 1.1
 AXIS_MAX_OVER_BARS = 1.6
 LABEL_LINE = 0.06  # room above the axis's end per line of the labels over the bars
-
-
-class StudiedLayout(Protocol):
-    """What the chart reads of a repeated run (study/repeats.py RepeatedRun)."""
-
-    alone: Any
-    layout: Any
-    scenario: Any
-
-    @property
-    def first(self) -> RunResult: ...
-    @property
-    def total(self) -> Summary | None: ...
-    @property
-    def change(self) -> Change | None: ...
-    def instance_values(self, index: int, what: str) -> list[float]: ...
-    def gpu_subtotals(self, position: int) -> Summary | None: ...
 
 
 @attrs.frozen
@@ -86,74 +67,71 @@ def _stack_values(run: RunResult) -> list[tuple[str, float]]:
     return [(i.profile, i.throughput or 0.0) for i in run.instances]
 
 
-def _bar_label(run: RunResult | StudiedLayout) -> str:
-    head = f"S{run.scenario}" if run.scenario is not None else "layout"
-    return f"{head}\n" + run.layout.replace("+", "+\n")
+def _bar_label(layout: LayoutResult) -> str:
+    head = f"S{layout.scenario}" if layout.scenario is not None else "layout"
+    return f"{head}\n" + layout.layout.replace("+", "+\n")
 
 
-def chart_bar(layout: RunResult | StudiedLayout) -> Bar | None:
-    """The bar of a run (its instances) or of a study (the instances' means, the total's
-    interval as the error bar); None when nothing was measured."""
-    if hasattr(layout, "alone"):
-        total = layout.total
-        if total is None:
-            return None
-        stack = [
-            (instance.profile, sum(values) / len(values) if values else 0.0)
-            for index, instance in enumerate(layout.first.instances)
-            for values in [layout.instance_values(index, "throughput")]
-        ]
-        if layout.first.mode == "unified":  # one total; the instances' shares of it
-            shares = _stack_values(layout.first)
-            whole = sum(v for _, v in shares) or 1.0
-            stack = [(p, total.mean * v / whole) for p, v in shares]
-        change = layout.change
-        text = None if change is None else change.text().replace(" [", "\n[").replace("] ", "]\n")
-        if text is not None:
-            text = text.replace(" (range", "\n(range")
-        return Bar(
-            _bar_label(layout), stack, total.mean, total.error_bar(), text, total.shows_interval
-        )
-    if layout.total_throughput is None:
+def _mean_stack(layout: LayoutResult, total: float) -> list[tuple[str, float]]:
+    """(profile, mean throughput over the runs) of each instance; in unified mode the
+    instances' shares of the mean total (one LoadGen result, shared by samples served)."""
+    if layout.first.mode == "unified":
+        shares = _stack_values(layout.first)
+        if len(layout.runs) == 1:  # its own shares: rescaling by its own total adds rounding
+            return shares
+        whole = sum(v for _, v in shares) or 1.0
+        return [(p, total * v / whole) for p, v in shares]
+    return [
+        (instance.profile, sum(values) / len(values) if values else 0.0)
+        for index, instance in enumerate(layout.first.instances)
+        for values in [layout.instance_values(index, "throughput")]
+    ]
+
+
+def chart_bar(layout: LayoutResult) -> Bar | None:
+    """The bar of a layout: its instances' means stacked, the total's interval (or range) over
+    its runs as the error bar (none for one run); None when nothing was measured."""
+    total = layout.total
+    if total is None:
         return None
-    change = layout.change_vs_baseline
-    text = None if change is None or layout.scenario == 1 else f"x{1 + change:.3f}"
-    return Bar(_bar_label(layout), _stack_values(layout), layout.total_throughput, None, text)
+    change = layout.change
+    text = None if change is None else change.text().replace(" [", "\n[").replace("] ", "]\n")
+    if text is not None:
+        text = text.replace(" (range", "\n(range")
+    return Bar(
+        _bar_label(layout),
+        _mean_stack(layout, total.mean),
+        total.mean,
+        total.error_bar(),
+        text,
+        total.shows_interval,
+    )
 
 
-def gpu_bars(layout: RunResult | StudiedLayout) -> list[Bar]:
-    """A whole system's bars: one per GPU, its instances stacked, its subtotal on top (a
-    study's: the instances' means and the subtotal's interval); [] for a layout on one GPU."""
-    first = layout.first if hasattr(layout, "alone") else layout
+def gpu_bars(layout: LayoutResult) -> list[Bar]:
+    """A whole system's bars: one per GPU, its instances' means stacked, its subtotal on top
+    with its interval over the runs; [] for a layout on one GPU."""
+    first = layout.first
     if not first.multi_gpu:
         return []
-    if hasattr(layout, "alone"):
-        whole = chart_bar(layout)
-        values = (
-            dict(zip((i.name for i in first.instances), (v for _, v in whole.stack)))
-            if whole
-            else {}
-        )
-    else:
-        values = {i.name: v for i, (_, v) in zip(first.instances, _stack_values(first))}
+    whole = chart_bar(layout)
+    values = (
+        dict(zip((i.name for i in first.instances), (v for _, v in whole.stack))) if whole else {}
+    )
     profile = {i.name: i.profile for i in first.instances}
-    nodes = list(dict.fromkeys(g.get("node") for g in first.gpus))
+    nodes = list(dict.fromkeys(g.node for g in first.gpus))
     bars = []
     for position, gpu in enumerate(first.gpu_rows()):
-        stack = [(profile[n], values.get(n, 0.0)) for n in gpu["instances"] if n in profile]
-        where = f"n{nodes.index(gpu.get('node'))} " if len(nodes) > 1 else ""
-        label = f"{where}GPU {gpu['index']}\n" + gpu["layout"].replace("+", "+\n")
-        if hasattr(layout, "alone"):
-            subtotal = layout.gpu_subtotals(position)
-            if subtotal is None:
-                continue
+        stack = [(profile[n], values.get(n, 0.0)) for n in gpu.instances if n in profile]
+        where = f"n{nodes.index(gpu.node)} " if len(nodes) > 1 else ""
+        label = f"{where}GPU {gpu.index}\n" + gpu.layout.replace("+", "+\n")
+        subtotal = layout.gpu_subtotals(position)
+        if subtotal is not None:
             bars.append(
                 Bar(
                     label, stack, subtotal.mean, subtotal.error_bar(), None, subtotal.shows_interval
                 )
             )
-        elif gpu["subtotal"] is not None:
-            bars.append(Bar(label, stack, gpu["subtotal"], None, None))
     return bars
 
 

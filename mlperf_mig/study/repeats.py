@@ -19,13 +19,12 @@ memory bandwidth are shared, not a GPU, and every table says so.
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -38,17 +37,20 @@ from mlperf_mig._io import (
     inside,
     safe_name,
 )
-from mlperf_mig._table import markdown_table, text_table
-from mlperf_mig.errors import DataFileError, MlperfMigError, OutputDirError, UntrustedPathError
+from mlperf_mig.errors import (
+    DataFileError,
+    MlperfMigError,
+    OutputDirError,
+    SettingsError,
+    UntrustedPathError,
+)
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import (
     PER_GPU_COLUMN,
     RESULTS_FILE,
+    LayoutResult,
     RunResult,
     gpu_subtotals_text,
-    html_table,
-    require_pandas,
-    result_p99_ms,
 )
 from mlperf_mig.runner.stats import (
     CHANGE_NOTE,
@@ -56,8 +58,6 @@ from mlperf_mig.runner.stats import (
     FEW_REPEATS_NOTE,
     MIN_REPEATS,
     Change,
-    Summary,
-    relative_change,
     summarize,
 )
 from mlperf_mig.study.overall import OverallProgress
@@ -332,7 +332,7 @@ def run_study(
     execute: Executor,
     bar: OverallProgress | None = None,
     resume: bool = True,
-    baseline: RepeatedRun | RunResult | None = None,
+    baseline: LayoutResult | None = None,
 ) -> RepeatedRun:
     """Run (or resume) every repeat and alone run of `plan` and write repeats.json. The folder
     of a single run or a sweep is refused, and so is a symlinked repeat folder, before
@@ -374,7 +374,7 @@ def run_study(
     return study
 
 
-def find_study_baseline(plan: RunPlan) -> RepeatedRun | RunResult | None:
+def find_study_baseline(plan: RunPlan) -> LayoutResult | None:
     """A scenario-1 study (repeats.json) or run (results.json) with the same settings in a
     folder next to `plan`'s, the study preferred."""
     root = Path(plan.outdir)
@@ -385,7 +385,7 @@ def find_study_baseline(plan: RunPlan) -> RepeatedRun | RunResult | None:
             if candidate.parent == root or candidate.parent.is_symlink() or candidate.is_symlink():
                 continue  # no link is followed out of the folder next to ours
             try:
-                other: RepeatedRun | RunResult = (
+                other: LayoutResult = (
                     RepeatedRun.load(candidate.parent)
                     if name == REPEATS_FILE
                     else RunResult.load(candidate)
@@ -397,19 +397,18 @@ def find_study_baseline(plan: RunPlan) -> RepeatedRun | RunResult | None:
     return None
 
 
-def _totals(runs: Sequence[RunResult]) -> list[float]:
-    return [r.total_throughput for r in runs if r.total_throughput is not None]
-
-
 def _from_first(name: str) -> property:
     """A setting every repeat shares (each repeat runs the same plan), read from the first run."""
     return property(lambda self: getattr(self.first, name), doc=f"The {name} of every repeat.")
 
 
 @attrs.frozen(kw_only=True)
-class RepeatedRun:
+class RepeatedRun(LayoutResult):
     """The repeats of one layout (each a complete RunResult) and, with isolation, each profile's
-    runs alone; means, spreads, 95% intervals and interference are computed from them."""
+    runs alone: a LayoutResult of several runs, whose means, spreads, 95% intervals and
+    interference are computed from them."""
+
+    index_file: ClassVar[str] = REPEATS_FILE
 
     outdir: str
     runs: tuple[RunResult, ...] = attrs.field(converter=tuple)
@@ -419,12 +418,7 @@ class RepeatedRun:
     baseline_totals: tuple[float, ...] = attrs.field(default=(), converter=tuple)
     baseline_source: str | None = None
 
-    # --- what the repeats share ----------------------------------------------------------------
-    @property
-    def first(self) -> RunResult:
-        return self.runs[0]
-
-    # settings every repeat shares, read from the first
+    # --- what the repeats share: settings, read from the first --------------------------------
     gpu = _from_first("gpu")
     layout = _from_first("layout")
     scenario = _from_first("scenario")
@@ -434,14 +428,8 @@ class RepeatedRun:
     emulated = _from_first("emulated")
 
     @property
-    def repeats(self) -> int:
-        return len(self.runs)
-
-    @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.runs) and all(
-            r.ok for runs in self.alone.values() for r in runs
-        )
+        return all(r.ok for r in [*self.runs, *self.alone_runs()])
 
     @property
     def all_valid(self) -> bool:
@@ -451,48 +439,25 @@ class RepeatedRun:
         words = {r.summary_row()["all valid"] for r in self.runs}
         return words.pop() if len(words) == 1 else "NO"
 
+    def gpu_runs(self) -> list[LayoutResult]:
+        """[self] for a layout on one GPU; the repeats of a whole system are refused (each
+        repeat's folder reads as one run per GPU)."""
+        if self.first.multi_gpu:
+            raise SettingsError(
+                "the folder holds repeated runs of a whole system; advise reads a system's single "
+                "runs (each GPU a run of its layout): pass one repeat's folder (repeat-1)"
+            )
+        return [self]
+
     # --- statistics ----------------------------------------------------------------------------
-    @property
-    def totals(self) -> list[float]:
-        return _totals(self.runs)
-
-    @property
-    def total(self) -> Summary | None:
-        return summarize(self.totals)
-
-    @property
-    def change(self) -> Change | None:
-        """The change of the total against study scenario 1, with its interval."""
-        if self.scenario == 1 or not self.baseline_totals:
-            return None
-        return relative_change(self.totals, self.baseline_totals)
-
-    def instance_values(self, index: int, what: str) -> list[float]:
-        """Instance `index`'s throughput or p99 (ms) over the repeats."""
-        values = [_value(r.instances[index], what) for r in self.runs if index < len(r.instances)]
-        return [v for v in values if v is not None]
-
-    def alone_values(self, profile: str, what: str) -> list[float]:
-        values = [_value(r.instances[0], what) for r in self.alone.get(profile, ()) if r.instances]
-        return [v for v in values if v is not None]
-
-    def interference(self, index: int, what: str) -> Change | None:
-        """Instance `index` inside the layout against its profile alone (None: not measured)."""
-        profile = self.first.instances[index].profile
-        if profile not in self.alone:
-            return None
-        return relative_change(self.instance_values(index, what), self.alone_values(profile, what))
-
-    def with_baseline(self, baseline: RepeatedRun | RunResult | None) -> RepeatedRun:
+    def with_baseline(self, baseline: LayoutResult | None) -> RepeatedRun:
         """The same study with the totals of a scenario-1 run (repeated or not) to compare with."""
         if baseline is None:
             return self
         # the source is a label, kept relative to this folder so that a copy does not name
         # the original's place (a sibling study reads '../scenario-1')
         source = os.path.relpath(baseline.outdir, self.outdir)
-        if isinstance(baseline, RepeatedRun):
-            return attrs.evolve(self, baseline_totals=baseline.totals, baseline_source=source)
-        return attrs.evolve(self, baseline_totals=_totals([baseline]), baseline_source=source)
+        return attrs.evolve(self, baseline_totals=baseline.totals, baseline_source=source)
 
     # --- tables --------------------------------------------------------------------------------
     def labels(self) -> list[str]:
@@ -543,20 +508,11 @@ class RepeatedRun:
         found = summarize([v for v in values if v is not None])
         return None if found is None else found.text()
 
-    def gpu_subtotals(self, position: int) -> Summary | None:
-        """The subtotal of the run's `position`-th GPU over the repeats that measured it."""
-        values = []
-        for run in self.runs:
-            rows = run.gpu_rows()
-            if run.ok and position < len(rows) and rows[position]["subtotal"] is not None:
-                values.append(rows[position]["subtotal"])
-        return summarize(values)
-
     def _per_gpu_means(self) -> str:
         rows = self.first.gpu_rows()
         means = [self.gpu_subtotals(k) for k in range(len(rows))]
         return gpu_subtotals_text(
-            [{**r, "subtotal": None if m is None else m.mean} for r, m in zip(rows, means)]
+            [attrs.evolve(r, subtotal=None if m is None else m.mean) for r, m in zip(rows, means)]
         )
 
     def instance_rows(self) -> list[dict[str, Any]]:
@@ -611,12 +567,12 @@ class RepeatedRun:
         by_name = {row["instance"]: row for row in rows}
         grouped = []
         for position, gpu in enumerate(self.first.gpu_rows()):
-            grouped += [by_name[name] for name in gpu["instances"] if name in by_name]
+            grouped += [by_name[name] for name in gpu.instances if name in by_name]
             subtotal = self.gpu_subtotals(position)
             grouped.append(
                 {
-                    "instance": f"GPU {gpu['index']} subtotal",
-                    "profile": gpu["layout"],
+                    "instance": f"GPU {gpu.index} subtotal",
+                    "profile": gpu.layout,
                     "throughput": None if subtotal is None else subtotal.text(),
                     "min-max": None
                     if subtotal is None
@@ -635,7 +591,7 @@ class RepeatedRun:
             columns += ["vs alone: throughput", "vs alone: p99"]
         return columns
 
-    def footer(self) -> list[str]:
+    def notes(self) -> list[str]:
         lines = [f"throughput in {self.first.throughput_unit}; {self.interval_note()}"]
         change = self.change
         if change is not None:
@@ -681,32 +637,12 @@ class RepeatedRun:
             return True
         return any(max(c.sizes) >= 2 and not c.shows_interval for c in self.changes())
 
-    def table(self) -> str:
-        return "\n".join(
-            [self.title(), text_table(self.instance_rows(), self.columns()), *self.footer()]
-        )
-
-    def to_markdown(self) -> str:
-        notes = "\n".join(f"- {line}" for line in self.footer())
-        return f"**{self.title()}**\n\n{markdown_table(self.instance_rows(), self.columns())}\n\n{notes}\n"
-
-    def _repr_html_(self) -> str:
-        notes = "".join(f"<li>{html.escape(line)}</li>" for line in self.footer())
-        return (
-            f"<p><b>{html.escape(self.title())}</b></p>"
-            f"{html_table(self.instance_rows(), self.columns())}<ul>{notes}</ul>"
-        )
-
-    def __str__(self) -> str:
-        return self.table()
-
-    def to_pandas(self) -> Any:
-        """One row per instance (and the total) as the table shows it, with the layout (needs pandas)."""
-        rows = [
+    def frame_rows(self) -> list[dict[str, Any]]:
+        """to_pandas: one row per instance (and the total) as the table shows it, with the layout."""
+        return [
             {"layout": self.first.layout, "repeats": self.repeats, **row}
             for row in self.instance_rows()
         ]
-        return require_pandas().DataFrame(rows)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """One self-contained HTML report of this layout (written to `path` when given)."""
@@ -775,10 +711,6 @@ class RepeatedRun:
             baseline_totals=baseline_totals,
             baseline_source=baseline_source,
         )
-
-
-def _value(instance: Any, what: str) -> float | None:
-    return instance.throughput if what == "throughput" else result_p99_ms(instance.performance)
 
 
 def _dict(value: Any) -> dict[str, Any] | None:

@@ -34,8 +34,9 @@ import attrs
 
 from mlperf_mig import registry
 from mlperf_mig._io import atomic_write_text
+from mlperf_mig._table import html_table
 from mlperf_mig.errors import MlperfMigError, OutputDirError
-from mlperf_mig.runner.results import html_table
+from mlperf_mig.runner.results import LayoutResult
 from mlperf_mig.study.advisor import advise_from, measurements_from
 from mlperf_mig.study.chart import PLOT_INSTALL, chart_bar, draw_bars, figure_svg, gpu_bars
 from mlperf_mig.telemetry.figure import draw_timeseries, series_for_figure
@@ -52,48 +53,45 @@ pre{background:#f6f6f6;padding:8px;overflow:auto} svg{max-width:100%;height:auto
 """
 
 
-def _layouts(report: Any) -> list[Any]:
-    """One entry per layout: a sweep's layouts, or the run (repeated or not) itself."""
-    return list(report.layouts) if hasattr(report, "layouts") else [report]
+def _layouts(report: Any) -> list[LayoutResult]:
+    """One entry per layout: a sweep's layouts, or the layout result itself."""
+    return list(report.layouts)
 
 
-def _first_run(layout: Any) -> Any:
-    return layout.runs[0] if hasattr(layout, "alone") else layout
+def _is_one_layout(report: Any) -> bool:
+    """Whether `report` is a layout result itself (no table of layouts above its sections)."""
+    return len(report.layouts) == 1 and report.layouts[0] is report
 
 
 def _labels(lines: Sequence[str]) -> str:
     return "".join(f'<div class="label">{html.escape(line)}</div>' for line in lines)
 
 
-def _layout_name(layout: Any) -> str:
+def _layout_name(layout: LayoutResult) -> str:
     return f"S{layout.scenario}" if layout.scenario else layout.layout
 
 
 def change_points(
-    layouts: Sequence[Any],
+    layouts: Sequence[LayoutResult],
 ) -> list[tuple[str, float, tuple[float, float] | None, bool]]:
     """(layout, ratio to layout 1, (low, high) ratios of its error bar or None, whether that
     bar is the 95% interval rather than the min-max range) of every layout with a change."""
     points = []
     for layout in layouts:
-        if hasattr(layout, "alone"):
-            change = layout.change
-            if change is None or change.ratio <= 0:
-                continue
-            bar = None
-            if change.shows_interval:
-                bar = (1 + change.low, 1 + change.high)
-            elif (
-                change.range_low is not None
-                and change.range_high is not None
-                and max(change.sizes) >= 2
-            ):
-                bar = (1 + change.range_low, 1 + change.range_high)
-            points.append((_layout_name(layout), change.ratio, bar, change.shows_interval))
-        elif layout.scenario != 1 and layout.change_vs_baseline is not None:
-            ratio = 1 + layout.change_vs_baseline
-            if ratio > 0:  # a log axis holds no zero
-                points.append((_layout_name(layout), ratio, None, False))
+        change = layout.change
+        if change is None or change.ratio <= 0:  # a log axis holds no zero
+            continue
+        bar = None
+        if change.shows_interval:
+            assert change.low is not None and change.high is not None
+            bar = (1 + change.low, 1 + change.high)
+        elif (
+            change.range_low is not None
+            and change.range_high is not None
+            and max(change.sizes) >= 2
+        ):
+            bar = (1 + change.range_low, 1 + change.range_high)
+        points.append((_layout_name(layout), change.ratio, bar, change.shows_interval))
     return points
 
 
@@ -151,7 +149,7 @@ def _figures(layouts: Sequence[Any]) -> str:
     if not bars:
         return "<p>No layout produced a throughput: no figures.</p>"
     try:
-        first = _first_run(layouts[0])
+        first = layouts[0].first
         one = figure_svg(
             lambda f: draw_bars(f.add_subplot(), bars, first), max(6.0, 1.3 * len(bars) + 2.0)
         )
@@ -176,7 +174,7 @@ def _gpu_figures(layouts: Sequence[Any]) -> list[str]:
     for layout in layouts:
         bars = gpu_bars(layout)
         if bars:
-            first = _first_run(layout)
+            first = layout.first
             svg = figure_svg(
                 lambda f, b=bars, r=first: draw_bars(f.add_subplot(), b, r),
                 max(6.0, 1.1 * len(bars) + 2.0),
@@ -187,9 +185,9 @@ def _gpu_figures(layouts: Sequence[Any]) -> list[str]:
     return figures
 
 
-def _samples_per_joule(layout: Any) -> tuple[float, str] | None:
+def _samples_per_joule(layout: LayoutResult) -> tuple[float, str] | None:
     """A layout's samples per joule (the mean over its repeats) and the energy it rests on."""
-    runs = layout.runs if hasattr(layout, "alone") else [layout]
+    runs = layout.runs
     values = [r.samples_per_joule for r in runs if r.samples_per_joule is not None]
     if not values:
         return None
@@ -225,7 +223,7 @@ def _timeseries_figures(layouts: Sequence[Any]) -> str:
     from its telemetry.csv, read back as untrusted input."""
     parts = []
     for layout in layouts:
-        run = _first_run(layout)
+        run = layout.first
         if run.telemetry is None or run.telemetry.csv is None:
             continue
         title = f"<h2>Time series of {html.escape(_layout_name(layout))}: {html.escape(run.layout)}</h2>"
@@ -238,22 +236,11 @@ def _timeseries_figures(layouts: Sequence[Any]) -> str:
     return "".join(parts)
 
 
-def _layout_parts(layout: Any) -> tuple[str, str, list[str]]:
+def _layout_parts(layout: LayoutResult) -> tuple[str, str, list[str]]:
     """(title, per-instance table, notes) of one layout's section; a note reads as the sweep's
     notes do (no "note: " in front), so that one said there is not said again."""
-    if hasattr(layout, "alone"):
-        title, table, notes = (
-            layout.title(),
-            html_table(layout.instance_rows(), layout.columns()),
-            layout.footer(),
-        )
-    else:
-        title, table, notes = (
-            layout.title(),
-            html_table(layout.instance_rows(), layout._columns()),
-            layout._footer(),
-        )
-    return title, table, [line.removeprefix("note: ") for line in notes]
+    table = html_table(layout.rows(), layout.columns())
+    return layout.title(), table, [line.removeprefix("note: ") for line in layout.notes()]
 
 
 def shared_notes(
@@ -293,7 +280,7 @@ def _layout_sections(layouts: Sequence[Any], shown: Iterable[str] = ()) -> str:
 def _advisor_section(layouts: Sequence[Any], advice: Any) -> str:
     if advice is None:
         try:
-            gpu = registry.default_catalog().get(_first_run(layouts[0]).gpu)
+            gpu = registry.default_catalog().get(layouts[0].first.gpu)
             advice = advise_from(measurements_from(layouts, gpu.compute_slices))
         except MlperfMigError as exc:
             return f"<h2>Advisor</h2><p>No advice from these runs: {html.escape(str(exc))}</p>"
@@ -311,7 +298,7 @@ def _advisor_section(layouts: Sequence[Any], advice: Any) -> str:
 
 
 def report_html(report: Any, *, advice: Any = None) -> str:
-    """The HTML text of the report of a RunResult, RepeatedRun or SweepResult."""
+    """The HTML text of the report of a layout result (RunResult, RepeatedRun) or a sweep."""
     layouts = _layouts(report)
     title = report.title()
     stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -322,8 +309,8 @@ def report_html(report: Any, *, advice: Any = None) -> str:
         _figures(layouts),
     ]
     shown: list[str] = []
-    if hasattr(report, "layouts"):
-        shown = report._notes()
+    if not _is_one_layout(report):
+        shown = report.notes()
         parts.append(f"<h2>Layouts</h2>{html_table(report.rows(), report.columns())}")
         parts.append(_labels(shown))
     parts.append("<h2>Per-instance results and isolation</h2>")
@@ -358,11 +345,7 @@ def _report_folders(report: Any, sources: Iterable[str | os.PathLike[str]]) -> l
     folders = [Path(source) for source in sources] + [Path(report.outdir)]
     for layout in _layouts(report):
         folders.append(Path(layout.outdir))
-        if hasattr(layout, "alone"):
-            folders += [
-                Path(r.outdir)
-                for r in [*layout.runs, *(r for rs in layout.alone.values() for r in rs)]
-            ]
+        folders += [Path(r.outdir) for r in [*layout.runs, *layout.alone_runs()]]
     return list(dict.fromkeys(folder.resolve() for folder in folders if folder.is_dir()))
 
 

@@ -14,7 +14,6 @@ positive numbers) and a wrong one is refused with one line naming the file and t
 from __future__ import annotations
 
 import base64
-import html
 import logging
 import os
 import re
@@ -32,7 +31,7 @@ from mlperf_mig._io import (
     read_small_text,
     safe_name,
 )
-from mlperf_mig._table import markdown_table, text_table
+from mlperf_mig._report import Report
 from mlperf_mig.errors import OutputDirError, SettingsError
 from mlperf_mig.runner.execute import execute
 from mlperf_mig.runner.options import RunOptions, check_scenario
@@ -45,9 +44,8 @@ from mlperf_mig.runner.results import (
     RESULTS_FILE,
     SUM_LABEL,
     UNIFIED_LABEL,
+    LayoutResult,
     RunResult,
-    html_table,
-    require_pandas,
 )
 from mlperf_mig.runner.stats import CHANGE_NOTE, FEW_REPEATS_NOTE
 from mlperf_mig.study.capacity_cache import plan_capacities, with_cached_capacity
@@ -108,9 +106,11 @@ def layout_folder(scenario: ScenarioSpec) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class SweepResult:
+class SweepResult(Report):
     """The runs of a sweep, the table of all layouts and the chart files. With repeats or
     isolation, `studies` holds one RepeatedRun per layout and `runs` every repeat of them all."""
+
+    text_note_prefix = "note: "
 
     runs: tuple[RunResult, ...] = attrs.field(converter=tuple)
     outdir: str
@@ -127,14 +127,13 @@ class SweepResult:
         return all(run.ok for run in self.runs) and all(study.ok for study in self.studies)
 
     @property
-    def layouts(self) -> tuple[RunResult | RepeatedRun, ...]:
+    def layouts(self) -> tuple[LayoutResult, ...]:
         """One entry per layout: its study when repeated, else its run."""
         return self.studies or self.runs
 
-    def capacity_of(self, layout: RunResult | RepeatedRun) -> float | None:
+    def capacity_of(self, layout: LayoutResult) -> float | None:
         """The layout's Server capacity: the sum of its instances' (None: one is not known)."""
-        instances = (layout.runs[0] if isinstance(layout, RepeatedRun) else layout).instances
-        values = [self.capacities.get(i.profile) for i in instances]
+        values = [self.capacities.get(i.profile) for i in layout.first.instances]
         return None if not values or None in values else sum(values)  # type: ignore[arg-type]
 
     def rows(self) -> list[dict[str, Any]]:
@@ -146,15 +145,13 @@ class SweepResult:
 
     def columns(self) -> tuple[str, ...]:
         columns = _STUDY_COLUMNS if self.studies else _COLUMNS
-        if any(
-            run.multi_gpu for run in [*self.runs, *(study.first for study in self.studies)]
-        ):  # each GPU's subtotal
+        if any(run.multi_gpu for run in self.runs):  # each GPU's subtotal
             columns = (*columns, PER_GPU_COLUMN)
         if any(run.samples_per_joule is not None for run in self.runs):  # telemetry measured energy
             columns = (*columns, "samples/J")
         return (*columns, "capacity QPS (sum)") if self.capacities else columns
 
-    def _notes(self) -> list[str]:
+    def notes(self) -> list[str]:
         notes = []
         if any(run.mode == "independent" for run in self.runs):
             notes.append(f"totals of independent runs: {SUM_LABEL}")
@@ -204,27 +201,7 @@ class SweepResult:
             f"{first.mode} mode, backend {first.backend}"
         )
 
-    def table(self) -> str:
-        return "\n".join(
-            [
-                self.title(),
-                text_table(self.rows(), self.columns()),
-                *(f"note: {n}" for n in self._notes()),
-            ]
-        )
-
-    def to_markdown(self) -> str:
-        notes = "\n".join(f"- {n}" for n in self._notes())
-        return f"**{self.title()}**\n\n{markdown_table(self.rows(), self.columns())}\n\n{notes}\n"
-
-    def _repr_html_(self) -> str:
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self._notes())
-        return (
-            f"<p><b>{html.escape(self.title())}</b></p>{html_table(self.rows(), self.columns())}"
-            f"{self._chart_img()}<ul>{notes}</ul>"
-        )
-
-    def _chart_img(self) -> str:
+    def _html_extra(self) -> str:
         """The chart inline (the SVG as an image: a file read back runs no script), or ''."""
         if not self.chart_svg:
             return ""
@@ -235,13 +212,6 @@ class SweepResult:
             return ""
         data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
         return f"<img alt='throughput per layout' src='data:image/svg+xml;base64,{data}'>"
-
-    def __str__(self) -> str:
-        return self.table()
-
-    def to_pandas(self) -> Any:
-        """One row per layout (needs pandas)."""
-        return require_pandas().DataFrame(self.rows())
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """One self-contained HTML report of the sweep (written to `path` when given)."""
@@ -309,7 +279,7 @@ def _capacities(index: IndexFile) -> dict[str, float]:
     return capacities
 
 
-def load_report(folder: str | os.PathLike[str]) -> RunResult | RepeatedRun | SweepResult:
+def load_report(folder: str | os.PathLike[str]) -> LayoutResult | SweepResult:
     """A run folder (results.json), a repeated run's folder (repeats.json) or a sweep folder
     (sweep.json), each run checked to be one that can be reported (instances, numeric
     throughputs). A folder that holds more than one of them is refused: which one it is

@@ -325,7 +325,7 @@ def system_layout_token(run: RunResult) -> str:
     (`6xGPU-7x1g.10gb_and_2xGPU-4g.40gb_3g.40gb`, with the model when the models differ)."""
     if len(run.gpus) <= 1:
         return _token(run.layout)
-    groups = Counter((g["name"], g["layout"]) for g in run.gpus)
+    groups = Counter((g.name, g.layout) for g in run.gpus)
     if len(groups) == 1:
         (name, layout), count = next(iter(groups.items()))
         profiles = _profile_counts(name, layout)
@@ -636,7 +636,7 @@ def _accelerator(source: ResultSource) -> Accelerator:
 
 def _gpus_per_node(run: RunResult) -> int:
     """The most GPUs the run used on one node (1 for a layout on one GPU)."""
-    per_node = Counter(g.get("node") for g in run.gpus)
+    per_node = Counter(g.node for g in run.gpus)
     return max(per_node.values(), default=1)
 
 

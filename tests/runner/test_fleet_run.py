@@ -50,9 +50,9 @@ def test_gpu_subtotals_are_the_sums_of_their_instances(independent: Any) -> None
     """Each GPU's subtotal is its instances' throughput summed; they add up to the total."""
     rows = independent.gpu_rows()
     for row in rows:
-        members = [i.throughput for i in independent.instances if i.gpu_index == row["index"]]
-        assert row["subtotal"] == pytest.approx(sum(members))
-    assert sum(r["subtotal"] for r in rows) == pytest.approx(independent.total_throughput)
+        members = [i.throughput for i in independent.instances if i.gpu_index == row.index]
+        assert row.subtotal == pytest.approx(sum(members))
+    assert sum(r.subtotal for r in rows) == pytest.approx(independent.total_throughput)
 
 
 def test_results_json_has_the_gpus_list(independent: Any) -> None:
@@ -83,8 +83,8 @@ def test_unified_run_is_one_result_for_the_system(unified: Any) -> None:
     """One LoadGen served all four instances; their GPUs' shares add up to its result."""
     assert unified.ok and unified.layout_result is not None
     rows = unified.gpu_rows()
-    assert all(r["served_samples"] > 0 for r in rows)
-    assert sum(r["subtotal"] for r in rows) == pytest.approx(unified.total_throughput)
+    assert all(r.served_samples > 0 for r in rows)
+    assert sum(r.subtotal for r in rows) == pytest.approx(unified.total_throughput)
     assert any("shared out by the samples" in label for label in unified.labels())
 
 

@@ -313,3 +313,35 @@ def test_cached_calibration_is_labelled(good_run: Any) -> None:
     run = attrs.evolve(good_run, instances=[cached, *good_run.instances[1:]])
     assert any("cached calibration" in label for label in run.labels())
     assert "cached calibration" in run.table()
+
+
+def test_a_lone_run_is_a_layout_result_of_one_run(good_run: Any) -> None:
+    """A RunResult is a LayoutResult whose runs are itself: its total is a mean of one value."""
+    from mlperf_mig.runner.results import LayoutResult
+
+    assert isinstance(good_run, LayoutResult)
+    assert good_run.runs == (good_run,) and good_run.first is good_run
+    assert good_run.alone == {} and not good_run.isolation and good_run.repeats == 1
+    assert good_run.total.mean == pytest.approx(good_run.total_throughput)
+    assert good_run.total.error_bar() is None
+
+
+def test_a_repeated_run_of_one_run_reads_as_that_run(good_run: Any) -> None:
+    """The values over the runs are the same for the run and for a repeated run holding it."""
+    from mlperf_mig.study.chart import chart_bar
+    from mlperf_mig.study.repeats import RepeatedRun
+
+    repeated = RepeatedRun(outdir=good_run.outdir, runs=[good_run])
+    assert repeated.total == good_run.total
+    assert repeated.instance_values(1, "throughput") == good_run.instance_values(1, "throughput")
+    assert chart_bar(repeated) == chart_bar(good_run)
+
+
+def test_gpu_entry_with_a_non_text_host_is_refused(good_run: Any) -> None:
+    """A results.json gpus entry whose host is not a text is one line naming the entry."""
+    data = good_run.to_dict()
+    data["gpus"] = [
+        {"index": 0, "name": "A100-SXM4-80GB", "layout": "x", "instances": [], "host": 3}
+    ]
+    with pytest.raises(UntrustedPathError, match="gpus entry"):
+        RunResult.from_dict(data)

@@ -60,7 +60,7 @@ def test_repeats_table_has_gpu_subtotal_rows(repeated: Any) -> None:
 
 def test_repeated_gpu_subtotals_are_the_runs_subtotals(repeated: Any) -> None:
     """Each GPU's summary is over the subtotals each repeat measured."""
-    values = [run.gpu_rows()[1]["subtotal"] for run in repeated.runs]
+    values = [run.gpu_rows()[1].subtotal for run in repeated.runs]
     summary = repeated.gpu_subtotals(1)
     assert summary.min == pytest.approx(min(values)) and summary.max == pytest.approx(max(values))
 
@@ -71,8 +71,8 @@ def test_gpu_bars_stack_each_gpus_instances(sweep: Any) -> None:
     bars = gpu_bars(run)
     assert [b.label.split("\n")[0] for b in bars] == ["GPU 0", "GPU 1"]
     for bar, row in zip(bars, run.gpu_rows()):
-        assert len(bar.stack) == 2 and bar.total == pytest.approx(row["subtotal"])
-        assert sum(v for _, v in bar.stack) == pytest.approx(row["subtotal"])
+        assert len(bar.stack) == 2 and bar.total == pytest.approx(row.subtotal)
+        assert sum(v for _, v in bar.stack) == pytest.approx(row.subtotal)
 
 
 def test_html_report_draws_a_chart_per_gpu(sweep: Any, tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def test_system_description_names_the_system(tree: Path) -> None:
 @pytest.mark.slow
 def test_mixed_layouts_are_spelled_out(system_run: Any) -> None:
     """GPUs with different layouts name each group of GPUs and its layout."""
-    gpus = [dict(system_run.gpus[0]), dict(system_run.gpus[1], layout="4g.40gb+3g.40gb")]
+    gpus = [system_run.gpus[0], attrs.evolve(system_run.gpus[1], layout="4g.40gb+3g.40gb")]
     mixed = attrs.evolve(system_run, gpus=gpus)
     assert system_layout_token(mixed) == "1xGPU-2x1g.10gb_and_1xGPU-4g.40gb_3g.40gb"
 
