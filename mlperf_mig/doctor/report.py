@@ -47,10 +47,10 @@ class DoctorReport:
     driver_version: str | None
     cuda_driver_version: str | None  # "12.4"
     nvml_version: str | None
-    gpus: tuple[GpuCheck, ...] = attrs.field(converter=tuple)
-    backends: tuple[InstallStatus, ...] = attrs.field(converter=tuple)
-    wheel_problems: tuple[WheelProblem, ...] = attrs.field(converter=tuple)
-    smoke: tuple[SmokeResult, ...] = attrs.field(converter=tuple)
+    gpus: tuple[GpuCheck, ...] = attrs.field(converter=tuple[GpuCheck, ...])
+    backends: tuple[InstallStatus, ...] = attrs.field(converter=tuple[InstallStatus, ...])
+    wheel_problems: tuple[WheelProblem, ...] = attrs.field(converter=tuple[WheelProblem, ...])
+    smoke: tuple[SmokeResult, ...] = attrs.field(converter=tuple[SmokeResult, ...])
     smoke_note: str  # why (part of) the smoke test did not run; "" when it all ran
     versions: Mapping[str, str]
     state: Mapping[str, Any]  # the NVML state in the replay format

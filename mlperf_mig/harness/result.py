@@ -81,7 +81,7 @@ class InstanceResult:
     mode: str
     valid: bool
     validity: str  # LoadGen's result_validity; "" for accuracy runs, which have none
-    invalid_reasons: tuple[str, ...] = attrs.field(converter=tuple)
+    invalid_reasons: tuple[str, ...] = attrs.field(converter=tuple[str, ...])
     throughput: float | None
     throughput_unit: str
     latency_ns: dict[str, int]

@@ -95,7 +95,7 @@ class Catalog:
     """The known GPUs, looked up by catalog name, NVML name (with or without "NVIDIA "), alias,
     system-ID name or packed PCI device ID."""
 
-    gpus: tuple[Gpu, ...] = attrs.field(converter=tuple)
+    gpus: tuple[Gpu, ...] = attrs.field(converter=tuple[Gpu, ...])
     _keys: Mapping[str, Gpu] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -204,8 +204,8 @@ def load_catalog(
         extra_paths = [extra_paths]
     env_paths = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
     files = list(_toml_files(data_dir("systems") / "gpus", origin="the shipped data"))
-    for path in env_paths:
-        files.extend(_toml_files(Path(path), origin=ENV_VAR))
+    for env_path in env_paths:
+        files.extend(_toml_files(Path(env_path), origin=ENV_VAR))
     for path in extra_paths or ():
         if not str(path).strip():  # Path("") would silently be the current folder
             raise DataFileError(
