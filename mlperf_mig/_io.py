@@ -127,7 +127,7 @@ def free_space(path: str | os.PathLike[str]) -> str:
             pass
         folder = folder.parent
     try:
-        free = shutil.disk_usage(folder).free
+        free: float = shutil.disk_usage(folder).free
     except OSError:
         return "unknown free space"
     for unit in ("bytes", "KiB", "MiB", "GiB"):
