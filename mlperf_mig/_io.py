@@ -18,7 +18,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError, UntrustedPathError
 
@@ -260,7 +260,7 @@ def _refuse_existing(folder: Path, name: str | None, what: str) -> None:
 
 
 # --- paths and values read back from files the project does not trust ----------------------
-def finite_number(value: object) -> bool:
+def finite_number(value: object) -> TypeGuard[int | float]:
     """A JSON number that is one: an int or float, finite, not a bool (json reads NaN and
     Infinity, and True is an int)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

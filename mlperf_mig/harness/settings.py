@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig._paths import data_dir
+from mlperf_mig._paths import data_dir, optional_path_text
 from mlperf_mig.errors import DataFileError, SettingsError
 from mlperf_mig.workloads import Workload, workloads
 
@@ -138,9 +138,7 @@ class SettingsSpec:
     overrides: tuple[tuple[str, float], ...] = attrs.field(
         factory=tuple, converter=_convert_overrides
     )
-    user_conf: str | None = attrs.field(
-        default=None, converter=attrs.converters.optional(os.fspath)
-    )
+    user_conf: str | None = attrs.field(default=None, converter=optional_path_text)
     profile: str | None = None
     # where the target among `overrides` came from when the user did not set it (the capacity
     # cache's file and entry); None: an override is the user's
