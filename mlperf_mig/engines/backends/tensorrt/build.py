@@ -101,7 +101,9 @@ def severity_name(severity: Any) -> str:
 def capturing_logger(trt: ModuleType) -> Any:
     """The process's one TensorRT logger (a trt.ILogger); its CapturedLog is `.capture`."""
 
-    class _CapturingLogger(trt.ILogger):  # type: ignore[name-defined,misc]
+    base: type[Any] = trt.ILogger  # a class of a module typed only at run time
+
+    class _CapturingLogger(base):
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.capture = CapturedLog()
