@@ -143,7 +143,7 @@ def diagnose(
     import pynvml
 
     catalog = catalog or default_catalog()
-    state = read_nvml_state(pynvml if source is None else source)
+    state: Mapping[str, Any] = read_nvml_state(pynvml if source is None else source)
     detection = detection_from_state(state, catalog)
     cuda = detection.cuda_version
     installed = installed_versions() if versions is None else dict(versions)

@@ -619,6 +619,7 @@ def _accelerator(source: ResultSource) -> Accelerator:
         framework = backend_cls.framework_text(device)
     else:  # a backend this installation does not have: its name stands for the framework
         framework = f"{run.backend} {device.version or ''}".strip()
+    cluster_nodes = len(run.cluster["nodes"]) if run.cluster else 1
     return Accelerator(
         gpu=run.gpu,
         partitioning=run.partitioning,
@@ -628,8 +629,8 @@ def _accelerator(source: ResultSource) -> Accelerator:
         framework=framework,
         on_cuda=backend_cls is not None and backend_cls.needs_gpu,
         # independent mode: each instance is its own system on its own node
-        nodes=len(run.cluster["nodes"]) if run.cluster and instance is None else 1,
-        network=bool(run.cluster) and instance is None and len(run.cluster["nodes"]) > 1,
+        nodes=cluster_nodes if instance is None else 1,
+        network=instance is None and cluster_nodes > 1,
         gpus_per_node=1 if instance is not None else _gpus_per_node(run),
     )
 
