@@ -50,7 +50,7 @@ from mlperf_mig.registry.model import (
     ordered_attributes,
 )
 from mlperf_mig.registry.names import mig_backed_share, parse_vgpu_type
-from mlperf_mig.registry.nvml_state import GI_PROFILE_CAPS_GFX, read_nvml_state
+from mlperf_mig.registry.nvml_state import GI_PROFILE_CAPS_GFX, NvmlModule, read_nvml_state
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ class Detection:
 
 
 # --- matching against the catalog -----------------------------------------------------------
-def detect(source: Any = None, *, catalog: Catalog | None = None) -> Detection:
+def detect(source: NvmlModule | None = None, *, catalog: Catalog | None = None) -> Detection:
     """Find the GPUs and live MIG devices. `source` replaces `pynvml` (tests pass RecordedNvml)."""
     state = read_nvml_state(pynvml if source is None else source)
     return detection_from_state(state, catalog or default_catalog())
