@@ -151,7 +151,7 @@ def throughput(records: Mapping[str, Any], loadgen_scenario: str) -> tuple[float
     return (per_query * 1e9 / p99 if p99 else None), f"samples/s ({per_query} / p99 query latency)"
 
 
-def _float(value: Any) -> float | None:
+def _float(value: float | str | None) -> float | None:
     return None if value is None else float(value)
 
 

@@ -109,7 +109,7 @@ def key_digest(inputs: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
 
 
-def _canonical(inputs: Mapping[str, Any]) -> Any:
+def _canonical(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """`inputs` as they read back from JSON (tuples become lists), for comparison."""
     return json.loads(json.dumps(inputs, sort_keys=True, default=str))
 
