@@ -161,7 +161,7 @@ def system_description_problems(
     return problems + _network_problems(description, division)
 
 
-def _whole_number(value: Any) -> bool:
+def _whole_number(value: object) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
