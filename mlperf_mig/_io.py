@@ -22,6 +22,9 @@ from typing import Any, TypeGuard
 
 from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError, UntrustedPathError
 
+# Plain data as json.loads gives it and json.dumps takes it: dicts, lists, text, numbers, None.
+JsonData = Any
+
 
 def ensure_writable_dir(path: str | os.PathLike[str]) -> Path:
     """Create `path` (and parents) if needed and check that files can be written there."""
@@ -187,7 +190,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+def atomic_write_json(path: str | os.PathLike[str], obj: object) -> Path:
     """Atomic write of `obj` as indented JSON with a trailing newline."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 

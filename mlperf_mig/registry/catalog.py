@@ -15,7 +15,7 @@ import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -291,8 +291,9 @@ def _gpu_from_data(data: Mapping[str, Any], file: Path) -> Gpu:
         raise DataFileError(f"{file}: gpu: {exc}; fix the data file") from None
 
 
-def _profile_from_data(entry: Any, gpu: Mapping[str, Any], file: Path, where: str) -> Profile:
-    _require(isinstance(entry, dict), file, where, "must be a [[profiles]] table")
+def _profile_from_data(entry: object, gpu: Mapping[str, Any], file: Path, where: str) -> Profile:
+    if not isinstance(entry, dict):
+        _refuse(file, where, "must be a [[profiles]] table")
     _check_keys(entry, _PROFILE_KEYS, _PROFILE_REQUIRED, file, f"{where}.")
     where = f"{where} ({entry['name']})"
     aliases = _strings(entry.get("aliases", []), file, f"{where}.aliases")
@@ -498,4 +499,8 @@ def _subsystem_ids(values: list[Any], file: Path) -> tuple[int, ...]:
 
 def _require(condition: bool, file: Path, field: str, problem: str) -> None:
     if not condition:
-        raise DataFileError(f"{file}: field {field} {problem}; fix the data file")
+        _refuse(file, field, problem)
+
+
+def _refuse(file: Path, field: str, problem: str) -> NoReturn:
+    raise DataFileError(f"{file}: field {field} {problem}; fix the data file")
