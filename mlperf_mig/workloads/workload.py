@@ -41,7 +41,7 @@ class TensorSpec:
     @property
     def sample_shape(self) -> tuple[int, ...]:
         """The shape of one sample: `shape` without its batch axis, the only dynamic one."""
-        fixed = tuple(d for d in self.shape[1:] if d is not None)
+        fixed = tuple(int(d) for d in self.shape[1:] if d is not None)
         if len(fixed) != len(self.shape[1:]):
             raise WorkloadError(
                 f"tensor {self.name!r} has shape {self.shape}: only the first (batch) axis may be "
