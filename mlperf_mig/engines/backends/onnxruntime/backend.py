@@ -70,15 +70,9 @@ CPU_SAMPLES_PER_THREAD = 2
 def _ort_errors() -> tuple[type[Exception], ...]:
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
-    names: tuple[str, ...] = (
-        "Fail",
-        "InvalidArgument",
-        "InvalidGraph",
-        "InvalidProtobuf",
-        "NoSuchFile",
-    )
-    names += ("NotImplemented", "RuntimeException", "EPFail")
-    return tuple(getattr(state, n) for n in names if hasattr(state, n))
+    names = ("Fail", "InvalidArgument", "InvalidGraph", "InvalidProtobuf", "NoSuchFile")
+    more = ("NotImplemented", "RuntimeException", "EPFail")
+    return tuple(getattr(state, n) for n in (*names, *more) if hasattr(state, n))
 
 
 def provider_for(spec: EngineSpec) -> str:
