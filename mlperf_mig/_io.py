@@ -17,10 +17,13 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from mlperf_mig._checks import is_number
 from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError, UntrustedPathError
+
+# Plain data as json.loads gives it and json.dumps takes it: dicts, lists, text, numbers, None.
+JsonData = Any
 
 
 def ensure_writable_dir(path: str | os.PathLike[str]) -> Path:
@@ -127,7 +130,7 @@ def free_space(path: str | os.PathLike[str]) -> str:
             pass
         folder = folder.parent
     try:
-        free = shutil.disk_usage(folder).free
+        free: float = shutil.disk_usage(folder).free
     except OSError:
         return "unknown free space"
     for unit in ("bytes", "KiB", "MiB", "GiB"):
@@ -187,7 +190,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+def atomic_write_json(path: str | os.PathLike[str], obj: object) -> Path:
     """Atomic write of `obj` as indented JSON with a trailing newline."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
@@ -260,7 +263,7 @@ def _refuse_existing(folder: Path, name: str | None, what: str) -> None:
 
 
 # --- paths and values read back from files the project does not trust ----------------------
-def finite_number(value: object) -> bool:
+def finite_number(value: object) -> TypeGuard[int | float]:
     """A JSON number that is one: an int or float, finite, not a bool (json reads NaN and
     Infinity, and True is an int)."""
     return is_number(value)

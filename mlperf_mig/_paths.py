@@ -1,7 +1,9 @@
-"""Where the shipped data folders (systems/, engines/, harness/) are found."""
+"""Where the shipped data folders (systems/, engines/, harness/) are found, and path fields kept
+as text."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mlperf_mig.errors import DataFileError
@@ -18,3 +20,14 @@ def data_dir(name: str) -> Path:
         f"data folder {name!r} is missing from the installation (looked in {_PACKAGE / '_data'} "
         f"and {_PACKAGE.parent}); reinstall mlperf-mig"
     )
+
+
+def path_text(path: str | os.PathLike[str]) -> str:
+    """`path` as text: the converter of record fields that take a str or a Path and keep a str
+    (os.fspath itself also takes bytes, which these fields do not)."""
+    return os.fspath(path)
+
+
+def optional_path_text(path: str | os.PathLike[str] | None) -> str | None:
+    """`path_text` of a field whose None means "not given"."""
+    return None if path is None else os.fspath(path)

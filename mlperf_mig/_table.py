@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
-def cell_text(value: Any) -> str:
+def cell_text(value: object) -> str:
     """One table cell: "-" for None, thousands separators and two decimals for floats."""
     if value is None:
         return "-"

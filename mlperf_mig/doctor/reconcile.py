@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from mlperf_mig.registry.discovery import GpuState, profile_differences
+from mlperf_mig.registry.model import ProfileValue
 
 MATCHES = "catalog matches"
 
@@ -17,8 +18,8 @@ class FieldDifference:
 
     profile: str
     field: str
-    ours: Any  # the shipped table's value; None where the table lacks the profile
-    live: Any  # NVML's value; None where the driver lacks the profile
+    ours: ProfileValue  # the shipped table's value; None where the table lacks the profile
+    live: ProfileValue  # NVML's value; None where the driver lacks the profile
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,8 +42,8 @@ class GpuCheck:
     virtualization: str | None
     vgpu: dict[str, Any] | None
     live_profiles: int  # profiles NVML reported (0: MIG off on a driver that cannot say, or a VM)
-    differences: tuple[FieldDifference, ...] = attrs.field(converter=tuple)
-    notes: tuple[str, ...] = attrs.field(converter=tuple)
+    differences: tuple[FieldDifference, ...] = attrs.field(converter=tuple[FieldDifference, ...])
+    notes: tuple[str, ...] = attrs.field(converter=tuple[str, ...])
     # What the board needs before MIG can be on (catalog `prerequisites`: the RTX PRO Workstation
     # and Max-Q need compute mode and a minimum vBIOS); said while MIG is not on.
     prerequisites: str = ""
@@ -73,7 +74,7 @@ class GpuCheck:
         return data
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: ProfileValue) -> str | int | float | list[int] | None:
     return list(value) if isinstance(value, tuple) else value
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig._io import JsonData
 from mlperf_mig.doctor.install import (
     WheelProblem,
     check_backends,
@@ -28,6 +29,7 @@ from mlperf_mig.engines.backend import InstallStatus
 from mlperf_mig.registry.catalog import Catalog, default_catalog
 from mlperf_mig.registry.devices import usable_devices
 from mlperf_mig.registry.discovery import Detection, detection_from_state, read_nvml_state
+from mlperf_mig.registry.nvml_state import NvmlModule
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +49,10 @@ class DoctorReport:
     driver_version: str | None
     cuda_driver_version: str | None  # "12.4"
     nvml_version: str | None
-    gpus: tuple[GpuCheck, ...] = attrs.field(converter=tuple)
-    backends: tuple[InstallStatus, ...] = attrs.field(converter=tuple)
-    wheel_problems: tuple[WheelProblem, ...] = attrs.field(converter=tuple)
-    smoke: tuple[SmokeResult, ...] = attrs.field(converter=tuple)
+    gpus: tuple[GpuCheck, ...] = attrs.field(converter=tuple[GpuCheck, ...])
+    backends: tuple[InstallStatus, ...] = attrs.field(converter=tuple[InstallStatus, ...])
+    wheel_problems: tuple[WheelProblem, ...] = attrs.field(converter=tuple[WheelProblem, ...])
+    smoke: tuple[SmokeResult, ...] = attrs.field(converter=tuple[SmokeResult, ...])
     smoke_note: str  # why (part of) the smoke test did not run; "" when it all ran
     versions: Mapping[str, str]
     state: Mapping[str, Any]  # the NVML state in the replay format
@@ -132,7 +134,7 @@ def _gpu_lines(gpu: GpuCheck) -> list[str]:
 
 
 def diagnose(
-    source: Any = None,
+    source: NvmlModule | None = None,
     *,
     catalog: Catalog | None = None,
     smoke: bool = True,
@@ -143,7 +145,7 @@ def diagnose(
     import pynvml
 
     catalog = catalog or default_catalog()
-    state = read_nvml_state(pynvml if source is None else source)
+    state: Mapping[str, Any] = read_nvml_state(pynvml if source is None else source)
     detection = detection_from_state(state, catalog)
     cuda = detection.cuda_version
     installed = installed_versions() if versions is None else dict(versions)
@@ -170,7 +172,7 @@ def diagnose(
 
 
 def _telemetry(
-    source: Any, state: Mapping[str, Any], *, record: bool
+    source: NvmlModule | None, state: Mapping[str, Any], *, record: bool
 ) -> tuple[dict[str, Any], Mapping[str, Any]]:
     """What telemetry can measure, and the state with a short live telemetry recording added
     (on a live GPU: the bundle's nvml-state.json then replays it as RecordedTelemetry)."""
@@ -280,7 +282,7 @@ def _placeholders(text: str) -> dict[str, str]:
     return dict(sorted(mapping.items(), key=lambda item: -len(item[0])))
 
 
-def _redact(value: Any, mapping: Mapping[str, str]) -> Any:
+def _redact(value: JsonData, mapping: Mapping[str, str]) -> JsonData:
     if isinstance(value, str):
         for old, new in mapping.items():
             value = value.replace(old, new)

@@ -7,7 +7,7 @@ onnxruntime nor TensorRT; each name loads its module on first use.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.backend import Backend, DeviceReport
@@ -93,7 +93,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # every exported name is typed by the imports above
     try:
         module = _EXPORTS[name]
     except KeyError:

@@ -10,7 +10,8 @@ import hashlib
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, SupportsInt
 
 import attrs
 
@@ -31,16 +32,18 @@ SPEC_FORMAT = 1
 _NOT_IN_KEY = ("model_path",)
 
 
-def _positive_ints(values: Any) -> tuple[int, ...]:
+def _positive_ints(values: Iterable[SupportsInt | str]) -> tuple[int, ...]:
     return tuple(sorted({int(v) for v in values}))
 
 
-def _check_positive(instance: Any, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
+def _check_positive(
+    instance: EngineSpec, attribute: attrs.Attribute, value: tuple[int, ...]
+) -> None:
     if any(v < 1 for v in value):
         raise ValueError(f"{attribute.name} must be positive integers, got {value}")
 
 
-def _known_backend(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+def _known_backend(instance: EngineSpec, attribute: attrs.Attribute, value: str) -> None:
     if value not in backend_names():
         raise ValueError(
             f"{attribute.name} must be one of {', '.join(backend_names())}, got {value!r}"

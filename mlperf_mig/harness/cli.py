@@ -7,9 +7,15 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlperf_mig._cli_args import add_settings_option, parse_overrides, whole_number
+
+if TYPE_CHECKING:
+    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.harness.compliance import AuditVerdict
+    from mlperf_mig.harness.result import InstanceResult
+    from mlperf_mig.harness.task import InstanceTask
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +108,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_run)
 
 
-def _engine(args: argparse.Namespace) -> Any:
+def _engine(args: argparse.Namespace) -> EngineSpec | None:
     from mlperf_mig.engines import EngineSpec
     from mlperf_mig.engines.backends import AUTO, backend_class, backend_names
 
@@ -150,7 +156,7 @@ def _audited_modes(audit: str) -> tuple[str, ...]:
     return ("performance", "accuracy") if audit == "TEST01" else ("performance",)
 
 
-def _requested(args: argparse.Namespace, engine: Any) -> dict[str, Any]:
+def _requested(args: argparse.Namespace, engine: EngineSpec | None) -> dict[str, Any]:
     """The settings of this test as plain JSON data: what an audit must share with the runs it
     audits (the backend and precision as resolved, the model by its SHA-256)."""
     from mlperf_mig.harness.settings import normalize_loadgen_scenario
@@ -207,7 +213,7 @@ def _check_audit(args: argparse.Namespace, requested: dict[str, Any]) -> dict[st
     return records["performance"]["resolved"]
 
 
-def _shown(key: str, value: Any) -> str:
+def _shown(key: str, value: object) -> str:
     if key == "user_conf" and isinstance(value, str):
         return f"a user.conf of {len(value.splitlines())} lines"
     text = repr(value)
@@ -252,7 +258,7 @@ def _read_record(outdir: str, mode: str, audit: str, loadgen_scenario: str) -> d
     return data
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> bool:
     """A finite, non-negative JSON number (not a bool)."""
     from mlperf_mig._io import finite_number
 
@@ -277,7 +283,7 @@ def _refuse_passing_audit(audit: str, outdir: str, *, replace: bool) -> None:
     logger.warning("replacing the passing %s audit in %s (--replace-audit)", audit, folder)
 
 
-def _write_record(task: Any, requested: dict[str, Any], result: Any) -> None:
+def _write_record(task: InstanceTask, requested: dict[str, Any], result: InstanceResult) -> None:
     """Write the test's settings record next to its logs: what it was asked for and the values
     it resolved (read back from the user.conf it has just written)."""
     from mlperf_mig._io import atomic_write_json
@@ -325,7 +331,7 @@ def _run(args: argparse.Namespace) -> int:
     _check_input(args)
     engine = _engine(args)
     requested = _requested(args, engine)
-    overrides: Any = parse_overrides(args.set)
+    overrides = parse_overrides(args.set)
     user_conf = args.user_conf
     if args.audit is not None:
         # the performance run's values (its measured target too), as the runner's audits run
@@ -351,19 +357,19 @@ def _run(args: argparse.Namespace) -> int:
     )
     result = run_instance(task)
     _write_record(task, requested, result)
-    verdict = None if task.audit is None or result.failed else _verify(task)
+    verdict = None if task.audit is None or result.failed else _verify(task, task.audit)
     data = result.to_dict() | ({"compliance": verdict.to_dict()} if verdict else {})
     print(json.dumps(data, indent=2) if args.json else summary(result, verdict))
     return 1 if result.failed or (verdict is not None and not verdict.passed) else 0
 
 
-def _verify(task: Any) -> Any:
+def _verify(task: InstanceTask, audit: str) -> AuditVerdict:
     """The audit's verdict against the performance and accuracy runs in the task's folder."""
     from mlperf_mig.harness import datasets
     from mlperf_mig.harness.compliance import verify_audit
 
     return verify_audit(
-        task.audit,
+        audit,
         task.outdir,
         benchmark=task.benchmark,
         loadgen_scenario=task.loadgen_scenario,
@@ -372,7 +378,7 @@ def _verify(task: Any) -> Any:
     )
 
 
-def summary(result: Any, verdict: Any = None) -> str:
+def summary(result: InstanceResult, verdict: AuditVerdict | None = None) -> str:
     """The result (and an audit's verdict) as a short two-column table."""
     from mlperf_mig._table import text_table
 

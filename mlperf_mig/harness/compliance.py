@@ -159,7 +159,7 @@ def recorded_pass(folder: Path, audit: str) -> bool:
     verify_performance.txt says TEST PASS and, for TEST01, its verify_accuracy.txt says TEST
     PASS or that the accuracy on the sampled set agrees. Read without following links; a
     verify file that cannot be read as text is refused with one line."""
-    needed = {VERIFY_PERFORMANCE: (PASS_LINE,)}
+    needed: dict[str, tuple[str, ...]] = {VERIFY_PERFORMANCE: (PASS_LINE,)}
     if audit == "TEST01":
         needed[VERIFY_ACCURACY] = (PASS_LINE, ACCURACY_AGREES_LINE)
     for name, lines in needed.items():

@@ -44,6 +44,8 @@ from mlperf_mig.harness.result import (
 )
 from mlperf_mig.harness.settings import (
     CALIBRATED,
+    LoadGenModule,
+    LoadGenTestSettings,
     MergedSettings,
     ResolvedSettings,
     load_test_settings,
@@ -54,6 +56,8 @@ from mlperf_mig.workloads import Workload
 from mlperf_mig.workloads.samples import SampleSource
 
 logger = logging.getLogger(__name__)
+
+LoadGenLogSettings = Any  # an lg.LogSettings (mlperf_loadgen ships no type information)
 
 
 class CompletionCounts(Protocol):
@@ -205,7 +209,9 @@ class LoadGenTest:
         if barrier_errors:
             raise barrier_errors[0]
 
-    def _prepare(self, lg: Any, calibrated_target: float | None, cached: bool) -> Any:
+    def _prepare(
+        self, lg: LoadGenModule, calibrated_target: float | None, cached: bool
+    ) -> LoadGenTestSettings:
         """Resolve the settings, write `<outdir>/user.conf` and load LoadGen's TestSettings from
         it in the task's mode."""
         self._resolved = self.settings.resolve(calibrated_target, cached=cached)
@@ -292,7 +298,7 @@ def calibration_applies(task: InstanceTask, settings: MergedSettings) -> bool:
     return settings.calibrates
 
 
-def log_settings(lg: Any, log_dir: Path) -> Any:
+def log_settings(lg: LoadGenModule, log_dir: Path) -> LoadGenLogSettings:
     """LoadGen LogSettings writing into `log_dir`, without stdout copy or trace."""
     settings = lg.LogSettings()
     settings.log_output.outdir = str(log_dir)

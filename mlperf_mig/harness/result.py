@@ -81,7 +81,7 @@ class InstanceResult:
     mode: str
     valid: bool
     validity: str  # LoadGen's result_validity; "" for accuracy runs, which have none
-    invalid_reasons: tuple[str, ...] = attrs.field(converter=tuple)
+    invalid_reasons: tuple[str, ...] = attrs.field(converter=tuple[str, ...])
     throughput: float | None
     throughput_unit: str
     latency_ns: dict[str, int]
@@ -151,7 +151,7 @@ def throughput(records: Mapping[str, Any], loadgen_scenario: str) -> tuple[float
     return (per_query * 1e9 / p99 if p99 else None), f"samples/s ({per_query} / p99 query latency)"
 
 
-def _float(value: Any) -> float | None:
+def _float(value: float | str | None) -> float | None:
     return None if value is None else float(value)
 
 

@@ -109,7 +109,7 @@ def key_digest(inputs: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
 
 
-def _canonical(inputs: Mapping[str, Any]) -> Any:
+def _canonical(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """`inputs` as they read back from JSON (tuples become lists), for comparison."""
     return json.loads(json.dumps(inputs, sort_keys=True, default=str))
 
@@ -135,16 +135,21 @@ class WorkCache:
         try:
             data = json.loads(read_small_text(path, RECORD_LIMIT))
         except (MlperfMigError, ValueError, RecursionError) as exc:
-            return _miss(path, str(exc) or type(exc).__name__)
+            _miss(path, str(exc) or type(exc).__name__)
+            return None
         if not isinstance(data, dict):
-            return _miss(path, "not a JSON object")
+            _miss(path, "not a JSON object")
+            return None
         if data.get("format") != FORMAT or data.get("version") != VERSION:
-            return _miss(path, f"format {data.get('format')!r} version {data.get('version')!r}")
+            _miss(path, f"format {data.get('format')!r} version {data.get('version')!r}")
+            return None
         if data.get("inputs") != _canonical(inputs):
-            return _miss(path, "made from other inputs")
+            _miss(path, "made from other inputs")
+            return None
         target = data.get("target")
         if not finite_number(target) or target <= 0:
-            return _miss(path, f"target {target!r} is not a finite positive number")
+            _miss(path, f"target {target!r} is not a finite positive number")
+            return None
         return float(target)
 
     def store_target(self, inputs: Mapping[str, Any], target: float) -> None:
@@ -216,40 +221,49 @@ class WorkCache:
         try:
             meta = json.loads(read_small_text(meta_path, RECORD_LIMIT))
         except (MlperfMigError, ValueError, RecursionError) as exc:
-            return _miss(meta_path, str(exc) or type(exc).__name__)
+            _miss(meta_path, str(exc) or type(exc).__name__)
+            return None
         expected = sum(a.nbytes for a in rows.values())
         if (
             not isinstance(meta, dict)
             or meta.get("format") != FORMAT
             or meta.get("version") != VERSION
         ):
-            return _miss(meta_path, "not a samples record of this version")
+            _miss(meta_path, "not a samples record of this version")
+            return None
         if meta.get("inputs") != _canonical(inputs):
-            return _miss(meta_path, "made from other inputs")
+            _miss(meta_path, "made from other inputs")
+            return None
         if meta.get("size") != expected or not isinstance(meta.get("sha256"), str):
-            return _miss(meta_path, f"size {meta.get('size')!r}, expected {expected}")
+            _miss(meta_path, f"size {meta.get('size')!r}, expected {expected}")
+            return None
         try:
             fd = os.open(data, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None
-            return _miss(data, "a symbolic link" if exc.errno == errno.ELOOP else str(exc))
+            _miss(data, "a symbolic link" if exc.errno == errno.ELOOP else str(exc))
+            return None
         try:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode):
-                return _miss(data, "not a regular file")
+                _miss(data, "not a regular file")
+                return None
             if status.st_size != expected:
-                return _miss(data, f"{status.st_size} bytes, expected {expected} (truncated?)")
+                _miss(data, f"{status.st_size} bytes, expected {expected} (truncated?)")
+                return None
             if meta.get("stamp") != _stamp(status):
                 digest_now, stamp = _hash_fd(fd)
                 if digest_now != meta["sha256"]:
-                    return _miss(data, "checksum mismatch (corrupted)")
+                    _miss(data, "checksum mismatch (corrupted)")
+                    return None
                 if stamp is not None:
                     self._write_record(meta_path, {**meta, "stamp": stamp})
             flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
             mapping = mmap.mmap(fd, expected, flags=flags, prot=mmap.PROT_READ)
         except OSError as exc:
-            return _miss(data, str(exc))
+            _miss(data, str(exc))
+            return None
         finally:
             os.close(fd)
         arrays, offset = {}, 0
@@ -362,7 +376,7 @@ def _write_samples(path: Path, rows: Mapping[str, np.ndarray]) -> dict[str, Any]
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         for array in rows.values():
-            view = memoryview(np.ascontiguousarray(array)).cast("B")
+            view = np.ascontiguousarray(array).data.cast("B")
             digest.update(view)
             while view:
                 written = os.write(fd, view)

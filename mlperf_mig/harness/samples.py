@@ -36,8 +36,7 @@ class InputLayout:
 def input_layouts(benchmark: Workload) -> tuple[InputLayout, ...]:
     """Per-sample layouts of the benchmark's inputs (the batch axis dropped)."""
     return tuple(
-        InputLayout(name=t.name, shape=tuple(int(d) for d in t.shape[1:]), dtype=t.dtype)
-        for t in benchmark.inputs
+        InputLayout(name=t.name, shape=t.sample_shape, dtype=t.dtype) for t in benchmark.inputs
     )
 
 

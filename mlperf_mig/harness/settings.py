@@ -27,11 +27,15 @@ from typing import Any
 import attrs
 
 from mlperf_mig._checks import is_number
-from mlperf_mig._paths import data_dir
+from mlperf_mig._paths import data_dir, optional_path_text
 from mlperf_mig.errors import DataFileError, SettingsError
 from mlperf_mig.workloads import Workload, workloads
 
 logger = logging.getLogger(__name__)
+
+# mlperf_loadgen ships no type information; these names say which of its objects a signature takes.
+LoadGenModule = Any  # the mlperf_loadgen module (imported where a test runs, never at module top)
+LoadGenTestSettings = Any  # an lg.TestSettings
 
 LOADGEN_SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 PRESETS = ("quick", "submission")
@@ -139,9 +143,7 @@ class SettingsSpec:
     overrides: tuple[tuple[str, float], ...] = attrs.field(
         factory=tuple, converter=_convert_overrides
     )
-    user_conf: str | None = attrs.field(
-        default=None, converter=attrs.converters.optional(os.fspath)
-    )
+    user_conf: str | None = attrs.field(default=None, converter=optional_path_text)
     profile: str | None = None
     # where the target among `overrides` came from when the user did not set it (the capacity
     # cache's file and entry); None: an override is the user's
@@ -181,7 +183,7 @@ def _format_value(key: str, value: float, loadgen_scenario: str) -> str:
     return repr(float(value))
 
 
-def _check_value(key: str, value: Any, loadgen_scenario: str, origin: str) -> float:
+def _check_value(key: str, value: object, loadgen_scenario: str, origin: str) -> float:
     keys = conf_keys(loadgen_scenario)
     if key not in keys:
         if key in _all_key_names():
@@ -671,8 +673,8 @@ def check_concurrent_queues(samples: float, tests: int) -> None:
 
 # --- LoadGen ---------------------------------------------------------------------------------
 def load_test_settings(
-    conf_path: str | os.PathLike[str], resolved: ResolvedSettings, lg: Any
-) -> Any:
+    conf_path: str | os.PathLike[str], resolved: ResolvedSettings, lg: LoadGenModule
+) -> LoadGenTestSettings:
     """Return LoadGen TestSettings from the generated user.conf, checked value by value.
 
     Must be the first FromConfig of the process: only that one loads LoadGen's built-in
@@ -690,7 +692,7 @@ def load_test_settings(
     return settings
 
 
-def verify_test_settings(settings: Any, resolved: ResolvedSettings) -> None:
+def verify_test_settings(settings: LoadGenTestSettings, resolved: ResolvedSettings) -> None:
     """Raise SettingsError when a value in the user.conf did not reach LoadGen's TestSettings."""
     keys = conf_keys(resolved.loadgen_scenario)
     for key, value in resolved.values.items():

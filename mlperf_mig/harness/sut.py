@@ -28,9 +28,12 @@ import numpy as np
 from mlperf_mig.engines.backend import Backend
 from mlperf_mig.errors import WorkloadError
 from mlperf_mig.harness.samples import SampleLibrary
+from mlperf_mig.harness.settings import LoadGenModule
 from mlperf_mig.workloads.workload import ONE_ANSWER, Workload
 
 logger = logging.getLogger(__name__)
+
+LoadGenResponse = Any  # an lg.QuerySampleResponse (mlperf_loadgen ships no type information)
 
 PROGRESS_INTERVAL_S = 0.5
 OFFLINE_COMPLETION_SAMPLES = 512
@@ -137,7 +140,7 @@ class ResponsePool:
     QuerySamplesComplete, so the objects (and the rows) are free again when it returns.
     """
 
-    def __init__(self, lg: Any, payloads: np.ndarray) -> None:
+    def __init__(self, lg: LoadGenModule, payloads: np.ndarray) -> None:
         size = payloads[0].nbytes if len(payloads) else 0
         base = payloads.ctypes.data
         response = lg.QuerySampleResponse
@@ -151,7 +154,7 @@ class ResponsePool:
         chunk = self._responses[start : start + len(ids)]
         collections.deque(map(setattr, chunk, repeat("id"), ids), maxlen=0)
 
-    def first(self, count: int) -> list[Any]:
+    def first(self, count: int) -> list[LoadGenResponse]:
         """The first `count` responses, for one QuerySamplesComplete call."""
         return self._responses[:count]
 
@@ -169,7 +172,7 @@ class BatchRunner:
     def __init__(
         self,
         *,
-        lg: Any,
+        lg: LoadGenModule,
         backend: Backend,
         library: SampleLibrary,
         batch_size: int,

@@ -4,12 +4,12 @@ run (plain, picklable data), read by the worker entry point (instance.py), the L
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
 
+from mlperf_mig._paths import optional_path_text, path_text
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.harness.settings import SettingsSpec, normalize_loadgen_scenario
 from mlperf_mig.workloads import Workload, get_workload
@@ -32,10 +32,10 @@ def _mode(instance: object, attribute: attrs.Attribute, value: str) -> None:
         raise SettingsError(f"mode {value!r} is not one of {', '.join(MODES)}")
 
 
-def _audit(instance: object, attribute: attrs.Attribute, value: str | None) -> None:
+def _audit(instance: InstanceTask, attribute: attrs.Attribute, value: str | None) -> None:
     if value is not None and value not in AUDITS:
         raise SettingsError(f"audit {value!r} is not one of {', '.join(AUDITS)} (or None)")
-    if value is not None and instance.mode != "performance":  # type: ignore[attr-defined]
+    if value is not None and instance.mode != "performance":
         raise SettingsError(f"audit {value} is a performance-mode test; got mode {instance.mode!r}")
 
 
@@ -58,16 +58,14 @@ class InstanceTask:
 
     benchmark: Workload = attrs.field(converter=get_workload)  # a name is resolved once, here
     loadgen_scenario: str = attrs.field(converter=normalize_loadgen_scenario)
-    outdir: str = attrs.field(converter=os.fspath)
+    outdir: str = attrs.field(converter=path_text)
     mode: str = attrs.field(default="performance", validator=_mode)
     engine: EngineSpec | None = None
-    cache_dir: str | None = attrs.field(
-        default=None, converter=attrs.converters.optional(os.fspath)
-    )
+    cache_dir: str | None = attrs.field(default=None, converter=optional_path_text)
     threads: int | None = attrs.field(default=None, validator=_positive)
     settings: SettingsSpec = attrs.field(factory=SettingsSpec)
-    dataset: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
-    vocab: str | None = attrs.field(default=None, converter=attrs.converters.optional(os.fspath))
+    dataset: str | None = attrs.field(default=None, converter=optional_path_text)
+    vocab: str | None = attrs.field(default=None, converter=optional_path_text)
     sample_count: int | None = attrs.field(default=None, validator=_positive)
     batch_size: int | None = attrs.field(default=None, validator=_positive)
     batch_window_ms: float | None = None

@@ -15,7 +15,7 @@ import re
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -95,7 +95,7 @@ class Catalog:
     """The known GPUs, looked up by catalog name, NVML name (with or without "NVIDIA "), alias,
     system-ID name or packed PCI device ID."""
 
-    gpus: tuple[Gpu, ...] = attrs.field(converter=tuple)
+    gpus: tuple[Gpu, ...] = attrs.field(converter=tuple[Gpu, ...])
     _keys: Mapping[str, Gpu] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -204,8 +204,8 @@ def load_catalog(
         extra_paths = [extra_paths]
     env_paths = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
     files = list(_toml_files(data_dir("systems") / "gpus", origin="the shipped data"))
-    for path in env_paths:
-        files.extend(_toml_files(Path(path), origin=ENV_VAR))
+    for env_path in env_paths:
+        files.extend(_toml_files(Path(env_path), origin=ENV_VAR))
     for path in extra_paths or ():
         if not str(path).strip():  # Path("") would silently be the current folder
             raise DataFileError(
@@ -291,8 +291,9 @@ def _gpu_from_data(data: Mapping[str, Any], file: Path) -> Gpu:
         raise DataFileError(f"{file}: gpu: {exc}; fix the data file") from None
 
 
-def _profile_from_data(entry: Any, gpu: Mapping[str, Any], file: Path, where: str) -> Profile:
-    _require(isinstance(entry, dict), file, where, "must be a [[profiles]] table")
+def _profile_from_data(entry: object, gpu: Mapping[str, Any], file: Path, where: str) -> Profile:
+    if not isinstance(entry, dict):
+        _refuse(file, where, "must be a [[profiles]] table")
     _check_keys(entry, _PROFILE_KEYS, _PROFILE_REQUIRED, file, f"{where}.")
     where = f"{where} ({entry['name']})"
     aliases = _strings(entry.get("aliases", []), file, f"{where}.aliases")
@@ -498,4 +499,8 @@ def _subsystem_ids(values: list[Any], file: Path) -> tuple[int, ...]:
 
 def _require(condition: bool, file: Path, field: str, problem: str) -> None:
     if not condition:
-        raise DataFileError(f"{file}: field {field} {problem}; fix the data file")
+        _refuse(file, field, problem)
+
+
+def _refuse(file: Path, field: str, problem: str) -> NoReturn:
+    raise DataFileError(f"{file}: field {field} {problem}; fix the data file")

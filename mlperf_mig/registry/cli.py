@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlperf_mig._cli_args import whole_number
 from mlperf_mig._table import text_table
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.catalog import Catalog
+    from mlperf_mig.registry.discovery import GpuState, MigDevice, VgpuDevice
 
 EXIT_OK = 0
 _NVML_INDEX_MAX = 2**32 - 1  # NVML numbers GPUs with an unsigned int
@@ -105,13 +109,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_detect)
 
 
-def _catalog(args: argparse.Namespace) -> Any:
+def _catalog(args: argparse.Namespace) -> Catalog:
     from mlperf_mig.registry.catalog import default_catalog, load_catalog
 
     return load_catalog(args.systems_path) if args.systems_path else default_catalog()
 
 
-def _print_json(data: Any) -> int:
+def _print_json(data: object) -> int:
     print(json.dumps(data, indent=2))
     return EXIT_OK
 
@@ -313,7 +317,7 @@ def _check_record_target(name: str) -> None:
     ensure_writable_dir(path.parent)
 
 
-def _gpu_row(gpu: Any) -> dict[str, Any]:
+def _gpu_row(gpu: GpuState) -> dict[str, Any]:
     mig = {None: "not capable", True: "on", False: "off"}
     layout = gpu.layout()
     return {
@@ -328,7 +332,7 @@ def _gpu_row(gpu: Any) -> dict[str, Any]:
     }
 
 
-def _vgpu_line(vgpu: Any) -> str:
+def _vgpu_line(vgpu: VgpuDevice) -> str:
     parent = vgpu.parent_gpu.name if vgpu.parent_gpu else "an unknown GPU"
     if vgpu.time_sliced and vgpu.shared_instance is not None:
         return (
@@ -346,7 +350,7 @@ def _vgpu_line(vgpu: Any) -> str:
     )
 
 
-def _device_row(index: int, device: Any) -> dict[str, Any]:
+def _device_row(index: int, device: MigDevice) -> dict[str, Any]:
     return {
         "gpu": index,
         "uuid": device.uuid,

@@ -65,7 +65,7 @@ class LiveDevice:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> LiveDevice:
+    def from_dict(cls, data: object) -> LiveDevice:
         """The device `to_dict` wrote, read as untrusted input (another machine sent it):
         ValueError naming what is wrong."""
         if not isinstance(data, Mapping) or set(data) != _DEVICE_KEYS:

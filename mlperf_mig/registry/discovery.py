@@ -41,9 +41,16 @@ import pynvml
 
 from mlperf_mig.errors import NameParseError
 from mlperf_mig.registry.catalog import Catalog, default_catalog
-from mlperf_mig.registry.model import Gpu, Layout, Profile, name_attributes, ordered_attributes
+from mlperf_mig.registry.model import (
+    Gpu,
+    Layout,
+    Profile,
+    ProfileValue,
+    name_attributes,
+    ordered_attributes,
+)
 from mlperf_mig.registry.names import mig_backed_share, parse_vgpu_type
-from mlperf_mig.registry.nvml_state import GI_PROFILE_CAPS_GFX, read_nvml_state
+from mlperf_mig.registry.nvml_state import GI_PROFILE_CAPS_GFX, NvmlModule, read_nvml_state
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +189,8 @@ class GpuState:
     mig_pending: bool | None
     catalog_gpu: Gpu | None
     shipped_gpu: Gpu | None
-    mig_devices: tuple[MigDevice, ...] = attrs.field(converter=tuple)
-    disagreements: tuple[str, ...] = attrs.field(converter=tuple)
+    mig_devices: tuple[MigDevice, ...] = attrs.field(converter=tuple[MigDevice, ...])
+    disagreements: tuple[str, ...] = attrs.field(converter=tuple[str, ...])
     virtualization: str | None = (
         None  # "none", "passthrough", "vgpu" (a VM guest), ...; None: unknown
     )
@@ -226,7 +233,7 @@ class GpuState:
 class Detection:
     """What NVML reported: the GPUs, or a message that says why there are none."""
 
-    gpus: tuple[GpuState, ...] = attrs.field(converter=tuple)
+    gpus: tuple[GpuState, ...] = attrs.field(converter=tuple[GpuState, ...])
     message: str = ""
     driver_version: str | None = None
     cuda_driver_version: int | None = None  # NVML's encoding: 12040 is CUDA 12.4
@@ -251,7 +258,7 @@ class Detection:
 
 
 # --- matching against the catalog -----------------------------------------------------------
-def detect(source: Any = None, *, catalog: Catalog | None = None) -> Detection:
+def detect(source: NvmlModule | None = None, *, catalog: Catalog | None = None) -> Detection:
     """Find the GPUs and live MIG devices. `source` replaces `pynvml` (tests pass RecordedNvml)."""
     state = read_nvml_state(pynvml if source is None else source)
     return detection_from_state(state, catalog or default_catalog())
@@ -482,18 +489,23 @@ _COMPARED = (
 )
 
 
-def profile_differences(table: Profile, live: Profile) -> list[tuple[str, Any, Any]]:
+def profile_differences(
+    table: Profile, live: Profile
+) -> list[tuple[str, ProfileValue, ProfileValue]]:
     """(field, shipped value, live value) for every field of one profile where live NVML data
     differs from the shipped table; memory only beyond the GiB drift between drivers."""
-    found = [
+    found: list[tuple[str, ProfileValue, ProfileValue]] = [
         (field, getattr(table, field), getattr(live, field))
         for field in _COMPARED
         if getattr(table, field) is not None
         and getattr(table, field) != getattr(live, field)
         and not (field == "name" and live.name.lower() in (n.lower() for n in table.names))
     ]
-    both = table.memory_gib is not None and live.memory_gib is not None
-    if both and abs(table.memory_gib - live.memory_gib) > _GIB_TOLERANCE:
+    if (
+        table.memory_gib is not None
+        and live.memory_gib is not None
+        and abs(table.memory_gib - live.memory_gib) > _GIB_TOLERANCE
+    ):
         found.append(("memory_gib", table.memory_gib, live.memory_gib))
     return found
 

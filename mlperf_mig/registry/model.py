@@ -70,6 +70,10 @@ def _pairs(values: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[tuple
     return tuple(sorted((str(k), str(v)) for k, v in items))
 
 
+# The value of one Profile field, as compared between the shipped table and live NVML data.
+ProfileValue = str | int | float | tuple[int, ...] | None
+
+
 @attrs.frozen(kw_only=True)
 class Profile:
     """One GPU-instance profile of one GPU (a name means different shapes on different GPUs)."""
@@ -160,7 +164,7 @@ class Gpu:
     name: str = attrs.field(validator=v.min_len(1))
     memory_slices: int = attrs.field(validator=_positive)
     compute_slices: int = attrs.field(validator=_positive)
-    profiles: tuple[Profile, ...] = attrs.field(converter=tuple)
+    profiles: tuple[Profile, ...] = attrs.field(converter=tuple[Profile, ...])
     aliases: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     nvml_names: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     system_id_name: str = ""

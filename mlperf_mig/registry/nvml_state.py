@@ -7,13 +7,22 @@ the calls nvidia-ml-py offers. Both read this module; it reads neither.
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pynvml
 
 from mlperf_mig.errors import DiscoveryError
 
 STATE_FORMAT = "mlperf-mig nvml state v1"
+
+# pynvml ships no type information; these names say which of its objects a signature takes.
+NvmlModule = Any  # the pynvml module, or a stand-in with its functions (replay.RecordedNvml)
+NvmlHandle = Any  # NVML's opaque device handle (or a stand-in's), from nvmlDeviceGetHandleByIndex
+NvmlProfileInfo = Any  # a pynvml c_nvmlGpuInstanceProfileInfo_v2_t or the v3 struct below
+NvmlOut = Any  # an out-parameter NVML fills: a ctypes array or ctypes.byref(...)
+NvmlValue = Any  # what an NVML query returns (a number or text), or its recorded JSON value
+_T = TypeVar("_T")
 
 PROFILE_INFO_FIELDS = (
     "id",
@@ -71,7 +80,9 @@ class c_nvmlGpuInstanceProfileInfo_v3_t(pynvml._PrintableStructure):
         super().__init__(version=ctypes.sizeof(c_nvmlGpuInstanceProfileInfo_v3_t) | 3 << 24)
 
 
-def gpu_instance_profile_info_v3(handle: Any, constant: int) -> c_nvmlGpuInstanceProfileInfo_v3_t:
+def gpu_instance_profile_info_v3(
+    handle: NvmlHandle, constant: int
+) -> c_nvmlGpuInstanceProfileInfo_v3_t:
     """nvmlDeviceGetGpuInstanceProfileInfoV with the v3 struct (there is no "...InfoV3" symbol)."""
     info = c_nvmlGpuInstanceProfileInfo_v3_t()
     function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetGpuInstanceProfileInfoV")
@@ -88,7 +99,7 @@ def nvml_error_name(exc: pynvml.NVMLError) -> str:
 
 
 # --- reading NVML ---------------------------------------------------------------------------
-def read_nvml_state(nvml: Any = pynvml) -> dict[str, Any]:
+def read_nvml_state(nvml: NvmlModule = pynvml) -> dict[str, Any]:
     """Ask NVML (or an injected stand-in) for everything discovery needs, as plain JSON data."""
     try:
         nvml.nvmlInit()
@@ -112,7 +123,7 @@ def read_nvml_state(nvml: Any = pynvml) -> dict[str, Any]:
         nvml.nvmlShutdown()
 
 
-def _optional(call: Any) -> Any:
+def _optional(call: Callable[[], _T]) -> _T | None:
     """`call()`, or None where the driver does not offer it (older drivers, recorded states)."""
     try:
         return call()
@@ -124,7 +135,7 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _read_gpu(nvml: Any, index: int) -> dict[str, Any]:
+def _read_gpu(nvml: NvmlModule, index: int) -> dict[str, Any]:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     pci = nvml.nvmlDeviceGetPciInfo(handle)
     gpu: dict[str, Any] = {
@@ -151,7 +162,7 @@ def _read_gpu(nvml: Any, index: int) -> dict[str, Any]:
     return gpu
 
 
-def _virtualization_mode(nvml: Any, handle: Any) -> int | None:
+def _virtualization_mode(nvml: NvmlModule, handle: NvmlHandle) -> int | None:
     """NVML's virtualization mode (2 = a vGPU inside a VM), or None where the driver cannot say."""
     try:
         return int(nvml.nvmlDeviceGetVirtualizationMode(handle))
@@ -159,7 +170,9 @@ def _virtualization_mode(nvml: Any, handle: Any) -> int | None:
         return None
 
 
-def _read_profiles(nvml: Any, handle: Any) -> tuple[list[dict[str, Any]], list[int], str | None]:
+def _read_profiles(
+    nvml: NvmlModule, handle: NvmlHandle
+) -> tuple[list[dict[str, Any]], list[int], str | None]:
     """GPU-instance profiles by NVML constant, the constants the driver called invalid, and the
     error that every constant gave when none answered (MIG off on a driver that cannot say).
 
@@ -188,7 +201,9 @@ def _read_profiles(nvml: Any, handle: Any) -> tuple[list[dict[str, Any]], list[i
     return profiles, invalid, error
 
 
-def _profile_info(nvml: Any, handle: Any, constant: int, v3: list[bool]) -> tuple[Any, int | None]:
+def _profile_info(
+    nvml: NvmlModule, handle: NvmlHandle, constant: int, v3: list[bool]
+) -> tuple[NvmlProfileInfo, int | None]:
     """(profile info, capabilities): the v3 struct where the driver takes it, else v2 and None.
 
     A driver without v3 answers ARGUMENT_VERSION_MISMATCH (or FUNCTION_NOT_FOUND); one that
@@ -211,7 +226,7 @@ def _profile_info(nvml: Any, handle: Any, constant: int, v3: list[bool]) -> tupl
     return nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, constant), None
 
 
-def _read_placements(nvml: Any, handle: Any, profile_id: int) -> dict[str, Any]:
+def _read_placements(nvml: NvmlModule, handle: NvmlHandle, profile_id: int) -> dict[str, Any]:
     """Possible placements of a profile ID: count query, then a caller-allocated array."""
     count = ctypes.c_uint(0)
     try:
@@ -227,7 +242,7 @@ def _read_placements(nvml: Any, handle: Any, profile_id: int) -> dict[str, Any]:
     return {"placements": [[p.start, p.size] for p in array[: count.value]]}
 
 
-def _read_mig_devices(nvml: Any, handle: Any) -> dict[str, Any]:
+def _read_mig_devices(nvml: NvmlModule, handle: NvmlHandle) -> dict[str, Any]:
     devices, instances, instance_error = [], {}, None
     slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
     for index in range(slots):

@@ -23,6 +23,9 @@ from mlperf_mig.registry.nvml_state import (
     ATTRIBUTE_FIELDS,
     PROFILE_INFO_FIELDS,
     STATE_FORMAT,
+    NvmlOut,
+    NvmlProfileInfo,
+    NvmlValue,
     c_nvmlGpuInstanceProfileInfo_v3_t,
     read_nvml_state,
 )
@@ -98,7 +101,7 @@ class RecordedNvml:
     def nvmlSystemGetNVMLVersion(self) -> str:
         return self._system("nvml_version")
 
-    def _system(self, field: str) -> Any:
+    def _system(self, field: str) -> NvmlValue:
         if self.state.get(field) is None:  # not recorded (older states)
             raise nvml_error("NOT_SUPPORTED")
         return self.state[field]
@@ -162,7 +165,7 @@ class RecordedNvml:
             raise nvml_error("ARGUMENT_VERSION_MISMATCH")
         if entry is None:
             raise nvml_error("NOT_SUPPORTED")
-        info: Any = (
+        info: NvmlProfileInfo = (
             c_nvmlGpuInstanceProfileInfo_v3_t()
             if version == 3
             else pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
@@ -175,7 +178,7 @@ class RecordedNvml:
         return info
 
     def nvmlDeviceGetGpuInstancePossiblePlacements(
-        self, handle: _GpuHandle, profile_id: int, placements: Any, count_ref: Any
+        self, handle: _GpuHandle, profile_id: int, placements: NvmlOut, count_ref: NvmlOut
     ) -> int:
         entry = next(
             (p for p in self._gpu(handle).get("gi_profiles", []) if p["id"] == profile_id), None

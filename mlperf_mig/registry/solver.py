@@ -152,9 +152,11 @@ def _no_window_message(layout: Layout, result: _Search) -> str:
 def _search(profiles: Sequence[Profile]) -> _Search:
     """Depth-first search over placement starts; equal profiles take increasing starts."""
     chosen: list[Placement] = []
-    best: list[tuple[Placement, ...] | Profile | None] = [(), None]
+    deepest: tuple[Placement, ...] = ()
+    stuck: Profile | None = None
 
     def place(index: int, occupied: int) -> bool:
+        nonlocal deepest, stuck
         if index == len(profiles):
             return True
         profile = profiles[index]
@@ -169,14 +171,13 @@ def _search(profiles: Sequence[Profile]) -> _Search:
             if place(index + 1, occupied | window):
                 return True
             chosen.pop()
-        if best[1] is None or len(chosen) > len(best[0]):
-            best[0], best[1] = tuple(chosen), profile
+        if stuck is None or len(chosen) > len(deepest):
+            deepest, stuck = tuple(chosen), profile
         return False
 
     if place(0, 0):
         return _Search(tuple(chosen), tuple(chosen), None)
-    deepest, stuck = best
-    assert isinstance(deepest, tuple) and isinstance(stuck, Profile)
+    assert stuck is not None  # a failed search stopped at some profile
     return _Search(None, deepest, stuck)
 
 
@@ -207,7 +208,9 @@ def _count_key(profiles: Sequence[Profile]) -> frozenset[tuple[str, int]]:
     return frozenset(Counter(p.name for p in profiles).items())
 
 
-def _listing_key(layout: Layout) -> tuple[int, int, tuple[tuple[int, int, bool, str], ...]]:
+def _listing_key(
+    layout: Layout,
+) -> tuple[int, int, tuple[tuple[int, int, tuple[str, ...], str], ...]]:
     return (
         -layout.compute_slices,
         -layout.memory_slices,

@@ -25,7 +25,7 @@ class StudyScenario:
 
     scenario: int
     layout: Layout
-    vgpu_types: tuple[str, ...] = attrs.field(converter=tuple)
+    vgpu_types: tuple[str, ...] = attrs.field(converter=tuple[str, ...])
 
 
 def study_scenarios(catalog: Catalog | None = None) -> tuple[StudyScenario, ...]:
@@ -120,7 +120,7 @@ def nearest_layout(layout: Layout, gpu: Gpu) -> Layout | None:
 
     wanted = shares(layout)
 
-    def distance(candidate: Layout) -> tuple[float, int, str]:
+    def distance(candidate: Layout) -> tuple[int, float, str]:
         have = shares(candidate)
         size = max(len(wanted), len(have))
         padded_wanted = wanted + [(0.0, 0.0, ())] * (size - len(wanted))

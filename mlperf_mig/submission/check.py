@@ -152,16 +152,16 @@ def system_description_problems(
         if key in description and value.lower() != expected.lower():
             problems.append(f"{key} is {value!r} but the folder says {expected!r}")
     for key in rules.WHOLE_NUMBER_SYSTEM_FIELDS:
-        value = description.get(key)
-        if key in description and value and not _whole_number(value):
+        number = description.get(key)
+        if key in description and number and not _whole_number(number):
             problems.append(
-                f"{key} is {value!r}; the checker's summary computes int(number_of_nodes) * "
+                f"{key} is {number!r}; the checker's summary computes int(number_of_nodes) * "
                 "int(accelerators_per_node), so it must be a whole number"
             )
     return problems + _network_problems(description, division)
 
 
-def _whole_number(value: Any) -> bool:
+def _whole_number(value: object) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, int):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from mlperf_mig.errors import SubmissionError
 from mlperf_mig.submission import rules
@@ -19,7 +18,7 @@ from mlperf_mig.submission import rules
 EXIT_PROBLEMS = 2
 
 
-def add_commands(subparsers: Any) -> None:
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "submission",
         help="write an MLPerf submission tree from run folders, or check one",

@@ -13,13 +13,16 @@ import logging
 import os
 import platform
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from mlperf_mig.registry.catalog import default_catalog
+
+if TYPE_CHECKING:  # pynvml itself is imported only where the GPU is asked
+    from mlperf_mig.registry.nvml_state import NvmlHandle, NvmlModule, NvmlValue
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +204,7 @@ class GpuFacts:
             pynvml.nvmlShutdown()
 
 
-def first_matching_gpu(pynvml: Any, gpu_name: str) -> GpuFacts | None:
+def first_matching_gpu(pynvml: NvmlModule, gpu_name: str) -> GpuFacts | None:
     """Facts of the first GPU that is `gpu_name`; `pynvml` is the module or a recorded stand-in."""
     driver = _text(pynvml.nvmlSystemGetDriverVersion())
     cuda_int = pynvml.nvmlSystemGetCudaDriverVersion()
@@ -230,7 +233,7 @@ def same_gpu(nvml_name: str, catalog_name: str) -> bool:
     return gpu is not None and gpu.name == catalog_name
 
 
-def _pcie(pynvml: Any, handle: Any) -> str | None:
+def _pcie(pynvml: NvmlModule, handle: NvmlHandle) -> str | None:
     generation = _nvml_or_none(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
     width = _nvml_or_none(pynvml, pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
     if generation is None or width is None:
@@ -238,7 +241,9 @@ def _pcie(pynvml: Any, handle: Any) -> str | None:
     return f"PCIe Gen{generation} x{width}"
 
 
-def _nvml_or_none(pynvml: Any, function: Any, *args: Any) -> Any:
+def _nvml_or_none(
+    pynvml: NvmlModule, function: Callable[..., NvmlValue], *args: object
+) -> NvmlValue | None:
     try:
         return function(*args)
     except pynvml.NVMLError:

@@ -17,6 +17,8 @@ import attrs
 
 from mlperf_mig.errors import SubmissionError
 
+LogValue = Any  # a record's value in a LoadGen log, as JSON gives it (a number, text or a list)
+
 MARKER = ":::MLLOG"
 
 
@@ -60,7 +62,7 @@ class DetailLog:
             values.setdefault(key, value)  # the checker takes a key's first record
         return cls(path=log_path, values=values, errors=tuple(errors), invalid_lines=tuple(invalid))
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> LogValue:
         return self.values.get(key, default)
 
     @property

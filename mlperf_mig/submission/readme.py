@@ -10,12 +10,15 @@ from __future__ import annotations
 import platform
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlperf_mig import __version__
 from mlperf_mig.runner.results import InstanceRun, RunResult
 from mlperf_mig.submission.hostinfo import package_version
 from mlperf_mig.workloads import Workload, get_workload
+
+if TYPE_CHECKING:
+    from mlperf_mig.harness.result import InstanceResult
 
 SUM_NOT_A_RESULT = (
     "This result is ONE instance of an independent-mode run: every MIG instance of the layout ran "
@@ -228,7 +231,7 @@ def _facts(run: RunResult, instance: InstanceRun | None) -> list[str]:
     return [f"- {key}: {value}" for key, value in facts.items()]
 
 
-def _validity(result: Any) -> str:
+def _validity(result: InstanceResult | None) -> str:
     if result is None:
         return "no result"
     if result.valid:

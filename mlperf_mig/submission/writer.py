@@ -32,7 +32,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -59,6 +59,10 @@ from mlperf_mig.submission.check import (
 )
 from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts
 from mlperf_mig.submission.logs import DetailLog
+
+if TYPE_CHECKING:
+    from mlperf_mig.harness.compliance import AuditVerdict
+    from mlperf_mig.harness.result import AccuracyReport, InstanceResult
 from mlperf_mig.submission.sysdesc import (
     NOT_REPORTED,
     Accelerator,
@@ -91,12 +95,20 @@ class ResultSource:
         return self.run_dir / (self.instance.name if self.instance else "layout")
 
     @property
-    def performance(self) -> Any:
+    def performance(self) -> InstanceResult | None:
         return self.instance.performance if self.instance else self.run.layout_result
 
     @property
-    def accuracy(self) -> Any:
+    def accuracy(self) -> InstanceResult | None:
         return self.instance.accuracy if self.instance else self.run.layout_accuracy
+
+    def result(self, mode: str) -> InstanceResult:
+        """The performance or accuracy result, for the steps after _source_problems (which
+        refuses a source without one): a miss here is a bug, said as one."""
+        result = self.performance if mode == "performance" else self.accuracy
+        if result is None:
+            raise SubmissionError(f"{self.label()}: no {mode} result past the checks")
+        return result
 
     @property
     def scenario(self) -> str:
@@ -515,7 +527,7 @@ def _log_problems(source: ResultSource, model: str, division: str, version: str)
     if missing:
         return [
             f"{perf_dir} lacks {', '.join(missing)}"
-            + source.outside_note("log_dir", source.performance.log_dir)
+            + source.outside_note("log_dir", source.result("performance").log_dir)
         ]
     try:
         detail = DetailLog.read(perf_dir / "mlperf_log_detail.txt")
@@ -529,7 +541,7 @@ def _log_problems(source: ResultSource, model: str, division: str, version: str)
     if _user_conf(source) is None:
         problems.append(
             f"no user.conf in {source.folder}"
-            + source.outside_note("user_conf", source.performance.user_conf)
+            + source.outside_note("user_conf", source.result("performance").user_conf)
         )
     return problems
 
@@ -548,7 +560,8 @@ def _accuracy_log_problems(acc_dir: Path) -> list[str]:
 
 def _user_conf(source: ResultSource) -> Path | None:
     """The run's user.conf: in its folder, else where results.json recorded it inside the run."""
-    for candidate in (source.folder / "user.conf", source.inside_run(source.performance.user_conf)):
+    recorded = source.inside_run(source.result("performance").user_conf)
+    for candidate in (source.folder / "user.conf", recorded):
         if candidate is not None and candidate.is_file():
             return candidate
     return None
@@ -613,12 +626,13 @@ def _loadgen_version(source: ResultSource) -> str:
 
 def _accelerator(source: ResultSource) -> Accelerator:
     run, instance = source.run, source.instance
-    device = source.performance.device
+    device = source.result("performance").device
     backend_cls = find_backend(run.backend)
     if backend_cls is not None:
         framework = backend_cls.framework_text(device)
     else:  # a backend this installation does not have: its name stands for the framework
         framework = f"{run.backend} {device.version or ''}".strip()
+    cluster_nodes = len(run.cluster["nodes"]) if run.cluster else 1
     return Accelerator(
         gpu=run.gpu,
         partitioning=run.partitioning,
@@ -628,8 +642,8 @@ def _accelerator(source: ResultSource) -> Accelerator:
         framework=framework,
         on_cuda=backend_cls is not None and backend_cls.needs_gpu,
         # independent mode: each instance is its own system on its own node
-        nodes=len(run.cluster["nodes"]) if run.cluster and instance is None else 1,
-        network=bool(run.cluster) and instance is None and len(run.cluster["nodes"]) > 1,
+        nodes=cluster_nodes if instance is None else 1,
+        network=instance is None and cluster_nodes > 1,
         gpus_per_node=1 if instance is not None else _gpus_per_node(run),
     )
 
@@ -762,11 +776,11 @@ def _write_accuracy(folder: Path, source: ResultSource) -> None:
     for name in ("mlperf_log_summary.txt", "mlperf_log_detail.txt"):
         shutil.copyfile(logs / name, folder / name)
     model = rules.benchmark_folders()[source.benchmark_folder]
-    figures, note = accuracy_figures(model, source.accuracy.accuracy)
+    figures, note = accuracy_figures(model, source.result("accuracy").accuracy)
     accuracy.write_accuracy_files(logs / "mlperf_log_accuracy.json", folder, figures, note)
 
 
-def _write_audit(dest: Path, source: ResultSource, verdict: Any, model: str) -> None:
+def _write_audit(dest: Path, source: ResultSource, verdict: AuditVerdict, model: str) -> None:
     """<scenario>/<TEST>/: verify files, performance/run_1/ logs, and TEST01's accuracy/ (the
     audit's accuracy log; the accuracy of both runs on the sampled set where payloads differ)."""
     logs = source.audit_logs(verdict.audit)
@@ -793,7 +807,9 @@ def _write_audit(dest: Path, source: ResultSource, verdict: Any, model: str) -> 
             atomic_write_text(folder / name, report_figures.line() + "\n")
 
 
-def accuracy_figures(model: str, report: Any) -> tuple[accuracy.AccuracyFigures | None, str]:
+def accuracy_figures(
+    model: str, report: AccuracyReport | None
+) -> tuple[accuracy.AccuracyFigures | None, str]:
     """The accuracy line's figures from the harness's AccuracyReport, or why there are none."""
     if report is None:
         return None, "# accuracy was not scored by mlperf-mig"

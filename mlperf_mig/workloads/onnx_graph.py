@@ -85,7 +85,7 @@ class GraphBuilder:
         self.initializers.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
-    def derived_const(self, array: np.ndarray, name: str) -> str:
+    def derived_const(self, array: np.ndarray | np.generic, name: str) -> str:
         """An initializer named after another tensor; does not advance the counter, so the
         int8-only constants leave every other name as in the fp32 graph."""
         self.initializers.append(numpy_helper.from_array(np.asarray(array), name))

@@ -13,13 +13,20 @@ from mlperf_mig.workloads.workload import Workload
 
 
 class SampleSource(Protocol):
-    """Where samples come from: writes preprocessed samples into the library's rows."""
+    """Where samples come from: writes preprocessed samples into the library's rows.
 
-    benchmark: Workload
-    total_count: int
-    performance_count: int
-    synthetic: bool
-    description: str
+    Read-only members: a source may be a frozen record or compute them."""
+
+    @property
+    def benchmark(self) -> Workload: ...
+    @property
+    def total_count(self) -> int: ...
+    @property
+    def performance_count(self) -> int: ...
+    @property
+    def synthetic(self) -> bool: ...
+    @property
+    def description(self) -> str: ...
 
     def fill(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
         """Write sample `indices[i]` into row i of every `out[input name]`."""

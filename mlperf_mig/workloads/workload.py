@@ -22,6 +22,7 @@ import attrs
 import numpy as np
 
 from mlperf_mig._paths import data_dir
+from mlperf_mig.errors import WorkloadError
 
 if TYPE_CHECKING:
     import onnx
@@ -36,6 +37,17 @@ class TensorSpec:
     name: str
     dtype: str
     shape: tuple[int | None, ...]
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """The shape of one sample: `shape` without its batch axis, the only dynamic one."""
+        fixed = tuple(int(d) for d in self.shape[1:] if d is not None)
+        if len(fixed) != len(self.shape[1:]):
+            raise WorkloadError(
+                f"tensor {self.name!r} has shape {self.shape}: only the first (batch) axis may be "
+                "None; give the other axes their sizes"
+            )
+        return fixed
 
 
 ONE_ANSWER = "one answer"  # the only kind of response so far: one payload per sample, at once
@@ -223,7 +235,7 @@ class Workload(abc.ABC):
         """CRC-32 of one sample's bytes, every input in the workload's input order."""
         code = 0
         for name in self.input_names():
-            code = zlib.crc32(np.ascontiguousarray(sample[name]), code)
+            code = zlib.crc32(np.ascontiguousarray(sample[name]).data, code)
         return code
 
     @abc.abstractmethod

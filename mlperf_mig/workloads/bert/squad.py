@@ -190,6 +190,7 @@ class WordPieceTokenizer:
             for word in new:
                 known[word] = []
             for token, index in zip(encoding.tokens, encoding.word_ids, strict=True):
+                assert index is not None  # no special tokens were added: each piece has a word
                 known[new[index]].append(token)
         tokens: list[str] = []
         token_word: list[int] = []
@@ -498,7 +499,7 @@ class SquadSource:
         question's answer is its best span over all its windows; windows are taken in feature
         order (not log order), so that a tie goes to the earlier window, as in the reference.
         """
-        best: dict[int, tuple[float, int, int]] = {}
+        best: dict[int, tuple[float, int, int, int]] = {}
         for index in sorted(logits):
             pair = logits[index]
             span = best_span(self.features[index], pair[:, 0], pair[:, 1])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -22,6 +22,7 @@ from mlperf_mig.workloads.workload import (
 if TYPE_CHECKING:
     import onnx
 
+    from mlperf_mig.workloads.bert.squad import SquadSource
     from mlperf_mig.workloads.samples import SampleSource
 
 # The known_answer backend's logits carry a sample's code (see `known_outputs`).
@@ -98,8 +99,10 @@ class Bert(Workload):
             index: np.frombuffer(data, dtype=np.float32).reshape(SEQ_LEN, 2)
             for index, data in answers.items()
         }
-        features = source.features  # type: ignore[attr-defined]
-        f1, em, questions = source.score(logits)  # type: ignore[attr-defined]
+        # Scored answers come from the source open_dataset() made: a SquadSource.
+        squad = cast("SquadSource", source)
+        features = squad.features
+        f1, em, questions = squad.score(logits)
         logged = len({features[index].example_index for index in logits})
         extra = {
             "exact_match": em,

@@ -15,8 +15,8 @@ from onnx import TensorProto
 from mlperf_mig.workloads.onnx_graph import GraphBuilder, GraphGenerator
 from mlperf_mig.workloads.resnet50.interface import INPUTS, OUTPUTS
 
-NUM_CLASSES = OUTPUTS[1].shape[1]
-_IMAGE_SHAPE = INPUTS[0].shape[1:]
+NUM_CLASSES = OUTPUTS[1].sample_shape[0]
+_IMAGE_SHAPE = INPUTS[0].sample_shape
 # The last convolution of each residual branch starts small (like a zero-initialised final batch
 # norm), so that the synthetic activations neither explode in fp16 nor vanish.
 _BRANCH_GAIN = 0.2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -22,6 +22,7 @@ from mlperf_mig.workloads.workload import (
 if TYPE_CHECKING:
     import onnx
 
+    from mlperf_mig.workloads.resnet50.imagenet import ImageNetSource
     from mlperf_mig.workloads.samples import SampleSource
 
 KNOWN_CLASSES = 1000  # the known_answer backend's answers are ImageNet classes 0-999
@@ -47,7 +48,9 @@ class ResNet50(Workload):
         """Mean-subtracted pixels."""
         spec = self.inputs[0]
         rng = np.random.default_rng(seed)
-        return {spec.name: rng.uniform(-124.0, 152.0, (batch, *spec.shape[1:])).astype(np.float32)}
+        return {
+            spec.name: rng.uniform(-124.0, 152.0, (batch, *spec.sample_shape)).astype(np.float32)
+        }
 
     def fill_synthetic(
         self,
@@ -96,7 +99,8 @@ class ResNet50(Workload):
         """Top-1 as accuracy-imagenet.py computes it."""
         indices = np.fromiter(answers, dtype=np.int64, count=len(answers))
         predicted = np.array([np.frombuffer(data, dtype=np.int32)[0] for data in answers.values()])
-        labels = source.labels[indices]  # type: ignore[attr-defined]
+        # Scored answers come from the source open_dataset() made (or a stand-in with labels).
+        labels = cast("ImageNetSource", source).labels[indices]
         value = 100.0 * float(np.mean(predicted == labels)) if len(answers) else 0.0
         return Score(value=value, count=len(answers))
 
@@ -120,7 +124,7 @@ class ResNet50(Workload):
         is an ImageNet class that a dataset's labels can be made to match or miss."""
         argmax_spec, softmax_spec = self.outputs
         argmax = np.array([1 + code % KNOWN_CLASSES for code in codes], dtype=np.int64)
-        softmax = np.zeros((len(codes), *softmax_spec.shape[1:]), dtype=softmax_spec.dtype)
+        softmax = np.zeros((len(codes), *softmax_spec.sample_shape), dtype=softmax_spec.dtype)
         return {argmax_spec.name: argmax, softmax_spec.name: softmax}
 
     def known_payload(self, sample: Mapping[str, np.ndarray]) -> bytes:

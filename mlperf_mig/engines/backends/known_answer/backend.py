@@ -20,6 +20,8 @@ from mlperf_mig.errors import ModelFileError
 from mlperf_mig.workloads import Workload
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mlperf_mig.engines.spec import EngineSpec
 
 
@@ -39,7 +41,7 @@ class KnownAnswerBackend(HostBackend):
 
     @classmethod
     def _open(
-        cls, spec: EngineSpec, engine_path: None, *, threads: int | None
+        cls, spec: EngineSpec, engine_path: Path | None, *, threads: int | None
     ) -> KnownAnswerBackend:
         if spec.model_path is not None:
             # its answers ignore any model, so an accuracy verdict would be a false claim

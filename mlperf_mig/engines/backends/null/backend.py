@@ -11,6 +11,8 @@ from mlperf_mig.engines.backend import HostBackend
 from mlperf_mig.workloads import Workload
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mlperf_mig.engines.spec import EngineSpec
 
 
@@ -32,7 +34,9 @@ class NullBackend(HostBackend):
         return ("fp32", "fp16", "int8")  # nothing is computed, so any label is honest
 
     @classmethod
-    def _open(cls, spec: EngineSpec, engine_path: None, *, threads: int | None) -> NullBackend:
+    def _open(
+        cls, spec: EngineSpec, engine_path: Path | None, *, threads: int | None
+    ) -> NullBackend:
         return cls(spec.benchmark)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -40,7 +44,7 @@ class NullBackend(HostBackend):
         outputs = self._cache.get(batch)
         if outputs is None:
             outputs = {
-                spec.name: np.zeros((batch, *spec.shape[1:]), dtype=spec.dtype)
+                spec.name: np.zeros((batch, *spec.sample_shape), dtype=spec.dtype)
                 for spec in self._benchmark.outputs
             }
             self._cache[batch] = outputs

@@ -39,7 +39,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -71,8 +71,8 @@ def _ort_errors() -> tuple[type[Exception], ...]:
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
     names = ("Fail", "InvalidArgument", "InvalidGraph", "InvalidProtobuf", "NoSuchFile")
-    names += ("NotImplemented", "RuntimeException", "EPFail")
-    return tuple(getattr(state, n) for n in names if hasattr(state, n))
+    more = ("NotImplemented", "RuntimeException", "EPFail")
+    return tuple(getattr(state, n) for n in (*names, *more) if hasattr(state, n))
 
 
 def provider_for(spec: EngineSpec) -> str:
@@ -265,8 +265,9 @@ class OnnxRuntimeBackend(Backend):
 
     @classmethod
     def _open(
-        cls, spec: EngineSpec, engine_path: Path, *, threads: int | None
+        cls, spec: EngineSpec, engine_path: Path | None, *, threads: int | None
     ) -> OnnxRuntimeBackend:
+        assert engine_path is not None  # load passes the file of a backend with an engine_suffix
         shared = None
         if provider_for(spec) == CPU_PROVIDER:
             shared = shared_model(
@@ -306,20 +307,23 @@ class OnnxRuntimeBackend(Backend):
         )
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._session is None:
+        session = self._session
+        if session is None:
             raise RuntimeError("run() on a closed ONNX Runtime backend")
         count = len(next(iter(feeds.values())))
         step = self.samples_per_run
         if step is None or count <= step:
-            return self._run_once(feeds)
+            return self._run_once(session, feeds)
         parts = [
-            self._run_once({name: a[i : i + step] for name, a in feeds.items()})
+            self._run_once(session, {name: a[i : i + step] for name, a in feeds.items()})
             for i in range(0, count, step)
         ]
         return {name: np.concatenate([p[name] for p in parts]) for name in self._output_names}
 
-    def _run_once(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        outputs: list[Any] = self._session.run(self._output_names, dict(feeds))
+    def _run_once(
+        self, session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        outputs: list[np.ndarray] = session.run(self._output_names, dict(feeds))
         return dict(zip(self._output_names, outputs))
 
     def close(self) -> None:

@@ -251,8 +251,11 @@ class TensorRTBackend(Backend):
         write_engine_file(out_path, header, serialized)
 
     @classmethod
-    def _open(cls, spec: EngineSpec, engine_path: Path, *, threads: int | None) -> TensorRTBackend:
+    def _open(
+        cls, spec: EngineSpec, engine_path: Path | None, *, threads: int | None
+    ) -> TensorRTBackend:
         """Open the engine file on this process's device; `threads` has no meaning on a GPU."""
+        assert engine_path is not None  # load passes the file of a backend with an engine_suffix
         benchmark = spec.benchmark
         trt, cudart = import_libraries()
         device = DeviceIdentity.detect(cudart)

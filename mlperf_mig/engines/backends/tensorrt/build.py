@@ -17,10 +17,10 @@ import functools
 import logging
 import os
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
@@ -28,6 +28,15 @@ from mlperf_mig.engines.backends.tensorrt.engine_file import Profile, ShapeRange
 from mlperf_mig.errors import EngineBuildError, ModelFileError
 
 log = logging.getLogger(__name__)
+
+# tensorrt ships no type information; these names say which of its objects a signature takes.
+TrtBuilder = Any  # a trt.Builder
+TrtNetwork = Any  # a trt.INetworkDefinition
+TrtOnnxParser = Any  # a trt.OnnxParser (it owns the network's weights)
+TrtBuilderConfig = Any  # a trt.IBuilderConfig
+TrtRuntime = Any  # a trt.Runtime
+TrtSeverity = Any  # a trt.ILogger.Severity, or its string form
+_Made = TypeVar("_Made")
 
 # TensorRT severities -> logging levels; VERBOSE is TensorRT's debug chatter.
 _LEVELS = {
@@ -91,22 +100,30 @@ class CapturedLog:
         return EngineBuildError(f"{what}; TensorRT log: {self.summary(mark)}")
 
 
-def severity_name(severity: Any) -> str:
+def severity_name(severity: TrtSeverity) -> str:
     """'ERROR' from trt.ILogger.Severity.ERROR (or from its string form)."""
     name = getattr(severity, "name", None)
     return str(name if name else severity).rsplit(".", 1)[-1].upper()
 
 
+class TrtLogger(Protocol):
+    """A trt.ILogger that keeps what TensorRT logged: capturing_logger's."""
+
+    capture: CapturedLog
+
+
 @functools.cache
-def capturing_logger(trt: ModuleType) -> Any:
+def capturing_logger(trt: ModuleType) -> TrtLogger:
     """The process's one TensorRT logger (a trt.ILogger); its CapturedLog is `.capture`."""
 
-    class _CapturingLogger(trt.ILogger):  # type: ignore[name-defined,misc]
+    base: type[Any] = trt.ILogger  # a class of a module typed only at run time
+
+    class _CapturingLogger(base):
         def __init__(self) -> None:
             trt.ILogger.__init__(self)
             self.capture = CapturedLog()
 
-        def log(self, severity: Any, msg: str) -> None:
+        def log(self, severity: TrtSeverity, msg: str) -> None:
             self.capture.record(severity_name(severity), msg)
 
     return _CapturingLogger()
@@ -127,17 +144,17 @@ def network_flags(trt: ModuleType) -> int:
     return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
 
-def create_builder(trt: ModuleType, logger: Any) -> Any:
+def create_builder(trt: ModuleType, logger: TrtLogger) -> TrtBuilder:
     """trt.Builder; a builder TensorRT cannot make (no CUDA, bad driver) raises with the log."""
     return _construct(trt.Builder, logger, "TensorRT could not create a builder")
 
 
-def create_runtime(trt: ModuleType, logger: Any) -> Any:
+def create_runtime(trt: ModuleType, logger: TrtLogger) -> TrtRuntime:
     """trt.Runtime; a runtime TensorRT cannot make raises with the log."""
     return _construct(trt.Runtime, logger, "TensorRT could not create a runtime")
 
 
-def _construct(factory: Any, logger: Any, what: str) -> Any:
+def _construct(factory: Callable[[TrtLogger], _Made | None], logger: TrtLogger, what: str) -> _Made:
     capture: CapturedLog = logger.capture
     mark = capture.mark()
     try:
@@ -151,8 +168,8 @@ def _construct(factory: Any, logger: Any, what: str) -> Any:
 
 # --- step 1: the network --------------------------------------------------------------------
 def create_network(
-    trt: ModuleType, builder: Any, onnx_path: str | os.PathLike[str], logger: Any
-) -> tuple[Any, Any]:
+    trt: ModuleType, builder: TrtBuilder, onnx_path: str | os.PathLike[str], logger: TrtLogger
+) -> tuple[TrtNetwork, TrtOnnxParser]:
     """Parse the ONNX file into a strongly typed network; returns (network, parser).
 
     The parser must outlive the network's use (it owns the weights), so both are returned.
@@ -176,7 +193,7 @@ def create_network(
     return network, parser
 
 
-def network_input_shapes(network: Any) -> dict[str, tuple[int, ...]]:
+def network_input_shapes(network: TrtNetwork) -> dict[str, tuple[int, ...]]:
     """Input name -> shape as the network declares it (-1 for a dynamic axis)."""
     inputs = (network.get_input(i) for i in range(network.num_inputs))
     return {tensor.name: tuple(int(d) for d in tensor.shape) for tensor in inputs}
@@ -235,12 +252,12 @@ def _shape_range(name: str, shape: tuple[int, ...], batch: int, bucket: int | No
 
 def create_builder_config(
     trt: ModuleType,
-    builder: Any,
+    builder: TrtBuilder,
     profiles: Sequence[Profile],
     *,
     workspace_bytes: int | None,
-    logger: Any,
-) -> Any:
+    logger: TrtLogger,
+) -> TrtBuilderConfig:
     """The builder config: workspace limit and optimization profiles, no precision flags."""
     capture: CapturedLog = logger.capture
     mark = capture.mark()
@@ -262,7 +279,9 @@ def create_builder_config(
 
 
 # --- step 3: build --------------------------------------------------------------------------
-def build_serialized_engine(builder: Any, network: Any, config: Any, logger: Any) -> memoryview:
+def build_serialized_engine(
+    builder: TrtBuilder, network: TrtNetwork, config: TrtBuilderConfig, logger: TrtLogger
+) -> memoryview:
     """Run the builder; the serialized engine as a buffer over TensorRT's memory."""
     capture: CapturedLog = logger.capture
     mark = capture.mark()

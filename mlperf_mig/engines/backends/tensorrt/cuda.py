@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 
 CUDA_RUNTIME_MODULE = "cuda.bindings.runtime"
 
+# cuda-python is imported at run time only; these names say which of its objects a signature takes.
+CudaError = Any  # a cudaError_t value
+CudaStreamHandle = Any  # a cudaStream_t (or another cuda-python handle object)
+CudaValues = Any  # what a cuda-python call gives after its error: None, one value or a tuple
+
 
 def import_cuda_runtime(
     import_module: Callable[[str], ModuleType] = importlib.import_module,
@@ -36,7 +41,7 @@ def import_cuda_runtime(
     return import_module(CUDA_RUNTIME_MODULE)
 
 
-def cuda_error_name(cudart: ModuleType, err: Any) -> str:
+def cuda_error_name(cudart: ModuleType, err: CudaError) -> str:
     """The CUDA name of `err` ("cudaErrorMemoryAllocation"), or its repr if CUDA cannot name it."""
     status, name = cudart.cudaGetErrorName(err)
     if status != cudart.cudaError_t.cudaSuccess:
@@ -44,7 +49,7 @@ def cuda_error_name(cudart: ModuleType, err: Any) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def cuda_call(cudart: ModuleType, result: tuple[Any, ...], what: str) -> Any:
+def cuda_call(cudart: ModuleType, result: tuple[Any, ...], what: str) -> CudaValues:
     """Check the `(err, *values)` tuple of a cuda-python call; return None, the value, or the values."""
     err, *values = result
     if err != cudart.cudaError_t.cudaSuccess:
@@ -165,7 +170,7 @@ def cuda_device_count_reason(cudart: ModuleType) -> str | None:
 
 # --- streams and buffers --------------------------------------------------------------------
 def native_handle(
-    obj: Any, import_module: Callable[[str], ModuleType] = importlib.import_module
+    obj: CudaStreamHandle, import_module: Callable[[str], ModuleType] = importlib.import_module
 ) -> int:
     """The address behind a cuda-python object such as a cudaStream_t, as an int.
 
@@ -185,9 +190,9 @@ def native_handle(
 class CudaStream:
     """A CUDA stream; `handle` is the integer that TensorRT's execute_async_v3 takes."""
 
-    def __init__(self, cudart: ModuleType, stream: Any, handle: int) -> None:
+    def __init__(self, cudart: ModuleType, stream: CudaStreamHandle, handle: int) -> None:
         self._cudart = cudart
-        self._stream: Any = stream
+        self._stream: CudaStreamHandle = stream
         self._handle = handle
 
     @classmethod
@@ -196,7 +201,7 @@ class CudaStream:
         return cls(cudart, stream, native_handle(stream))
 
     @property
-    def stream(self) -> Any:
+    def stream(self) -> CudaStreamHandle:
         if self._stream is None:
             raise ValueError("the CUDA stream is closed")
         return self._stream

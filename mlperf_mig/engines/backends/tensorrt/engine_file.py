@@ -33,9 +33,9 @@ _MAX_HEADER_BYTES = 1 << 20
 class ShapeRange:
     """The min / opt / max shapes of one input in one optimization profile."""
 
-    min: tuple[int, ...] = attrs.field(converter=tuple)
-    opt: tuple[int, ...] = attrs.field(converter=tuple)
-    max: tuple[int, ...] = attrs.field(converter=tuple)
+    min: tuple[int, ...] = attrs.field(converter=tuple[int, ...])
+    opt: tuple[int, ...] = attrs.field(converter=tuple[int, ...])
+    max: tuple[int, ...] = attrs.field(converter=tuple[int, ...])
 
     def contains(self, shape: tuple[int, ...]) -> bool:
         return len(shape) == len(self.min) and all(

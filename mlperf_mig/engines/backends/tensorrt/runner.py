@@ -17,7 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from mlperf_mig.engines.backends.tensorrt.build import CapturedLog, capturing_logger, create_runtime
+from mlperf_mig.engines.backends.tensorrt.build import (
+    CapturedLog,
+    TrtRuntime,
+    capturing_logger,
+    create_runtime,
+)
 from mlperf_mig.engines.backends.tensorrt.cuda import (
     BufferAllocator,
     CudaStream,
@@ -28,6 +33,10 @@ from mlperf_mig.engines.backends.tensorrt.engine_file import EngineHeader, Profi
 from mlperf_mig.errors import BackendUnavailableError, EngineBuildError
 
 log = logging.getLogger(__name__)
+
+# tensorrt ships no type information; these names say which of its objects a signature takes.
+TrtEngine = Any  # a trt.ICudaEngine
+TrtContext = Any  # a trt.IExecutionContext
 
 
 def select_profile(profiles: Sequence[Profile], shapes: Mapping[str, tuple[int, ...]]) -> int:
@@ -50,9 +59,9 @@ class TensorRTRunner:
         self,
         *,
         header: EngineHeader,
-        runtime: Any,
-        engine: Any,
-        context: Any,
+        runtime: TrtRuntime,
+        engine: TrtEngine,
+        context: TrtContext,
         stream: CudaStream,
         allocator: BufferAllocator,
         buffers: Mapping[str, TensorBuffers],
@@ -186,7 +195,7 @@ class TensorRTRunner:
 
 def deserialize_engine(
     trt: ModuleType, serialized: memoryview, header: EngineHeader, path: str | os.PathLike[str]
-) -> tuple[Any, Any, Any]:
+) -> tuple[TrtRuntime, TrtEngine, TrtContext]:
     """(runtime, engine, execution context) of a serialized engine; every None raises with TensorRT's log."""
     logger = capturing_logger(trt)
     capture: CapturedLog = logger.capture
@@ -208,7 +217,7 @@ def deserialize_engine(
     return runtime, engine, context
 
 
-def io_tensor_names(trt: ModuleType, engine: Any) -> tuple[list[str], list[str]]:
+def io_tensor_names(trt: ModuleType, engine: TrtEngine) -> tuple[list[str], list[str]]:
     """(input names, output names) of the engine, in the engine's order."""
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
@@ -216,7 +225,7 @@ def io_tensor_names(trt: ModuleType, engine: Any) -> tuple[list[str], list[str]]
 
 
 def largest_shapes(
-    trt: ModuleType, engine: Any, context: Any, stream: CudaStream
+    trt: ModuleType, engine: TrtEngine, context: TrtContext, stream: CudaStream
 ) -> dict[str, tuple[int, ...]]:
     """The largest shape of every input and output over all optimization profiles.
 
@@ -253,8 +262,8 @@ def _volume(shape: tuple[int, ...]) -> int:
 
 def allocate_io_buffers(
     trt: ModuleType,
-    engine: Any,
-    context: Any,
+    engine: TrtEngine,
+    context: TrtContext,
     allocator: BufferAllocator,
     stream: CudaStream,
 ) -> dict[str, TensorBuffers]:
