@@ -75,7 +75,7 @@ def result_valid(result: InstanceResult | None) -> bool | None:
     return None if result is None else bool(result.valid)
 
 
-def validity_word(result: Any) -> str | None:
+def validity_word(result: InstanceResult | None) -> str | None:
     """'yes', 'NO', or BY_DESIGN_WORD for a short quick-preset Offline run (None: no result)."""
     if result is None:
         return None
@@ -84,7 +84,7 @@ def validity_word(result: Any) -> str | None:
     return BY_DESIGN_WORD if result.invalid_by_design else "NO"
 
 
-def accuracy_cell(result: Any) -> str | None:
+def accuracy_cell(result: InstanceResult | None) -> str | None:
     """An accuracy run's metric, value, verdict and the number of samples they rest on."""
     report = None if result is None else result.accuracy
     if report is None:
@@ -100,12 +100,18 @@ def _verdicts_from(data: Sequence[Mapping[str, Any]] | None) -> tuple[AuditVerdi
     return tuple(AuditVerdict.from_dict(v) for v in data or ())
 
 
+def _verdict_tuple(verdicts: Iterable[AuditVerdict]) -> tuple[AuditVerdict, ...]:
+    # a named converter: AuditVerdict is imported for the checker only, so tuple[AuditVerdict, ...]
+    # cannot be written where the class body runs
+    return tuple(verdicts)
+
+
 def compliance_cell(verdicts: Sequence[AuditVerdict]) -> str | None:
     """Each audit's verdict: 'TEST01 PASS (+0.4%); TEST04 FAIL: <why>' (None: no audits)."""
     return "; ".join(v.summary() for v in verdicts) or None
 
 
-def result_p99_ms(result: Any) -> float | None:
+def result_p99_ms(result: InstanceResult | None) -> float | None:
     if result is None:
         return None
     p99 = result.latency_ns.get("99.00")
@@ -126,7 +132,7 @@ class InstanceRun:
     compute_slices: int
     device: str
     cpus: tuple[int, ...] | None = attrs.field(
-        default=None, converter=attrs.converters.optional(tuple)
+        default=None, converter=attrs.converters.optional(tuple[int, ...])
     )
     threads: int | None = None
     host: str = ""
@@ -140,7 +146,7 @@ class InstanceRun:
     performance: InstanceResult | None = None
     accuracy: InstanceResult | None = None  # of the accuracy run
     dispatched_samples: int | None = None
-    compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
+    compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=_verdict_tuple)
     # emulated: the CPU time it was given (CPU-seconds per second) and how that was enforced
     # ("whole CPUs", "cgroup quota", "duty cycle"; runner/cpu_budget.py)
     cpu_share: float | None = None
@@ -252,7 +258,7 @@ class RunGpu:
     partitioning: str | None = None
     node: str | None = None
     host: str | None = None
-    instances: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    instances: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     served_samples: int | None = None  # unified mode: the samples its instances served
     subtotal: float | None = None
 
@@ -425,14 +431,15 @@ class LayoutResult(Report):
 
     def gpu_subtotals(self, position: int) -> Summary | None:
         """The subtotal of the run's `position`-th GPU over the runs that finished."""
-        values = []
+        values: list[float] = []
         for run in self.runs:
             rows = run.gpu_rows()
-            if run.ok and position < len(rows) and rows[position].subtotal is not None:
-                values.append(rows[position].subtotal)
+            subtotal = rows[position].subtotal if run.ok and position < len(rows) else None
+            if subtotal is not None:
+                values.append(subtotal)
         return summarize(values)
 
-    def gpu_runs(self) -> list[LayoutResult]:
+    def gpu_runs(self) -> Sequence[LayoutResult]:
         """The layout as one layout result per GPU (its instances, its layout), for what reads
         layouts of one GPU (the advisor)."""
         raise NotImplementedError
@@ -486,7 +493,7 @@ class RunResult(LayoutResult):
     settings_key: str
     started_at: str
     duration_s: float
-    instances: tuple[InstanceRun, ...] = attrs.field(converter=tuple)
+    instances: tuple[InstanceRun, ...] = attrs.field(converter=tuple[InstanceRun, ...])
     layout_result: InstanceResult | None = None  # unified mode: the layout's one LoadGen result
     layout_accuracy: InstanceResult | None = None
     layout_status: str | None = None  # unified mode: how the LoadGen coordinator ended
@@ -494,18 +501,18 @@ class RunResult(LayoutResult):
     baseline_throughput: float | None = None
     baseline_source: str | None = None
     interrupted: bool = False
-    hosts: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    hosts: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     # a run across Ray nodes: {"cluster", "nodes", "grouping", "start_skew_ms"}; None: one host
     cluster: dict[str, Any] | None = None
     # unified mode: the layout's compliance audits (independent mode: each InstanceRun's)
-    layout_compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=tuple)
+    layout_compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=_verdict_tuple)
     # the GPUs of the run: index, name, layout, partitioning, node, host, instances (names);
     # results.json adds each one's subtotal (see gpu_rows)
     gpus: tuple[RunGpu, ...] = attrs.field(default=(), converter=_run_gpus)
     # what fitting the instances into the host's memory changed (fewer samples per LoadGen)
-    host_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    host_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     # emulated: how the CPU budgets were enforced and where a proportion could not be kept
-    emulation_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    emulation_notes: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     # what the sampler recorded (mlperf_mig/telemetry); None: telemetry=False or an older run
     telemetry: RunTelemetry | None = None
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -58,6 +58,7 @@ from mlperf_mig.runner.stats import (
     FEW_REPEATS_NOTE,
     MIN_REPEATS,
     Change,
+    Summary,
     summarize,
 )
 from mlperf_mig.study.overall import OverallProgress
@@ -137,7 +138,7 @@ def check_study_folders(root: Path, jobs: Sequence[tuple[str | None, RunPlan]]) 
 
 
 # --- repeats.json and sweep.json read back ----------------------------------------------------
-_MISSING: Any = object()
+_MISSING = object()
 
 
 @attrs.frozen
@@ -168,7 +169,7 @@ class IndexFile:
             )
         return cls(base, path, data)
 
-    def wrong(self, field: str, value: Any, expected: str) -> DataFileError:
+    def wrong(self, field: str, value: object, expected: str) -> DataFileError:
         return DataFileError(
             f"{str(self.path)!r}: {field} is {_shown(value)}, expected {expected}; the file was "
             "edited or is not one this tool wrote: fix that field or write the folder again"
@@ -212,7 +213,7 @@ class IndexFile:
             field, self.data.get(field, _MISSING if required else []), required=required
         )
 
-    def folder_list(self, field: str, value: Any, *, required: bool = True) -> list[Path]:
+    def folder_list(self, field: str, value: object, *, required: bool = True) -> list[Path]:
         if not isinstance(value, list):
             shown = "missing" if value is _MISSING else value
             raise self.wrong(field, shown, "a list of folders relative to the index's folder")
@@ -220,7 +221,7 @@ class IndexFile:
             raise self.wrong(field, value, "at least one folder")
         return [self.inside(field, v) for v in value]
 
-    def inside(self, field: str, value: Any) -> Path:
+    def inside(self, field: str, value: object) -> Path:
         """`value` as a path inside the index's folder. The absolute form (hand-written, or old)
         is accepted only where it already lies inside this folder; anything else that leaves it
         ('..', another folder) is refused: a copied index must never read its original."""
@@ -257,7 +258,7 @@ def _within(folder: Path, value: str) -> str | None:
     return None
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -411,11 +412,11 @@ class RepeatedRun(LayoutResult):
     index_file: ClassVar[str] = REPEATS_FILE
 
     outdir: str
-    runs: tuple[RunResult, ...] = attrs.field(converter=tuple)
+    runs: tuple[RunResult, ...] = attrs.field(converter=tuple[RunResult, ...])
     alone: Mapping[str, tuple[RunResult, ...]] = attrs.field(factory=dict)
     isolation: bool = False
-    resumed: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    baseline_totals: tuple[float, ...] = attrs.field(default=(), converter=tuple)
+    resumed: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
+    baseline_totals: tuple[float, ...] = attrs.field(default=(), converter=tuple[float, ...])
     baseline_source: str | None = None
 
     # --- what the repeats share: settings, read from the first --------------------------------
@@ -604,14 +605,12 @@ class RepeatedRun(LayoutResult):
         ]
         if failed:
             lines.append(f"FAILED runs (their numbers are left out): {', '.join(failed)}")
-        measured = [r for r in self.runs if r.telemetry is not None]
+        measured = [r.telemetry for r in self.runs if r.telemetry is not None]
         if measured:
             lines.append(
                 "note: util % and samples/J over the repeats as throughput is; what they measure: "
-                + "; ".join(
-                    dict.fromkeys(i.util_metric for r in measured for i in r.telemetry.instances)
-                )
-                + f"; samples/J from {measured[0].telemetry.energy_label}"
+                + "; ".join(dict.fromkeys(i.util_metric for t in measured for i in t.instances))
+                + f"; samples/J from {measured[0].energy_label}"
             )
         changes = self.changes()
         if changes:
@@ -713,10 +712,10 @@ class RepeatedRun(LayoutResult):
         )
 
 
-def _dict(value: Any) -> dict[str, Any] | None:
+def _dict(value: Summary | Change | None) -> dict[str, Any] | None:
     return None if value is None else value.to_dict()
 
 
-def _joined(words: Any) -> str:
+def _joined(words: Iterable[object]) -> str:
     distinct = list(dict.fromkeys(str(w) for w in words))
     return distinct[0] if len(distinct) == 1 else "/".join(distinct)

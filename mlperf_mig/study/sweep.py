@@ -112,12 +112,12 @@ class SweepResult(Report):
 
     text_note_prefix = "note: "
 
-    runs: tuple[RunResult, ...] = attrs.field(converter=tuple)
+    runs: tuple[RunResult, ...] = attrs.field(converter=tuple[RunResult, ...])
     outdir: str
-    studies: tuple[RepeatedRun, ...] = attrs.field(default=(), converter=tuple)
+    studies: tuple[RepeatedRun, ...] = attrs.field(default=(), converter=tuple[RepeatedRun, ...])
     # Server sweeps: profile -> cached Server capacity (QPS) of `mlperf-mig capacity`
     capacities: dict[str, float] = attrs.field(factory=dict)
-    resumed: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    resumed: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     chart_png: str | None = None
     chart_svg: str | None = None
     chart_note: str | None = None
@@ -162,7 +162,11 @@ class SweepResult(Report):
         if any(run.invalid_by_design for run in self.runs):
             notes.append(BY_DESIGN_LABEL)
         labels = sorted(
-            {run.telemetry.energy_label for run in self.runs if run.samples_per_joule is not None}
+            {
+                run.telemetry.energy_label
+                for run in self.runs
+                if run.telemetry is not None and run.samples_per_joule is not None
+            }
         )
         if labels:
             notes.append(
