@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from mlperf_mig._io import check_output_path, claim_folder
 from mlperf_mig.cluster.connect import cluster_scope
@@ -35,6 +35,7 @@ from mlperf_mig.study.capacity_cache import with_cached_capacity
 from mlperf_mig.study.repeats import REPEATS_FILE, SWEEP_FILE, refuse_other_kinds
 
 if TYPE_CHECKING:
+    from mlperf_mig.registry.nvml_state import NvmlModule
     from mlperf_mig.study.repeats import RepeatedRun
     from mlperf_mig.study.sweep import SweepResult
 
@@ -68,7 +69,7 @@ def plan(
     cache_dir: PathArg | None = None,
     timeout_s: float | None = None,
     worker_entry: str | None = None,
-    nvml_source: Any = None,
+    nvml_source: NvmlModule | None = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,
@@ -115,7 +116,7 @@ def run(
     cache_dir: PathArg | None = None,
     timeout_s: float | None = None,
     worker_entry: str | None = None,
-    nvml_source: Any = None,
+    nvml_source: NvmlModule | None = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,
@@ -236,7 +237,7 @@ def sweep(
     cache_dir: PathArg | None = None,
     timeout_s: float | None = None,
     worker_entry: str | None = None,
-    nvml_source: Any = None,
+    nvml_source: NvmlModule | None = None,
     cpus: Sequence[int] | None = None,
     cluster: str | None = None,
     gpu_group: Sequence[str] | str | None = None,

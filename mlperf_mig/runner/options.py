@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -40,6 +40,11 @@ from mlperf_mig._io import check_output_path
 from mlperf_mig.errors import ClusterError, SettingsError
 from mlperf_mig.runner.cluster_address import parse_cluster
 from mlperf_mig.runner.placement import ScenarioSpec
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.nvml_state import NvmlModule
+
+_T = TypeVar("_T")
 
 MODES = ("independent", "unified")
 # LoadGen keeps counts and durations in 64-bit integers; durations in nanoseconds.
@@ -117,13 +122,17 @@ MAX_GPUS = 1024  # emulated GPUs of one run; the host check in make_plan bounds 
 def _gpu_indices(value: object) -> str | tuple[int, ...] | None:
     """GPUs to run on: "all", a list of GPU indices (or "0,3"), or None (one GPU, as before)."""
     if value is None or value == "all":
-        return value  # type: ignore[return-value]
+        return value
     if isinstance(value, str):
         parts = [p.strip() for p in value.split(",")]
         if all(p.isascii() and p.isdigit() for p in parts):
             value = [int(p) for p in parts]
-    ok = isinstance(value, Sequence) and not isinstance(value, str) and value
-    if not ok or not all(is_whole(i, 0) for i in value):
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or not value
+        or not all(is_whole(i, 0) for i in value)
+    ):
         raise SettingsError(
             f"gpus must be 'all' or a non-empty list of GPU indices such as [0, 3] (--gpus all or "
             f"--gpus 0,3), got {_kind(value)}"
@@ -250,7 +259,7 @@ def _outdir(instance: object, attribute: attrs.Attribute, value: object) -> None
 def check_setting(key: str, value: object) -> None:
     """A LoadGen setting override: a finite number within LoadGen's integer range (durations are
     milliseconds that LoadGen keeps in nanoseconds)."""
-    if not is_number(value):
+    if not is_number(value) or not isinstance(value, int | float):  # is_number narrows nothing
         raise SettingsError(f"setting {key} must be a finite number, got {_kind(value)}")
     limit = LOADGEN_INT_MAX // _NS_PER_MS if key in _DURATION_KEYS else LOADGEN_INT_MAX
     if abs(value) > limit:
@@ -280,8 +289,12 @@ def _settings(value: object) -> tuple[tuple[str, float], ...]:
 def _cpus(value: object) -> tuple[int, ...] | None:
     if value is None:
         return None
-    ok = isinstance(value, Sequence) and not isinstance(value, str) and value
-    if not ok or not all(is_whole(c, 0) for c in value):
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or not value
+        or not all(is_whole(c, 0) for c in value)
+    ):
         raise SettingsError(
             f"cpus must be a non-empty list of CPU numbers (or None), got {_kind(value)}"
         )
@@ -307,7 +320,7 @@ class Option:
     the API's docstring and its command-line form (None: Python only)."""
 
     name: str
-    default: Any
+    default: object
     accepts: str
     doc: str
     flag: Flag | None
@@ -317,17 +330,19 @@ Check = Callable[[Any, "attrs.Attribute[Any]", Any], None]  # an attrs validator
 
 
 def option(
-    default: Any,
+    default: _T | None,
     *,
     doc: str,
     check: Check | None = None,
-    convert: Callable[[Any], Any] | None = None,
+    convert: Callable[[Any], object] | None = None,
     accepts: str | None = None,
     flag: Flag | None = None,
-) -> Any:
+) -> _T:
     """A field of an options record, declared once: its default, its check (an attrs validator)
     and/or conversion (a converter that checks), the type the API takes where it is not the
-    field's own, the docstring entry and the command-line flag (None: Python only)."""
+    field's own, the docstring entry and the command-line flag (None: Python only). Typed as
+    the field it declares; a default of None may be one the converter turns into the field's
+    value (settings, layouts)."""
     declared = {"doc": doc, "accepts": accepts, "flag": flag}
     return attrs.field(
         default=default, validator=check, converter=convert, metadata={OPTION: declared}
@@ -344,7 +359,7 @@ def declared_options(record: type) -> tuple[Option, ...]:
             doc=m["doc"],
             flag=m["flag"],
         )
-        for f in attrs.fields(record)  # type: ignore[arg-type]
+        for f in attrs.fields(record)
         if (m := f.metadata.get(OPTION)) is not None
     )
 
@@ -366,7 +381,7 @@ def options_doc(options: Iterable[Option], *, skip: Iterable[str] = ()) -> str:
     return "\n" + "\n".join(entries)
 
 
-def _recorded_nvml(path: str | None) -> Any:
+def _recorded_nvml(path: str | None) -> NvmlModule | None:
     """--nvml-state FILE: the recorded NVML state (telemetry too where the state recorded it)."""
     if path is None:
         return None
@@ -654,7 +669,7 @@ class RunOptions:
             "(on a cluster: per node, with --gpus all)",
         ),
     )
-    nvml_source: Any = option(  # noqa: RUF009 (an attrs field)
+    nvml_source: NvmlModule | None = option(  # noqa: RUF009 (an attrs field)
         None,
         doc="a recorded NVML state instead of this machine's GPUs (tests).",
         flag=Flag(
@@ -704,7 +719,7 @@ class RunOptions:
         """Options that cannot go together are refused before a cluster or worker starts."""
         if self.cluster is not None and self.gpus not in (None, "all"):
             raise ClusterError(
-                f"gpus={list(self.gpus)} picks GPUs of one host, but a cluster's nodes number their "  # type: ignore[arg-type]
+                f"gpus={list(self.gpus)} picks GPUs of one host, but a cluster's nodes number their "
                 "GPUs each from 0; pass gpus='all' / --gpus all (every GPU of every node)"
             )
         if (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -961,7 +962,7 @@ class RunResult(LayoutResult):
         return atomic_write_json(Path(folder or self.outdir) / RESULTS_FILE, self.to_dict())
 
     @classmethod
-    def load(cls, path: str | Path) -> RunResult:
+    def load(cls, path: str | os.PathLike[str]) -> RunResult:
         """Read a run from its folder or its results.json."""
         file = Path(path)
         if file.is_dir():

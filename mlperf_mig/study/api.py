@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 
@@ -17,6 +17,9 @@ from mlperf_mig.study.advisor import (
     check_ranking,
     measurements_from,
 )
+
+if TYPE_CHECKING:
+    from mlperf_mig.study.sweep import SweepResult
 
 PathArg = str | os.PathLike[str]
 
@@ -55,6 +58,7 @@ def advise(
     from mlperf_mig import registry
 
     check_ranking(objective, top)  # before a measuring sweep, not after it
+    report: LayoutResult | SweepResult
     if from_dir is None:
         # the public sweep (cluster session, stop signals) sits above study/: imported when used
         from mlperf_mig.api import sweep
@@ -77,7 +81,8 @@ def advise(
         report = load_report(from_dir)
     layouts, systems = _per_gpu(list(report.layouts), gpu)
     first = layouts[0].first
-    if benchmark is not None and benchmark != first.benchmark:
+    # a sweep measured here ran `benchmark`: only runs read from a folder can be of another
+    if from_dir is not None and benchmark is not None and benchmark != first.benchmark:
         raise SettingsError(
             f"{os.fspath(from_dir)!r} holds {first.benchmark} runs, not {benchmark}; pass a folder of "
             f"{benchmark} runs or leave benchmark out"
