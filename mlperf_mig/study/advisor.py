@@ -23,7 +23,7 @@ repeats module; the HTML report can use it without an import circle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ from mlperf_mig.runner.stats import Summary, summarize
 
 if TYPE_CHECKING:
     from mlperf_mig.harness.result import InstanceResult
+    from mlperf_mig.registry.model import Gpu, Layout
 
 OBJECTIVES = {
     "throughput": "highest predicted total throughput",
@@ -108,9 +109,12 @@ def _measure(value: object, source: str, field: str, limit: float = MEASURE_LIMI
     Results are files people copy and edit: a NaN, an infinity, a negative rate or 1e308 would
     be ranked silently (or overflow a sum), so each is refused with one line naming the field.
     """
-    if value is None:
-        return None
-    if not is_number(value, 0, limit):
+    return None if value is None else _number(value, source, field, limit)
+
+
+def _number(value: object, source: str, field: str, limit: float = MEASURE_LIMIT) -> float:
+    """`value` read from `source` as a measurement that must be there (see `_measure`)."""
+    if not is_number(value, 0, limit) or not isinstance(value, int | float):
         raise DataFileError(
             f"{source!r}: {field} is {value!r}, not a measurement the advisor can rank (a finite "
             f"number from 0 to {limit:g}); the file was edited or damaged: fix that field "
@@ -150,22 +154,24 @@ def _instance_powers(run: RunResult) -> tuple[float | None, list[float | None]]:
     telemetry = run.telemetry
     window = None if telemetry is None else telemetry.window
     if (
-        window is None
+        telemetry is None
+        or window is None
         or telemetry.energy_j is None
         or telemetry.idle_power_w is None
         or window.duration_s <= 0
     ):
         return None, [None] * len(run.instances)
     source = str(Path(run.outdir) / RESULTS_FILE)
-    energy = _measure(telemetry.energy_j, source, "telemetry.layout.energy_j")
-    idle = _measure(telemetry.idle_power_w, source, "telemetry.layout.idle_power_w")
-    above = max(0.0, energy / window.duration_s - idle)  # type: ignore[operator]
+    energy = _number(telemetry.energy_j, source, "telemetry.layout.energy_j")
+    idle = _number(telemetry.idle_power_w, source, "telemetry.layout.idle_power_w")
+    above = max(0.0, energy / window.duration_s - idle)
     shares = [
         None if (t := telemetry.instance(i.name)) is None else t.energy_share_j
         for i in run.instances
     ]
-    if all(s is not None for s in shares) and sum(shares) > 0:  # type: ignore[arg-type]
-        weights = [float(s) for s in shares]  # type: ignore[arg-type]
+    known = [s for s in shares if s is not None]
+    if len(known) == len(shares) and sum(known) > 0:
+        weights = [float(s) for s in known]
     else:
         weights = [float(i.compute_slices) for i in run.instances]
     total = sum(weights)
@@ -226,13 +232,13 @@ def measurements_from(
                     add(profile, "isolated", throughput)
                     add(profile, "p99_alone", p99)
     first = layouts[0].first
-    capacities = {
+    checked = {
         name: _measure(value, "the sweep's capacities (sweep.json)", f"capacities[{name!r}]")
         for name, value in dict(capacities or {}).items()
     }
     profiles = {
         name: ProfileMeasure(
-            profile=name, capacity=capacities.get(name), **{k: tuple(v) for k, v in values.items()}
+            profile=name, capacity=checked.get(name), **{k: tuple(v) for k, v in values.items()}
         )
         for name, values in samples.items()
     }
@@ -268,7 +274,7 @@ class Prediction:
     worst_p99_ms: float | None
     capacity: float | None
     sources: tuple[str, ...]
-    layout_obj: Any = attrs.field(eq=False, repr=False)
+    layout_obj: Layout = attrs.field(eq=False, repr=False)
     samples_per_joule: float | None = None  # an estimate (ENERGY_NOTE); None without energy data
     lone_inputs: tuple[str, ...] = ()  # profiles whose rate comes from lone runs only
     lone_half: float = 0.0  # the part of `half` from the validation's error for lone runs
@@ -299,7 +305,7 @@ class Estimator:
     def __init__(
         self,
         measurements: Measurements,
-        gpu: Any,
+        gpu: Gpu,
         *,
         alone_only: bool = False,
         lone_error: float | None = None,
@@ -316,14 +322,13 @@ class Estimator:
             return None
         alone = measure.alone if self._alone_only else measure.alone + measure.isolated
         if measure.in_layout and not self._alone_only:
-            return Rate(
-                summary=summarize(measure.in_layout),
-                p99=summarize(measure.p99_in_layout),
-                source="in layout",
-            )  # type: ignore[arg-type]
-        if alone:
-            return Rate(summary=summarize(alone), p99=summarize(measure.p99_alone), source="alone")  # type: ignore[arg-type]
-        return None
+            rates, p99s, source = measure.in_layout, measure.p99_in_layout, "in layout"
+        else:
+            rates, p99s, source = alone, measure.p99_alone, "alone"
+        summary = summarize(rates)  # None: no rate measured
+        return (
+            None if summary is None else Rate(summary=summary, p99=summarize(p99s), source=source)
+        )
 
     def rate(self, name: str) -> Rate | None:
         if name not in self._cache:
@@ -347,7 +352,7 @@ class Estimator:
         values = measure.power_in_layout or measure.power_alone
         return sum(values) / len(values) if values else None
 
-    def samples_per_joule(self, layout: Any, total: float) -> float | None:
+    def samples_per_joule(self, layout: Layout, total: float) -> float | None:
         """Predicted total over the GPU's idle power plus each instance's power above idle."""
         idle = self._m.idle_power_w
         powers = [self.power(p.name) for p in layout.profiles]
@@ -356,7 +361,7 @@ class Estimator:
         watts = sum(idle) / len(idle) + sum(powers)  # type: ignore[arg-type]
         return total / watts if watts > 0 else None
 
-    def predict(self, layout: Any) -> Prediction | str:
+    def predict(self, layout: Layout) -> Prediction | str:
         """The prediction of `layout`, or why there is none."""
         rates = []
         for profile in layout.profiles:
@@ -384,14 +389,20 @@ class Estimator:
             instances=len(rates),
             total=total,
             samples_per_joule=self.samples_per_joule(layout, total),
-            half=None if any(h is None for h in halves) else sum(halves) + lone_half,  # type: ignore[misc]
+            half=_sum_of_all(halves, lone_half),
             lone_inputs=tuple(dict.fromkeys(n for n, _ in lone)),
             lone_half=lone_half,
             worst_p99_ms=max(p99s) if len(p99s) == len(rates) else None,
-            capacity=None if any(c is None for c in capacities) else sum(capacities),  # type: ignore[misc]
+            capacity=_sum_of_all(capacities),
             sources=sources,
             layout_obj=layout,
         )
+
+
+def _sum_of_all(values: Sequence[float | None], start: float = 0.0) -> float | None:
+    """`start` plus the sum of `values`; None if any of them is None."""
+    known = [v for v in values if v is not None]
+    return None if len(known) < len(values) else sum(known) + start
 
 
 @attrs.frozen(kw_only=True)
@@ -428,13 +439,13 @@ class Constraints:
 def _count(name: str, value: object) -> int | None:
     if value is None:
         return None
-    if not is_whole(value, 1):
+    if not is_whole(value, 1) or not isinstance(value, int):  # is_whole narrows nothing
         raise SettingsError(f"{name} must be a whole number of at least 1 (or None), got {value!r}")
     return value
 
 
 def check_constraints(
-    gpu: Any,
+    gpu: Gpu,
     *,
     min_instances: object = None,
     max_instances: object = None,
@@ -456,7 +467,9 @@ def check_constraints(
         allowed = tuple(
             gpu.profile(n.strip()).name for n in names
         )  # UnknownProfileError names the known ones
-    if max_p99_ms is not None and not (is_number(max_p99_ms) and max_p99_ms > 0):
+    if max_p99_ms is not None and not (
+        is_number(max_p99_ms) and isinstance(max_p99_ms, int | float) and max_p99_ms > 0
+    ):
         raise SettingsError(
             f"max_p99_ms must be a positive number of milliseconds (or None), got {max_p99_ms!r}"
         )
@@ -468,7 +481,10 @@ def check_constraints(
     )
 
 
-def _rank_key(objective: str) -> Any:
+RankKey = Callable[["Prediction"], tuple[float | str | None, ...]]  # sorts best first
+
+
+def _rank_key(objective: str) -> RankKey:
     """Best first; among equals, layouts predicted from fewer inferred profiles first."""
 
     def inferred(p: Prediction) -> int:
@@ -609,7 +625,7 @@ class Advice(Report):
         }
 
 
-def _settling_runs(gpu: Any, winner: Prediction) -> list[str]:
+def _settling_runs(gpu: Gpu, winner: Prediction) -> list[str]:
     """For each profile the winner takes from lone runs, a run that measures it inside a full
     layout: the winner itself when it fills the GPU, else a full layout that holds the profile."""
     from mlperf_mig import registry
@@ -635,7 +651,7 @@ def _settling_runs(gpu: Any, winner: Prediction) -> list[str]:
     return runs
 
 
-def validate(measurements: Measurements, gpu: Any) -> tuple[dict[str, Any], ...]:
+def validate(measurements: Measurements, gpu: Gpu) -> tuple[dict[str, Any], ...]:
     """Each measured multi-instance layout predicted from single-profile layouts alone, against
     its measured mean total; the error in percent."""
     from mlperf_mig import registry
