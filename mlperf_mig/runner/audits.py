@@ -17,9 +17,9 @@ spread, instead of PASS or FAIL; an inconclusive audit does not fail the run. Fu
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mlperf_mig.runner.jobs import instance_task
 from mlperf_mig.runner.plan import RunPlan
@@ -27,6 +27,7 @@ from mlperf_mig.runner.supervisor import WorkerOutcome
 
 if TYPE_CHECKING:
     from mlperf_mig.harness.compliance import AuditVerdict
+    from mlperf_mig.workloads.samples import SampleSource
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +89,13 @@ def _score(folder: Path, loadgen_scenario: str) -> float | None:
         return None
 
 
-def relative_spread(values: list[float]) -> float | None:
+def relative_spread(values: Sequence[float | None]) -> float | None:
     """How far the largest of `values` is above the smallest, relative to it (None: fewer than
     two positive values)."""
-    values = [v for v in values if v is not None and v > 0]
-    if len(values) < 2:
+    positive = [v for v in values if v is not None and v > 0]
+    if len(positive) < 2:
         return None
-    return max(values) / min(values) - 1.0
+    return max(positive) / min(positive) - 1.0
 
 
 def _spreads(
@@ -184,13 +185,13 @@ def _failure(outcome: WorkerOutcome | None) -> str | None:
         return "the audit did not run"
     if not outcome.ok:
         return f"the audit's worker {outcome.status}: {outcome.error}"
-    value: Any = outcome.value
+    value: object = outcome.value
     result = value.get("result", value) if isinstance(value, dict) else None
     error = result.get("error") if isinstance(result, dict) else None
     return None if error is None else f"the audit run failed: {error}"
 
 
-def _open_source(plan: RunPlan, outdir: Path, folder: str) -> Any:
+def _open_source(plan: RunPlan, outdir: Path, folder: str) -> SampleSource:
     from mlperf_mig.harness import datasets
 
     task = instance_task(

@@ -48,7 +48,7 @@ def cache_file(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 def usable_qps(value: object) -> bool:
     """A capacity that can be a Server target: a finite positive number (not a bool)."""
-    return finite_number(value) and value > 0  # type: ignore[operator]
+    return finite_number(value) and value > 0
 
 
 _warned: set[str] = set()

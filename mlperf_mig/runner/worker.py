@@ -29,7 +29,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TextIO
 
 import attrs
 
@@ -46,7 +46,7 @@ class WorkerJob:
 
     name: str
     entry: str  # "package.module:function"
-    payload: Any  # picklable; handed to the entry as its first argument
+    payload: object  # picklable; handed to the entry as its first argument
     log_path: str
     env: Mapping[str, str] = attrs.field(factory=dict)
     cpus: tuple[int, ...] | None = None  # CPU affinity (emulated partitions); None = inherit
@@ -89,7 +89,9 @@ def _die_with_parent() -> None:
     alive_fd = getattr(server, "_forkserver_alive_fd", None)  # CPython's, since 3.4
     if server.get_inherited_fds() is not None and alive_fd is not None:
         os.close(alive_fd)
-        server._forkserver_alive_fd = None  # a server of this worker's own would be started anew
+        # a server of this worker's own would be started anew; the attribute is CPython's private
+        # one, read with getattr above, which typeshed's ForkServer does not declare
+        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -97,7 +99,7 @@ def _die_with_parent() -> None:
             os._exit(1)
 
 
-def _redirect_output(log_path: str) -> Any:
+def _redirect_output(log_path: str) -> TextIO:
     """Send fd 1 and 2 (LoadGen prints there too) and Python logging to the worker's log file."""
     os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
     log_file = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
@@ -115,7 +117,8 @@ def _redirect_output(log_path: str) -> Any:
     return log_file
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
+    """`value` as plain data for the pipe: a record's to_dict(), anything else as it is."""
     to_dict = getattr(value, "to_dict", None)
     return to_dict() if callable(to_dict) else value
 
@@ -145,7 +148,7 @@ class _Channel:
             self._last_progress = now
             self._conn.send(("progress", int(completed)))
 
-    def done(self, value: Any) -> None:
+    def done(self, value: object) -> None:
         if self._released is not None:
             # CPU-seconds per second this process (every thread) used from the barrier's release:
             # an emulated instance's budget is checked against it

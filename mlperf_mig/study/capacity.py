@@ -25,7 +25,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import attrs
 
@@ -44,7 +44,7 @@ from mlperf_mig.runner.options import (
     options_doc,
     run_options,
 )
-from mlperf_mig.runner.results import EMULATED_LABEL
+from mlperf_mig.runner.results import EMULATED_LABEL, LayoutResult, RunResult
 from mlperf_mig.study.capacity_cache import plan_key
 
 log = logging.getLogger(__name__)
@@ -202,7 +202,12 @@ class CapacityResult:
         return data
 
 
-def _probe(run: Any, target: float, *, confirm: bool, quick: bool) -> Probe:
+def _one_run(result: LayoutResult) -> RunResult:
+    """A search's run: it passes no repeats and no isolation, so the layout result is one run."""
+    return cast(RunResult, result)
+
+
+def _probe(run: RunResult, target: float, *, confirm: bool, quick: bool) -> Probe:
     from mlperf_mig.runner.results import result_p99_ms
 
     instance = run.instances[0]
@@ -359,7 +364,8 @@ class _Search:
             settings=overrides,
             **self.common,
         )
-        return _probe(result, target, confirm=confirm, quick=self.common["preset"] != "submission")
+        quick = self.common["preset"] != "submission"
+        return _probe(_one_run(result), target, confirm=confirm, quick=quick)
 
     def server(self, target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
         """One Server run at `target`, recorded; a failed probe is run again once."""
@@ -401,7 +407,9 @@ def _start_target(search: _Search) -> float:
     if search.options.low_qps is not None:
         return float(search.options.low_qps)
     outdir = search.root / "offline"
-    offline = run([search.profile], loadgen_scenario="Offline", outdir=outdir, **search.common)
+    offline = _one_run(
+        run([search.profile], loadgen_scenario="Offline", outdir=outdir, **search.common)
+    )
     if offline.total_throughput is None:
         raise SettingsError(
             f"the Offline run that sizes the search on {search.profile} measured nothing "

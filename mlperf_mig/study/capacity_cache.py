@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 import attrs
 
@@ -38,7 +37,7 @@ def capacity_key(
     return "|".join([where, profile, benchmark, backend, precision or "default", preset, variant])
 
 
-def plan_key(plan: Any, profile: str) -> str:
+def plan_key(plan: RunPlan, profile: str) -> str:
     """The cache key of `profile` under the settings of a RunPlan."""
     return capacity_key(
         gpu=plan.gpu,
@@ -52,7 +51,9 @@ def plan_key(plan: Any, profile: str) -> str:
     )
 
 
-def plan_capacities(plan: Any, cache_dir: str | os.PathLike[str] | None = None) -> dict[str, float]:
+def plan_capacities(
+    plan: RunPlan, cache_dir: str | os.PathLike[str] | None = None
+) -> dict[str, float]:
     """profile -> cached capacity (QPS) for the profiles of `plan` that have one."""
     entries = read_capacities(cache_dir)
     keys = {slot.profile: plan_key(plan, slot.profile) for slot in plan.slots}
@@ -92,5 +93,5 @@ def with_cached_capacity(options: RunOptions, the_plan: RunPlan) -> tuple[RunOpt
     log.info(
         "Server target %.4g QPS per instance: the cached capacity (mlperf-mig capacity)", target
     )
-    options = attrs.evolve(options, settings=settings)
+    options = attrs.evolve(options, settings=tuple(sorted(settings.items())))  # as converted
     return options, attrs.evolve(make_plan(options), target_from=origin)

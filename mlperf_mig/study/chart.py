@@ -19,14 +19,18 @@ import contextlib
 import io
 import math
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from mlperf_mig._io import atomic_write_bytes
 from mlperf_mig.runner.results import SUM_LABEL, UNIFIED_LABEL, LayoutResult, RunResult
+
+if TYPE_CHECKING:  # matplotlib (the plot extra) is imported where a chart is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 CHART_NAME = "throughput"
 PLOT_INSTALL = "pip install -e '.[plot]'"  # matplotlib, as the README says to install it
@@ -166,7 +170,7 @@ def _literal_text() -> Iterator[None]:
         yield
 
 
-def figure_svg(draw: Any, width: float) -> str:
+def figure_svg(draw: Callable[[Figure], None], width: float) -> str:
     """An SVG document of one figure drawn by `draw(figure)` (for embedding in HTML)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -203,7 +207,7 @@ def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Pat
     )
 
 
-def draw_bars(axes: Any, bars: Sequence[Bar], first: RunResult) -> None:
+def draw_bars(axes: Axes, bars: Sequence[Bar], first: RunResult) -> None:
     """The seed study's figure on `axes`: totals per layout stacked by instance, error bars."""
     palette = [
         "#4C72B0",

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import html
 import logging
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -36,10 +37,13 @@ from mlperf_mig import registry
 from mlperf_mig._io import atomic_write_text
 from mlperf_mig._table import html_table
 from mlperf_mig.errors import MlperfMigError, OutputDirError
-from mlperf_mig.runner.results import LayoutResult
-from mlperf_mig.study.advisor import advise_from, measurements_from
-from mlperf_mig.study.chart import PLOT_INSTALL, chart_bar, draw_bars, figure_svg, gpu_bars
+from mlperf_mig.runner.results import LayoutResult, RunResult
+from mlperf_mig.study.advisor import Advice, advise_from, measurements_from
+from mlperf_mig.study.chart import PLOT_INSTALL, Bar, chart_bar, draw_bars, figure_svg, gpu_bars
 from mlperf_mig.telemetry.figure import draw_timeseries, series_for_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +57,31 @@ pre{background:#f6f6f6;padding:8px;overflow:auto} svg{max-width:100%;height:auto
 """
 
 
-def _layouts(report: Any) -> list[LayoutResult]:
+class Reported(Protocol):
+    """What the HTML report reads of what it reports: a layout result (RunResult, RepeatedRun)
+    or a sweep (study/sweep.py's SweepResult, which imports this module)."""
+
+    @property
+    def outdir(self) -> str: ...
+
+    @property
+    def layouts(self) -> tuple[LayoutResult, ...]: ...
+
+    def title(self) -> str: ...
+
+    def columns(self) -> Sequence[str]: ...
+
+    def rows(self) -> Sequence[Mapping[str, Any]]: ...
+
+    def notes(self) -> list[str]: ...
+
+
+def _layouts(report: Reported) -> list[LayoutResult]:
     """One entry per layout: a sweep's layouts, or the layout result itself."""
     return list(report.layouts)
 
 
-def _is_one_layout(report: Any) -> bool:
+def _is_one_layout(report: Reported) -> bool:
     """Whether `report` is a layout result itself (no table of layouts above its sections)."""
     return len(report.layouts) == 1 and report.layouts[0] is report
 
@@ -95,14 +118,14 @@ def change_points(
     return points
 
 
-def _change_figure(layouts: Sequence[Any]) -> str | None:
+def _change_figure(layouts: Sequence[LayoutResult]) -> str | None:
     """Figure 2: each layout's total over layout 1's, a ratio on a log axis, with its interval
     (or range) as an error bar (None without any layout to compare)."""
     points = change_points(layouts)
     if not points:
         return None
 
-    def draw(figure: Any) -> None:
+    def draw(figure: Figure) -> None:
         axes = figure.add_subplot()
         xs = range(len(points))
         ratios = [p[1] for p in points]
@@ -144,7 +167,7 @@ def _change_figure(layouts: Sequence[Any]) -> str | None:
     return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
 
 
-def _figures(layouts: Sequence[Any]) -> str:
+def _figures(layouts: Sequence[LayoutResult]) -> str:
     bars = [bar for bar in (chart_bar(layout) for layout in layouts) if bar is not None]
     if not bars:
         return "<p>No layout produced a throughput: no figures.</p>"
@@ -168,17 +191,23 @@ def _figures(layouts: Sequence[Any]) -> str:
     return "".join(parts) + _timeseries_figures(layouts)
 
 
-def _gpu_figures(layouts: Sequence[Any]) -> list[str]:
+def _bars_drawer(bars: Sequence[Bar], first: RunResult) -> Callable[[Figure], None]:
+    """What draws `bars` on a figure's one pair of axes."""
+
+    def draw(figure: Figure) -> None:
+        draw_bars(figure.add_subplot(), bars, first)
+
+    return draw
+
+
+def _gpu_figures(layouts: Sequence[LayoutResult]) -> list[str]:
     """Each whole system's throughput per GPU, stacked by instance (one figure per layout)."""
     figures = []
     for layout in layouts:
         bars = gpu_bars(layout)
         if bars:
             first = layout.first
-            svg = figure_svg(
-                lambda f, b=bars, r=first: draw_bars(f.add_subplot(), b, r),
-                max(6.0, 1.1 * len(bars) + 2.0),
-            )
+            svg = figure_svg(_bars_drawer(bars, first), max(6.0, 1.1 * len(bars) + 2.0))
             figures.append(
                 f"<h2>Per GPU: {html.escape(_layout_name(layout))}, stacked by instance</h2>{svg}"
             )
@@ -189,12 +218,13 @@ def _samples_per_joule(layout: LayoutResult) -> tuple[float, str] | None:
     """A layout's samples per joule (the mean over its repeats) and the energy it rests on."""
     runs = layout.runs
     values = [r.samples_per_joule for r in runs if r.samples_per_joule is not None]
-    if not values:
+    telemetry = runs[0].telemetry
+    if not values or telemetry is None:
         return None
-    return sum(values) / len(values), runs[0].telemetry.energy_label
+    return sum(values) / len(values), telemetry.energy_label
 
 
-def _energy_figure(layouts: Sequence[Any]) -> str | None:
+def _energy_figure(layouts: Sequence[LayoutResult]) -> str | None:
     """Samples per joule of every layout that measured energy (None when none did)."""
     points = [
         (_layout_name(layout), found)
@@ -204,7 +234,7 @@ def _energy_figure(layouts: Sequence[Any]) -> str | None:
     if not points:
         return None
 
-    def draw(figure: Any) -> None:
+    def draw(figure: Figure) -> None:
         axes = figure.add_subplot()
         axes.bar(range(len(points)), [p[1][0] for p in points], color="#4C72B0")
         axes.set_xticks(range(len(points)), [p[0] for p in points], fontsize=9)
@@ -218,7 +248,7 @@ def _energy_figure(layouts: Sequence[Any]) -> str | None:
     return figure_svg(draw, max(6.0, 0.9 * len(points) + 2.0))
 
 
-def _timeseries_figures(layouts: Sequence[Any]) -> str:
+def _timeseries_figures(layouts: Sequence[LayoutResult]) -> str:
     """Per run (a repeated layout's first repeat): activity per instance and power over time,
     from its telemetry.csv, read back as untrusted input."""
     parts = []
@@ -232,7 +262,7 @@ def _timeseries_figures(layouts: Sequence[Any]) -> str:
         except MlperfMigError as exc:
             parts.append(f"{title}<p>Not drawn: {html.escape(str(exc))}</p>")
             continue
-        parts.append(title + figure_svg(lambda f, d=data: draw_timeseries(f, d), 9.0))
+        parts.append(title + figure_svg(functools.partial(draw_timeseries, data=data), 9.0))
     return "".join(parts)
 
 
@@ -265,7 +295,7 @@ def shared_notes(
     return shared, own
 
 
-def _layout_sections(layouts: Sequence[Any], shown: Iterable[str] = ()) -> str:
+def _layout_sections(layouts: Sequence[LayoutResult], shown: Iterable[str] = ()) -> str:
     parts = [_layout_parts(layout) for layout in layouts]
     shared, own = shared_notes(
         [_layout_name(layout) for layout in layouts], [p[2] for p in parts], shown
@@ -277,7 +307,7 @@ def _layout_sections(layouts: Sequence[Any], shown: Iterable[str] = ()) -> str:
     )
 
 
-def _advisor_section(layouts: Sequence[Any], advice: Any) -> str:
+def _advisor_section(layouts: Sequence[LayoutResult], advice: Advice | None) -> str:
     if advice is None:
         try:
             gpu = registry.default_catalog().get(layouts[0].first.gpu)
@@ -297,7 +327,7 @@ def _advisor_section(layouts: Sequence[Any], advice: Any) -> str:
     )
 
 
-def report_html(report: Any, *, advice: Any = None) -> str:
+def report_html(report: Reported, *, advice: Advice | None = None) -> str:
     """The HTML text of the report of a layout result (RunResult, RepeatedRun) or a sweep."""
     layouts = _layouts(report)
     title = report.title()
@@ -339,7 +369,7 @@ _KINDS = (
 )
 
 
-def _report_folders(report: Any, sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
+def _report_folders(report: Reported, sources: Iterable[str | os.PathLike[str]]) -> list[Path]:
     """The folders a report was read from: `sources`, its own, each layout's, each run's
     (repeats and isolation runs included); those that exist, resolved, once each."""
     folders = [Path(source) for source in sources] + [Path(report.outdir)]
@@ -366,7 +396,7 @@ def _read_files(folders: Iterable[Path]) -> set[tuple[int, int]]:
 
 
 def check_html_target(
-    report: Any,
+    report: Reported,
     path: str | os.PathLike[str],
     *,
     sources: Iterable[str | os.PathLike[str]] = (),
@@ -441,10 +471,10 @@ def _check_folder(target: Path, text: str, mkdir: bool) -> None:
 
 
 def write_html(
-    report: Any,
+    report: Reported,
     path: str | os.PathLike[str],
     *,
-    advice: Any = None,
+    advice: Advice | None = None,
     sources: Iterable[str | os.PathLike[str]] = (),
     mkdir: bool = False,
 ) -> HtmlWritten:
@@ -458,7 +488,7 @@ def write_html(
 
 
 def write_report(
-    report: Any, path: str | os.PathLike[str] | None = None, *, advice: Any = None
+    report: Reported, path: str | os.PathLike[str] | None = None, *, advice: Advice | None = None
 ) -> str:
     """`report_html(report)`, written to `path` when given by `write_html`'s rules (a replaced
     file is logged as a warning); returns the text."""
