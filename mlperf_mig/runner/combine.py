@@ -12,13 +12,17 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from mlperf_mig._io import ensure_writable_dir
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.placement import instance_name
-from mlperf_mig.runner.results import RunResult
+from mlperf_mig.runner.results import InstanceRun, RunResult
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.model import Gpu, Layout
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +72,7 @@ def combine_runs(
     _check_distinct(runs)
     if len({run.settings_key for run in runs}) > 1:
         log.warning("the runs used different LoadGen settings; the sum is indicative only")
-    instances = []
+    instances: list[InstanceRun] = []
     for run in runs:
         for instance in run.instances:
             index = len(instances)
@@ -100,7 +104,7 @@ def combine_runs(
     return combined
 
 
-def _study_number(layout: object, gpu: object) -> int | None:
+def _study_number(layout: Layout, gpu: Gpu) -> int | None:
     """The study's layout number when the combined layout is one of the eight."""
     from mlperf_mig import registry
 

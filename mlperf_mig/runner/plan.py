@@ -182,7 +182,15 @@ class RunPlan(Report):
 
     def columns(self) -> tuple[str, ...]:
         """The plan table's columns: with the host and node of each instance on a cluster."""
-        local = ("instance", "profile", "compute slices", "device", "threads", "engine", "folder")
+        local: tuple[str, ...] = (
+            "instance",
+            "profile",
+            "compute slices",
+            "device",
+            "threads",
+            "engine",
+            "folder",
+        )
         if self.deployment.emulated:
             local = (*local[:4], "CPU share", *local[4:])
         if self.deployment.multi_gpu:
@@ -389,7 +397,8 @@ def make_plan(options: RunOptions) -> RunPlan:
         model_path=options.model_path,
     )
     _check_run_input(deployment, options, benchmark=bench, loadgen_scenario=lg_scenario)
-    overrides, host_notes = options.settings, ()
+    overrides = options.settings
+    host_notes: tuple[str, ...] = ()
     if options.cluster is None:  # on a cluster each node holds only its own instances
         overrides, host_notes = _fit_host(deployment, options, backend_name, bench, lg_scenario)
     if options.compliance and not options.accuracy:
@@ -480,7 +489,7 @@ def _fit_host(
         samples_given=given > 0,
         preset=options.preset,
     )
-    if fewer is None:
+    if fewer is None or note is None:  # fit_host gives both or neither
         return options.settings, ()
     overrides = dict(options.settings)
     overrides["performance_sample_count_override"] = fewer

@@ -302,8 +302,9 @@ class UnifiedRounds(Rounds):
         """The layout's results; a lost serving worker is a degraded layout, not a failed one."""
         coordinator = performance.get(LAYOUT_FOLDER)
         coordinator_acc = accuracy.get(LAYOUT_FOLDER)
-        finished = coordinator is not None and coordinator.ok
-        lost = coordinator.value.get("lost_workers", []) if finished else []
+        # the coordinator's value when it finished (its dict of served samples and lost workers)
+        finished = coordinator.value if coordinator is not None and coordinator.ok else None
+        lost = finished.get("lost_workers", []) if finished is not None else []
         error = None
         if coordinator is not None and not coordinator.ok:
             error = coordinator.error
@@ -316,7 +317,7 @@ class UnifiedRounds(Rounds):
             accuracy=instance_result(coordinator_acc, "result"),
             status=coordinator.status if coordinator else "not run",
             error=error,
-            served=coordinator.value["served"] if finished else {},
+            served=finished["served"] if finished is not None else {},
         )
 
 

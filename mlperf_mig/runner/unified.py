@@ -41,6 +41,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from mlperf_mig.harness.loadgen_test import LoadGenTest
+    from mlperf_mig.harness.task import InstanceTask
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ CHUNK_SAMPLES = 2048
 CHUNK_PAYLOAD_BYTES = 1 << 20
 CHUNK_SECONDS = 0.02
 # ids, rows (a range when consecutive), dataset indices (a list, or an array until sent)
-_Batch = tuple[list[int], Sequence[int], Sequence[int]]
+_Batch = tuple[list[int], Sequence[int], Sequence[int] | np.ndarray]
 _POLL_S = 0.5
 _PROGRESS_INTERVAL_S = 0.5
 
@@ -132,7 +133,7 @@ def attach_samples(
 class CoordinatorJob:
     """Payload of the coordinator: the layout's LoadGen test and the links to the workers."""
 
-    task: Any  # harness InstanceTask of the whole layout (engine None: no model here)
+    task: InstanceTask  # of the whole layout (engine None: no model here)
     samples: tuple[SharedArraySpec, ...]
     performance_count: int  # LoadGen's; the shared arrays may hold a few rows more (MultiStream)
     links: tuple[Connection, ...]
@@ -148,7 +149,7 @@ class CoordinatorJob:
 class ServeJob:
     """Payload of one instance worker: its engine, the shared samples and its link."""
 
-    task: Any  # harness InstanceTask of this instance (engine, threads, loadgen scenario, settings)
+    task: InstanceTask  # of this instance (engine, threads, loadgen scenario, settings)
     samples: tuple[SharedArraySpec, ...]
     link: Connection
     batch_size: int
@@ -428,8 +429,9 @@ class _Receiver(threading.Thread):
         open_links = dict(enumerate(self._links))
         while open_links and not self._stopping.is_set():
             by_link = {id(link): i for i, link in open_links.items()}
-            for link in wait(list(open_links.values()), timeout=_POLL_S):
-                worker = by_link[id(link)]
+            for ready in wait(list(open_links.values()), timeout=_POLL_S):
+                worker = by_link[id(ready)]
+                link = open_links[worker]  # `ready` as the Connection it is
                 try:
                     message = link.recv()
                 except (EOFError, OSError):
@@ -461,8 +463,9 @@ def _collect_targets(
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
         by_link = {id(link): i for i, link in waiting.items()}
-        for link in wait(list(waiting.values()), timeout=deadline - time.monotonic()):
-            worker = by_link[id(link)]
+        for ready in wait(list(waiting.values()), timeout=deadline - time.monotonic()):
+            worker = by_link[id(ready)]
+            link = waiting[worker]  # `ready` as the Connection it is
             try:
                 message = link.recv()
             except (EOFError, OSError):
