@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from mlperf_mig.runner.plan import EngineRequest, RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
 from mlperf_mig.runner.supervisor import Supervisor, Timeouts, WorkerOutcome
 from mlperf_mig.runner.worker import WorkerJob
+
+if TYPE_CHECKING:
+    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.harness import InstanceTask
+    from mlperf_mig.harness.samples import InputLayout
+    from mlperf_mig.runner.placement import InstanceSlot
 
 LAYOUT_FOLDER = "layout"
 USER_CONF = "user.conf"
@@ -27,7 +33,7 @@ ACCURACY_COUNT = "accuracy_sample_count_override"
 
 
 # --- worker entry of the engine round ------------------------------------------------------------
-def build_engine_job(request: EngineRequest, **_protocol: Any) -> dict[str, Any]:
+def build_engine_job(request: EngineRequest, **_protocol: object) -> dict[str, Any]:
     """Worker entry: resolve the EngineSpec and build (or reuse) its engine in this slice."""
     from mlperf_mig.engines import EngineSpec, backend_class, build_engine
 
@@ -71,9 +77,15 @@ class SupervisedRound:
             on_finish=on_finish,
         )
 
-    def run(self, jobs: list[WorkerJob], **kwargs: Any) -> dict[str, WorkerOutcome]:
+    def run(
+        self,
+        jobs: list[WorkerJob],
+        *,
+        after_start: Callable[[], None] | None = None,
+        lead: str | None = None,
+    ) -> dict[str, WorkerOutcome]:
         try:
-            outcomes = self.supervisor.run(jobs, **kwargs)
+            outcomes = self.supervisor.run(jobs, after_start=after_start, lead=lead)
         finally:
             if self.display is not None:
                 self.display.close()
@@ -90,10 +102,10 @@ def instance_task(
     name: str,
     outdir: Path,
     mode: str,
-    engine: Any,
+    engine: EngineSpec | None,
     threads: int | None,
     profile: str | None,
-) -> Any:
+) -> InstanceTask:
     """The harness task of one instance in a round; `mode` is "performance", "accuracy" or an
     audit ("TEST01", "TEST04": a performance-mode test with its audit.config)."""
     from mlperf_mig.harness import InstanceTask, SettingsSpec
@@ -154,7 +166,7 @@ def _resolved_values(plan: RunPlan, conf: Path) -> tuple[tuple[str, float], ...]
     return tuple(read_user_conf(conf, model, plan.loadgen_scenario).items())
 
 
-def instance_env(slot: Any) -> dict[str, str]:
+def instance_env(slot: InstanceSlot) -> dict[str, str]:
     """The slot's device variables, its name (for logs and tests), its thread count and its
     emulated CPU budget (runner/cpu_budget.py)."""
     from mlperf_mig.runner.cpu_budget import budget_env
@@ -166,7 +178,7 @@ def instance_env(slot: Any) -> dict[str, str]:
     return env
 
 
-def sample_capacity(plan: RunPlan, task: Any) -> tuple[Any, int, int]:
+def sample_capacity(plan: RunPlan, task: InstanceTask) -> tuple[tuple[InputLayout, ...], int, int]:
     """Input layouts, LoadGen's performance sample count, and how many samples the shared
     sample memory must hold (MultiStream may load one query more than the performance count)."""
     from mlperf_mig.harness import datasets

@@ -18,16 +18,53 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mlperf_mig.errors import MlperfMigError
 from mlperf_mig.runner.capacity_store import read_capacities, store_capacity
+
+if TYPE_CHECKING:
+    from mlperf_mig.runner.placement import Deployment, InstanceSlot
+    from mlperf_mig.runner.results import RunResult
+    from mlperf_mig.workloads import Workload
 
 log = logging.getLogger(__name__)
 
 TABLE_CPUS = 2  # the data files' `cpu` targets were measured on 2 cores
 HANG_FACTOR = 5.0
 MIN_HANG_S = 600.0
+
+
+class PlannedRun(Protocol):
+    """What the estimates read of a plan (runner/plan.py's RunPlan, which imports this module)."""
+
+    @property
+    def deployment(self) -> Deployment: ...
+    @property
+    def slots(self) -> Sequence[InstanceSlot]: ...
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def benchmark(self) -> Workload: ...
+    @property
+    def variant(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def precision(self) -> str | None: ...
+    @property
+    def preset(self) -> str: ...
+    @property
+    def loadgen_scenario(self) -> str: ...
+    @property
+    def overrides(self) -> Sequence[tuple[str, float]]: ...
+    @property
+    def accuracy(self) -> bool: ...
+    @property
+    def cache_dir(self) -> str | None: ...
+    @property
+    def outdir(self) -> str: ...
 
 
 def speed_key(
@@ -37,11 +74,11 @@ def speed_key(
     return "|".join(["speed", benchmark, variant, backend, precision or "default", where])
 
 
-def _where(plan: Any, slot: Any) -> str:
+def _where(plan: PlannedRun, slot: InstanceSlot) -> str:
     return "cpu" if plan.deployment.emulated else f"{plan.gpu}/{slot.profile}"
 
 
-def _key(plan: Any, slot: Any) -> str:
+def _key(plan: PlannedRun, slot: InstanceSlot) -> str:
     return speed_key(
         benchmark=plan.benchmark.name,
         variant=plan.variant,
@@ -52,7 +89,7 @@ def _key(plan: Any, slot: Any) -> str:
 
 
 def slot_speed(
-    plan: Any, slot: Any, measured: dict[str, dict[str, Any]]
+    plan: PlannedRun, slot: InstanceSlot, measured: dict[str, dict[str, Any]]
 ) -> tuple[float | None, str]:
     """Samples per second the slot's engine should deliver here, and where that comes from."""
     from mlperf_mig.harness.settings import load_settings_data, profile_target
@@ -76,7 +113,7 @@ def slot_speed(
         return None, "not measured here yet"
 
 
-def test_seconds(plan: Any, speed: float | None, *, accuracy: bool) -> float:
+def test_seconds(plan: PlannedRun, speed: float | None, *, accuracy: bool) -> float:
     """About how long one instance's LoadGen test lasts at `speed` samples/s."""
     from mlperf_mig.harness.settings import expected_test_seconds, load_settings_data, preset_values
 
@@ -98,7 +135,7 @@ def test_seconds(plan: Any, speed: float | None, *, accuracy: bool) -> float:
     return max(base, float(values.get("min_query_count", 1)) * per_query / speed)
 
 
-def estimates(plan: Any) -> tuple[float, float | None, str]:
+def estimates(plan: PlannedRun) -> tuple[float, float | None, str]:
     """(performance test s, accuracy test s or None, what they rest on) for the slowest slot."""
     try:
         measured = read_capacities(plan.cache_dir)
@@ -123,7 +160,7 @@ def hang_limit(performance_s: float, accuracy_s: float | None) -> float:
     return max(MIN_HANG_S, HANG_FACTOR * max(performance_s, accuracy_s or 0.0))
 
 
-def record_speeds(plan: Any, result: Any) -> None:
+def record_speeds(plan: PlannedRun, result: RunResult) -> None:
     """Keep the Offline speed of each instance that finished (per CPU-second it used, emulated)."""
     if plan.loadgen_scenario != "Offline" or plan.backend == "null":
         return
