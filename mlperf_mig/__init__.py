@@ -8,7 +8,16 @@ Notebook API: `run(scenario=7)`, `sweep(scenarios=range(1, 9))`, `plan(scenario=
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what the lazy exports are, for type checkers (loaded on first use below)
+    from mlperf_mig.api import aggregate, plan, run, sweep
+    from mlperf_mig.runner.plan import RunPlan
+    from mlperf_mig.runner.results import InstanceRun, LayoutResult, RunResult
+    from mlperf_mig.study.api import advise
+    from mlperf_mig.study.capacity import capacity
+    from mlperf_mig.study.repeats import RepeatedRun
+    from mlperf_mig.study.sweep import SweepResult
 
 __version__ = "0.1.0"
 
@@ -45,7 +54,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     try:
         module = _API[name]
     except KeyError:

@@ -14,10 +14,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlperf_mig._cli_args import LAYOUT, RUN, STUDY, add_flags, flag_values, layout_spec
 from mlperf_mig.errors import NameParseError
+
+if TYPE_CHECKING:
+    from mlperf_mig.runner.results import LayoutResult
+    from mlperf_mig.study.sweep import SweepResult
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -158,13 +162,13 @@ def _sweep(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok and not _audit_failed(result) else EXIT_FAILED
 
 
-def _audit_failed(result: Any) -> bool:
+def _audit_failed(result: LayoutResult | SweepResult) -> bool:
     """Whether a compliance audit failed in any run of `result`: a run, its repeats, or every
     layout of a sweep (a failed audit exits 1, as `--help` says)."""
     return any(run.compliance_passed is False for run in result.runs)
 
 
-def _json(result: Any) -> str:
+def _json(result: LayoutResult | SweepResult) -> str:
     """A result (RunResult, RepeatedRun, SweepResult) as the JSON its folder holds; a sweep's
     sweep.json names its layouts' folders, so their results come with it."""
     from mlperf_mig.study.sweep import SweepResult

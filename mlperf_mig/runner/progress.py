@@ -19,6 +19,10 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+# tqdm ships no type information (pyproject's mypy overrides): its class and bars by name
+TqdmClass = Any  # tqdm.std.tqdm or tqdm.notebook.tqdm
+TqdmBar = Any  # a bar made by a TqdmClass
+
 _PLAIN_INTERVAL_S = 10.0
 _TTY_INTERVAL_S = 0.5
 _NOTEBOOK_INTERVAL_S = 1.0
@@ -45,7 +49,7 @@ def live_stream(stream: TextIO) -> bool:
     return display_kind(stream) in (TERMINAL, WIDGETS)
 
 
-def tqdm_class(stream: TextIO) -> Any:
+def tqdm_class(stream: TextIO) -> TqdmClass:
     """tqdm's widget class in a notebook with ipywidgets, its text class elsewhere (never the
     text bars in a notebook, where each redraw would be an output of its own)."""
     if display_kind(stream) == WIDGETS:
@@ -91,7 +95,7 @@ class ProgressDisplay:
         self._released: float | None = None
         self._started = time.monotonic()
         self._last_draw = self._started
-        self._bars: list[Any] = []
+        self._bars: list[TqdmBar] = []
         self._notebook: _NotebookLines | None = None
         if self._tty:
             tqdm = tqdm_class(self._stream)

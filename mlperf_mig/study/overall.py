@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 from mlperf_mig.runner.plan import RunPlan
-from mlperf_mig.runner.progress import live_stream, tqdm_class
+from mlperf_mig.runner.progress import TqdmBar, live_stream, tqdm_class
 from mlperf_mig.runner.results import RunResult
 
 
@@ -28,7 +28,7 @@ class OverallProgress:
     def __init__(self, total: int, *, progress: bool | TextIO, description: str) -> None:
         stream = sys.stderr if progress is True else progress or None
         if stream is None:
-            self._bar: Any = None
+            self._bar: TqdmBar | None = None
             return
         tqdm = tqdm_class(stream)
         self._bar = tqdm(
