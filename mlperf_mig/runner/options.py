@@ -59,8 +59,8 @@ def _kind(value: object) -> str:
 
 def check_scenario(name: str, value: object) -> int | str | tuple[str, ...]:
     """A MIG layout as the API takes it: a study number, a layout string or a list of profiles."""
-    if is_whole(value):
-        return value  # type: ignore[return-value]
+    if is_whole(value) and isinstance(value, int):  # is_whole narrows nothing
+        return value
     if isinstance(value, str):
         if not value.strip():
             raise SettingsError(
@@ -96,7 +96,7 @@ def _optional_text(instance: object, attribute: attrs.Attribute, value: object) 
 def _cluster(instance: object, attribute: attrs.Attribute, value: object) -> None:
     """A `--cluster` value in one of its forms (checked without importing Ray)."""
     if value is not None:
-        parse_cluster(value)  # type: ignore[arg-type]
+        parse_cluster(value)  # type: ignore[arg-type]  # it refuses what is not text itself
 
 
 def _gpu_group(value: object) -> tuple[str, ...] | None:
@@ -213,18 +213,23 @@ def _repeats(instance: object, attribute: attrs.Attribute, value: object) -> Non
 def _seconds(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is None:
         return
-    if not is_number(value) or value <= 0 or value * 1e9 > LOADGEN_INT_MAX:  # type: ignore[operator]
+    if (
+        not is_number(value)
+        or not isinstance(value, int | float)  # is_number narrows nothing
+        or value <= 0
+        or value * 1e9 > LOADGEN_INT_MAX
+    ):
         raise SettingsError(
             f"{attribute.name} must be a positive, finite number of seconds (or None), got {_kind(value)}"
         )
 
 
-def _path(value: object) -> str | None:
+def _path(value: object) -> object:
     """os.fspath of a str or path-like; anything else is left for the validator to refuse."""
     if isinstance(value, (str, os.PathLike)):
         path = os.fspath(value)
-        return path if isinstance(path, str) else value  # type: ignore[return-value]
-    return value  # type: ignore[return-value]
+        return path if isinstance(path, str) else value
+    return value
 
 
 def _optional_path(instance: object, attribute: attrs.Attribute, value: object) -> None:

@@ -356,9 +356,10 @@ class Estimator:
         """Predicted total over the GPU's idle power plus each instance's power above idle."""
         idle = self._m.idle_power_w
         powers = [self.power(p.name) for p in layout.profiles]
-        if not idle or any(p is None for p in powers):
+        known = [p for p in powers if p is not None]
+        if not idle or len(known) < len(powers):
             return None
-        watts = sum(idle) / len(idle) + sum(powers)  # type: ignore[arg-type]
+        watts = sum(idle) / len(idle) + sum(known)
         return total / watts if watts > 0 else None
 
     def predict(self, layout: Layout) -> Prediction | str:

@@ -247,7 +247,8 @@ def _positive(*, whole: bool = False, optional: bool = False) -> Callable[..., N
     def check(instance: object, attribute: attrs.Attribute, value: object) -> None:
         if value is None and optional:
             return
-        if not (is_whole(value) if whole else is_number(value)) or value <= 0:  # type: ignore[operator]
+        checked = is_whole(value) if whole else is_number(value)
+        if not checked or not isinstance(value, int | float) or value <= 0:  # narrowed for <=
             raise SettingsError(
                 f"{attribute.name} must be a positive {'whole ' if whole else ''}number, got "
                 f"{value!r}"

@@ -134,7 +134,8 @@ class SweepResult(Report):
     def capacity_of(self, layout: LayoutResult) -> float | None:
         """The layout's Server capacity: the sum of its instances' (None: one is not known)."""
         values = [self.capacities.get(i.profile) for i in layout.first.instances]
-        return None if not values or None in values else sum(values)  # type: ignore[arg-type]
+        known = [v for v in values if v is not None]
+        return sum(known) if values and len(known) == len(values) else None
 
     def rows(self) -> list[dict[str, Any]]:
         rows = [layout.summary_row() for layout in self.layouts]
