@@ -21,7 +21,7 @@ significant or not.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -121,12 +121,6 @@ def summarize(values: Sequence[float]) -> Summary | None:
     )
 
 
-def _size_pair(sizes: Iterable[int]) -> tuple[int, int]:
-    """A Change's two sizes (JSON gives them as a list)."""
-    first, second = sizes
-    return first, second
-
-
 @attrs.frozen(kw_only=True)
 class Change:
     """The change of a quantity against a reference as a ratio of means, kept as `value` =
@@ -141,7 +135,7 @@ class Change:
     high: float | None
     range_low: float | None = None
     range_high: float | None = None
-    sizes: tuple[int, int] = attrs.field(default=(0, 0), converter=_size_pair)
+    sizes: tuple[int, int] = (0, 0)  # made only by relative_change, always as a pair
 
     @property
     def ratio(self) -> float:
