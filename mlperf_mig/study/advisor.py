@@ -482,7 +482,7 @@ def check_constraints(
     )
 
 
-RankKey = Callable[["Prediction"], tuple[float | str | None, ...]]  # sorts best first
+RankKey = Callable[[Prediction], tuple[float | str | None, ...]]  # sorts best first
 
 
 def _rank_key(objective: str) -> RankKey:
