@@ -2,7 +2,7 @@
 
 On a GPU, a MIG instance of s compute slices has s/7 of an A100's SMs, so per-instance throughput
 goes about 1 : 2 : 3 : 4 : 7 for 1g : 2g : 3g : 4g : 7g. The emulation gives each instance CPU
-time in proportion to its slices (runner/cpu_budget.py): this script runs the seed study's
+time in proportion to its slices (emulation/cpu_budget.py): this script runs the seed study's
 layouts 1-8 (ResNet50 Offline, quick preset, no accuracy run) for the tiny and the full graph,
 averages each profile's per-instance throughput over the layouts it appears in, divides by 1g's,
 and prints that against 1 : 2 : 3 : 4 : 7 with the largest deviation (target: at most 20%),

@@ -97,7 +97,7 @@ class InstanceActor:
     """One instance on its node (a Ray actor): runs one job in its own scratch folder."""
 
     def __init__(self, name: str, env: Mapping[str, str], cpus: tuple[int, ...] | None) -> None:
-        from mlperf_mig.runner.cpu_budget import enter_budget
+        from mlperf_mig.emulation.cpu_budget import enter_budget
 
         os.environ.update(env)
         if cpus is not None:

@@ -110,11 +110,11 @@ class ClusterSession:
         with contextlib.suppress(Exception):
             ray.shutdown()
         if self._local is not None:
-            from mlperf_mig.runner.cpu_budget import remove_stale_cgroups
+            from mlperf_mig.emulation.cpu_budget import remove_stale_cgroups
 
             self._local.shutdown()
             self._local = None
-            remove_stale_cgroups()  # the CPU quotas of its actors (runner/cpu_budget.py)
+            remove_stale_cgroups()  # the CPU quotas of its actors (emulation/cpu_budget.py)
         if self._restore is not None:
             self._restore()
             self._restore = None

@@ -66,8 +66,8 @@ def emulated_cluster_deployment(
     Each gets CPU time in proportion to its compute slices, as on one host: the whole GPU stands
     for the CPUs of the smallest host (nodes on one host, as with local:N, pool its CPUs), and
     each worker keeps to its share by a CPU quota (local:N, where this machine allows one) or a
-    duty cycle (runner/cpu_budget.py)."""
-    from mlperf_mig.runner.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
+    duty cycle (emulation/cpu_budget.py)."""
+    from mlperf_mig.emulation.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
 
     profiles = list(layout.profiles)
     node_of = {i: nodes[i % len(nodes)] for i in range(len(profiles))}
@@ -363,7 +363,7 @@ def _emulated_node_gpus(
 ) -> list[tuple[int, Deployment]]:
     """`count` emulated GPUs on a GPU-less node, each on its share of the node's CPUs, kept by
     a CPU quota on local:N (this machine's processes, where it allows one), else a duty cycle."""
-    from mlperf_mig.runner.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
+    from mlperf_mig.emulation.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
     from mlperf_mig.runner.system import emulated_gpu_cpus
 
     model = resolve_gpu(gpu, catalog)

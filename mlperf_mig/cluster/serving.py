@@ -52,7 +52,7 @@ class ServeActor:
     def __init__(
         self, name: str, env: Mapping[str, str], cpus: tuple[int, ...] | None, capacity: int
     ) -> None:
-        from mlperf_mig.runner.cpu_budget import enter_budget
+        from mlperf_mig.emulation.cpu_budget import enter_budget
 
         os.environ.update(env)
         if cpus is not None:

@@ -47,7 +47,7 @@ WINDOW_FRACTION = 1 / 15  # Server batching window against the latency bound: 1 
 def open_task_backend(task: InstanceTask, benchmark: Workload) -> Backend:
     """Open the task's backend in this process (the null backend when there is no engine), under
     the duty cycle of an emulated instance's CPU budget when it has one."""
-    from mlperf_mig.runner.cpu_budget import budgeted
+    from mlperf_mig.emulation.cpu_budget import budgeted
 
     if task.engine is None:
         from mlperf_mig.engines.backends.null import NullBackend

@@ -81,7 +81,7 @@ _KEY = re.compile(r"[0-9a-f]{32}")  # key_digest's form
 
 def machine_identity(threads: int | None) -> dict[str, Any]:
     """What of this machine and this worker a measured target depends on."""
-    from mlperf_mig.runner.cpu_budget import budget_from_env
+    from mlperf_mig.emulation.cpu_budget import budget_from_env
 
     budget = budget_from_env()
     return {

@@ -168,8 +168,8 @@ def _resolved_values(plan: RunPlan, conf: Path) -> tuple[tuple[str, float], ...]
 
 def instance_env(slot: InstanceSlot) -> dict[str, str]:
     """The slot's device variables, its name (for logs and tests), its thread count and its
-    emulated CPU budget (runner/cpu_budget.py)."""
-    from mlperf_mig.runner.cpu_budget import budget_env
+    emulated CPU budget (emulation/cpu_budget.py)."""
+    from mlperf_mig.emulation.cpu_budget import budget_env
 
     env = {**slot.env, "MLPERF_MIG_INSTANCE": slot.name}
     env.update(budget_env(getattr(slot, "cpu_share", None), getattr(slot, "cpu_budget", None)))

@@ -53,7 +53,7 @@ class InstanceSlot:
     gpu_index: int | None = (
         None  # the GPU it is a slice of (NVML index on its node; emulated 0..N-1)
     )
-    # emulated: CPU-seconds per second it may use, and how that is enforced (runner/cpu_budget.py)
+    # emulated: CPU-seconds per second it may use, and how that is enforced (emulation/cpu_budget.py)
     cpu_share: float | None = None
     cpu_budget: str | None = None
 
@@ -232,7 +232,7 @@ def emulated_cpu_sets(
     """CPU sets in proportion to `compute_slices` (used to split the CPUs among emulated GPUs).
 
     The slices are laid over the machine's CPUs in order; each gets the CPUs under it, and at
-    least one. An emulated instance's CPU time is its budget (runner/cpu_budget.py), not this set.
+    least one. An emulated instance's CPU time is its budget (emulation/cpu_budget.py), not this set.
     """
     ordered = sorted(cpus)
     n = len(ordered)
@@ -254,8 +254,8 @@ def emulated_deployment(
     whole_gpu_cpus: float | None = None,
 ) -> Deployment:
     """Emulated partitions on this machine's CPUs (or `cpus`, for tests): each instance gets CPU
-    time in proportion to its compute slices of the GPU (runner/cpu_budget.py)."""
-    from mlperf_mig.runner.cpu_budget import emulated_cpu_budgets
+    time in proportion to its compute slices of the GPU (emulation/cpu_budget.py)."""
+    from mlperf_mig.emulation.cpu_budget import emulated_cpu_budgets
 
     available = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
     profiles = list(layout.profiles)

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from mlperf_mig.runner.cpu_budget import remove_worker_cgroup
+from mlperf_mig.emulation.cpu_budget import remove_worker_cgroup
 from mlperf_mig.runner.round_clock import RoundClock, interrupted_error
 from mlperf_mig.runner.worker import RunnerState, WorkerJob, worker_main
 

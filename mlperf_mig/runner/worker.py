@@ -33,8 +33,8 @@ from typing import Any, TextIO
 
 import attrs
 
+from mlperf_mig.emulation.cpu_budget import enter_budget
 from mlperf_mig.errors import WorkerError
-from mlperf_mig.runner.cpu_budget import enter_budget
 
 _PR_SET_PDEATHSIG = 1
 _PROGRESS_INTERVAL_S = 0.5

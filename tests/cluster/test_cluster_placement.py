@@ -21,9 +21,9 @@ from mlperf_mig.cluster.connect import (
 )
 from mlperf_mig.cluster.inventory import NodeInventory, check_versions
 from mlperf_mig.cluster.placement import cluster_deployment
+from mlperf_mig.emulation.cpu_budget import quota_support
 from mlperf_mig.errors import ClusterError, SettingsError
 from mlperf_mig.registry.devices import LiveDevice
-from mlperf_mig.runner.cpu_budget import quota_support
 
 BIN = Path(sys.executable).parent
 

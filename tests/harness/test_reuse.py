@@ -12,13 +12,13 @@ import attrs
 import numpy as np
 import pytest
 
+from mlperf_mig.emulation.cpu_budget import BUDGET_ENV, SHARE_ENV
 from mlperf_mig.engines import EngineSpec
 from mlperf_mig.harness import InstanceTask, SettingsSpec, reuse, run_instance
 from mlperf_mig.harness.instance import calibration_inputs, target_was_wrong
 from mlperf_mig.harness.result import InstanceResult
 from mlperf_mig.harness.reuse import WorkCache, key_digest
 from mlperf_mig.harness.samples import SampleLibrary, input_layouts
-from mlperf_mig.runner.cpu_budget import BUDGET_ENV, SHARE_ENV
 from mlperf_mig.workloads import get_workload
 from mlperf_mig.workloads.samples import SyntheticSource
 

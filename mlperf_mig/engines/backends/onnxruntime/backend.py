@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mlperf_mig.emulation.cpu_budget import BUDGET_ENV
 from mlperf_mig.engines.backend import Backend, DeviceReport, InstallStatus
 from mlperf_mig.engines.backends.onnxruntime.cpu_copy import (
     EXTERNAL_MIN_BYTES,
@@ -51,7 +52,6 @@ from mlperf_mig.engines.backends.onnxruntime.cpu_copy import (
     shared_model,
 )
 from mlperf_mig.errors import BackendUnavailableError, EngineBuildError
-from mlperf_mig.runner.cpu_budget import BUDGET_ENV
 from mlperf_mig.workloads import Workload
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def session_options(
     if threads is not None:
         options.intra_op_num_threads = threads
     if os.environ.get(BUDGET_ENV):
-        # an emulated instance under a CPU budget (runner/cpu_budget.py): a thread that spins
+        # an emulated instance under a CPU budget (emulation/cpu_budget.py): a thread that spins
         # while it waits spends the budget the computing threads need
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.set_denormal_as_zero", "1")

@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 import mlperf_mig
-from mlperf_mig.runner import cpu_budget
-from mlperf_mig.runner.cpu_budget import (
+from mlperf_mig.emulation import cpu_budget
+from mlperf_mig.emulation.cpu_budget import (
     CGROUP_QUOTA,
     DUTY_CYCLE,
     WHOLE_CPUS,
@@ -132,7 +132,7 @@ def test_cgroup_quota_caps_a_busy_process() -> None:
     code = textwrap.dedent(
         """
         import time
-        from mlperf_mig.runner.cpu_budget import join_quota_cgroup
+        from mlperf_mig.emulation.cpu_budget import join_quota_cgroup
         join_quota_cgroup(0.25)
         cpu, wall = time.process_time(), time.monotonic()
         while time.monotonic() - wall < 1.0:
