@@ -36,7 +36,7 @@ from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import RESULTS_FILE, InstanceRun, RunResult
 from mlperf_mig.runner.rounds import IndependentRounds, Rounds, UnifiedRounds, instance_result
 from mlperf_mig.runner.speed import record_speeds
-from mlperf_mig.runner.supervisor import WorkerOutcome
+from mlperf_mig.runner.supervisor import WorkerOutcome, observe_workers
 
 if TYPE_CHECKING:
     from mlperf_mig.telemetry import RunTelemetry
@@ -259,7 +259,8 @@ def _performance_round(
     names = [s.name for s in plan.slots]
     if recorder is None:
         return *rounds.run("performance", names, on_finish), None
-    with recorder.sampling():
+    # the sampler runs for the whole block; the supervisor tells its watch of every worker
+    with recorder.sampling(), observe_workers(recorder.watch):
         performance, interrupted = rounds.run("performance", names, on_finish)
     outdir = Path(plan.outdir)
     logs = [outdir / folder / "performance" for folder in rounds.folders(names)]

@@ -108,13 +108,11 @@ class RunRecorder:
 
     @contextlib.contextmanager
     def sampling(self) -> Iterator[None]:
-        """Sample on the thread, following the round's workers, for the duration of the block."""
-        from mlperf_mig.runner.supervisor import observe_workers
-
+        """Sample on the thread for the duration of the block. The runner tells `watch` of the
+        round's workers as they start and end (telemetry does not know who starts them)."""
         self.sampler.start()
         try:
-            with observe_workers(self.watch):
-                yield
+            yield
         finally:
             self.sampler.stop()
 
