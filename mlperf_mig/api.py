@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from mlperf_mig._io import check_output_path, claim_folder
-from mlperf_mig.cluster.connect import cluster_scope
+from mlperf_mig.cluster.handover import cluster_run
 from mlperf_mig.errors import SettingsError
+from mlperf_mig.placement.deployment import ScenarioSpec
 from mlperf_mig.runner.options import (
     RUN_OPTIONS,
     RunOptions,
@@ -27,7 +28,6 @@ from mlperf_mig.runner.options import (
     options_doc,
     run_options,
 )
-from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, make_plan
 from mlperf_mig.runner.results import RESULTS_FILE, LayoutResult, RunResult
 from mlperf_mig.runner.supervisor import stop_signals
@@ -86,7 +86,8 @@ def plan(
     is shown as such.
     """
     options = run_options(locals())
-    return with_cached_capacity(options, make_plan(options))[1]
+    with cluster_run(options.cluster):  # placing on a cluster reads its nodes' inventories
+        return with_cached_capacity(options, make_plan(options))[1]
 
 
 def run(
@@ -149,7 +150,7 @@ def run(
         keep = REPEATS_FILE if options.studied else RESULTS_FILE
         refuse_other_kinds(options.outdir, keep, "a study" if options.studied else "a single run")
     # one cluster session from planning to the last round, torn down on SIGTERM too
-    with stop_signals(), cluster_scope(options.cluster):
+    with stop_signals(), cluster_run(options.cluster):
         the_plan = make_plan(options)
         options, the_plan = with_cached_capacity(options, the_plan)
         base = check_baseline(baseline, the_plan)
@@ -268,7 +269,7 @@ def sweep(
     check_outdir("outdir", outdir)
     if outdir is not None:
         refuse_other_kinds(outdir, SWEEP_FILE, "a sweep")  # before a cluster starts
-    with stop_signals(), cluster_scope(values["cluster"]):
+    with stop_signals(), cluster_run(values["cluster"]):
         return run_sweep(
             scenarios,
             run_options(values),

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mlperf_mig.errors import ClusterError
-from mlperf_mig.runner.cluster_address import ClusterSpec, parse_cluster
+from mlperf_mig.placement.cluster_address import ClusterSpec, parse_cluster
 
 log = logging.getLogger(__name__)
 

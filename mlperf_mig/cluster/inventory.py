@@ -1,5 +1,8 @@
 """What every node of the cluster has, found by the registry's own discovery run on that node.
 
+The record of a node (NodeInventory) is placement's (placement/inventory.py): placing a layout
+on nodes needs no Ray. Taking it on every node, and the cluster-info table, are here.
+
 A node offers its live devices (MIG devices, a MIG-backed vGPU, whole GPUs) as the registry's
 `LiveDevice` records its discovery finds there (they cross Ray as plain data, `to_dict`, and are
 read back on the driver as untrusted input, `from_dict`); a node without a GPU offers its CPUs as one
@@ -14,75 +17,17 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import attrs
 
 from mlperf_mig._table import text_table
 from mlperf_mig.cluster.connect import LOCAL_NODE_CPUS_ENV, ClusterSession
 from mlperf_mig.cluster.ray_api import RayApi
 from mlperf_mig.errors import ClusterError
-from mlperf_mig.registry.devices import LiveDevice
+from mlperf_mig.placement.inventory import NodeInventory, inventory_rows
 
 REPLAY_ENV = "MLPERF_MIG_NVML_REPLAY"
 INVENTORY_TIMEOUT_S = 60.0
-
-
-_v = attrs.validators
-_TEXT = _v.instance_of(str)
-
-
-@attrs.frozen(kw_only=True)
-class NodeInventory:
-    """One Ray node: where it is, what Ray and Python it runs, and the devices it offers."""
-
-    node_id: str = attrs.field(validator=_TEXT)
-    host: str = attrs.field(validator=_TEXT)
-    address: str = attrs.field(validator=_TEXT)
-    ray_version: str = attrs.field(validator=_TEXT)
-    python_version: str = attrs.field(validator=_TEXT)
-    cpus: tuple[int, ...] = attrs.field(
-        converter=tuple, validator=_v.deep_iterable(_v.and_(_v.instance_of(int), _v.ge(0)))
-    )
-    devices: tuple[LiveDevice, ...] = attrs.field(
-        converter=tuple, validator=_v.deep_iterable(_v.instance_of(LiveDevice))
-    )
-    message: str = attrs.field(
-        default="", validator=_TEXT
-    )  # why the node has no GPU device (discovery's words)
-    replayed: bool = attrs.field(default=False, validator=_v.instance_of(bool))
-
-    @property
-    def short_id(self) -> str:
-        return self.node_id[:8]
-
-    @property
-    def emulated(self) -> bool:
-        """True when the node has no GPU device and offers its CPUs instead."""
-        return not self.devices
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data, as it crosses Ray and as `cluster-info --json` prints it."""
-        data = attrs.asdict(self, recurse=False)
-        data["cpus"] = list(self.cpus)
-        data["devices"] = [d.to_dict() for d in self.devices]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Any) -> NodeInventory:
-        """The inventory a node sent, read as untrusted input: ValueError naming what is wrong."""
-        fields = {f.name for f in attrs.fields(cls)}
-        if not isinstance(data, Mapping) or set(data) != fields:
-            got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
-            raise ValueError(f"a node inventory must have the keys {sorted(fields)}, got {got}")
-        devices = data["devices"]
-        if not isinstance(devices, list | tuple):
-            raise ValueError(f"devices must be a list, got {type(devices).__name__}")
-        try:
-            return cls(**{**data, "devices": [LiveDevice.from_dict(d) for d in devices]})
-        except TypeError as exc:
-            raise ValueError(str(exc)) from None
 
 
 def describe_this_node() -> dict[str, Any]:
@@ -186,39 +131,6 @@ def check_versions(inventories: Sequence[NodeInventory]) -> None:
 
 
 INVENTORY_COLUMNS = ("node", "host", "address", "kind", "gpu", "device", "profile", "cpus")
-
-
-def inventory_rows(inventories: Sequence[NodeInventory]) -> list[dict[str, Any]]:
-    """One row per device (or per emulated node) for `cluster-info`."""
-    rows = []
-    for inv in inventories:
-        base = {
-            "node": inv.short_id,
-            "host": inv.host,
-            "address": inv.address,
-            "cpus": len(inv.cpus),
-        }
-        if inv.emulated:
-            rows.append(
-                {
-                    **base,
-                    "kind": "emulated",
-                    "gpu": "-",
-                    "device": "cpu:" + ",".join(map(str, inv.cpus)),
-                    "profile": "- (CPU partition)",
-                }
-            )
-        for device in inv.devices:
-            rows.append(
-                {
-                    **base,
-                    "kind": device.kind,
-                    "gpu": device.gpu_model,
-                    "device": device.vgpu_type or device.uuid,
-                    "profile": device.profile.name if device.profile else "whole GPU",
-                }
-            )
-    return rows
 
 
 def _where(session: ClusterSession) -> str:

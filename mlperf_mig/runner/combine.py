@@ -18,7 +18,7 @@ import attrs
 
 from mlperf_mig._io import ensure_writable_dir
 from mlperf_mig.errors import SettingsError
-from mlperf_mig.runner.placement import instance_name
+from mlperf_mig.placement.deployment import instance_name
 from mlperf_mig.runner.results import InstanceRun, RunResult
 
 if TYPE_CHECKING:

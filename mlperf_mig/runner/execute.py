@@ -7,9 +7,10 @@ rounds, each supervised by one Supervisor:
                   unified: a LoadGen coordinator plus one serving worker per instance
     accuracy      the same again in AccuracyOnly mode (fresh processes), when asked for
 How a round runs and what its outcomes mean depends on the plan's mode and where it runs;
-`choose_rounds` picks that once (runner/rounds.py, cluster/rounds.py) and the run below is the
-same for all. The instances' results and logs are kept whatever happens to the others; after
-Ctrl-C the results gathered so far are written and KeyboardInterrupt is raised again.
+`choose_rounds` picks that once (runner/rounds.py, or the rounds an open cluster session hands
+over, `rounds_handed`: cluster/rounds.py) and the run below is the same for all. The instances'
+results and logs are kept whatever happens to the others; after Ctrl-C the results gathered so
+far are written and KeyboardInterrupt is raised again.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import attrs
 
 from mlperf_mig import errors
 from mlperf_mig._io import atomic_write_bytes, atomic_write_json, ensure_writable_dir
 from mlperf_mig.errors import SettingsError
+from mlperf_mig.placement.cluster_address import ClusterSpec, parse_cluster
 from mlperf_mig.runner.jobs import LAYOUT_FOLDER, USER_CONF
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import RESULTS_FILE, InstanceRun, RunResult
@@ -46,16 +48,53 @@ log = logging.getLogger(__name__)
 
 
 # --- helpers ----------------------------------------------------------------------------------------
+class ClusterRounds(Protocol):
+    """What an open cluster session hands the runner: the rounds of a plan on its nodes (Ray
+    actors instead of worker processes). The runner imports nothing of cluster/."""
+
+    @property
+    def spec(self) -> ClusterSpec: ...
+
+    def rounds(self, plan: RunPlan, outdir: Path, stream: TextIO | None) -> Rounds:
+        """The plan's rounds (independent or unified) on the cluster's nodes."""
+        ...
+
+
+_handed: list[ClusterRounds] = []
+
+
+@contextlib.contextmanager
+def rounds_handed(cluster: ClusterRounds | None) -> Iterator[None]:
+    """Plans on cluster `cluster.spec` run their rounds on it during the block; None hands
+    nothing (runs on this host)."""
+    if cluster is None:
+        yield
+        return
+    _handed.append(cluster)
+    try:
+        yield
+    finally:
+        _handed.remove(cluster)
+
+
 def choose_rounds(plan: RunPlan, outdir: Path, stream: TextIO | None) -> Rounds:
     """The kind of round the plan runs, chosen once: independent or unified, local or on a
-    Ray cluster's nodes."""
+    Ray cluster's nodes (handed over by the session that placed the plan there)."""
     if plan.deployment.cluster is not None:
-        from mlperf_mig.cluster.rounds import ClusterIndependentRounds, ClusterUnifiedRounds
-
-        return (ClusterUnifiedRounds if plan.mode == "unified" else ClusterIndependentRounds)(
-            plan, outdir, stream
-        )
+        return _cluster_of(plan.deployment.cluster).rounds(plan, outdir, stream)
     return (UnifiedRounds if plan.mode == "unified" else IndependentRounds)(plan, outdir, stream)
+
+
+def _cluster_of(cluster: str) -> ClusterRounds:
+    """The session handed for the plan's cluster; ClusterError when none is open."""
+    spec = parse_cluster(cluster)
+    for handed in reversed(_handed):
+        if handed.spec == spec:
+            return handed
+    raise errors.ClusterError(
+        f"the plan runs on Ray cluster {cluster}, but no session of it is open; run it through "
+        "mlperf_mig.run / sweep (or the CLI), which open it"
+    )
 
 
 def _instance_runs(
@@ -322,7 +361,7 @@ def _assemble(
     started_at: str,
     duration_s: float,
 ) -> RunResult:
-    from mlperf_mig.runner.system import parts_to_dicts, system_id
+    from mlperf_mig.placement.deployment import parts_to_dicts, system_id
 
     layout = rounds.layout(performance, accuracy)
     runs = _instance_runs(plan, performance, accuracy, layout.served)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from mlperf_mig.engines import EngineSpec
     from mlperf_mig.harness import InstanceTask
     from mlperf_mig.harness.samples import InputLayout
-    from mlperf_mig.runner.placement import InstanceSlot
+    from mlperf_mig.placement.deployment import InstanceSlot
 
 LAYOUT_FOLDER = "layout"
 USER_CONF = "user.conf"

@@ -38,8 +38,8 @@ from mlperf_mig._cli_args import (
 )
 from mlperf_mig._io import check_output_path
 from mlperf_mig.errors import ClusterError, SettingsError
-from mlperf_mig.runner.cluster_address import parse_cluster
-from mlperf_mig.runner.placement import ScenarioSpec
+from mlperf_mig.placement.cluster_address import parse_cluster
+from mlperf_mig.placement.deployment import ScenarioSpec
 
 if TYPE_CHECKING:
     from mlperf_mig.registry.nvml_state import NvmlModule

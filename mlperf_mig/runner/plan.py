@@ -1,6 +1,6 @@
 """What a run will do, decided before anything runs: the RunPlan.
 
-`make_plan` resolves the layout and where each instance runs (placement.py), which engines to
+`make_plan` resolves the layout and where each instance runs (placement/), which engines to
 build (one per distinct profile on GPUs, one for all emulated instances), the LoadGen settings,
 the output folder and the deadlines. It starts no process and writes nothing; `mlperf_mig.plan`
 returns it and `mlperf_mig.run` executes it.
@@ -26,11 +26,12 @@ from mlperf_mig.errors import (
     PrecisionError,
     SettingsError,
 )
+from mlperf_mig.placement import place
+from mlperf_mig.placement.deployment import Deployment, InstanceSlot, without_cpu_budgets
+from mlperf_mig.placement.host import fit_host
 from mlperf_mig.runner.options import RunOptions, check_setting
-from mlperf_mig.runner.placement import Deployment, InstanceSlot, without_cpu_budgets
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL
 from mlperf_mig.runner.supervisor import Timeouts
-from mlperf_mig.runner.system import as_one_gpu, choose_system, fit_host
 from mlperf_mig.workloads import Workload
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class RunPlan(Report):
     # where the target among `overrides` came from when the user did not set it (the capacity
     # cache's file and entry); None: the overrides are the user's
     target_from: str | None = None
-    # what fitting the instances into this host's memory changed (runner/system.py fit_host)
+    # what fitting the instances into this host's memory changed (placement/host.py fit_host)
     host_notes: tuple[str, ...] = ()
     # the accuracy test's estimate (s) and what the estimates rest on (runner/speed.py)
     accuracy_s: float | None = None
@@ -116,15 +117,15 @@ class RunPlan(Report):
 
     @property
     def layout(self) -> str:
-        """The layout; over several GPUs the system's (`8x[7x1g.10gb]`, see runner/system.py)."""
-        from mlperf_mig.runner.system import system_layout
+        """The layout; over several GPUs the system's (`8x[7x1g.10gb]`, see placement/deployment.py)."""
+        from mlperf_mig.placement.deployment import system_layout
 
         return system_layout(self.deployment.parts)
 
     @property
     def gpu(self) -> str:
         """The GPU model (models joined by '+' over GPUs of several models)."""
-        from mlperf_mig.runner.system import system_gpu
+        from mlperf_mig.placement.deployment import system_gpu
 
         return system_gpu(self.deployment.parts)
 
@@ -246,7 +247,7 @@ class RunPlan(Report):
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        from mlperf_mig.runner.system import parts_to_dicts
+        from mlperf_mig.placement.deployment import parts_to_dicts
 
         return {
             "gpu": self.gpu,
@@ -372,11 +373,7 @@ def make_plan(options: RunOptions) -> RunPlan:
         raise SettingsError(f"preset {options.preset!r} is not one of {', '.join(PRESETS)}")
     _check_cpus(options.cpus)
     catalog = registry.default_catalog()
-    if options.cluster is not None:
-        deployment = as_one_gpu(_cluster_deployment(options, catalog))
-    else:
-        detection = None if options.emulate else registry.detect(source=options.nvml_source)
-        deployment = choose_system(options, catalog=catalog, detection=detection)
+    deployment = place(options, catalog=catalog, nvml_source=options.nvml_source)
     backend_name = _backend_for(deployment, options.backend, resolve_backend)
     if deployment.emulated and not backend_class(backend_name).runs_model:
         deployment = without_cpu_budgets(deployment, backend_name)
@@ -465,7 +462,7 @@ def _fit_host(
     bench: Workload,
     loadgen_scenario: str,
 ) -> tuple[tuple[tuple[str, float], ...], tuple[str, ...]]:
-    """The overrides and notes of a run that fits this host (runner/system.py fit_host)."""
+    """The overrides and notes of a run that fits this host (placement/host.py fit_host)."""
     from mlperf_mig.engines import backend_class
     from mlperf_mig.harness.settings import SettingsSpec, resolve_settings
 
@@ -511,37 +508,6 @@ def _check_cpus(cpus: tuple[int, ...] | None) -> None:
 
 def _cpu_list(cpus: set[int]) -> str:
     return ", ".join(str(c) for c in sorted(cpus))
-
-
-def _cluster_deployment(options: RunOptions, catalog: Any) -> Deployment:
-    """Where the instances run across the cluster's nodes (the cluster's own inventory)."""
-    from mlperf_mig.cluster.connect import cluster_scope
-    from mlperf_mig.cluster.inventory import take_inventory
-    from mlperf_mig.cluster.placement import cluster_deployment, cluster_system_deployment
-
-    with cluster_scope(options.cluster) as session:
-        assert session is not None
-        inventories = take_inventory(session)
-        if options.emulate:
-            inventories = [attrs.evolve(inv, devices=()) for inv in inventories]
-        if options.gpus == "all":
-            return cluster_system_deployment(
-                options.scenario,
-                layouts=dict(options.layouts),
-                inventories=inventories,
-                cluster=str(session.spec),
-                gpu=options.gpu,
-                gpu_count=options.gpu_count,
-                catalog=catalog,
-            )
-        return cluster_deployment(
-            options.scenario,
-            inventories=inventories,
-            cluster=str(session.spec),
-            gpu=options.gpu,
-            gpu_group=options.gpu_group,
-            catalog=catalog,
-        )
 
 
 def _check_engine_input(

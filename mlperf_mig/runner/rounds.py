@@ -27,6 +27,7 @@ import attrs
 
 from mlperf_mig import errors
 from mlperf_mig.errors import WorkerError
+from mlperf_mig.placement.deployment import InstanceSlot
 from mlperf_mig.runner.jobs import (
     BUILD_ENTRY,
     BUILD_TIMEOUT_S,
@@ -39,7 +40,6 @@ from mlperf_mig.runner.jobs import (
     instance_task,
     sample_capacity,
 )
-from mlperf_mig.runner.placement import InstanceSlot
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.supervisor import Timeouts, WorkerOutcome
 from mlperf_mig.runner.worker import WorkerJob

@@ -25,7 +25,7 @@ from mlperf_mig.errors import MlperfMigError
 from mlperf_mig.runner.capacity_store import read_capacities, store_capacity
 
 if TYPE_CHECKING:
-    from mlperf_mig.runner.placement import Deployment, InstanceSlot
+    from mlperf_mig.placement.deployment import Deployment, InstanceSlot
     from mlperf_mig.runner.results import RunResult
     from mlperf_mig.workloads import Workload
 

@@ -33,9 +33,9 @@ from mlperf_mig._io import (
 )
 from mlperf_mig._report import Report
 from mlperf_mig.errors import OutputDirError, SettingsError
+from mlperf_mig.placement.deployment import ScenarioSpec
 from mlperf_mig.runner.execute import execute
 from mlperf_mig.runner.options import RunOptions, check_scenario
-from mlperf_mig.runner.placement import ScenarioSpec
 from mlperf_mig.runner.plan import RunPlan, default_outdir, make_plan
 from mlperf_mig.runner.results import (
     BY_DESIGN_LABEL,

@@ -16,9 +16,10 @@ from mlperf_mig.errors import (
     SettingsError,
     UnknownProfileError,
 )
+from mlperf_mig.placement.deployment import system_id, system_layout
+from mlperf_mig.placement.fleet import emulated_gpu_cpus
 from mlperf_mig.runner.options import RunOptions
 from mlperf_mig.runner.plan import make_plan
-from mlperf_mig.runner.system import emulated_gpu_cpus, system_id, system_layout
 
 from .conftest import NVML_STATES
 

@@ -12,8 +12,8 @@ from mlperf_mig.errors import (
     PlacementError,
     UnknownGpuError,
 )
+from mlperf_mig.placement.one_gpu import emulated_cpu_sets
 from mlperf_mig.registry import RecordedNvml
-from mlperf_mig.runner.placement import emulated_cpu_sets
 
 from .conftest import NVML_STATES
 
@@ -174,8 +174,8 @@ def test_shared_without_a_gpu_is_refused() -> None:
 
 def _deployment(scenario: object, name: str, **options: object):
     """choose_deployment on a recorded NVML state, as make_plan calls it."""
+    from mlperf_mig.placement.one_gpu import choose_deployment
     from mlperf_mig.registry import default_catalog, detect
-    from mlperf_mig.runner.placement import choose_deployment
 
     catalog = default_catalog()
     detection = detect(_state(name), catalog=catalog)

@@ -1,7 +1,8 @@
 """The grammar of a `--cluster` value ("auto", "HOST:PORT", "ray://HOST:PORT", "local:N").
 
-It lives in runner/ (below cluster/, which connects to what it names) so that RunOptions checks
-the option without importing the cluster package; cluster/connect.py parses with it too.
+It lives in placement/ (below runner/ and cluster/, which connects to what it names) so that
+RunOptions checks the option, and placement finds the nodes handed to it for that value, without
+importing the cluster package; cluster/connect.py parses with it too.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Where the instances of a layout run: live MIG devices, a shared GPU, or emulated CPU partitions.
+"""One GPU: where the instances of a layout run on it (live MIG devices, a shared GPU, or
+emulated CPU partitions).
 
 Four partitionings, and every result says which one it came from:
     mig       one live MIG device per instance (CUDA_VISIBLE_DEVICES=MIG-<uuid>); the live layout
@@ -19,152 +20,16 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
+from mlperf_mig.emulation.cpu_budget import emulated_cpu_budgets
 from mlperf_mig.errors import NameParseError, PlacementError, UnknownGpuError
+from mlperf_mig.placement.deployment import Deployment, ScenarioSpec, instance_slot
 from mlperf_mig.registry.devices import describe_profiles, match_layout
 
 log = logging.getLogger(__name__)
 
 DEFAULT_EMULATED_GPU = "A100-SXM4-80GB"  # the seed study's GPU
 STUDY_SCENARIOS = range(1, 9)
-PARTITIONINGS = ("mig", "vgpu", "shared", "emulated")
 _LOADGEN_SCENARIO_NAMES = ("offline", "server", "singlestream", "multistream")
-
-ScenarioSpec = int | str | Sequence[str]
-
-
-@attrs.frozen(kw_only=True)
-class InstanceSlot:
-    """One instance of the layout and the device, environment and CPUs its worker gets."""
-
-    index: int
-    name: str  # "i0-2g.20gb": the instance's folder name
-    profile: str
-    compute_slices: int
-    memory_slices: int
-    placement_start: int | None
-    device: str  # MIG-<uuid>, GPU-<uuid> (vgpu, shared) or "cpu:0,1" (emulated)
-    env: dict[str, str] = attrs.field(factory=dict)
-    cpus: tuple[int, ...] | None = None
-    threads: int | None = None
-    node: str | None = None  # the Ray node it runs on (cluster runs); None: this host
-    host: str | None = None  # that node's host name
-    gpu_index: int | None = (
-        None  # the GPU it is a slice of (NVML index on its node; emulated 0..N-1)
-    )
-    # emulated: CPU-seconds per second it may use, and how that is enforced (emulation/cpu_budget.py)
-    cpu_share: float | None = None
-    cpu_budget: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
-
-
-@attrs.frozen(kw_only=True)
-class GpuPart:
-    """One GPU of a deployment: its index on its node, the layout it carries and how."""
-
-    index: int
-    layout: Any  # registry Layout on this GPU
-    partitioning: str = attrs.field(validator=attrs.validators.in_(PARTITIONINGS))
-    scenario: int | None = None
-    node: str | None = None
-    host: str | None = None
-
-    @property
-    def name(self) -> str:
-        """The GPU's catalog name."""
-        return self.layout.gpu.name
-
-    def holds(self, slot: InstanceSlot) -> bool:
-        """Whether `slot` is one of this GPU's instances."""
-        # one GPU of a cluster sits on one node; an emulated GPU spread over nodes has none
-        return slot.gpu_index == self.index and (self.node is None or slot.node == self.node)
-
-
-@attrs.frozen(kw_only=True)
-class Deployment:
-    """The resolved layout on its GPU and where each instance runs."""
-
-    partitioning: str = attrs.field(validator=attrs.validators.in_(PARTITIONINGS))
-    layout: Any  # registry Layout
-    scenario: int | None  # the study's layout number when one was asked for
-    gpu_index: int | None
-    slots: tuple[InstanceSlot, ...]
-    cluster: str | None = None  # the --cluster value of a run across Ray nodes
-    grouping: str | None = None  # cluster runs: "observed" or "declared" (--gpu-group) one GPU
-    # a run over several GPUs (runner/system.py): one part per GPU, `layout` is the first's;
-    # () for a layout on one GPU
-    gpus: tuple[GpuPart, ...] = attrs.field(default=(), converter=tuple)
-    # emulated: what every result must say about the CPU budgets (cpu_budget.CpuBudgets.notes)
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-
-    @property
-    def gpu(self) -> Any:
-        """The registry Gpu the layout is resolved on (the first GPU's, over several)."""
-        return self.layout.gpu
-
-    @property
-    def parts(self) -> tuple[GpuPart, ...]:
-        """The GPUs of the deployment, one part for a layout on one GPU too."""
-        if self.gpus:
-            return self.gpus
-        return (
-            GpuPart(
-                index=self.gpu_index or 0,
-                layout=self.layout,
-                partitioning=self.partitioning,
-                scenario=self.scenario,
-            ),
-        )
-
-    @property
-    def multi_gpu(self) -> bool:
-        """Whether the instances are slices of several GPUs."""
-        return len(self.gpus) > 1
-
-    @property
-    def emulated(self) -> bool:
-        return self.partitioning == "emulated"
-
-
-def instance_name(index: int, profile: str) -> str:
-    return f"i{index}-{profile}"
-
-
-def instance_slot(
-    index: int,
-    profile: Any,
-    *,
-    placement_start: int | None,
-    device: str,
-    env: dict[str, str],
-    cpus: tuple[int, ...] | None = None,
-    node: str | None = None,
-    host: str | None = None,
-    budget: Any = None,
-) -> InstanceSlot:
-    """The slot of instance `index` of registry Profile `profile`; threads follow `cpus`, or the
-    emulated CPU `budget` (a cpu_budget.CpuBudget: its CPUs, share, threads and enforcement)."""
-    if budget is not None:
-        cpus = budget.cpus
-    return InstanceSlot(
-        index=index,
-        name=instance_name(index, profile.name),
-        profile=profile.name,
-        compute_slices=profile.compute_slices,
-        memory_slices=profile.memory_slices,
-        placement_start=placement_start,
-        device=device,
-        env=env,
-        cpus=cpus,
-        threads=budget.threads if budget is not None else None if cpus is None else len(set(cpus)),
-        node=node,
-        host=host,
-        cpu_share=None if budget is None else budget.share,
-        cpu_budget=None if budget is None else budget.enforced_by,
-    )
 
 
 def _study_number(value: int) -> int:
@@ -255,8 +120,6 @@ def emulated_deployment(
 ) -> Deployment:
     """Emulated partitions on this machine's CPUs (or `cpus`, for tests): each instance gets CPU
     time in proportion to its compute slices of the GPU (emulation/cpu_budget.py)."""
-    from mlperf_mig.emulation.cpu_budget import emulated_cpu_budgets
-
     available = sorted(os.sched_getaffinity(0)) if cpus is None else list(cpus)
     profiles = list(layout.profiles)
     budgets = emulated_cpu_budgets(
@@ -285,18 +148,6 @@ def emulated_deployment(
         slots=slots,
         notes=budgets.notes,
     )
-
-
-def without_cpu_budgets(deployment: Deployment, backend: str) -> Deployment:
-    """An emulated deployment for a backend that computes no model (null): no CPU budgets, as
-    there is no compute whose proportions to keep; the instances keep their CPU sets, and the
-    notes say so. Budgets would make such a run measure the quotas, not the harness."""
-    slots = tuple(attrs.evolve(slot, cpu_share=None, cpu_budget=None) for slot in deployment.slots)
-    note = (
-        f"no CPU budgets: the {backend} backend computes no model, so there are no slice "
-        "proportions to keep; the instances share the CPUs (a measurement of the harness)"
-    )
-    return attrs.evolve(deployment, slots=slots, notes=(note,))
 
 
 def live_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deployment:

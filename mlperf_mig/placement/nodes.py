@@ -1,4 +1,7 @@
-"""Placing a layout's instances on the devices of a cluster's nodes.
+"""Cluster nodes: placing a layout's instances on the devices of a cluster's nodes.
+
+The nodes' inventories are handed in (the cluster takes them on its Ray nodes, cluster/); what is
+decided here needs no Ray.
 
 All instances of one layout must be slices of one physical GPU. Two ways to know that:
     observed   MIG devices of one GPU seen by one bare-metal node (NVML reports their parent);
@@ -21,18 +24,23 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig.cluster.inventory import NodeInventory, inventory_rows
+from mlperf_mig.emulation.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
 from mlperf_mig.errors import ClusterError, MlperfMigError
-from mlperf_mig.registry.devices import LiveDevice, assign_devices, carried_and_wanted
-from mlperf_mig.runner.placement import (
+from mlperf_mig.placement.deployment import (
     Deployment,
     InstanceSlot,
     ScenarioSpec,
-    describe_profiles,
     instance_slot,
-    resolve_gpu,
-    resolve_layout,
-    solved_starts,
+    join_gpus,
+)
+from mlperf_mig.placement.fleet import emulated_gpu_cpus
+from mlperf_mig.placement.inventory import NodeInventory, inventory_rows
+from mlperf_mig.placement.one_gpu import resolve_gpu, resolve_layout, solved_starts
+from mlperf_mig.registry.devices import (
+    LiveDevice,
+    assign_devices,
+    carried_and_wanted,
+    describe_profiles,
 )
 
 
@@ -67,8 +75,6 @@ def emulated_cluster_deployment(
     for the CPUs of the smallest host (nodes on one host, as with local:N, pool its CPUs), and
     each worker keeps to its share by a CPU quota (local:N, where this machine allows one) or a
     duty cycle (emulation/cpu_budget.py)."""
-    from mlperf_mig.emulation.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
-
     profiles = list(layout.profiles)
     node_of = {i: nodes[i % len(nodes)] for i in range(len(profiles))}
     hosts: dict[str, list[int]] = {}
@@ -262,8 +268,6 @@ def cluster_system_deployment(
     own devices; GPU-less nodes each emulate `gpu_count` GPUs of `gpu` on their CPUs (each GPU
     its share, kept by a duty cycle). A node GPU that cannot carry its layout is refused, naming
     the node and the GPU."""
-    from mlperf_mig.runner.system import join_gpus
-
     with_devices = [inv for inv in inventories if not inv.emulated]
     parts: list[tuple[int, Deployment]] = []
     for inv in with_devices or inventories:
@@ -363,9 +367,6 @@ def _emulated_node_gpus(
 ) -> list[tuple[int, Deployment]]:
     """`count` emulated GPUs on a GPU-less node, each on its share of the node's CPUs, kept by
     a CPU quota on local:N (this machine's processes, where it allows one), else a duty cycle."""
-    from mlperf_mig.emulation.cpu_budget import DUTY_CYCLE, emulated_cpu_budgets
-    from mlperf_mig.runner.system import emulated_gpu_cpus
-
     model = resolve_gpu(gpu, catalog)
     whole = len(set(inv.cpus)) / count
     enforcement = None if cluster.startswith("local:") else DUTY_CYCLE
