@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 from mlperf_mig.cluster.connect import ClusterSession, cluster_scope
 from mlperf_mig.placement.choose import nodes_handed
 from mlperf_mig.placement.cluster_address import ClusterSpec
-from mlperf_mig.placement.inventory import NodeInventory
+from mlperf_mig.placement.nodes import NodeInventory
 from mlperf_mig.runner.execute import rounds_handed
 
 if TYPE_CHECKING:

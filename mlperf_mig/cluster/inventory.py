@@ -1,6 +1,6 @@
 """What every node of the cluster has, found by the registry's own discovery run on that node.
 
-The record of a node (NodeInventory) is placement's (placement/inventory.py): placing a layout
+The record of a node (NodeInventory) is placement's (placement/nodes.py): placing a layout
 on nodes needs no Ray. Taking it on every node, and the cluster-info table, are here.
 
 A node offers its live devices (MIG devices, a MIG-backed vGPU, whole GPUs) as the registry's
@@ -24,7 +24,7 @@ from mlperf_mig._table import text_table
 from mlperf_mig.cluster.connect import LOCAL_NODE_CPUS_ENV, ClusterSession
 from mlperf_mig.cluster.ray_api import RayApi
 from mlperf_mig.errors import ClusterError
-from mlperf_mig.placement.inventory import NodeInventory, inventory_rows
+from mlperf_mig.placement.nodes import NodeInventory, inventory_rows
 
 REPLAY_ENV = "MLPERF_MIG_NVML_REPLAY"
 INVENTORY_TIMEOUT_S = 60.0

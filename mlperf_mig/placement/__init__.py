@@ -6,10 +6,10 @@
                        time-shared, or emulated partitions on this machine's CPUs
     fleet.py           a fleet of GPUs of this host (`gpus`, `layouts`, `gpu_count`), each
                        resolved as one GPU is and joined into one deployment
-    nodes.py           the GPUs (or CPUs) of a Ray cluster's nodes, from their inventories
+    nodes.py           what a cluster node offers (NodeInventory, plain data) and the layout
+                       on the GPUs (or CPUs) of a Ray cluster's nodes
     deployment.py      what is decided: Deployment, GpuPart and InstanceSlot, and how a system
                        of GPUs is joined and named
-    inventory.py       what a cluster node offers (NodeInventory), as plain data
     host.py            what this host can start (memory and open files of the instances)
     cluster_address.py the grammar of a `--cluster` value
 

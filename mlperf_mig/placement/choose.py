@@ -19,8 +19,7 @@ from mlperf_mig.errors import ClusterError
 from mlperf_mig.placement.cluster_address import ClusterSpec, parse_cluster
 from mlperf_mig.placement.deployment import Deployment, PlacementRequest, as_one_gpu
 from mlperf_mig.placement.fleet import choose_system
-from mlperf_mig.placement.inventory import NodeInventory
-from mlperf_mig.placement.nodes import cluster_deployment, cluster_system_deployment
+from mlperf_mig.placement.nodes import NodeInventory, cluster_deployment, cluster_system_deployment
 
 
 class ClusterNodes(Protocol):

@@ -29,8 +29,8 @@ from mlperf_mig.placement.deployment import (
 )
 from mlperf_mig.placement.one_gpu import (
     choose_deployment,
-    emulated_cpu_sets,
     emulated_deployment,
+    emulated_gpu_cpus,
     gpu_deployment,
     resolve_gpu,
     resolve_layout,
@@ -90,12 +90,6 @@ def choose_system(options: PlacementRequest, *, catalog: Any, detection: Any | N
             )
         )
     return join_gpus(deployments)
-
-
-def emulated_gpu_cpus(count: int, cpus: Sequence[int]) -> list[tuple[int, ...]]:
-    """Each of `count` emulated GPUs' share of `cpus`: equal, contiguous, at least one CPU (GPUs
-    share a CPU when there are fewer CPUs than GPUs)."""
-    return emulated_cpu_sets([1] * count, count, cpus)
 
 
 def _emulated_system(options: PlacementRequest, catalog: Any, why_no_gpu: str) -> Deployment:

@@ -111,6 +111,12 @@ def emulated_cpu_sets(
     return sets
 
 
+def emulated_gpu_cpus(count: int, cpus: Sequence[int]) -> list[tuple[int, ...]]:
+    """Each of `count` emulated GPUs' share of `cpus`: equal, contiguous, at least one CPU (GPUs
+    share a CPU when there are fewer CPUs than GPUs)."""
+    return emulated_cpu_sets([1] * count, count, cpus)
+
+
 def emulated_deployment(
     layout: Any,
     scenario: int | None,

@@ -26,7 +26,7 @@ from mlperf_mig.errors import (
     PrecisionError,
     SettingsError,
 )
-from mlperf_mig.placement import place
+from mlperf_mig.placement.choose import place
 from mlperf_mig.placement.deployment import Deployment, InstanceSlot, without_cpu_budgets
 from mlperf_mig.placement.host import fit_host
 from mlperf_mig.runner.options import RunOptions, check_setting

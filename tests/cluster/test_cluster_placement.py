@@ -22,8 +22,7 @@ from mlperf_mig.cluster.connect import (
 from mlperf_mig.cluster.inventory import check_versions
 from mlperf_mig.emulation.cpu_budget import quota_support
 from mlperf_mig.errors import ClusterError, SettingsError
-from mlperf_mig.placement.inventory import NodeInventory
-from mlperf_mig.placement.nodes import cluster_deployment
+from mlperf_mig.placement.nodes import NodeInventory, cluster_deployment
 from mlperf_mig.registry.devices import LiveDevice
 
 BIN = Path(sys.executable).parent

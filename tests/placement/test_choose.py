@@ -14,7 +14,7 @@ from mlperf_mig.errors import ClusterError
 from mlperf_mig.placement import place
 from mlperf_mig.placement.choose import nodes_handed
 from mlperf_mig.placement.cluster_address import ClusterSpec, parse_cluster
-from mlperf_mig.placement.inventory import NodeInventory
+from mlperf_mig.placement.nodes import NodeInventory
 from mlperf_mig.runner.execute import choose_rounds
 from mlperf_mig.runner.options import RunOptions
 from mlperf_mig.runner.plan import make_plan

@@ -17,8 +17,7 @@ import pytest
 from mlperf_mig import registry
 from mlperf_mig.cluster.connect import LOOPBACK_ENV
 from mlperf_mig.errors import ClusterError
-from mlperf_mig.placement.inventory import NodeInventory
-from mlperf_mig.placement.nodes import cluster_system_deployment
+from mlperf_mig.placement.nodes import NodeInventory, cluster_system_deployment
 from mlperf_mig.registry.devices import node_inventory
 from mlperf_mig.runner.options import RunOptions
 

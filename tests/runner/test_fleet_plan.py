@@ -17,7 +17,7 @@ from mlperf_mig.errors import (
     UnknownProfileError,
 )
 from mlperf_mig.placement.deployment import system_id, system_layout
-from mlperf_mig.placement.fleet import emulated_gpu_cpus
+from mlperf_mig.placement.one_gpu import emulated_gpu_cpus
 from mlperf_mig.runner.options import RunOptions
 from mlperf_mig.runner.plan import make_plan
 
