@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from mlperf_mig.cluster.connect import ClusterSession, cluster_scope
+from mlperf_mig.cluster.inventory import take_inventory
 from mlperf_mig.placement.choose import nodes_handed
 from mlperf_mig.placement.cluster_address import ClusterSpec
 from mlperf_mig.placement.nodes import NodeInventory
@@ -36,12 +37,11 @@ class SessionHandover:
 
     def inventories(self) -> list[NodeInventory]:
         """Every alive node's inventory, taken now on its own node (cluster/inventory.py)."""
-        from mlperf_mig.cluster.inventory import take_inventory
-
         return take_inventory(self._session)
 
     def rounds(self, plan: RunPlan, outdir: Path, stream: TextIO | None) -> Rounds:
-        """The plan's rounds with one Ray actor per instance (cluster/rounds.py)."""
+        """The plan's rounds with one Ray actor per instance (cluster/rounds.py, imported when a
+        cluster run starts)."""
         from mlperf_mig.cluster.rounds import ClusterIndependentRounds, ClusterUnifiedRounds
 
         kind = ClusterUnifiedRounds if plan.mode == "unified" else ClusterIndependentRounds
