@@ -1,35 +1,18 @@
 """Where a workload's samples come from: the SampleSource protocol the harness's sample library
-fills itself from, and the deterministic synthetic source every workload has."""
+fills itself from (declared with the Workload interface, workload.py, whose `open_dataset` gives
+one), and the deterministic synthetic source every workload has."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import numpy as np
 
-from mlperf_mig.workloads.workload import Workload
+from mlperf_mig.workloads.workload import SampleSource, Workload
 
-
-class SampleSource(Protocol):
-    """Where samples come from: writes preprocessed samples into the library's rows.
-
-    Read-only members: a source may be a frozen record or compute them."""
-
-    @property
-    def benchmark(self) -> Workload: ...
-    @property
-    def total_count(self) -> int: ...
-    @property
-    def performance_count(self) -> int: ...
-    @property
-    def synthetic(self) -> bool: ...
-    @property
-    def description(self) -> str: ...
-
-    def fill(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
-        """Write sample `indices[i]` into row i of every `out[input name]`."""
+__all__ = ["SampleSource", "SyntheticSource"]
 
 
 @attrs.define(kw_only=True)

@@ -16,7 +16,7 @@ import abc
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import numpy as np
@@ -27,7 +27,26 @@ from mlperf_mig.errors import WorkloadError
 if TYPE_CHECKING:
     import onnx
 
-    from mlperf_mig.workloads.samples import SampleSource
+
+class SampleSource(Protocol):
+    """Where samples come from: writes preprocessed samples into the library's rows (the
+    synthetic source every workload has is workloads/samples.py's; `open_dataset` gives one).
+
+    Read-only members: a source may be a frozen record or compute them."""
+
+    @property
+    def benchmark(self) -> Workload: ...
+    @property
+    def total_count(self) -> int: ...
+    @property
+    def performance_count(self) -> int: ...
+    @property
+    def synthetic(self) -> bool: ...
+    @property
+    def description(self) -> str: ...
+
+    def fill(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
+        """Write sample `indices[i]` into row i of every `out[input name]`."""
 
 
 @attrs.frozen(kw_only=True)
