@@ -1,7 +1,6 @@
 """The multi-instance runner: one worker per MIG instance and aggregation.
 
     options     RunOptions: every run option, its type and range checked once
-    placement   where instances run: live MIG devices, a shared GPU, or emulated CPU partitions
     plan        RunPlan: everything a run needs, resolved before anything runs
     worker      the child side of the worker protocol (the workers' entry point)
     supervisor  the parent side: barrier, bounded waits, crash/raise/hang/interrupt outcomes
@@ -13,8 +12,9 @@
     capacity_store  the capacity cache file (capacity.json: Server capacities, engine speeds)
     combine     run folders of several hosts combined into one result
 
-The runner runs layouts; comparing them (repeats, sweeps, charts, reports, cached capacities) is
-mlperf_mig/study/, and the public face (mlperf_mig/api.py, mlperf_mig/run_cli.py) sits on top.
-The runner imports neither study/ nor, except where it hands a run to a Ray cluster (named in
-tests/test_imports.py), cluster/.
+The runner runs layouts; where their instances go is decided below it (mlperf_mig/placement/),
+comparing them (repeats, sweeps, charts, reports, cached capacities) above it (mlperf_mig/study/),
+and the public face (mlperf_mig/api.py, mlperf_mig/run_cli.py) sits on top. The runner imports
+neither study/ nor cluster/: a cluster run's rounds are handed to it by the open session
+(`execute.rounds_handed`, entered by cluster/handover.py).
 """
