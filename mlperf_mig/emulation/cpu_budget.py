@@ -171,14 +171,14 @@ def _own_cpu_cgroup() -> tuple[Path, int] | None:
         )
         root, point = fields[3], fields[4]
         if fstype == "cgroup" and "cpu" in options:
-            path = next((p for c, p in memberships.items() if "cpu" in c.split(",")), None)
+            member = next((p for c, p in memberships.items() if "cpu" in c.split(",")), None)
         elif fstype == "cgroup2":
-            path = memberships.get("")
+            member = memberships.get("")
         else:
             continue
-        if path is None or not path.startswith(root):
+        if member is None or not member.startswith(root):
             continue
-        folder = Path(point) / path[len(root) :].lstrip("/")
+        folder = Path(point) / member[len(root) :].lstrip("/")
         if folder.is_dir():
             return folder, 1 if fstype == "cgroup" else 2
     return None

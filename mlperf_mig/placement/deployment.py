@@ -105,9 +105,9 @@ class Deployment:
     grouping: str | None = None  # cluster runs: "observed" or "declared" (--gpu-group) one GPU
     # a run over several GPUs (placement/fleet.py): one part per GPU, `layout` is the first's;
     # () for a layout on one GPU
-    gpus: tuple[GpuPart, ...] = attrs.field(default=(), converter=tuple)
+    gpus: tuple[GpuPart, ...] = attrs.field(default=(), converter=tuple[GpuPart, ...])
     # emulated: what every result must say about the CPU budgets (cpu_budget.CpuBudgets.notes)
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
 
     @property
     def gpu(self) -> Any:

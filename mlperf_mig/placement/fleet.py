@@ -57,8 +57,7 @@ def choose_system(options: PlacementRequest, *, catalog: Any, detection: Any | N
                 cpus=options.cpus,
             )
         )
-    emulating = options.emulate or detection is None or not detection.gpus
-    if emulating:
+    if options.emulate or detection is None or not detection.gpus:
         return _emulated_system(options, catalog, getattr(detection, "message", "") or "")
     if options.gpu_count is not None:
         raise SettingsError(
@@ -159,7 +158,7 @@ def _selected_indices(options: PlacementRequest, indices: Sequence[int], known: 
     `layouts` when gpus is not given); `known()` says what there is and how to pick."""
     if options.gpus is None:
         selected = sorted(dict(options.layouts)) or list(indices)
-    elif options.gpus == "all":
+    elif isinstance(options.gpus, str):  # "all", the one word RunOptions takes
         selected = list(indices)
     else:
         selected = list(options.gpus)

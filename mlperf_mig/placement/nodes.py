@@ -62,10 +62,11 @@ class NodeInventory:
     ray_version: str = attrs.field(validator=_TEXT)
     python_version: str = attrs.field(validator=_TEXT)
     cpus: tuple[int, ...] = attrs.field(
-        converter=tuple, validator=_v.deep_iterable(_v.and_(_v.instance_of(int), _v.ge(0)))
+        converter=tuple[int, ...],
+        validator=_v.deep_iterable(_v.and_(_v.instance_of(int), _v.ge(0))),
     )
     devices: tuple[LiveDevice, ...] = attrs.field(
-        converter=tuple, validator=_v.deep_iterable(_v.instance_of(LiveDevice))
+        converter=tuple[LiveDevice, ...], validator=_v.deep_iterable(_v.instance_of(LiveDevice))
     )
     message: str = attrs.field(
         default="", validator=_TEXT
