@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # what the lazy exports are, for type checkers (loaded on fir
     from mlperf_mig.study.repeats import RepeatedRun
     from mlperf_mig.study.sweep import SweepResult
 
-__version__ = "0.1.0"
+from mlperf_mig._version import __version__ as __version__
 
 # The notebook API loads the runner on first use, so `import mlperf_mig` stays fast and imports
 # neither onnxruntime nor LoadGen.

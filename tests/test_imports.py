@@ -9,7 +9,8 @@ defines it. A circle in that graph fails the test with its path.
 
 Layers, lowest first (docs/architecture.md "Layers"): the shared base modules, registry/,
 emulation/, workloads/, engines/, harness/, telemetry/, placement/, runner/, study/, cluster/,
-submission/ and doctor/, and the public face (api.py, run_cli.py, cli.py, __main__.py) on top.
+submission/ and doctor/, and the public face (the package's __init__.py, api.py, run_cli.py,
+cli.py, __main__.py) on top.
 Every module of the library belongs to one, so a new folder fails the test until it is placed.
 """
 
@@ -191,11 +192,11 @@ def _a_type_only_import() -> tuple[str, str]:
 
 # The layers, lowest first: a module imports none of a higher layer. A layer is a list of the
 # folders and top-level modules in it; one that does not exist (yet) is passed over. The package
-# itself (`mlperf_mig/__init__.py`) is base: it holds the version and loads the notebook API only
-# when asked (importlib, no import statement).
+# itself (`mlperf_mig/__init__.py`) is the face: it hands on the notebook API (and names it for
+# type checkers); its version is the base module `_version.py`.
 LAYERS: tuple[tuple[str, ...], ...] = (
     (
-        "mlperf_mig",
+        "mlperf_mig._version",
         "mlperf_mig.errors",
         "mlperf_mig._io",
         "mlperf_mig._paths",
@@ -215,7 +216,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("mlperf_mig.study",),
     ("mlperf_mig.cluster",),
     ("mlperf_mig.submission", "mlperf_mig.doctor"),
-    ("mlperf_mig.api", "mlperf_mig.run_cli", "mlperf_mig.cli", "mlperf_mig.__main__"),
+    ("mlperf_mig", "mlperf_mig.api", "mlperf_mig.run_cli", "mlperf_mig.cli", "mlperf_mig.__main__"),
 )
 # Each import up the layers that stays, with why; the test fails when one is gone, so the list
 # stays the truth. These are study/ measuring through the public face.

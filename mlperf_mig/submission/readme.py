@@ -12,7 +12,7 @@ import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from mlperf_mig import __version__
+from mlperf_mig._version import __version__
 from mlperf_mig.runner.results import InstanceRun, RunResult
 from mlperf_mig.submission.hostinfo import package_version
 from mlperf_mig.workloads import Workload, get_workload

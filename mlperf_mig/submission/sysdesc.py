@@ -19,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig import __version__
 from mlperf_mig._paths import data_dir
+from mlperf_mig._version import __version__
 from mlperf_mig.errors import SubmissionError
 from mlperf_mig.submission import rules
 from mlperf_mig.submission.hostinfo import GpuFacts, HostFacts

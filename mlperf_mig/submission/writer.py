@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mlperf_mig import __version__
 from mlperf_mig._io import (
     atomic_write_json,
     atomic_write_text,
@@ -47,6 +46,7 @@ from mlperf_mig._io import (
     safe_name,
     write_failed,
 )
+from mlperf_mig._version import __version__
 from mlperf_mig.engines.backends import find_backend
 from mlperf_mig.errors import MlperfMigError, SubmissionError, UntrustedPathError
 from mlperf_mig.registry.catalog import default_catalog
