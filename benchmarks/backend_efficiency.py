@@ -144,9 +144,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = parser.parse_args()
 
-    from mlperf_mig.engines import EngineSpec, build_engine
+    from mlperf_mig.engines import build_engine, resolve_spec
 
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         get_workload("resnet50"), backend="onnxruntime", variant="full", loadgen_scenario="Offline",
         cache_dir=args.cache_dir,
     )  # fmt: skip

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from mlperf_mig._table import text_table
-from mlperf_mig.engines import EngineSpec, open_backend
+from mlperf_mig.engines import EngineSpec, open_backend, resolve_spec
 from mlperf_mig.workloads import get_workload
 from mlperf_mig.workloads.resnet50 import RESNET50
 
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--variant", default="full", help="full or tiny")
     args = parser.parse_args()
 
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         get_workload("resnet50"),
         backend="onnxruntime",
         precision=args.precision,

@@ -146,11 +146,11 @@ def smoke_here(
     backend: str, *, gpu: str | None, profile: str | None, outdir: Path
 ) -> dict[str, Any]:
     """In this process: build the tiny fp32 engine, compute the fixed batch, run LoadGen Offline."""
-    from mlperf_mig.engines import EngineSpec, open_backend
+    from mlperf_mig.engines import open_backend, resolve_spec
     from mlperf_mig.harness import InstanceTask, SettingsSpec, run_instance
     from mlperf_mig.workloads.resnet50 import RESNET50 as benchmark
 
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         benchmark,
         backend=backend,
         precision="fp32",

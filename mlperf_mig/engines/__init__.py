@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         user_model,
     )
     from mlperf_mig.engines.recipes import Recipe, load_recipe
+    from mlperf_mig.engines.resolve import resolve_spec
     from mlperf_mig.engines.spec import PRECISIONS, VARIANTS, EngineSpec
 
 _EXPORTS = {
@@ -61,6 +62,7 @@ _EXPORTS = {
     "PRECISIONS": "spec",
     "VARIANTS": "spec",
     "EngineSpec": "spec",
+    "resolve_spec": "resolve",
 }
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "load_recipe",
     "open_backend",
     "resolve_backend",
+    "resolve_spec",
     "user_model",
 ]
 

@@ -16,7 +16,8 @@ from mlperf_mig.engines import cache
 from mlperf_mig.engines.backend import Backend
 from mlperf_mig.engines.backends import backend_class
 from mlperf_mig.engines.models import ModelFile, generated_model, user_model
-from mlperf_mig.engines.spec import SPEC_FORMAT, EngineSpec, check_precision
+from mlperf_mig.engines.resolve import check_precision
+from mlperf_mig.engines.spec import SPEC_FORMAT, EngineSpec
 from mlperf_mig.errors import (
     BackendUnavailableError,
     EngineBuildError,

@@ -9,6 +9,7 @@ import attrs
 
 from mlperf_mig._cli_args import whole_number
 from mlperf_mig.engines.backends import AUTO, backend_class, backend_names
+from mlperf_mig.engines.resolve import resolve_spec
 from mlperf_mig.engines.spec import PRECISIONS, VARIANTS, EngineSpec
 
 
@@ -60,7 +61,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _build(args: argparse.Namespace) -> int:
     from mlperf_mig.engines.build import build_engine
 
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         args.benchmark,
         backend=args.backend,
         precision=args.precision,

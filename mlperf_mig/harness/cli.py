@@ -109,7 +109,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _engine(args: argparse.Namespace) -> EngineSpec | None:
-    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.engines import resolve_spec
     from mlperf_mig.engines.backends import AUTO, backend_class, backend_names
 
     if args.backend != AUTO and not backend_class(args.backend).runs_model:
@@ -123,7 +123,7 @@ def _engine(args: argparse.Namespace) -> EngineSpec | None:
             )
         return None
 
-    return EngineSpec.create(
+    return resolve_spec(
         args.benchmark,
         backend=args.backend,
         precision=args.precision,

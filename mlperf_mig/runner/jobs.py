@@ -35,9 +35,9 @@ ACCURACY_COUNT = "accuracy_sample_count_override"
 # --- worker entry of the engine round ------------------------------------------------------------
 def build_engine_job(request: EngineRequest, **_protocol: object) -> dict[str, Any]:
     """Worker entry: resolve the EngineSpec and build (or reuse) its engine in this slice."""
-    from mlperf_mig.engines import EngineSpec, backend_class, build_engine
+    from mlperf_mig.engines import backend_class, build_engine, resolve_spec
 
-    spec = EngineSpec.create(request.benchmark, **request.spec_options())
+    spec = resolve_spec(request.benchmark, **request.spec_options())
     if not backend_class(spec.backend).engine_suffix:
         return {"spec": spec.to_dict(), "path": None, "reused": None}
     built = build_engine(spec, request.cache_dir)

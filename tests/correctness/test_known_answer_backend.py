@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlperf_mig.engines import EngineSpec, open_backend
+from mlperf_mig.engines import open_backend, resolve_spec
 from mlperf_mig.engines.backends.known_answer import KnownAnswerBackend, expected_payload
 from mlperf_mig.harness.samples import input_layouts
 from mlperf_mig.harness.sut import response_payload
@@ -81,7 +81,7 @@ def test_bert_span_lies_in_the_samples_context() -> None:
 
 def test_is_opened_through_the_engine_builder() -> None:
     """`--backend known_answer` resolves to a spec without a model file and opens in-process."""
-    spec = EngineSpec.create(get_workload("resnet50"), backend="known_answer", variant="tiny")
+    spec = resolve_spec(get_workload("resnet50"), backend="known_answer", variant="tiny")
     with open_backend(spec) as backend:
         assert spec.model is None and isinstance(backend, KnownAnswerBackend)
         assert backend.device.backend == "known_answer"
@@ -93,7 +93,7 @@ def test_a_model_file_is_refused() -> None:
 
     from mlperf_mig.errors import ModelFileError
 
-    spec = EngineSpec.create(get_workload("resnet50"), backend="known_answer", variant="tiny")
+    spec = resolve_spec(get_workload("resnet50"), backend="known_answer", variant="tiny")
     message = r"computes no model, so model file 'x\.onnx' would be ignored"
     with pytest.raises(ModelFileError, match=message):
         open_backend(attrs.evolve(spec, model_path="x.onnx"))

@@ -20,6 +20,7 @@ from mlperf_mig.engines import (
     open_backend,
     resolve_backend,
 )
+from mlperf_mig.engines.resolve import resolve_spec
 from mlperf_mig.errors import (
     BackendUnavailableError,
     EngineBuildError,
@@ -71,7 +72,7 @@ def test_import_loads_no_heavy_library() -> None:
 def test_onnxruntime_cpu_refuses_fp16(cache_dir: Path) -> None:
     """fp16 on the CPU provider would be computed in fp32 behind casts, so it is refused."""
     with pytest.raises(PrecisionError, match="cannot compute fp16 on the CPU"):
-        EngineSpec.create(
+        resolve_spec(
             get_workload("resnet50"), backend="onnxruntime", precision="fp16", variant="tiny"
         )
 
@@ -79,7 +80,7 @@ def test_onnxruntime_cpu_refuses_fp16(cache_dir: Path) -> None:
 def test_onnxruntime_cpu_refuses_resnet50_int8(cache_dir: Path) -> None:
     """ResNet50's Q/DQ graph would run as float convolutions on the CPU, so int8 is refused."""
     with pytest.raises(PrecisionError, match=r"cannot compute int8 on the CPU; it can do fp32$"):
-        EngineSpec.create(
+        resolve_spec(
             get_workload("resnet50"), backend="onnxruntime", precision="int8", variant="tiny"
         )
 
@@ -100,7 +101,7 @@ def test_onnxruntime_cuda_refuses_int8() -> None:
 @pytest.mark.skipif(TENSORRT_USABLE, reason="a GPU may be usable here")
 def test_onnxruntime_gpu_request_never_falls_back_to_cpu(cache_dir: Path) -> None:
     """A spec for a GPU fails loudly where ONNX Runtime has no CUDA provider."""
-    cpu_spec = EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
+    cpu_spec = resolve_spec(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
     gpu_spec = EngineSpec(**{**cpu_spec.to_dict(), "gpu": "H100-SXM5-80GB"})
     with pytest.raises(BackendUnavailableError, match="CUDAExecutionProvider"):
         build_engine(gpu_spec)
@@ -108,7 +109,7 @@ def test_onnxruntime_gpu_request_never_falls_back_to_cpu(cache_dir: Path) -> Non
 
 def test_onnxruntime_reports_provider_and_threads(cache_dir: Path) -> None:
     """The loaded session reports the CPU provider and the thread count it was given."""
-    spec = EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
+    spec = resolve_spec(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
     with open_backend(spec, threads=1) as backend:
         device = backend.device
     assert (device.provider, device.device, device.threads) == ("CPUExecutionProvider", "cpu", 1)
@@ -116,7 +117,7 @@ def test_onnxruntime_reports_provider_and_threads(cache_dir: Path) -> None:
 
 def test_null_spec_needs_no_model(cache_dir: Path) -> None:
     """A null-backend spec generates nothing and opens at once."""
-    spec = EngineSpec.create(get_workload("bert"), backend="null")
+    spec = resolve_spec(get_workload("bert"), backend="null")
     with open_backend(spec) as backend:
         assert isinstance(backend, NullBackend) and backend.device.backend == "null"
     assert spec.model is None and not cache_dir.exists()
@@ -134,7 +135,7 @@ def test_null_outputs_have_official_shapes(benchmark) -> None:
 
 def test_spec_for_another_backend_version_is_refused(cache_dir: Path) -> None:
     """A spec made for another ONNX Runtime version is refused rather than silently rebuilt."""
-    spec = EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
+    spec = resolve_spec(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
     stale = EngineSpec(**{**spec.to_dict(), "backend_version": "0.1.0"})
     with pytest.raises(EngineMismatchError, match=r"0\.1\.0"):
         open_backend(stale)
@@ -171,6 +172,6 @@ def test_onnxruntime_cuda_runs_fp16_on_the_gpu(benchmark, cache_dir: Path) -> No
 
 def test_backend_with_engine_files_refuses_to_load_without_one(cache_dir: Path) -> None:
     """Backend.load without an engine file says to build one first."""
-    spec = EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
+    spec = resolve_spec(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
     with pytest.raises(EngineBuildError, match="build it first"):
         backend_class("onnxruntime").load(spec, None)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mlperf_mig.engines import EngineSpec, build_engine, cache, cache_root
+from mlperf_mig.engines import EngineSpec, build_engine, cache, cache_root, resolve_spec
 from mlperf_mig.engines.cache import CACHE_ENV, sidecar_path
 from mlperf_mig.workloads import get_workload
 
@@ -19,7 +19,7 @@ from mlperf_mig.workloads import get_workload
 @pytest.fixture(name="spec")
 def fixture_spec(cache_dir: Path) -> EngineSpec:
     """A tiny ResNet50 engine spec for ONNX Runtime on the CPU."""
-    return EngineSpec.create(
+    return resolve_spec(
         get_workload("resnet50"), backend="onnxruntime", variant="tiny", cache_dir=cache_dir
     )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from mlperf_mig.engines import EngineSpec, build_engine, generate_model, user_model
+from mlperf_mig.engines import build_engine, generate_model, resolve_spec, user_model
 from mlperf_mig.errors import ModelFileError, PrecisionError
 from mlperf_mig.workloads import get_workload
 
@@ -70,7 +70,7 @@ def test_wrong_dtype_is_rejected(tmp_path: Path) -> None:
 def test_user_file_precision_must_match_request(resnet_file: Path, cache_dir: Path) -> None:
     """Asking for int8 from an fp32 file is refused: the precision lives in the graph."""
     with pytest.raises(PrecisionError, match="fp32 graph"):
-        EngineSpec.create(
+        resolve_spec(
             get_workload("resnet50"),
             backend="null",
             precision="int8",
@@ -81,7 +81,7 @@ def test_user_file_precision_must_match_request(resnet_file: Path, cache_dir: Pa
 
 def test_user_file_spec_records_path_and_hash(resnet_file: Path, cache_dir: Path) -> None:
     """A spec from a user file names the file and its content hash, and does not generate."""
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         get_workload("resnet50"), backend="onnxruntime", model_path=resnet_file, cache_dir=cache_dir
     )
     assert spec.model_path == str(resnet_file)
@@ -91,7 +91,7 @@ def test_user_file_spec_records_path_and_hash(resnet_file: Path, cache_dir: Path
 
 def test_user_file_changed_after_spec_is_refused(resnet_file: Path, cache_dir: Path) -> None:
     """Building from a user file that changed since its spec was made raises ModelFileError."""
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         get_workload("resnet50"), backend="onnxruntime", model_path=resnet_file, cache_dir=cache_dir
     )
     onnx.save(

@@ -11,7 +11,7 @@ import attrs
 import numpy as np
 import pytest
 
-from mlperf_mig.engines import EngineSpec, build_engine, open_backend
+from mlperf_mig.engines import EngineSpec, build_engine, open_backend, resolve_spec
 from mlperf_mig.engines.backends.onnxruntime import backend as ort_backend
 from mlperf_mig.engines.backends.onnxruntime import cpu_copy as onnxruntime_cpu
 from mlperf_mig.engines.backends.onnxruntime.backend import session_options
@@ -26,7 +26,7 @@ ort = pytest.importorskip("onnxruntime")
 @pytest.fixture(name="spec")
 def fixture_spec(cache_dir: Path) -> EngineSpec:
     """A tiny ResNet50 spec on the CPU provider, in the test's own cache."""
-    return EngineSpec.create(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
+    return resolve_spec(get_workload("resnet50"), backend="onnxruntime", variant="tiny")
 
 
 def _reference_outputs(engine: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -79,9 +79,7 @@ def test_gpu_session_options_keep_the_memory_pattern(spec: EngineSpec) -> None:
 @pytest.mark.parametrize(("benchmark", "precision"), [(RESNET50, "fp32"), (BERT, "int8")])
 def test_copy_computes_what_the_engine_computes(cache_dir: Path, benchmark, precision: str) -> None:
     """The saved copy gives the outputs of the engine optimised in the session itself."""
-    spec = EngineSpec.create(
-        benchmark.name, backend="onnxruntime", precision=precision, variant="tiny"
-    )
+    spec = resolve_spec(benchmark.name, backend="onnxruntime", precision=precision, variant="tiny")
     feeds = benchmark.calibration_feeds(2, seed=0)
     with open_backend(spec, threads=1) as backend:
         got = backend.run(feeds)

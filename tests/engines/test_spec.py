@@ -7,7 +7,7 @@ import pickle
 import attrs
 import pytest
 
-from mlperf_mig.engines import EngineSpec
+from mlperf_mig.engines import EngineSpec, resolve_spec
 from mlperf_mig.workloads import get_workload
 
 
@@ -87,7 +87,7 @@ def test_rejects_empty_batch_sizes() -> None:
 
 def test_create_for_a_mig_profile_takes_its_recipe_batch() -> None:
     """A spec for H100 1g.10gb resolves the profile in the registry and takes the 1g batch."""
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         get_workload("bert"),
         backend="null",
         precision="int8",

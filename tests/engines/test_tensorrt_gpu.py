@@ -17,6 +17,7 @@ from mlperf_mig.engines.backends.tensorrt.backend import TensorRTBackend
 from mlperf_mig.engines.backends.tensorrt.engine_file import read_engine_file, write_engine_file
 from mlperf_mig.engines.build import build_engine, open_backend
 from mlperf_mig.engines.models import generated_model
+from mlperf_mig.engines.resolve import resolve_spec
 from mlperf_mig.engines.spec import EngineSpec
 from mlperf_mig.errors import EngineMismatchError
 from mlperf_mig.workloads import get_workload
@@ -175,7 +176,7 @@ def test_engine_from_another_profile_is_refused_on_load(tmp_path: Path) -> None:
 
 def test_open_backend_builds_once_then_reuses(cache_dir: Path) -> None:
     """Through the engine cache: the first build is made, the second reused, both run."""
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         get_workload("resnet50"),
         backend="tensorrt",
         variant="tiny",

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlperf_mig.engines import EngineSpec
+from mlperf_mig.engines import resolve_spec
 from mlperf_mig.engines.backends.known_answer import expected_payload
 from mlperf_mig.harness import InstanceResult, InstanceTask, SettingsSpec, run_instance
 from mlperf_mig.workloads import get_workload
@@ -48,7 +48,7 @@ def test_quick_accuracy_run_scores_the_whole_dataset(
         loadgen_scenario="Offline",
         mode="accuracy",
         outdir=tmp_path / "instance",
-        engine=EngineSpec.create(get_workload("resnet50"), backend="known_answer"),
+        engine=resolve_spec(get_workload("resnet50"), backend="known_answer"),
         dataset=known_labels_dir,
         settings=SettingsSpec(preset="quick", overrides={"target_qps": 1000}),
     )

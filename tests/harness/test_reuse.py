@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mlperf_mig.emulation.cpu_budget import BUDGET_ENV, SHARE_ENV
-from mlperf_mig.engines import EngineSpec
+from mlperf_mig.engines import EngineSpec, resolve_spec
 from mlperf_mig.harness import InstanceTask, SettingsSpec, reuse, run_instance
 from mlperf_mig.harness.instance import calibration_inputs, target_was_wrong
 from mlperf_mig.harness.result import InstanceResult
@@ -30,7 +30,7 @@ def fixture_engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(name="spec", scope="module")
 def fixture_spec(engine_cache: Path) -> EngineSpec:
-    return EngineSpec.create(
+    return resolve_spec(
         get_workload("resnet50"), backend="onnxruntime", variant="tiny", cache_dir=engine_cache
     )
 

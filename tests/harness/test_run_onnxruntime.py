@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mlperf_mig.engines import EngineSpec
+from mlperf_mig.engines import EngineSpec, resolve_spec
 from mlperf_mig.harness import InstanceResult, InstanceTask, SettingsSpec, run_instance
 
 SHORT = {"min_duration": 300, "min_query_count": 8}
@@ -19,7 +19,7 @@ def fixture_engine_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _spec(benchmark: str, scenario: str, cache: Path) -> EngineSpec:
-    return EngineSpec.create(
+    return resolve_spec(
         benchmark, backend="onnxruntime", variant="tiny", loadgen_scenario=scenario, cache_dir=cache
     )
 

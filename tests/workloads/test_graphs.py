@@ -10,7 +10,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from mlperf_mig.engines import EngineSpec, generate_model, generated_model, open_backend
+from mlperf_mig.engines import (
+    generate_model,
+    generated_model,
+    open_backend,
+    resolve_spec,
+)
 from mlperf_mig.workloads import Workload, get_workload
 from mlperf_mig.workloads.bert import BERT
 from mlperf_mig.workloads.resnet50 import RESNET50
@@ -19,7 +24,7 @@ from mlperf_mig.workloads.resnet50 import RESNET50
 def _run_generated(
     benchmark: Workload, variant: str, precision: str, cache_dir: Path, batch: int
 ) -> dict[str, np.ndarray]:
-    spec = EngineSpec.create(
+    spec = resolve_spec(
         benchmark.name,
         backend="onnxruntime",
         variant=variant,
