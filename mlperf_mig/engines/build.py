@@ -1,6 +1,6 @@
 """Build or reuse engines, and open them: the engine builder's entry points.
 
-`EngineSpec.create` (engines/spec.py) resolves what to build; `build_engine` builds it into the
+`resolve_spec` (engines/resolve.py) resolves what to build; `build_engine` builds it into the
 cache or reuses the cached file; `open_backend` does that and loads the engine in this process.
 """
 
@@ -46,7 +46,7 @@ def _check_backend(spec: EngineSpec) -> type[Backend]:
     if spec.backend_version is not None and spec.backend_version != installed:
         raise EngineMismatchError(
             f"the spec is for {spec.backend} {spec.backend_version} but {installed} is "
-            "installed; create the spec again (EngineSpec.create) on this machine"
+            "installed; resolve the spec again (resolve_spec) on this machine"
         )
     check_precision(spec, cls)
     return cls
