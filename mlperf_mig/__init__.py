@@ -11,11 +11,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what the lazy exports are, for type checkers (loaded on first use below)
-    from mlperf_mig.api import aggregate, plan, run, sweep
+    from mlperf_mig.api import advise, aggregate, capacity, plan, run, sweep
     from mlperf_mig.runner.plan import RunPlan
     from mlperf_mig.runner.results import InstanceRun, LayoutResult, RunResult
-    from mlperf_mig.study.api import advise
-    from mlperf_mig.study.capacity import capacity
     from mlperf_mig.study.repeats import RepeatedRun
     from mlperf_mig.study.sweep import SweepResult
 
@@ -34,8 +32,8 @@ _API = {
     "RunPlan": "mlperf_mig.runner.plan",
     "SweepResult": "mlperf_mig.study.sweep",
     "RepeatedRun": "mlperf_mig.study.repeats",
-    "advise": "mlperf_mig.study.api",
-    "capacity": "mlperf_mig.study.capacity",
+    "advise": "mlperf_mig.api",
+    "capacity": "mlperf_mig.api",
 }
 
 __all__ = [

@@ -11,9 +11,11 @@ cluster/ (Ray sessions): the only place that imports all three.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from mlperf_mig._io import check_output_path, claim_folder
 from mlperf_mig.cluster.handover import cluster_run
@@ -31,7 +33,10 @@ from mlperf_mig.runner.options import (
 from mlperf_mig.runner.plan import RunPlan, make_plan
 from mlperf_mig.runner.results import RESULTS_FILE, LayoutResult, RunResult
 from mlperf_mig.runner.supervisor import stop_signals
+from mlperf_mig.study.api import advise as study_advise
+from mlperf_mig.study.capacity import capacity as study_capacity
 from mlperf_mig.study.capacity_cache import with_cached_capacity
+from mlperf_mig.study.measure import Measure
 from mlperf_mig.study.repeats import REPEATS_FILE, SWEEP_FILE, refuse_other_kinds
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
     from mlperf_mig.study.sweep import SweepResult
 
 PathArg = str | os.PathLike[str]
+_R = TypeVar("_R")
 
 
 def plan(
@@ -306,3 +312,31 @@ def aggregate(folders: Sequence[PathArg], outdir: PathArg | None = None) -> RunR
 plan.__doc__ = f"{plan.__doc__}{options_doc(RUN_OPTIONS)}\n"
 run.__doc__ = f"{run.__doc__}{options_doc(RUN_OPTIONS)}\n"
 sweep.__doc__ = f"{sweep.__doc__}{options_doc(RUN_OPTIONS, skip=('scenario', 'outdir'))}\n"
+
+
+def _measure() -> Measure:
+    """The public run, plan and sweep as study/ calls them, looked up when called (so that one
+    replaced in this module, as the tests do, is the one study/ gets)."""
+    return Measure(
+        run=lambda *args, **kwargs: run(*args, **kwargs),
+        plan=lambda *args, **kwargs: plan(*args, **kwargs),
+        sweep=lambda *args, **kwargs: sweep(*args, **kwargs),
+    )
+
+
+def _measuring(study_function: Callable[..., _R]) -> Callable[..., _R]:
+    """`study_function` with this module's run, plan and sweep handed in as its `measure`: the
+    public form of a study that measures (its signature and docstring, less `measure`)."""
+
+    @functools.wraps(study_function)
+    def public(*args: object, **kwargs: object) -> _R:
+        return study_function(*args, measure=_measure(), **kwargs)
+
+    signature = inspect.signature(study_function)
+    kept = [p for p in signature.parameters.values() if p.name != "measure"]
+    public.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]  # read by inspect and help()
+    return public
+
+
+capacity = _measuring(study_capacity)
+advise = _measuring(study_advise)

@@ -27,7 +27,7 @@ COMMAND_MODULES = (
     "mlperf_mig.submission.cli",
     "mlperf_mig.cluster.cli",
     "mlperf_mig.doctor.cli",
-    "mlperf_mig.study.cli",
+    "mlperf_mig.study_cli",
 )
 
 EXIT_USAGE = 2

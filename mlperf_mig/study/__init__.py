@@ -8,9 +8,10 @@
     capacity_cache  cached Server capacities, used as later Server targets
     capacity  the highest VALID Server target QPS of one profile (bracketing search, cached)
     advisor   per-profile measurements -> a prediction of every valid layout, ranked
-    api       advise (exported as mlperf_mig.advise; capacity as mlperf_mig.capacity)
-    cli       the advise and capacity sub-commands
+    api       advise (public as mlperf_mig.advise; capacity as mlperf_mig.capacity)
+    measure   the public run, plan and sweep, as the face hands them to a study that measures
 
-study/ builds on runner/ (which runs one layout) and never imports cluster/; `capacity` and
-`advise` measure through the public `run`/`sweep` of mlperf_mig/api.py, imported when called.
+study/ builds on runner/ (which runs one layout) and imports nothing above it; `capacity` and
+`advise` measure through the public `run`/`plan`/`sweep`, which mlperf_mig/api.py hands them
+(study/measure.py); their sub-commands are mlperf_mig/study_cli.py.
 """

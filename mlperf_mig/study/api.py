@@ -17,6 +17,7 @@ from mlperf_mig.study.advisor import (
     check_ranking,
     measurements_from,
 )
+from mlperf_mig.study.measure import Measure
 
 if TYPE_CHECKING:
     from mlperf_mig.study.sweep import SweepResult
@@ -41,6 +42,7 @@ def advise(
     preset: str = "quick",
     repeats: int = 1,
     progress: bool | TextIO = True,
+    measure: Measure,
 ) -> Advice:
     """Rank every valid MIG layout of the GPU for `benchmark` by `objective`.
 
@@ -60,10 +62,7 @@ def advise(
     check_ranking(objective, top)  # before a measuring sweep, not after it
     report: LayoutResult | SweepResult
     if from_dir is None:
-        # the public sweep (cluster session, stop signals) sits above study/: imported when used
-        from mlperf_mig.api import sweep
-
-        report = sweep(
+        report = measure.sweep(
             range(1, 9),
             benchmark=benchmark or "resnet50",
             gpu=gpu,

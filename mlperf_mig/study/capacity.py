@@ -46,6 +46,7 @@ from mlperf_mig.runner.options import (
 )
 from mlperf_mig.runner.results import EMULATED_LABEL, LayoutResult, RunResult
 from mlperf_mig.study.capacity_cache import plan_key
+from mlperf_mig.study.measure import Measure
 
 log = logging.getLogger(__name__)
 
@@ -325,6 +326,7 @@ class _Search:
     root: Path
     common: dict[str, Any]  # the run options every run of the search takes
     extra: dict[str, float]  # the caller's LoadGen settings, under the search's own
+    measure: Measure  # the public run and plan, handed in by the face
     probes: list[Probe] = attrs.Factory(list)
 
     @classmethod
@@ -346,6 +348,7 @@ class _Search:
             root=Path(outdir) if outdir is not None else default_outdir("capacity"),
             common=common,
             extra=dict(values["settings"] or {}),
+            measure=values["measure"],
         )
 
     @property
@@ -353,12 +356,9 @@ class _Search:
         return len(self.probes) < self.options.max_steps
 
     def _once(self, target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
-        # the public run (cluster session, stop signals, capacity cache) sits above study/
-        from mlperf_mig.api import run
-
         duration_setting = {"min_duration": duration} if duration else {}
         overrides = {**self.extra, "target_qps": target, **duration_setting}
-        result = run(
+        result = self.measure.run(
             [self.profile],
             loadgen_scenario="Server",
             outdir=self.root / folder,
@@ -403,13 +403,13 @@ def _inconclusive(probe: Probe, again: Probe) -> Probe:
 
 def _start_target(search: _Search) -> float:
     """The first target: the caller's low_qps, or a quarter of a short Offline run's throughput."""
-    from mlperf_mig.api import run
-
     if search.options.low_qps is not None:
         return float(search.options.low_qps)
     outdir = search.root / "offline"
     offline = _one_run(
-        run([search.profile], loadgen_scenario="Offline", outdir=outdir, **search.common)
+        search.measure.run(
+            [search.profile], loadgen_scenario="Offline", outdir=outdir, **search.common
+        )
     )
     if offline.total_throughput is None:
         raise SettingsError(
@@ -478,8 +478,6 @@ def _result(
     search: _Search, qps: float, confirmed: bool, low: float, high: float | None
 ) -> CapacityResult:
     """The search's answer, keyed by the plan of its last run."""
-    from mlperf_mig.api import plan as plan_of
-
     # the key's plan, with the settings of the last run (so that it takes no cached target: a bad
     # cache entry is what a new search replaces, and it must not refuse the answer)
     confirm_ms = search.options.confirm_ms
@@ -489,7 +487,9 @@ def _result(
         **({"min_duration": confirm_ms} if confirm_ms else {}),
     }
     common = {k: v for k, v in search.common.items() if k != "progress"}
-    the_plan = plan_of([search.profile], loadgen_scenario="Server", settings=last, **common)
+    the_plan = search.measure.plan(
+        [search.profile], loadgen_scenario="Server", settings=last, **common
+    )
     return CapacityResult(
         benchmark=the_plan.benchmark.name,
         profile=search.profile,
@@ -528,6 +528,7 @@ def capacity(
     cache_dir: PathArg | None = None,
     progress: bool | TextIO = False,
     store: bool = True,
+    measure: Measure,
 ) -> CapacityResult:
     """The highest Server target QPS of one instance of `profile` that stays within the
     benchmark's latency bound (the module describes the search); `settings`: further LoadGen

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import mlperf_mig.api
 from mlperf_mig.study import capacity as capacity_module
 from mlperf_mig.workloads.resnet50 import RESNET50
 
@@ -85,7 +86,7 @@ def fixture_stand_in(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def _search(tmp_path: Path, **kwargs: Any) -> capacity_module.CapacityResult:
-    return capacity_module.capacity(
+    return mlperf_mig.api.capacity(
         "resnet50", "1g.10gb", outdir=tmp_path / "cap", store=False, **kwargs
     )
 

@@ -6,6 +6,7 @@ import attrs
 import pytest
 
 from mlperf_mig import registry
+from mlperf_mig.api import advise
 from mlperf_mig.errors import SettingsError, UnknownProfileError
 from mlperf_mig.study.advisor import (
     Constraints,
@@ -14,7 +15,6 @@ from mlperf_mig.study.advisor import (
     advise_from,
     check_constraints,
 )
-from mlperf_mig.study.api import advise
 
 GPU = "A100-SXM4-80GB"
 # samples/s alone, by profile: 7g is worse than any split, 1g the best per slice

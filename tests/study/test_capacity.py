@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from mlperf_mig import api, cli
+from mlperf_mig.api import capacity
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.capacity_store import store_capacity
 from mlperf_mig.runner.options import RUN_OPTIONS, RunOptions
 from mlperf_mig.runner.plan import make_plan
-from mlperf_mig.study.capacity import SEARCH_OPTIONS, capacity
+from mlperf_mig.study.capacity import SEARCH_OPTIONS
 from mlperf_mig.study.capacity_cache import plan_key, with_cached_capacity
 
 BOUND_NS = 15_000_000

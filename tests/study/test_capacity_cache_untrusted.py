@@ -205,7 +205,7 @@ def test_failed_cache_write_keeps_the_answer(
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     monkeypatch.setattr(mlperf_mig.api, "run", KnownService(100.0))
-    result = capacity_module.capacity(
+    result = mlperf_mig.api.capacity(
         "resnet50",
         "1g.10gb",
         backend="null",
@@ -321,7 +321,7 @@ def test_search_replaces_an_out_of_range_entry(
         "1g.10gb",
     )
     _write(cache, json.dumps({key: {"qps": 1e-9}, "other": {"qps": 7.0}}))
-    result = capacity_module.capacity(
+    result = mlperf_mig.api.capacity(
         "resnet50",
         "1g.10gb",
         backend="null",

@@ -81,7 +81,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _advise(args: argparse.Namespace) -> int:
-    from mlperf_mig.study.api import advise
+    from mlperf_mig.api import advise
 
     advice = advise(
         args.benchmark,
@@ -149,7 +149,8 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
 
 def _capacity(args: argparse.Namespace) -> int:
     from mlperf_mig._cli_args import flag_values, parse_overrides
-    from mlperf_mig.study.capacity import SEARCH_OPTIONS, capacity
+    from mlperf_mig.api import capacity
+    from mlperf_mig.study.capacity import SEARCH_OPTIONS
 
     result = capacity(
         args.benchmark,
