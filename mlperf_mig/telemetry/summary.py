@@ -160,7 +160,7 @@ class GpuTelemetry:
         default=(), converter=lambda v: tuple(tuple(p) for p in v)
     )
     gpm: str = ""
-    measured: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    measured: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     not_measured: tuple[tuple[str, str], ...] = attrs.field(
         default=(), converter=lambda v: tuple(tuple(p) for p in v)
     )
@@ -213,8 +213,8 @@ class RunTelemetry:
     interval_s: float
     samples: int
     window: Window | None
-    instances: tuple[InstanceTelemetry, ...] = attrs.field(converter=tuple)
-    gpus: tuple[GpuTelemetry, ...] = attrs.field(converter=tuple)
+    instances: tuple[InstanceTelemetry, ...] = attrs.field(converter=tuple[InstanceTelemetry, ...])
+    gpus: tuple[GpuTelemetry, ...] = attrs.field(converter=tuple[GpuTelemetry, ...])
     energy_j: float | None = (
         None  # the layout's: the sum over its GPUs (or the CPU package, emulated)
     )
@@ -222,7 +222,7 @@ class RunTelemetry:
     idle_power_w: float | None = None
     energy_label: str = BOARD_ENERGY_LABEL
     cpu_package: Mapping[str, Any] = attrs.field(factory=dict)
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     csv: str | None = CSV_FILE
     sampled_s: float | None = None  # from the first row to the last
     sampler_cpu_s: float | None = (
@@ -516,11 +516,12 @@ def summarize(
         else None,
         "source": package.get("source", ""),
     }
+    energy: float | None
+    idle_power: float | None
+    budgets: dict[int | None, float | None]
     if gpus:
-        energies = [g.energy_j for g in gpu_records]
-        energy = sum(energies) if energies and all(e is not None for e in energies) else None  # type: ignore[misc]
-        idles = [g.idle_power_w for g in gpu_records]
-        idle_power = sum(idles) if all(i is not None for i in idles) else None  # type: ignore[misc]
+        energy = _total([g.energy_j for g in gpu_records])
+        idle_power = _total([g.idle_power_w for g in gpu_records])
         label = BOARD_ENERGY_LABEL
         budgets = {g.index: g.energy_j for g in gpu_records}
     else:
@@ -542,6 +543,12 @@ def summarize(
         cpu_package=package_record,
         notes=notes,
     )
+
+
+def _total(values: Sequence[float | None]) -> float | None:
+    """The sum of `values` where every one is known (and there is one), else None."""
+    known = [v for v in values if v is not None]
+    return sum(known) if values and len(known) == len(values) else None
 
 
 def _with_shares(
