@@ -162,6 +162,7 @@ class RunRecorder:
         specs = []
         for slot in self._plan.slots:
             gpu = gpu_of.get(slot.name)
+            util: str | None
             if emulated or gpu is None:
                 util, metric = f"{slot.name}:cpu_pct", CPU_METRIC
                 memory, memory_metric = (
