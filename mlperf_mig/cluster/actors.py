@@ -165,9 +165,10 @@ def build_on_node(request: Any) -> Any:
 
 
 def write_files(
-    folder: Path, files: Mapping[str, bytes], write: Callable[[Path, bytes], None]
+    folder: Path, files: Mapping[str, bytes], write: Callable[[Path, bytes], object]
 ) -> None:
-    """Put a node's files into the driver's run folder (`write` is the atomic writer)."""
+    """Put a node's files into the driver's run folder (`write` is the atomic writer; what it
+    returns is not used)."""
     for relative, data in files.items():
         destination = folder / relative
         destination.parent.mkdir(parents=True, exist_ok=True)

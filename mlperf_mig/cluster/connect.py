@@ -195,7 +195,7 @@ def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
     cluster = None
     try:
         for share in shares:
-            node_args = {
+            node_args: dict[str, Any] = {  # Ray's keyword arguments of one node
                 "num_cpus": len(share),
                 "node_ip_address": "127.0.0.1",
                 "object_store_memory": LOCAL_OBJECT_STORE_BYTES,

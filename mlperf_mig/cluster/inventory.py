@@ -96,6 +96,8 @@ def take_inventory(
 def _node_answer(ray: RayApi, node: str, ref: Any) -> NodeInventory:
     """A node's inventory, or ClusterError saying why that node could not report one (mlperf-mig
     missing there, a discovery error, the node gone, an answer this driver cannot read)."""
+    from ray import exceptions
+
     try:
         return NodeInventory.from_dict(ray.get(ref))
     except ValueError as exc:
@@ -103,7 +105,7 @@ def _node_answer(ray: RayApi, node: str, ref: Any) -> NodeInventory:
             f"node {node[:8]} reported an inventory this driver cannot read ({exc}); install the "
             "same mlperf-mig on every node"
         ) from None
-    except ray.exceptions.RayError as exc:
+    except exceptions.RayError as exc:
         cause = getattr(exc, "cause", None) or exc
         reason = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
         raise ClusterError(

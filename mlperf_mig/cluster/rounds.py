@@ -35,6 +35,8 @@ from mlperf_mig.cluster.actors import (
 )
 from mlperf_mig.cluster.inventory import pinned
 from mlperf_mig.cluster.ray_api import RayApi
+from mlperf_mig.errors import ClusterError
+from mlperf_mig.placement.deployment import InstanceSlot
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
 from mlperf_mig.runner.round_clock import RoundClock, interrupted_error
@@ -59,14 +61,24 @@ def head_node(ray: RayApi) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def start_actor(ray: RayApi, slot: Any, env: Mapping[str, str]) -> Any:
+def slot_node(slot: InstanceSlot) -> str:
+    """The Ray node the cluster placement put the instance on (each of a cluster's has one)."""
+    if slot.node is None:
+        raise ClusterError(
+            f"instance {slot.name} has no Ray node: a cluster round runs only a plan placed on "
+            "the cluster's nodes; make the plan with the cluster session"
+        )
+    return slot.node
+
+
+def start_actor(ray: RayApi, slot: InstanceSlot, env: Mapping[str, str]) -> Any:
     """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
     remote = ray.remote(InstanceActor)
     return remote.options(
         num_cpus=0,
         max_restarts=0,
         max_concurrency=2,
-        scheduling_strategy=pinned(slot.node),
+        scheduling_strategy=pinned(slot_node(slot)),
         name=None,
     ).remote(slot.name, dict(env), slot.cpus)
 
@@ -272,8 +284,11 @@ def _wait(
 ) -> None:
     """Collect every actor's reply; release the barrier when all live ones are at it; keep the
     round's clock (until every instance is at the barrier, then until all are done)."""
+    from ray import exceptions
+
     from mlperf_mig.engines import EngineSpec
 
+    barrier_lost: tuple[type[BaseException], ...] = (*actor_errors(), exceptions.GetTimeoutError)
     clock = RoundClock(job.plan.timeouts)
     pending = dict(refs)
     announced: set[str] = set()
@@ -301,7 +316,7 @@ def _wait(
         try:
             arrived, counts = ray.get(barrier.state.remote(), timeout=_BARRIER_CALL_S)
             trouble_since = None
-        except ray.exceptions.ActorUnavailableError:
+        except exceptions.ActorUnavailableError:
             # transient (a connection reset as another node went down): ask again next time,
             # and give the barrier up only when it stays unreachable
             trouble_since = trouble_since or time.monotonic()
@@ -309,7 +324,7 @@ def _wait(
                 continue
             _lose_round(ray, pending, actors, finish, "ActorUnavailableError")
             return
-        except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
+        except barrier_lost as exc:
             _lose_round(
                 ray,
                 pending,
@@ -326,7 +341,7 @@ def _wait(
         if not clock.released and set(pending.values()) <= set(arrived):
             try:
                 ray.get(barrier.release.remote(), timeout=_BARRIER_CALL_S)
-            except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
+            except barrier_lost as exc:
                 _lose_round(
                     ray,
                     pending,
@@ -410,7 +425,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     requests = {e.key: e for e in plan.engines}
     actors = {
         slot.name: ray.remote(ServeActor)
-        .options(num_cpus=0, max_restarts=0, scheduling_strategy=pinned(slot.node))
+        .options(num_cpus=0, max_restarts=0, scheduling_strategy=pinned(slot_node(slot)))
         .remote(slot.name, instance_env(slot), slot.cpus, capacity)
         for slot in slots
     }
@@ -520,6 +535,8 @@ def _open_all(
 ) -> dict[str, dict[str, Any]]:
     """Each actor builds, opens and calibrates its model and opens its data channel; those that
     fail get their outcome now."""
+    from ray import exceptions
+
     plan = job.plan
     refs = {
         actors[slot.name].open.remote(
@@ -537,7 +554,7 @@ def _open_all(
             outcomes[name] = WorkerOutcome(
                 name=name, status="crashed", error=f"its actor or node died ({type(exc).__name__})"
             )
-        except ray.exceptions.RayTaskError as exc:
+        except exceptions.RayTaskError as exc:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             outcomes[name] = WorkerOutcome(
                 name=name,

@@ -30,11 +30,21 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
-from multiprocessing.connection import AuthenticationError, Client, Connection, Listener, wait
-from typing import Any
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener, wait
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
+
+if TYPE_CHECKING:
+    import socket
+    from multiprocessing.connection import _ConnectionBase
+
+    from mlperf_mig.cluster.ray_api import RayApi
+
+    # what multiprocessing.connection.wait takes and hands back (the very objects it was given)
+    _Waitable = _ConnectionBase[Any, Any] | socket.socket | int
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +296,7 @@ class RemoteServing(threading.Thread):
 
     def _serve(self) -> None:
         while not all(r.done for r in self.remotes):
-            ends: dict[Connection, tuple[_Remote, bool]] = {}  # connection -> (remote, is its pipe)
+            ends: dict[_Waitable, tuple[_Remote, bool]] = {}  # connection -> (remote, is its pipe)
             for remote in self.remotes:
                 if remote.done:
                     continue
@@ -359,6 +369,8 @@ class RemoteServing(threading.Thread):
                 self._close(remote, "the coordinator went away")
 
     def _finish(self, remote: _Remote) -> None:
+        from ray import exceptions
+
         from mlperf_mig.cluster.actors import actor_errors
 
         if remote.error is None:
@@ -367,7 +379,7 @@ class RemoteServing(threading.Thread):
                 remote.value = ray.get(remote.actor.close.remote(), timeout=_CLOSE_TIMEOUT_S)
             except actor_errors() as exc:
                 remote.error = f"its actor or node died ({type(exc).__name__})"
-            except ray.exceptions.GetTimeoutError:
+            except exceptions.GetTimeoutError:
                 remote.error = f"its model did not close within {_CLOSE_TIMEOUT_S:g} s"
         self._close(remote, remote.error)
 
@@ -410,7 +422,7 @@ def round_trip_rate(
     return batches * batch_size / (time.perf_counter() - began)
 
 
-def _ray() -> Any:
+def _ray() -> RayApi:
     import ray
 
     return ray
