@@ -128,7 +128,7 @@ def _instance_runs(
                 accuracy_error=acc.error if acc else None,
                 performance=None if unified else instance_result(perf),
                 accuracy=None if unified else instance_result(acc),
-                dispatched_samples=served.get(slot.name, 0) if unified else None,
+                dispatched_samples=None if served is None else served.get(slot.name, 0),
                 gpu_index=slot.gpu_index,
                 cpu_share=slot.cpu_share,
                 cpu_budget=slot.cpu_budget,

@@ -253,19 +253,12 @@ def main_module_hidden_if_unimportable() -> Iterator[None]:
     ran. Workers never need the main module (their entry is an import path, worker.py), so
     such a `__file__` is taken away for the moment a worker starts and put back after.
     """
-    from multiprocessing import process
-
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     by_name = getattr(
         getattr(main, "__spec__", None), "name", None
     )  # `python -m`: re-imported by name
-    full = (
-        path
-        if path is None or os.path.isabs(path)
-        else os.path.join(process.ORIGINAL_DIR or "", path)
-    )
-    if main is None or path is None or by_name is not None or os.path.isfile(full):
+    if main is None or path is None or by_name is not None or os.path.isfile(_from_start(path)):
         yield
         return
     with _main_lock:
@@ -274,6 +267,17 @@ def main_module_hidden_if_unimportable() -> Iterator[None]:
             yield
         finally:
             main.__file__ = path
+
+
+def _from_start(path: str) -> str:
+    """A main module's `__file__` as multiprocessing finds it: from the directory the program
+    started in, where it is relative."""
+    from multiprocessing import process
+
+    if os.path.isabs(path):
+        return path
+    start = process.ORIGINAL_DIR  # type: ignore[attr-defined]  # set by CPython at import; typeshed omits it
+    return os.path.join(start or "", path)
 
 
 def runner_state() -> RunnerState:
