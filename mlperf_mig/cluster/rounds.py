@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
@@ -34,7 +34,7 @@ from mlperf_mig.cluster.actors import (
     write_files,
 )
 from mlperf_mig.cluster.inventory import pinned
-from mlperf_mig.cluster.ray_api import RayApi
+from mlperf_mig.cluster.ray_api import RayActor, RayApi, RayRef
 from mlperf_mig.errors import ClusterError
 from mlperf_mig.placement.deployment import InstanceSlot
 from mlperf_mig.runner.plan import RunPlan
@@ -42,6 +42,13 @@ from mlperf_mig.runner.progress import ProgressDisplay
 from mlperf_mig.runner.round_clock import RoundClock, interrupted_error
 from mlperf_mig.runner.rounds import IndependentRounds, OnFinish, UnifiedRounds
 from mlperf_mig.runner.supervisor import WorkerOutcome
+
+if TYPE_CHECKING:
+    from mlperf_mig.cluster.serving import _Remote
+    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.harness.task import InstanceTask
+    from mlperf_mig.runner.plan import EngineRequest
+
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +78,7 @@ def slot_node(slot: InstanceSlot) -> str:
     return slot.node
 
 
-def start_actor(ray: RayApi, slot: InstanceSlot, env: Mapping[str, str]) -> Any:
+def start_actor(ray: RayApi, slot: InstanceSlot, env: Mapping[str, str]) -> RayActor:
     """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
     remote = ray.remote(InstanceActor)
     return remote.options(
@@ -83,7 +90,7 @@ def start_actor(ray: RayApi, slot: InstanceSlot, env: Mapping[str, str]) -> Any:
     ).remote(slot.name, dict(env), slot.cpus)
 
 
-def kill_all(ray: RayApi, actors: Mapping[str, Any]) -> None:
+def kill_all(ray: RayApi, actors: Mapping[str, RayActor]) -> None:
     """Kill every actor of the round (a dead one is a no-op)."""
     for actor in actors.values():
         try:
@@ -141,11 +148,11 @@ class RoundInput:
 
     plan: RunPlan
     outdir: Path
-    tasks: Mapping[str, Any]  # instance name -> harness task; its engine is built on the node
+    tasks: Mapping[str, InstanceTask]  # by instance name; its engine is built on the node
     mode: str  # "performance" or "accuracy"
     stream: TextIO | None  # progress display, or None
     on_finish: Callable[[WorkerOutcome], None] | None
-    specs: MutableMapping[str, Any]  # engine key -> EngineSpec the nodes built (filled in here)
+    specs: MutableMapping[str, EngineSpec]  # by engine key: what the nodes built (filled in here)
 
 
 class _OnNodes:
@@ -235,8 +242,8 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         .options(num_cpus=0, max_restarts=0, scheduling_strategy=pinned(head_node(ray)))
         .remote()
     )
-    actors: dict[str, Any] = {}
-    refs: dict[Any, str] = {}
+    actors: dict[str, RayActor] = {}
+    refs: dict[RayRef, str] = {}
     outcomes: dict[str, WorkerOutcome] = {}
     interrupted = False
 
@@ -276,9 +283,9 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 def _wait(
     ray: RayApi,
     job: RoundInput,
-    refs: dict[Any, str],
-    actors: Mapping[str, Any],
-    barrier: Any,
+    refs: dict[RayRef, str],
+    actors: Mapping[str, RayActor],
+    barrier: RayActor,
     display: _Display,
     finish: Callable[[str, WorkerOutcome], None],
 ) -> None:
@@ -362,8 +369,8 @@ def _wait(
 
 def _lose_round(
     ray: RayApi,
-    pending: dict[Any, str],
-    actors: Mapping[str, Any],
+    pending: dict[RayRef, str],
+    actors: Mapping[str, RayActor],
     finish: Callable[[str, WorkerOutcome], None],
     why: str,
 ) -> None:
@@ -527,9 +534,9 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 def _open_all(
     ray: RayApi,
     job: RoundInput,
-    slots: list[Any],
-    actors: Mapping[str, Any],
-    requests: Mapping[str, Any],
+    slots: list[InstanceSlot],
+    actors: Mapping[str, RayActor],
+    requests: Mapping[str, EngineRequest],
     outcomes: dict[str, WorkerOutcome],
     authkey: bytes,
 ) -> dict[str, dict[str, Any]]:
@@ -573,7 +580,7 @@ def _open_all(
     return opened
 
 
-def _serving_outcome(remote: Any, interrupted: bool) -> WorkerOutcome:
+def _serving_outcome(remote: _Remote, interrupted: bool) -> WorkerOutcome:
     """How one instance's serving actor ended, as a local serving worker's outcome."""
     if remote.value is not None:
         return WorkerOutcome(name=remote.name, status="ok", value=remote.value)
