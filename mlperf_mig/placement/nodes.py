@@ -49,6 +49,7 @@ from mlperf_mig.registry.devices import (
 )
 
 if TYPE_CHECKING:
+    from mlperf_mig._io import JsonData
     from mlperf_mig.registry.catalog import Catalog
     from mlperf_mig.registry.model import Layout, Profile
 
@@ -95,7 +96,7 @@ class NodeInventory:
         return data
 
     @classmethod
-    def from_dict(cls, data: Any) -> NodeInventory:
+    def from_dict(cls, data: JsonData) -> NodeInventory:
         """The inventory a node sent, read as untrusted input: ValueError naming what is wrong."""
         fields = {f.name for f in attrs.fields(cls)}
         if not isinstance(data, Mapping) or set(data) != fields:
