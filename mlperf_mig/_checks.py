@@ -9,16 +9,19 @@ for a file), which names the value and what was expected.
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 
-def is_whole(value: object, low: int | None = None, high: int | None = None) -> bool:
+def is_whole(value: object, low: float | None = None, high: float | None = None) -> TypeGuard[int]:
     """Whether `value` is an int (never a bool) from `low` to `high`, where they are given."""
     if isinstance(value, bool) or not isinstance(value, int):
         return False
     return (low is None or value >= low) and (high is None or value <= high)
 
 
-def is_number(value: object, low: float | None = None, high: float | None = None) -> bool:
+def is_number(
+    value: object, low: float | None = None, high: float | None = None
+) -> TypeGuard[int | float]:
     """Whether `value` is a finite int or float (never a bool, NaN or infinity) from `low` to
     `high`, where they are given."""
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -19,9 +19,17 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from mlperf_mig._io import JsonData
+    from mlperf_mig.cluster.ray_api import RayActor
+    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.harness.task import InstanceTask
+    from mlperf_mig.runner.plan import EngineRequest
+
 
 _PROGRESS_INTERVAL_S = 0.5
 MAX_FILE_BYTES = 256 * 1024 * 1024  # a node's file larger than this stays there (named in the log)
@@ -68,12 +76,12 @@ class RemoteJob:
 
     name: str
     entry: str  # "package.module:function", called as entry(payload, before_start=, progress=)
-    task: Any  # harness InstanceTask; its outdir and engine are filled in on the node
-    engine: Any  # runner EngineRequest to build on the node, or None (null backend)
+    task: InstanceTask  # its outdir and engine are filled in on the node
+    engine: EngineRequest | None  # to build on the node; None: no engine (null backend)
     ready_timeout_s: float
 
 
-def rewrite_paths(value: Any, old: str, new: str) -> Any:
+def rewrite_paths(value: JsonData, old: str, new: str) -> JsonData:
     """`value` with every string that starts with the folder `old` moved under `new`."""
     if isinstance(value, str):
         return new + value[len(old) :] if value.startswith(old) else value
@@ -106,7 +114,7 @@ class InstanceActor:
         self.name = name
         self.folder = Path(tempfile.mkdtemp(prefix=f"mlperf-mig-{name}-"))
 
-    def run(self, job: RemoteJob, barrier: Any, driver_folder: str) -> dict[str, Any]:
+    def run(self, job: RemoteJob, barrier: RayActor, driver_folder: str) -> dict[str, Any]:
         """Build the engine, run the job, and return its outcome with the files it wrote."""
         import ray
 
@@ -154,7 +162,7 @@ class InstanceActor:
         return reply
 
 
-def build_on_node(request: Any) -> Any:
+def build_on_node(request: EngineRequest | None) -> EngineSpec | None:
     """The EngineSpec of `request`, built or reused in this node's cache (None: no engine)."""
     if request is None:
         return None
@@ -165,9 +173,10 @@ def build_on_node(request: Any) -> Any:
 
 
 def write_files(
-    folder: Path, files: Mapping[str, bytes], write: Callable[[Path, bytes], None]
+    folder: Path, files: Mapping[str, bytes], write: Callable[[Path, bytes], object]
 ) -> None:
-    """Put a node's files into the driver's run folder (`write` is the atomic writer)."""
+    """Put a node's files into the driver's run folder (`write` is the atomic writer; what it
+    returns is not used)."""
     for relative, data in files.items():
         destination = folder / relative
         destination.parent.mkdir(parents=True, exist_ok=True)

@@ -26,10 +26,15 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from mlperf_mig.errors import ClusterError
 from mlperf_mig.placement.cluster_address import ClusterSpec, parse_cluster
+
+if TYPE_CHECKING:
+    from ray.cluster_utils import Cluster
+
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +53,7 @@ LOCAL_OBJECT_STORE_BYTES = 768 * 1024 * 1024
 _KEPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def import_ray() -> Any:
+def import_ray() -> ModuleType:
     """The `ray` module, or ClusterError saying how to install it."""
     try:
         import ray
@@ -91,7 +96,7 @@ class ClusterSession:
         self,
         spec: ClusterSpec,
         address: str,
-        local: Any = None,
+        local: Cluster | None = None,
         restore: Callable[[], None] | None = None,
     ) -> None:
         self.spec = spec
@@ -126,7 +131,7 @@ class ClusterSession:
         self.close()
 
 
-def _init(ray: Any, address: str) -> None:
+def _init(ray: ModuleType, address: str) -> None:
     """ray.init on an existing cluster, its failures as one line."""
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
@@ -187,7 +192,7 @@ def _put_back(saved: dict[str, str | None]) -> None:
             os.environ[key] = value
 
 
-def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
+def _start_local(ray: ModuleType, nodes: int) -> tuple[Cluster, str]:
     """A Ray cluster of `nodes` nodes on this machine, on loopback only."""
     from ray.cluster_utils import Cluster
 
@@ -195,7 +200,7 @@ def _start_local(ray: Any, nodes: int) -> tuple[Any, str]:
     cluster = None
     try:
         for share in shares:
-            node_args = {
+            node_args: dict[str, Any] = {  # Ray's keyword arguments of one node
                 "num_cpus": len(share),
                 "node_ip_address": "127.0.0.1",
                 "object_store_memory": LOCAL_OBJECT_STORE_BYTES,

@@ -18,13 +18,17 @@ import platform
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlperf_mig._table import text_table
 from mlperf_mig.cluster.connect import LOCAL_NODE_CPUS_ENV, ClusterSession
-from mlperf_mig.cluster.ray_api import RayApi
+from mlperf_mig.cluster.ray_api import RayApi, RayRef
 from mlperf_mig.errors import ClusterError
 from mlperf_mig.placement.nodes import NodeInventory, inventory_rows
+
+if TYPE_CHECKING:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 
 REPLAY_ENV = "MLPERF_MIG_NVML_REPLAY"
 INVENTORY_TIMEOUT_S = 60.0
@@ -56,7 +60,7 @@ def describe_this_node() -> dict[str, Any]:
     ).to_dict()
 
 
-def pinned(node_id: str) -> Any:
+def pinned(node_id: str) -> NodeAffinitySchedulingStrategy:
     """Ray's scheduling strategy that runs a task or actor on node `node_id` and nowhere else
     (Ray's soft affinity does not keep a zero-CPU actor there)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -93,9 +97,11 @@ def take_inventory(
     return sorted(inventories, key=lambda inv: (inv.host, inv.address, inv.node_id))
 
 
-def _node_answer(ray: RayApi, node: str, ref: Any) -> NodeInventory:
+def _node_answer(ray: RayApi, node: str, ref: RayRef) -> NodeInventory:
     """A node's inventory, or ClusterError saying why that node could not report one (mlperf-mig
     missing there, a discovery error, the node gone, an answer this driver cannot read)."""
+    from ray import exceptions
+
     try:
         return NodeInventory.from_dict(ray.get(ref))
     except ValueError as exc:
@@ -103,7 +109,7 @@ def _node_answer(ray: RayApi, node: str, ref: Any) -> NodeInventory:
             f"node {node[:8]} reported an inventory this driver cannot read ({exc}); install the "
             "same mlperf-mig on every node"
         ) from None
-    except ray.exceptions.RayError as exc:
+    except exceptions.RayError as exc:
         cause = getattr(exc, "cause", None) or exc
         reason = " ".join(f"{type(cause).__name__}: {cause}".split())[:300]
         raise ClusterError(

@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
@@ -34,12 +34,21 @@ from mlperf_mig.cluster.actors import (
     write_files,
 )
 from mlperf_mig.cluster.inventory import pinned
-from mlperf_mig.cluster.ray_api import RayApi
+from mlperf_mig.cluster.ray_api import RayActor, RayApi, RayRef
+from mlperf_mig.errors import ClusterError
+from mlperf_mig.placement.deployment import InstanceSlot
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
 from mlperf_mig.runner.round_clock import RoundClock, interrupted_error
 from mlperf_mig.runner.rounds import IndependentRounds, OnFinish, UnifiedRounds
 from mlperf_mig.runner.supervisor import WorkerOutcome
+
+if TYPE_CHECKING:
+    from mlperf_mig.cluster.serving import _Remote
+    from mlperf_mig.engines import EngineSpec
+    from mlperf_mig.harness.task import InstanceTask
+    from mlperf_mig.runner.plan import EngineRequest
+
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +68,29 @@ def head_node(ray: RayApi) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def start_actor(ray: RayApi, slot: Any, env: Mapping[str, str]) -> Any:
+def slot_node(slot: InstanceSlot) -> str:
+    """The Ray node the cluster placement put the instance on (each of a cluster's has one)."""
+    if slot.node is None:
+        raise ClusterError(
+            f"instance {slot.name} has no Ray node: a cluster round runs only a plan placed on "
+            "the cluster's nodes; make the plan with the cluster session"
+        )
+    return slot.node
+
+
+def start_actor(ray: RayApi, slot: InstanceSlot, env: Mapping[str, str]) -> RayActor:
     """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
     remote = ray.remote(InstanceActor)
     return remote.options(
         num_cpus=0,
         max_restarts=0,
         max_concurrency=2,
-        scheduling_strategy=pinned(slot.node),
+        scheduling_strategy=pinned(slot_node(slot)),
         name=None,
     ).remote(slot.name, dict(env), slot.cpus)
 
 
-def kill_all(ray: RayApi, actors: Mapping[str, Any]) -> None:
+def kill_all(ray: RayApi, actors: Mapping[str, RayActor]) -> None:
     """Kill every actor of the round (a dead one is a no-op)."""
     for actor in actors.values():
         try:
@@ -129,11 +148,11 @@ class RoundInput:
 
     plan: RunPlan
     outdir: Path
-    tasks: Mapping[str, Any]  # instance name -> harness task; its engine is built on the node
+    tasks: Mapping[str, InstanceTask]  # by instance name; its engine is built on the node
     mode: str  # "performance" or "accuracy"
     stream: TextIO | None  # progress display, or None
     on_finish: Callable[[WorkerOutcome], None] | None
-    specs: MutableMapping[str, Any]  # engine key -> EngineSpec the nodes built (filled in here)
+    specs: MutableMapping[str, EngineSpec]  # by engine key: what the nodes built (filled in here)
 
 
 class _OnNodes:
@@ -223,8 +242,8 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         .options(num_cpus=0, max_restarts=0, scheduling_strategy=pinned(head_node(ray)))
         .remote()
     )
-    actors: dict[str, Any] = {}
-    refs: dict[Any, str] = {}
+    actors: dict[str, RayActor] = {}
+    refs: dict[RayRef, str] = {}
     outcomes: dict[str, WorkerOutcome] = {}
     interrupted = False
 
@@ -264,16 +283,19 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 def _wait(
     ray: RayApi,
     job: RoundInput,
-    refs: dict[Any, str],
-    actors: Mapping[str, Any],
-    barrier: Any,
+    refs: dict[RayRef, str],
+    actors: Mapping[str, RayActor],
+    barrier: RayActor,
     display: _Display,
     finish: Callable[[str, WorkerOutcome], None],
 ) -> None:
     """Collect every actor's reply; release the barrier when all live ones are at it; keep the
     round's clock (until every instance is at the barrier, then until all are done)."""
+    from ray import exceptions
+
     from mlperf_mig.engines import EngineSpec
 
+    barrier_lost: tuple[type[BaseException], ...] = (*actor_errors(), exceptions.GetTimeoutError)
     clock = RoundClock(job.plan.timeouts)
     pending = dict(refs)
     announced: set[str] = set()
@@ -301,7 +323,7 @@ def _wait(
         try:
             arrived, counts = ray.get(barrier.state.remote(), timeout=_BARRIER_CALL_S)
             trouble_since = None
-        except ray.exceptions.ActorUnavailableError:
+        except exceptions.ActorUnavailableError:
             # transient (a connection reset as another node went down): ask again next time,
             # and give the barrier up only when it stays unreachable
             trouble_since = trouble_since or time.monotonic()
@@ -309,7 +331,7 @@ def _wait(
                 continue
             _lose_round(ray, pending, actors, finish, "ActorUnavailableError")
             return
-        except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
+        except barrier_lost as exc:
             _lose_round(
                 ray,
                 pending,
@@ -326,7 +348,7 @@ def _wait(
         if not clock.released and set(pending.values()) <= set(arrived):
             try:
                 ray.get(barrier.release.remote(), timeout=_BARRIER_CALL_S)
-            except (*actor_errors(), ray.exceptions.GetTimeoutError) as exc:
+            except barrier_lost as exc:
                 _lose_round(
                     ray,
                     pending,
@@ -347,8 +369,8 @@ def _wait(
 
 def _lose_round(
     ray: RayApi,
-    pending: dict[Any, str],
-    actors: Mapping[str, Any],
+    pending: dict[RayRef, str],
+    actors: Mapping[str, RayActor],
     finish: Callable[[str, WorkerOutcome], None],
     why: str,
 ) -> None:
@@ -410,7 +432,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     requests = {e.key: e for e in plan.engines}
     actors = {
         slot.name: ray.remote(ServeActor)
-        .options(num_cpus=0, max_restarts=0, scheduling_strategy=pinned(slot.node))
+        .options(num_cpus=0, max_restarts=0, scheduling_strategy=pinned(slot_node(slot)))
         .remote(slot.name, instance_env(slot), slot.cpus, capacity)
         for slot in slots
     }
@@ -512,14 +534,16 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 def _open_all(
     ray: RayApi,
     job: RoundInput,
-    slots: list[Any],
-    actors: Mapping[str, Any],
-    requests: Mapping[str, Any],
+    slots: list[InstanceSlot],
+    actors: Mapping[str, RayActor],
+    requests: Mapping[str, EngineRequest],
     outcomes: dict[str, WorkerOutcome],
     authkey: bytes,
 ) -> dict[str, dict[str, Any]]:
     """Each actor builds, opens and calibrates its model and opens its data channel; those that
     fail get their outcome now."""
+    from ray import exceptions
+
     plan = job.plan
     refs = {
         actors[slot.name].open.remote(
@@ -537,7 +561,7 @@ def _open_all(
             outcomes[name] = WorkerOutcome(
                 name=name, status="crashed", error=f"its actor or node died ({type(exc).__name__})"
             )
-        except ray.exceptions.RayTaskError as exc:
+        except exceptions.RayTaskError as exc:
             cause = exc.cause if getattr(exc, "cause", None) is not None else exc
             outcomes[name] = WorkerOutcome(
                 name=name,
@@ -556,7 +580,7 @@ def _open_all(
     return opened
 
 
-def _serving_outcome(remote: Any, interrupted: bool) -> WorkerOutcome:
+def _serving_outcome(remote: _Remote, interrupted: bool) -> WorkerOutcome:
     """How one instance's serving actor ended, as a local serving worker's outcome."""
     if remote.value is not None:
         return WorkerOutcome(name=remote.name, status="ok", value=remote.value)

@@ -29,12 +29,25 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping
-from multiprocessing.connection import AuthenticationError, Client, Connection, Listener, wait
-from typing import Any
+from collections.abc import Mapping, Sized
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener, wait
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
+
+if TYPE_CHECKING:
+    import socket
+    from multiprocessing.connection import _ConnectionBase
+
+    from mlperf_mig._io import JsonData
+    from mlperf_mig.cluster.ray_api import RayActor, RayApi
+    from mlperf_mig.harness.task import InstanceTask
+    from mlperf_mig.runner.plan import EngineRequest
+
+    # what multiprocessing.connection.wait takes and hands back (the very objects it was given)
+    _Waitable = _ConnectionBase[Any, Any] | socket.socket | int
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +80,9 @@ class ServeActor:
         self.served = 0
         self.busy_s = 0.0
 
-    def open(self, task: Any, engine_request: Any, authkey: bytes | None = None) -> dict[str, Any]:
+    def open(
+        self, task: InstanceTask, engine_request: EngineRequest | None, authkey: bytes | None = None
+    ) -> dict[str, Any]:
         """Build or reuse the engine here, open it, and time this instance's target; with
         `authkey`, also open the data channel and answer its address."""
         import attrs
@@ -83,9 +98,7 @@ class ServeActor:
         batch_size = self._batch_size = batch_size_of(task)
         layouts = input_layouts(self._benchmark)
 
-        def zeros(
-            rows: Any,
-        ) -> dict[str, np.ndarray]:  # the model's speed does not depend on values
+        def zeros(rows: Sized) -> dict[str, np.ndarray]:  # the speed does not depend on values
             return {lay.name: np.zeros((len(rows), *lay.shape), dtype=lay.dtype) for lay in layouts}
 
         target = measured_target(
@@ -96,7 +109,7 @@ class ServeActor:
             batch_size=batch_size,
             serve_path=(zeros, batch_size),
         )
-        reply = {
+        reply: dict[str, Any] = {
             "target": target,
             "batch_size": batch_size,
             "engine": None if spec is None else spec.to_dict(),
@@ -217,7 +230,7 @@ class _Remote:
     """The driver's record of one instance's serving actor."""
 
     name: str
-    actor: Any
+    actor: RayActor
     link: Connection | None
     batch_size: int
     capacity: int
@@ -230,7 +243,7 @@ class _Remote:
     done: bool = False
 
 
-def connect_channel(address: Any, authkey: bytes) -> Connection:
+def connect_channel(address: JsonData, authkey: bytes) -> Connection:
     """The driver's end of an actor's data channel (both ends prove `authkey`)."""
     return Client(tuple(address), family="AF_INET", authkey=authkey)
 
@@ -253,7 +266,7 @@ class RemoteServing(threading.Thread):
     def add(
         self,
         name: str,
-        actor: Any,
+        actor: RayActor,
         link: Connection,
         opened: Mapping[str, Any] | None,
         capacity: int,
@@ -286,7 +299,7 @@ class RemoteServing(threading.Thread):
 
     def _serve(self) -> None:
         while not all(r.done for r in self.remotes):
-            ends: dict[Connection, tuple[_Remote, bool]] = {}  # connection -> (remote, is its pipe)
+            ends: dict[_Waitable, tuple[_Remote, bool]] = {}  # connection -> (remote, is its pipe)
             for remote in self.remotes:
                 if remote.done:
                     continue
@@ -359,6 +372,8 @@ class RemoteServing(threading.Thread):
                 self._close(remote, "the coordinator went away")
 
     def _finish(self, remote: _Remote) -> None:
+        from ray import exceptions
+
         from mlperf_mig.cluster.actors import actor_errors
 
         if remote.error is None:
@@ -367,7 +382,7 @@ class RemoteServing(threading.Thread):
                 remote.value = ray.get(remote.actor.close.remote(), timeout=_CLOSE_TIMEOUT_S)
             except actor_errors() as exc:
                 remote.error = f"its actor or node died ({type(exc).__name__})"
-            except ray.exceptions.GetTimeoutError:
+            except exceptions.GetTimeoutError:
                 remote.error = f"its model did not close within {_CLOSE_TIMEOUT_S:g} s"
         self._close(remote, remote.error)
 
@@ -410,7 +425,7 @@ def round_trip_rate(
     return batches * batch_size / (time.perf_counter() - began)
 
 
-def _ray() -> Any:
+def _ray() -> RayApi:
     import ray
 
     return ray

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -20,6 +20,10 @@ from mlperf_mig.placement.cluster_address import ClusterSpec, parse_cluster
 from mlperf_mig.placement.deployment import Deployment, PlacementRequest, as_one_gpu
 from mlperf_mig.placement.fleet import choose_system
 from mlperf_mig.placement.nodes import NodeInventory, cluster_deployment, cluster_system_deployment
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.catalog import Catalog
+    from mlperf_mig.registry.nvml_state import NvmlModule
 
 
 class ClusterNodes(Protocol):
@@ -62,7 +66,9 @@ def _nodes_of(cluster: str) -> ClusterNodes:
     )
 
 
-def place(request: PlacementRequest, *, catalog: Any, nvml_source: Any = None) -> Deployment:
+def place(
+    request: PlacementRequest, *, catalog: Catalog, nvml_source: NvmlModule | None = None
+) -> Deployment:
     """Where each instance of the request's layout runs: on the nodes of its cluster, on the
     selected GPUs of this host, or on one GPU (live, shared or emulated on the CPU); the GPUs of
     this host are detected here (through `nvml_source`, a recorded state, when given)."""
@@ -72,7 +78,7 @@ def place(request: PlacementRequest, *, catalog: Any, nvml_source: Any = None) -
     return choose_system(request, catalog=catalog, detection=detection)
 
 
-def _on_nodes(request: PlacementRequest, nodes: ClusterNodes, catalog: Any) -> Deployment:
+def _on_nodes(request: PlacementRequest, nodes: ClusterNodes, catalog: Catalog) -> Deployment:
     """The request's layout on the cluster's nodes (every GPU of every node with gpus="all")."""
     inventories = list(nodes.inventories())
     if request.emulate:

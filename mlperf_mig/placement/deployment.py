@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
+
+if TYPE_CHECKING:
+    from mlperf_mig.emulation.cpu_budget import CpuBudget
+    from mlperf_mig.registry.model import Gpu, Layout, Profile
+
 
 PARTITIONINGS = ("mig", "vgpu", "shared", "emulated")
 
@@ -75,7 +80,7 @@ class GpuPart:
     """One GPU of a deployment: its index on its node, the layout it carries and how."""
 
     index: int
-    layout: Any  # registry Layout on this GPU
+    layout: Layout  # on this GPU
     partitioning: str = attrs.field(validator=attrs.validators.in_(PARTITIONINGS))
     scenario: int | None = None
     node: str | None = None
@@ -97,7 +102,7 @@ class Deployment:
     """The resolved layout on its GPU and where each instance runs."""
 
     partitioning: str = attrs.field(validator=attrs.validators.in_(PARTITIONINGS))
-    layout: Any  # registry Layout
+    layout: Layout
     scenario: int | None  # the study's layout number when one was asked for
     gpu_index: int | None
     slots: tuple[InstanceSlot, ...]
@@ -110,7 +115,7 @@ class Deployment:
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
 
     @property
-    def gpu(self) -> Any:
+    def gpu(self) -> Gpu:
         """The registry Gpu the layout is resolved on (the first GPU's, over several)."""
         return self.layout.gpu
 
@@ -144,7 +149,7 @@ def instance_name(index: int, profile: str) -> str:
 
 def instance_slot(
     index: int,
-    profile: Any,
+    profile: Profile,
     *,
     placement_start: int | None,
     device: str,
@@ -152,7 +157,7 @@ def instance_slot(
     cpus: tuple[int, ...] | None = None,
     node: str | None = None,
     host: str | None = None,
-    budget: Any = None,
+    budget: CpuBudget | None = None,
 ) -> InstanceSlot:
     """The slot of instance `index` of registry Profile `profile`; threads follow `cpus`, or the
     emulated CPU `budget` (a cpu_budget.CpuBudget: its CPUs, share, threads and enforcement)."""

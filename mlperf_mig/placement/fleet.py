@@ -16,8 +16,9 @@ Everything here decides before anything starts; a selection that cannot run is o
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
 
 from mlperf_mig.errors import MlperfMigError, PlacementError, SettingsError
 from mlperf_mig.placement.deployment import (
@@ -36,13 +37,19 @@ from mlperf_mig.placement.one_gpu import (
     resolve_layout,
 )
 
+if TYPE_CHECKING:
+    from mlperf_mig.registry.catalog import Catalog
+    from mlperf_mig.registry.discovery import Detection, GpuState
+
 
 def wants_system(options: PlacementRequest) -> bool:
     """Whether the options select GPUs (gpus, layouts or gpu_count) rather than one GPU."""
     return options.gpus is not None or bool(options.layouts) or options.gpu_count is not None
 
 
-def choose_system(options: PlacementRequest, *, catalog: Any, detection: Any | None) -> Deployment:
+def choose_system(
+    options: PlacementRequest, *, catalog: Catalog, detection: Detection | None
+) -> Deployment:
     """The deployment of the selected GPUs (one GPU when none are selected), every slot naming
     its GPU and every GPU one part of `Deployment.gpus`."""
     if not wants_system(options):
@@ -82,8 +89,8 @@ def choose_system(options: PlacementRequest, *, catalog: Any, detection: Any | N
                 _on_gpu(
                     state.index,
                     state.name,
-                    lambda s=state, sc=scenario: gpu_deployment(
-                        sc, s, catalog=catalog, shared=options.shared
+                    partial(
+                        gpu_deployment, scenario, state, catalog=catalog, shared=options.shared
                     ),
                 ),
             )
@@ -91,7 +98,7 @@ def choose_system(options: PlacementRequest, *, catalog: Any, detection: Any | N
     return join_gpus(deployments)
 
 
-def _emulated_system(options: PlacementRequest, catalog: Any, why_no_gpu: str) -> Deployment:
+def _emulated_system(options: PlacementRequest, catalog: Catalog, why_no_gpu: str) -> Deployment:
     """`gpu_count` emulated GPUs of one model (selected with gpus), each on its share of the CPUs."""
     if options.shared:
         raise PlacementError(
@@ -127,7 +134,9 @@ def _emulated_system(options: PlacementRequest, catalog: Any, why_no_gpu: str) -
     return join_gpus(deployments)
 
 
-def _selected_states(options: PlacementRequest, detection: Any, catalog: Any) -> list[Any]:
+def _selected_states(
+    options: PlacementRequest, detection: Detection, catalog: Catalog
+) -> list[GpuState]:
     """The live GPUs selected (of the model `gpu`, when given)."""
     states = {s.index: s for s in detection.gpus}
     if options.gpu is not None:
@@ -153,7 +162,9 @@ def _selected_states(options: PlacementRequest, detection: Any, catalog: Any) ->
     return [states[i] for i in chosen]
 
 
-def _selected_indices(options: PlacementRequest, indices: Sequence[int], known: Any) -> list[int]:
+def _selected_indices(
+    options: PlacementRequest, indices: Sequence[int], known: Callable[[], tuple[str, str]]
+) -> list[int]:
     """The GPU indices `gpus` selects among `indices` (all of them for "all"; the GPUs of
     `layouts` when gpus is not given); `known()` says what there is and how to pick."""
     if options.gpus is None:
@@ -182,7 +193,7 @@ def _layout_of(options: PlacementRequest, index: int) -> ScenarioSpec:
     return dict(options.layouts).get(index, options.scenario)
 
 
-def _on_gpu(index: int, name: str, resolve: Any) -> Deployment:
+def _on_gpu(index: int, name: str, resolve: Callable[[], Deployment]) -> Deployment:
     """`resolve()` for GPU `index`; its refusals say which GPU they are about."""
     try:
         return resolve()
@@ -193,7 +204,7 @@ def _on_gpu(index: int, name: str, resolve: Any) -> Deployment:
         raise type(exc)(f"GPU {index} ({name}): {message}") from None
 
 
-def _gpu_list(states: Any) -> str:
+def _gpu_list(states: Iterable[GpuState]) -> str:
     return ", ".join(f"GPU {s.index} ({s.name})" for s in states) or "no GPU"
 
 

@@ -7,12 +7,16 @@ run whose sample sets alone would not fit loads fewer samples (and says so).
 from __future__ import annotations
 
 import resource
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.placement.deployment import Deployment
+
+if TYPE_CHECKING:
+    from mlperf_mig.workloads import Workload
+
 
 # What one more instance costs the host, measured with benchmarks/fleet_dispatch.py and
 # benchmarks/instance_memory.py: a null-backend worker dirties about 20 MiB after the fork, an
@@ -59,7 +63,7 @@ MIN_QUICK_SAMPLES = 64
 
 
 def host_memory(
-    deployment: Deployment, *, runs_model: bool, mode: str, benchmark: Any, samples: int
+    deployment: Deployment, *, runs_model: bool, mode: str, benchmark: Workload, samples: int
 ) -> HostMemory:
     """The memory model of the run on this host (see HostMemory)."""
     import numpy as np
@@ -86,7 +90,7 @@ def fit_host(
     *,
     runs_model: bool,
     mode: str,
-    benchmark: Any,
+    benchmark: Workload,
     samples: int,
     samples_given: bool,
     preset: str,

@@ -21,8 +21,8 @@ the layout need not use them all).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -47,6 +47,12 @@ from mlperf_mig.registry.devices import (
     carried_and_wanted,
     describe_profiles,
 )
+
+if TYPE_CHECKING:
+    from mlperf_mig._io import JsonData
+    from mlperf_mig.registry.catalog import Catalog
+    from mlperf_mig.registry.model import Layout, Profile
+
 
 _v = attrs.validators
 _TEXT = _v.instance_of(str)
@@ -90,7 +96,7 @@ class NodeInventory:
         return data
 
     @classmethod
-    def from_dict(cls, data: Any) -> NodeInventory:
+    def from_dict(cls, data: JsonData) -> NodeInventory:
         """The inventory a node sent, read as untrusted input: ValueError naming what is wrong."""
         fields = {f.name for f in attrs.fields(cls)}
         if not isinstance(data, Mapping) or set(data) != fields:
@@ -157,12 +163,12 @@ def _refusal(
     )
 
 
-def _slot(index: int, profile: Any, inv: NodeInventory, **fields: Any) -> InstanceSlot:
+def _slot(index: int, profile: Profile, inv: NodeInventory, **fields: Any) -> InstanceSlot:
     return instance_slot(index, profile, node=inv.node_id, host=inv.host, **fields)
 
 
 def emulated_cluster_deployment(
-    layout: Any, scenario: int | None, nodes: Sequence[NodeInventory], cluster: str
+    layout: Layout, scenario: int | None, nodes: Sequence[NodeInventory], cluster: str
 ) -> Deployment:
     """One emulated GPU spread over GPU-less nodes: instances go round the nodes largest first.
     Each gets CPU time in proportion to its compute slices, as on one host: the whole GPU stands
@@ -240,12 +246,12 @@ def _gpu_groups(
 
 
 def _match_group(
-    layout_for: Any,
+    layout_for: Callable[[str], tuple[Layout, int | None]],
     scenario: ScenarioSpec,
     grouping: str,
     members: list[_Member],
     inventories: Sequence[NodeInventory],
-) -> tuple[Any, int | None, list[_Member]] | None:
+) -> tuple[Layout, int | None, list[_Member]] | None:
     """The layout resolved on the group's GPU and one device per instance, or None if it does not fit."""
     models = sorted({d.gpu_model for _, d in members})
     if len(models) > 1:
@@ -267,7 +273,7 @@ def cluster_deployment(
     cluster: str,
     gpu: str | None,
     gpu_group: Sequence[str] | None,
-    catalog: Any,
+    catalog: Catalog,
 ) -> Deployment:
     """Where each instance of the layout runs in the cluster (see the module docstring)."""
     with_devices = [inv for inv in inventories if not inv.emulated]
@@ -286,7 +292,7 @@ def cluster_deployment(
         return emulated_cluster_deployment(layout, number, nodes, cluster)
     vgpu_only = all(d.kind == "vgpu" for inv in with_devices for d in inv.devices)
 
-    def layout_for(model: str) -> tuple[Any, int | None]:
+    def layout_for(model: str) -> tuple[Layout, int | None]:
         if gpu is not None and catalog.get(gpu).name != catalog.get(model).name:
             raise ClusterError(
                 f"gpu={gpu!r} asked for, but the cluster's GPU group is a {model}; omit --gpu or "
@@ -355,7 +361,7 @@ def cluster_system_deployment(
     cluster: str,
     gpu: str | None,
     gpu_count: int | None,
-    catalog: Any,
+    catalog: Catalog,
 ) -> Deployment:
     """Every GPU of every node (`gpus="all"`): each node's MIG GPUs with the layout asked of
     that GPU index (`layouts`, else `scenario`, translated per GPU model), matched on the node's
@@ -401,7 +407,7 @@ def _node_gpu(
     devices: list[LiveDevice],
     gpu: str | None,
     cluster: str,
-    catalog: Any,
+    catalog: Catalog,
 ) -> Deployment:
     """GPU `index` of node `inv` carrying its layout on its MIG devices (it may carry more)."""
     where = f"node {inv.host} ({inv.short_id}) GPU {index}"
@@ -456,7 +462,7 @@ def _emulated_node_gpus(
     inv: NodeInventory,
     gpu: str | None,
     count: int,
-    catalog: Any,
+    catalog: Catalog,
     cluster: str,
 ) -> list[tuple[int, Deployment]]:
     """`count` emulated GPUs on a GPU-less node, each on its share of the node's CPUs, kept by

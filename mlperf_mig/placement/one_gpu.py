@@ -18,12 +18,18 @@ import logging
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlperf_mig.emulation.cpu_budget import emulated_cpu_budgets
 from mlperf_mig.errors import NameParseError, PlacementError, UnknownGpuError
 from mlperf_mig.placement.deployment import Deployment, ScenarioSpec, instance_slot
 from mlperf_mig.registry.devices import describe_profiles, match_layout
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.catalog import Catalog
+    from mlperf_mig.registry.discovery import Detection, GpuState
+    from mlperf_mig.registry.model import Gpu, Layout
+
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +48,12 @@ def _study_number(value: int) -> int:
     return value
 
 
-def resolve_gpu(name: str | None, catalog: Any) -> Any:
+def resolve_gpu(name: str | None, catalog: Catalog) -> Gpu:
     """The catalog GPU called `name`, or the seed study's A100-SXM4-80GB when None."""
     return catalog.get(name or DEFAULT_EMULATED_GPU)
 
 
-def resolve_layout(scenario: ScenarioSpec, gpu: Any, catalog: Any) -> tuple[Any, int | None]:
+def resolve_layout(scenario: ScenarioSpec, gpu: Gpu, catalog: Catalog) -> tuple[Layout, int | None]:
     """The Layout that `scenario` means on `gpu`, and the study's number when it was one.
 
     `scenario` is a study layout number (1-8, int or digits), a layout string
@@ -78,7 +84,7 @@ def resolve_layout(scenario: ScenarioSpec, gpu: Any, catalog: Any) -> tuple[Any,
     return registry.parse_layout(gpu, list(scenario)), None
 
 
-def solved_starts(layout: Any) -> list[int]:
+def solved_starts(layout: Layout) -> list[int]:
     """Placement start of each profile of `layout` (in layout order); raises LayoutError if none."""
     from mlperf_mig import registry
 
@@ -118,7 +124,7 @@ def emulated_gpu_cpus(count: int, cpus: Sequence[int]) -> list[tuple[int, ...]]:
 
 
 def emulated_deployment(
-    layout: Any,
+    layout: Layout,
     scenario: int | None,
     cpus: Sequence[int] | None = None,
     *,
@@ -156,7 +162,7 @@ def emulated_deployment(
     )
 
 
-def live_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deployment:
+def live_deployment(layout: Layout, scenario: int | None, gpu_state: GpuState) -> Deployment:
     """Each instance of `layout` on its live MIG device, or the VM's MIG-backed vGPU.
 
     The matching is the registry's `match_layout`: it raises LiveLayoutMismatchError showing both
@@ -184,7 +190,7 @@ def live_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deploy
     )
 
 
-def shared_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Deployment:
+def shared_deployment(layout: Layout, scenario: int | None, gpu_state: GpuState) -> Deployment:
     """All instances time-share the whole GPU (no MIG isolation); labelled `shared`."""
     slots = tuple(
         instance_slot(
@@ -205,7 +211,7 @@ def shared_deployment(layout: Any, scenario: int | None, gpu_state: Any) -> Depl
     )
 
 
-def _live_gpu(detection: Any, gpu_name: str | None, catalog: Any) -> Any:
+def _live_gpu(detection: Detection, gpu_name: str | None, catalog: Catalog) -> GpuState:
     """The live GPU to run on: the first one, or the first of the model `gpu_name`."""
     if gpu_name is None:
         return detection.gpus[0]
@@ -224,8 +230,8 @@ def choose_deployment(
     scenario: ScenarioSpec,
     *,
     gpu: str | None,
-    catalog: Any,
-    detection: Any | None,
+    catalog: Catalog,
+    detection: Detection | None,
     shared: bool = False,
     emulate: bool = False,
     cpus: Sequence[int] | None = None,
@@ -252,7 +258,9 @@ def choose_deployment(
     )
 
 
-def gpu_deployment(scenario: ScenarioSpec, state: Any, *, catalog: Any, shared: bool) -> Deployment:
+def gpu_deployment(
+    scenario: ScenarioSpec, state: GpuState, *, catalog: Catalog, shared: bool
+) -> Deployment:
     """The layout on the live GPU `state` (a registry GpuState): its MIG devices or vGPU, the
     whole GPU time-shared when `shared`, else a one-line refusal saying how to get there."""
     if state.catalog_gpu is None:

@@ -128,7 +128,7 @@ def _instance_runs(
                 accuracy_error=acc.error if acc else None,
                 performance=None if unified else instance_result(perf),
                 accuracy=None if unified else instance_result(acc),
-                dispatched_samples=served.get(slot.name, 0) if unified else None,
+                dispatched_samples=None if served is None else served.get(slot.name, 0),
                 gpu_index=slot.gpu_index,
                 cpu_share=slot.cpu_share,
                 cpu_budget=slot.cpu_budget,
@@ -169,7 +169,9 @@ def find_baseline(plan: RunPlan, outdir: Path) -> tuple[float | None, str | None
     return None, None
 
 
-def _given_baseline(baseline: Any, plan: RunPlan) -> tuple[float | None, str | None]:
+def _given_baseline(
+    baseline: RunResult | str | os.PathLike[str], plan: RunPlan
+) -> tuple[float | None, str | None]:
     other = baseline if isinstance(baseline, RunResult) else RunResult.load(baseline)
     if (other.benchmark, other.loadgen_scenario) != (plan.benchmark.name, plan.loadgen_scenario):
         raise SettingsError(
@@ -196,7 +198,12 @@ def _performance_user_conf_kept(folders: list[Path]) -> Iterator[None]:
             atomic_write_bytes(written, data)
 
 
-def execute(plan: RunPlan, *, progress: bool | TextIO = True, baseline: Any = None) -> RunResult:
+def execute(
+    plan: RunPlan,
+    *,
+    progress: bool | TextIO = True,
+    baseline: RunResult | str | os.PathLike[str] | None = None,
+) -> RunResult:
     """Run `plan`: engines, performance round, accuracy round; write and return the RunResult.
 
     Whatever ends the run (Ctrl-C or SIGTERM in any round, the engine builds included),

@@ -59,7 +59,7 @@ def _kind(value: object) -> str:
 
 def check_scenario(name: str, value: object) -> int | str | tuple[str, ...]:
     """A MIG layout as the API takes it: a study number, a layout string or a list of profiles."""
-    if is_whole(value) and isinstance(value, int):  # is_whole narrows nothing
+    if is_whole(value):
         return value
     if isinstance(value, str):
         if not value.strip():
@@ -213,12 +213,7 @@ def _repeats(instance: object, attribute: attrs.Attribute, value: object) -> Non
 def _seconds(instance: object, attribute: attrs.Attribute, value: object) -> None:
     if value is None:
         return
-    if (
-        not is_number(value)
-        or not isinstance(value, int | float)  # is_number narrows nothing
-        or value <= 0
-        or value * 1e9 > LOADGEN_INT_MAX
-    ):
+    if not is_number(value) or value <= 0 or value * 1e9 > LOADGEN_INT_MAX:
         raise SettingsError(
             f"{attribute.name} must be a positive, finite number of seconds (or None), got {_kind(value)}"
         )
@@ -264,7 +259,7 @@ def _outdir(instance: object, attribute: attrs.Attribute, value: object) -> None
 def check_setting(key: str, value: object) -> None:
     """A LoadGen setting override: a finite number within LoadGen's integer range (durations are
     milliseconds that LoadGen keeps in nanoseconds)."""
-    if not is_number(value) or not isinstance(value, int | float):  # is_number narrows nothing
+    if not is_number(value):
         raise SettingsError(f"setting {key} must be a finite number, got {_kind(value)}")
     limit = LOADGEN_INT_MAX // _NS_PER_MS if key in _DURATION_KEYS else LOADGEN_INT_MAX
     if abs(value) > limit:

@@ -13,9 +13,9 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -33,6 +33,9 @@ from mlperf_mig.runner.options import RunOptions, check_setting
 from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL
 from mlperf_mig.runner.supervisor import Timeouts
 from mlperf_mig.workloads import Workload
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.nvml_state import NvmlModule
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,7 @@ class RunPlan(Report):
     telemetry: bool = True  # sample GPUs, instances and workers around the performance round
     # the NVML source the plan was made with (a replayed state in tests); the telemetry sampler
     # reads the same one. Not part of plan.json.
-    nvml_source: Any = attrs.field(default=None, eq=False, repr=False)
+    nvml_source: NvmlModule | None = attrs.field(default=None, eq=False, repr=False)
     # where the target among `overrides` came from when the user did not set it (the capacity
     # cache's file and entry); None: the overrides are the user's
     target_from: str | None = None
@@ -575,7 +578,7 @@ def _check_run_input(
         bench.check_dataset(options.dataset, options.vocab)
 
 
-def _backend_for(deployment: Deployment, backend: str, resolve: Any) -> str:
+def _backend_for(deployment: Deployment, backend: str, resolve: Callable[..., str]) -> str:
     """The backend name; emulated partitions are CPU partitions, so "auto" means ONNX Runtime
     there and a backend that needs a GPU is refused."""
     return resolve(backend, on_cpu=deployment.emulated)

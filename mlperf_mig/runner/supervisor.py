@@ -38,13 +38,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from mlperf_mig.emulation.cpu_budget import remove_worker_cgroup
 from mlperf_mig.runner.round_clock import RoundClock, interrupted_error
 from mlperf_mig.runner.worker import RunnerState, WorkerJob, worker_main
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkServerContext, SpawnContext
+    from multiprocessing.process import BaseProcess
+
+    from mlperf_mig._io import JsonData
+
+    WorkerContext = ForkServerContext | SpawnContext  # what worker_context() starts workers with
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +174,7 @@ def _stop_reason() -> str:
     return signal.Signals(_active.signum).name
 
 
-def kill_group(process: Any, sig: int = signal.SIGKILL) -> None:
+def kill_group(process: BaseProcess, sig: int = signal.SIGKILL) -> None:
     """Send `sig` to the worker's process group: the worker and what it started. A worker that
     has not made its group yet gets the signal alone (multiprocessing skips a reaped one)."""
     pid = process.pid
@@ -190,7 +198,7 @@ class WorkerOutcome:
 
     name: str
     status: str = attrs.field(validator=attrs.validators.in_(STATUSES))
-    value: Any = None
+    value: JsonData = None  # what the worker returned (plain data)
     error: str | None = None
     traceback: str | None = None
     log_tail: str | None = None
@@ -212,7 +220,7 @@ class Timeouts:
     run_s: float = 1800.0
 
 
-def worker_context() -> Any:
+def worker_context() -> WorkerContext:
     """The multiprocessing context workers are started with: the fork server, running with
     `PRELOAD` imported ('spawn' where the platform has no fork server)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
@@ -253,19 +261,12 @@ def main_module_hidden_if_unimportable() -> Iterator[None]:
     ran. Workers never need the main module (their entry is an import path, worker.py), so
     such a `__file__` is taken away for the moment a worker starts and put back after.
     """
-    from multiprocessing import process
-
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     by_name = getattr(
         getattr(main, "__spec__", None), "name", None
     )  # `python -m`: re-imported by name
-    full = (
-        path
-        if path is None or os.path.isabs(path)
-        else os.path.join(process.ORIGINAL_DIR or "", path)
-    )
-    if main is None or path is None or by_name is not None or os.path.isfile(full):
+    if main is None or path is None or by_name is not None or os.path.isfile(_from_start(path)):
         yield
         return
     with _main_lock:
@@ -274,6 +275,24 @@ def main_module_hidden_if_unimportable() -> Iterator[None]:
             yield
         finally:
             main.__file__ = path
+
+
+def _from_start(path: str) -> str:
+    """A main module's `__file__` as multiprocessing finds it: from the directory the program
+    started in, where it is relative."""
+    from multiprocessing import process
+
+    if os.path.isabs(path):
+        return path
+    start = process.ORIGINAL_DIR  # type: ignore[attr-defined]  # set by CPython at import; typeshed omits it
+    return os.path.join(start or "", path)
+
+
+def _started_pid(process: BaseProcess) -> int:
+    """The pid of a worker whose start() returned (multiprocessing sets it there)."""
+    if process.pid is None:
+        raise RuntimeError(f"worker process {process.name} has no pid after start()")
+    return process.pid
 
 
 def runner_state() -> RunnerState:
@@ -309,7 +328,7 @@ def describe_exit(exit_code: int | None) -> str:
 class _Worker:
     """Book-keeping of one started worker in the parent."""
 
-    def __init__(self, job: WorkerJob, process: Any, conn: Connection) -> None:
+    def __init__(self, job: WorkerJob, process: BaseProcess, conn: Connection) -> None:
         self.job = job
         self.process = process
         self.conn: Connection | None = conn
@@ -356,7 +375,7 @@ class Supervisor:
         self._context = worker_context()
 
     @property
-    def context(self) -> Any:
+    def context(self) -> WorkerContext:
         """The multiprocessing context the workers are started with (for their pipes)."""
         return self._context
 
@@ -411,9 +430,10 @@ class Supervisor:
         with main_module_hidden_if_unimportable():
             process.start()
         sender.close()
+        pid = _started_pid(process)
         for observer in list(_observers):
-            observer.worker_started(job.name, process.pid)
-        log.info("started worker %s (pid %d)", job.name, process.pid)
+            observer.worker_started(job.name, pid)
+        log.info("started worker %s (pid %d)", job.name, pid)
         self._event(job.name, "started")
         return _Worker(job, process, receiver)
 
@@ -442,7 +462,7 @@ class Supervisor:
             if self._on_tick is not None:
                 self._on_tick()
 
-    def _handle(self, live: list[_Worker], ready: Any) -> None:
+    def _handle(self, live: list[_Worker], ready: object) -> None:
         for worker in live:
             if ready is worker.conn:
                 self._receive(worker)

@@ -8,12 +8,15 @@ from its start.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mlperf_mig.telemetry.series import read_series
 from mlperf_mig.telemetry.summary import RunTelemetry
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure  # matplotlib is optional (the plot extra)
 
 
 def _util_column(name: str, gpu_index: int | None, columns: list[str]) -> str | None:
@@ -52,7 +55,7 @@ def series_for_figure(folder: str | Path, telemetry: RunTelemetry) -> dict[str, 
     return {"t": t - origin, "util": util, "power": power, "window": window}
 
 
-def draw_timeseries(figure: Any, data: dict[str, Any]) -> None:
+def draw_timeseries(figure: Figure, data: dict[str, Any]) -> None:
     """Two panels sharing time: activity per instance (%), power (W)."""
     top, bottom = figure.subplots(2, 1, sharex=True)
     for name, values in data["util"].items():

@@ -122,6 +122,10 @@ class PackageEnergy:
     def available(self) -> bool:
         return bool(self._zones)
 
+    def columns(self) -> list[str]:
+        """The one column `read` returns (a sampler's Source has both)."""
+        return [self.COLUMN]
+
     def read(self) -> dict[str, float | None]:
         """Energy of the packages since the first reading (J), each counter's wraps undone."""
         values = []

@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pynvml
 
+if TYPE_CHECKING:
+    from mlperf_mig.registry.nvml_state import NvmlHandle, NvmlModule, NvmlValue
+
 log = logging.getLogger(__name__)
+
+GpmSample = Any  # an nvmlGpmSample_t from nvmlGpmSampleAlloc (or a stand-in's)
 
 # The GPM metrics read per GPU instance: column suffix -> NVML metric ID.
 GPM_METRICS = {
@@ -76,9 +82,9 @@ class Device:
 class _Gpu:
     index: int
     name: str
-    handle: Any
+    handle: NvmlHandle
     mig: bool
-    readers: dict[str, Callable[[], Any]] = attrs.field(factory=dict)
+    readers: dict[str, Callable[[], NvmlValue]] = attrs.field(factory=dict)
     gpm: bool = False
 
 
@@ -86,9 +92,9 @@ class _Gpu:
 class _Instance:
     name: str
     gpu: int
-    handle: Any
+    handle: NvmlHandle
     gpu_instance_id: int | None
-    previous_gpm: Any = None
+    previous_gpm: GpmSample | None = None
 
 
 def _text(value: str | bytes) -> str:
@@ -100,7 +106,7 @@ class NvmlReadings:
 
     def __init__(
         self,
-        nvml: Any,
+        nvml: NvmlModule,
         gpus: Sequence[_Gpu],
         instances: Sequence[_Instance],
         missing: Mapping[str, str],
@@ -112,7 +118,7 @@ class NvmlReadings:
         self.errors = 0  # readings that failed after the capability check (transient errors)
 
     @classmethod
-    def open(cls, nvml: Any, devices: Sequence[Device]) -> NvmlReadings:
+    def open(cls, nvml: NvmlModule, devices: Sequence[Device]) -> NvmlReadings:
         """Initialise NVML, find each device's GPU and ask once what each GPU can report."""
         nvml.nvmlInit()
         try:
@@ -122,7 +128,7 @@ class NvmlReadings:
             raise
 
     @classmethod
-    def _probe(cls, nvml: Any, devices: Sequence[Device]) -> NvmlReadings:
+    def _probe(cls, nvml: NvmlModule, devices: Sequence[Device]) -> NvmlReadings:
         gpus: dict[int, _Gpu] = {}
         instances: list[_Instance] = []
         missing: dict[str, str] = {}
@@ -138,10 +144,9 @@ class NvmlReadings:
         for gpu in gpus.values():
             if not gpu.gpm:
                 continue
-            for instance in (
-                i for i in instances if i.gpu == gpu.index and i.gpu_instance_id is not None
-            ):
-                instance.previous_gpm = _gpm_sample(nvml, gpu.handle, instance.gpu_instance_id)
+            for instance in instances:
+                if instance.gpu == gpu.index and instance.gpu_instance_id is not None:
+                    instance.previous_gpm = _gpm_sample(nvml, gpu.handle, instance.gpu_instance_id)
         return cls(nvml, list(gpus.values()), instances, missing)
 
     def columns(self) -> list[str]:
@@ -185,14 +190,14 @@ class NvmlReadings:
             for what, reader in gpu.readers.items():
                 row[f"gpu{gpu.index}:{what}"] = self._try(reader)
         for instance in self._instances:
-            used = self._try(lambda i=instance: self._nvml.nvmlDeviceGetMemoryInfo(i.handle).used)
+            used = self._try(partial(_memory_used, self._nvml, instance.handle))
             row[f"{instance.name}:memory_mib"] = None if used is None else used / 2**20
             gpu = self._gpu(instance.gpu)
             if gpu.gpm and instance.gpu_instance_id is not None:
-                row.update(self._gpm(gpu, instance))
+                row.update(self._gpm(gpu, instance, instance.gpu_instance_id))
         return row
 
-    def _try(self, reader: Callable[[], Any]) -> float | None:
+    def _try(self, reader: Callable[[], NvmlValue]) -> float | None:
         try:
             return float(reader())
         except pynvml.NVMLError as exc:
@@ -200,11 +205,12 @@ class NvmlReadings:
             log.debug("NVML reading failed: %s", error_name(exc))
             return None
 
-    def _gpm(self, gpu: _Gpu, instance: _Instance) -> dict[str, float | None]:
-        """The GPM metrics between the previous sample of the GPU instance and a new one."""
+    def _gpm(self, gpu: _Gpu, instance: _Instance, gpu_instance_id: int) -> dict[str, float | None]:
+        """The GPM metrics between the previous sample of the GPU instance (`gpu_instance_id`, the
+        instance's own) and a new one."""
         names = [f"{instance.name}:{metric}" for metric in GPM_METRICS]
         try:
-            sample = _gpm_sample(self._nvml, gpu.handle, instance.gpu_instance_id)
+            sample = _gpm_sample(self._nvml, gpu.handle, gpu_instance_id)
         except pynvml.NVMLError:
             self.errors += 1
             return dict.fromkeys(names)
@@ -238,7 +244,12 @@ class NvmlReadings:
         self._nvml.nvmlShutdown()
 
 
-def _gpm_sample(nvml: Any, gpu_handle: Any, gpu_instance_id: int) -> Any:
+def _memory_used(nvml: NvmlModule, handle: NvmlHandle) -> NvmlValue:
+    """The bytes of memory in use on a (MIG) device."""
+    return nvml.nvmlDeviceGetMemoryInfo(handle).used
+
+
+def _gpm_sample(nvml: NvmlModule, gpu_handle: NvmlHandle, gpu_instance_id: int) -> GpmSample:
     sample = nvml.nvmlGpmSampleAlloc()
     try:
         return nvml.nvmlGpmMigSampleGet(gpu_handle, gpu_instance_id, sample)
@@ -247,14 +258,14 @@ def _gpm_sample(nvml: Any, gpu_handle: Any, gpu_instance_id: int) -> Any:
         raise
 
 
-def _open_gpu(nvml: Any, index: int, handle: Any, missing: dict[str, str]) -> _Gpu:
+def _open_gpu(nvml: NvmlModule, index: int, handle: NvmlHandle, missing: dict[str, str]) -> _Gpu:
     """A GPU with a reader for each quantity it answers; the others recorded in `missing`."""
     try:
         mig = (nvml.nvmlDeviceGetMigMode(handle) or [0])[0] == pynvml.NVML_DEVICE_MIG_ENABLE
     except _ABSENT:
         mig = False
     gpu = _Gpu(index=index, name=_text(nvml.nvmlDeviceGetName(handle)), handle=handle, mig=mig)
-    wanted: dict[str, Callable[[], Any]] = {
+    wanted: dict[str, Callable[[], NvmlValue]] = {
         "power_w": lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
         "energy_j": lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0,
         "sm_clock_mhz": lambda: nvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
@@ -282,7 +293,7 @@ def _open_gpu(nvml: Any, index: int, handle: Any, missing: dict[str, str]) -> _G
     return gpu
 
 
-def _clock_event_reader(nvml: Any, handle: Any) -> Callable[[], int]:
+def _clock_event_reader(nvml: NvmlModule, handle: NvmlHandle) -> Callable[[], int]:
     """`nvmlDeviceGetCurrentClocksEventReasons`, or its older name on drivers without it."""
 
     def read() -> int:

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 
 from mlperf_mig.telemetry.host import PackageEnergy
 from mlperf_mig.telemetry.nvml import GPM_METRICS, Device, NvmlReadings, error_name
 from mlperf_mig.telemetry.recorder import dcgm_bindings
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.nvml_state import NvmlModule
 
 _GPU_KEYS = {  # reading column -> the replay format's key and its unit factor back to NVML's
     "power_w": ("power_mw", 1000.0),
@@ -30,7 +33,7 @@ _GPU_KEYS = {  # reading column -> the replay format's key and its unit factor b
 }
 
 
-def _devices(nvml: Any) -> list[Device]:
+def _devices(nvml: NvmlModule) -> list[Device]:
     """Every GPU of the machine, or its MIG devices where MIG is on, as sampler devices."""
     devices = []
     for index in range(nvml.nvmlDeviceGetCount()):
@@ -55,7 +58,7 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _open(nvml: Any) -> tuple[NvmlReadings | None, list[Device], str | None]:
+def _open(nvml: NvmlModule) -> tuple[NvmlReadings | None, list[Device], str | None]:
     try:
         nvml.nvmlInit()
     except pynvml.NVMLError as exc:
@@ -69,7 +72,7 @@ def _open(nvml: Any) -> tuple[NvmlReadings | None, list[Device], str | None]:
     return NvmlReadings.open(nvml, devices), devices, None
 
 
-def capabilities(nvml: Any = pynvml) -> dict[str, Any]:
+def capabilities(nvml: NvmlModule = pynvml) -> dict[str, Any]:
     """What can be measured here, per GPU, with the reason for each thing that cannot."""
     package = PackageEnergy()
     found: dict[str, Any] = {
@@ -127,7 +130,7 @@ def capability_lines(found: dict[str, Any]) -> list[str]:
 
 
 def record_telemetry(
-    nvml: Any = pynvml,
+    nvml: NvmlModule = pynvml,
     seconds: float = 2.0,
     interval_s: float = 0.1,
     sleep: Callable[[float], None] = time.sleep,

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import pynvml
@@ -24,6 +24,9 @@ from mlperf_mig.telemetry.sampler import DEFAULT_INTERVAL_S, Sampler, Source
 from mlperf_mig.telemetry.series import write_series
 from mlperf_mig.telemetry.summary import InstanceColumns, RunTelemetry, summarize
 from mlperf_mig.telemetry.window import common_window
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.nvml_state import NvmlModule
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,44 @@ def dcgm_bindings() -> str:
     return "importable, but reading DCGM profiling fields is not part of mlperf-mig"
 
 
-def _slot_cpus(slot: Any) -> float:
+class ObservedSlot(Protocol):
+    """What the recorder reads of an instance's slot (placement's InstanceSlot)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def cpus(self) -> tuple[int, ...] | None: ...
+
+    @property
+    def compute_slices(self) -> int: ...
+
+
+class ObservedDeployment(Protocol):
+    """What the recorder reads of where the run's instances are (placement's Deployment)."""
+
+    @property
+    def partitioning(self) -> str: ...
+
+    @property
+    def cluster(self) -> str | None: ...
+
+
+class ObservedPlan(Protocol):
+    """What the recorder reads of the run it observes (the runner's RunPlan): telemetry is handed
+    the plan and imports nothing above it."""
+
+    @property
+    def slots(self) -> Sequence[ObservedSlot]: ...
+
+    @property
+    def deployment(self) -> ObservedDeployment: ...
+
+
+def _slot_cpus(slot: ObservedSlot) -> float:
     """The CPUs an instance may use: its emulated CPU budget where it has one, else its CPUs
     (100% util = all of it)."""
     share = getattr(slot, "cpu_share", None)
@@ -56,7 +96,7 @@ class RunRecorder:
 
     def __init__(
         self,
-        plan: Any,
+        plan: ObservedPlan,
         sampler: Sampler,
         watch: WorkerWatch,
         nvml: NvmlReadings | None,
@@ -74,7 +114,7 @@ class RunRecorder:
         self._gpu_of = {} if nvml is None else nvml.instance_gpu()
 
     @classmethod
-    def open(cls, plan: Any, interval_s: float = DEFAULT_INTERVAL_S) -> RunRecorder:
+    def open(cls, plan: ObservedPlan, interval_s: float = DEFAULT_INTERVAL_S) -> RunRecorder:
         """The sources the plan's run can have; NVML's own answers decide what is measured."""
         notes: list[str] = []
         slots = plan.slots
@@ -162,6 +202,7 @@ class RunRecorder:
         specs = []
         for slot in self._plan.slots:
             gpu = gpu_of.get(slot.name)
+            util: str | None
             if emulated or gpu is None:
                 util, metric = f"{slot.name}:cpu_pct", CPU_METRIC
                 memory, memory_metric = (
@@ -214,7 +255,9 @@ def _gpu_facts(nvml: NvmlReadings) -> list[dict[str, Any]]:
     return facts
 
 
-def _open_nvml(source: Any, devices: Sequence[Device]) -> tuple[NvmlReadings | None, str | None]:
+def _open_nvml(
+    source: NvmlModule | None, devices: Sequence[Device]
+) -> tuple[NvmlReadings | None, str | None]:
     """NVML readings of the devices, or None and why not (a replayed state without telemetry,
     a driver that fails)."""
     nvml = pynvml if source is None else source

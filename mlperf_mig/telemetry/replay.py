@@ -25,20 +25,23 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pynvml
 
 from mlperf_mig.registry.replay import RecordedNvml, _GpuHandle, _MigHandle, nvml_error
-from mlperf_mig.telemetry.nvml import GPM_METRICS
+from mlperf_mig.telemetry.nvml import GPM_METRICS, GpmSample
+
+if TYPE_CHECKING:
+    from mlperf_mig.registry.nvml_state import NvmlValue
 
 _GPM_KEYS = {metric: name for name, metric in GPM_METRICS.items()}
 
 
 @attrs.define
 class _GpmRecord:
-    buffer: Any
+    buffer: ctypes.Array[ctypes.c_char]  # the sample's memory, kept alive while it is allocated
     gpu: int | None = None
     gpu_instance_id: int | None = None
     step: int | None = None
@@ -64,7 +67,9 @@ class RecordedTelemetry(RecordedNvml):
         interval = float(self.telemetry.get("interval_s", 0.1))
         return max(0, int((self.clock() - self._live.get("origin", self.clock())) / interval))
 
-    def _value(self, record: Mapping[str, Any] | None, key: str, step: int | None = None) -> Any:
+    def _value(
+        self, record: Mapping[str, Any] | None, key: str, step: int | None = None
+    ) -> NvmlValue:
         sequence = None if record is None else record.get(key)
         if sequence is None:
             raise nvml_error("NOT_SUPPORTED")
@@ -174,23 +179,25 @@ class RecordedTelemetry(RecordedNvml):
         support.isSupportedDevice = int(bool(record and record.get("gpm")))
         return support
 
-    def nvmlGpmSampleAlloc(self) -> Any:
+    def nvmlGpmSampleAlloc(self) -> GpmSample:
         buffer = (ctypes.c_char * 8)()
         pointer = ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
         self._live.setdefault("gpm", {})[ctypes.addressof(buffer)] = _GpmRecord(buffer)
         return pointer
 
-    def _gpm_record(self, pointer: Any) -> _GpmRecord:
+    def _gpm_record(self, pointer: GpmSample) -> _GpmRecord:
         record = self._live.get("gpm", {}).get(ctypes.cast(pointer, ctypes.c_void_p).value)
         if record is None:
             raise nvml_error("INVALID_ARGUMENT")  # not a sample of nvmlGpmSampleAlloc, or freed
         return record
 
-    def nvmlGpmSampleFree(self, pointer: Any) -> None:
+    def nvmlGpmSampleFree(self, pointer: GpmSample) -> None:
         record = self._gpm_record(pointer)
         self._live["gpm"].pop(ctypes.addressof(record.buffer))
 
-    def nvmlGpmMigSampleGet(self, handle: _GpuHandle, gpu_instance_id: int, pointer: Any) -> Any:
+    def nvmlGpmMigSampleGet(
+        self, handle: _GpuHandle, gpu_instance_id: int, pointer: GpmSample
+    ) -> GpmSample:
         record = self._gpu_record(handle)
         if not (record and record.get("gpm")):
             raise nvml_error("NOT_SUPPORTED")

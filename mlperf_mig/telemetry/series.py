@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsFloat
 
 from mlperf_mig._io import atomic_write_text, inside, read_small_text
 from mlperf_mig.errors import SettingsError, UntrustedPathError
@@ -25,7 +25,7 @@ MAX_COLUMNS = 2000
 _COLUMN = re.compile(r"[A-Za-z0-9_+@=][A-Za-z0-9._+@=,-]{0,127}:[a-z0-9_]{1,40}")
 
 
-def _cell(value: Any) -> str:
+def _cell(value: SupportsFloat | None) -> str:
     if value is None:
         return ""
     return repr(round(float(value), 6))

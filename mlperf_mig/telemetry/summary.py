@@ -19,7 +19,7 @@ import attrs
 import numpy as np
 
 from mlperf_mig._checks import is_whole
-from mlperf_mig._io import finite_number, safe_name
+from mlperf_mig._io import JsonData, finite_number, safe_name
 from mlperf_mig.errors import UntrustedPathError
 from mlperf_mig.telemetry.nvml import reason_names
 
@@ -32,7 +32,7 @@ _LIMIT = 1e12  # no quantity of one run comes near it; a larger one was edited i
 
 
 # --- records ---------------------------------------------------------------------------------------
-def _check_number(value: Any, what: str, source: str) -> float | None:
+def _check_number(value: JsonData, what: str, source: str) -> float | None:
     if value is None:
         return None
     if not finite_number(value) or not -_LIMIT <= value <= _LIMIT:
@@ -43,7 +43,7 @@ def _check_number(value: Any, what: str, source: str) -> float | None:
     return float(value)
 
 
-def _check_text(value: Any, what: str, source: str, limit: int = 500) -> str:
+def _check_text(value: JsonData, what: str, source: str, limit: int = 500) -> str:
     if not isinstance(value, str) or len(value) > limit or any(ord(c) < 32 for c in value):
         raise UntrustedPathError(
             f"{source!r}: telemetry {what} {value!r} is not a short line of text; the file was "
@@ -52,13 +52,13 @@ def _check_text(value: Any, what: str, source: str, limit: int = 500) -> str:
     return value
 
 
-def _check_list(value: Any, what: str, source: str) -> list[Any]:
+def _check_list(value: JsonData, what: str, source: str) -> list[Any]:
     if not isinstance(value, list):
         raise UntrustedPathError(f"{source!r}: telemetry {what} is not a list; write the run again")
     return value
 
 
-def _check_mapping(value: Any, what: str, source: str) -> Mapping[str, Any]:
+def _check_mapping(value: JsonData, what: str, source: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise UntrustedPathError(
             f"{source!r}: telemetry {what} is not an object; write the run again"
@@ -82,7 +82,7 @@ class Window:
         return {**attrs.asdict(self), "duration_s": self.duration_s}
 
     @classmethod
-    def from_dict(cls, data: Any, source: str) -> Window:
+    def from_dict(cls, data: JsonData, source: str) -> Window:
         data = _check_mapping(data, "window", source)
         start = _check_number(data.get("start_unix_s"), "window start", source)
         end = _check_number(data.get("end_unix_s"), "window end", source)
@@ -114,7 +114,7 @@ class InstanceTelemetry:
         return attrs.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any, source: str) -> InstanceTelemetry:
+    def from_dict(cls, data: JsonData, source: str) -> InstanceTelemetry:
         data = _check_mapping(data, "instance", source)
         gpu = data.get("gpu_index")
         if gpu is not None and not is_whole(gpu, 0, 4095):
@@ -160,7 +160,7 @@ class GpuTelemetry:
         default=(), converter=lambda v: tuple(tuple(p) for p in v)
     )
     gpm: str = ""
-    measured: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    measured: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     not_measured: tuple[tuple[str, str], ...] = attrs.field(
         default=(), converter=lambda v: tuple(tuple(p) for p in v)
     )
@@ -173,7 +173,7 @@ class GpuTelemetry:
         return data
 
     @classmethod
-    def from_dict(cls, data: Any, source: str) -> GpuTelemetry:
+    def from_dict(cls, data: JsonData, source: str) -> GpuTelemetry:
         data = _check_mapping(data, "gpu", source)
         index = data.get("index")
         if not is_whole(index, 0, 4095):
@@ -213,8 +213,8 @@ class RunTelemetry:
     interval_s: float
     samples: int
     window: Window | None
-    instances: tuple[InstanceTelemetry, ...] = attrs.field(converter=tuple)
-    gpus: tuple[GpuTelemetry, ...] = attrs.field(converter=tuple)
+    instances: tuple[InstanceTelemetry, ...] = attrs.field(converter=tuple[InstanceTelemetry, ...])
+    gpus: tuple[GpuTelemetry, ...] = attrs.field(converter=tuple[GpuTelemetry, ...])
     energy_j: float | None = (
         None  # the layout's: the sum over its GPUs (or the CPU package, emulated)
     )
@@ -222,7 +222,7 @@ class RunTelemetry:
     idle_power_w: float | None = None
     energy_label: str = BOARD_ENERGY_LABEL
     cpu_package: Mapping[str, Any] = attrs.field(factory=dict)
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     csv: str | None = CSV_FILE
     sampled_s: float | None = None  # from the first row to the last
     sampler_cpu_s: float | None = (
@@ -260,7 +260,7 @@ class RunTelemetry:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "results.json") -> RunTelemetry:
+    def from_dict(cls, data: JsonData, source: str = "results.json") -> RunTelemetry:
         """Read back a results.json's telemetry, every value checked (the file is untrusted)."""
         data = _check_mapping(data, "telemetry", source)
         if data.get("format") != FORMAT:
@@ -516,11 +516,12 @@ def summarize(
         else None,
         "source": package.get("source", ""),
     }
+    energy: float | None
+    idle_power: float | None
+    budgets: dict[int | None, float | None]
     if gpus:
-        energies = [g.energy_j for g in gpu_records]
-        energy = sum(energies) if energies and all(e is not None for e in energies) else None  # type: ignore[misc]
-        idles = [g.idle_power_w for g in gpu_records]
-        idle_power = sum(idles) if all(i is not None for i in idles) else None  # type: ignore[misc]
+        energy = _total([g.energy_j for g in gpu_records])
+        idle_power = _total([g.idle_power_w for g in gpu_records])
         label = BOARD_ENERGY_LABEL
         budgets = {g.index: g.energy_j for g in gpu_records}
     else:
@@ -542,6 +543,12 @@ def summarize(
         cpu_package=package_record,
         notes=notes,
     )
+
+
+def _total(values: Sequence[float | None]) -> float | None:
+    """The sum of `values` where every one is known (and there is one), else None."""
+    known = [v for v in values if v is not None]
+    return sum(known) if values and len(known) == len(values) else None
 
 
 def _with_shares(

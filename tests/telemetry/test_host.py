@@ -8,6 +8,7 @@ import time
 import pytest
 
 from mlperf_mig.telemetry.host import PackageEnergy, WorkerWatch
+from mlperf_mig.telemetry.sampler import Sampler
 
 
 def _zone(root, name: str, energy: int, wrap: int = 1000) -> None:
@@ -37,6 +38,14 @@ def test_package_energy_sums_the_packages_not_their_subzones(tmp_path):
     _zone(tmp_path, "intel-rapl:1", 20)
     _zone(tmp_path, "intel-rapl:0:0", 500)
     assert energy.read()[PackageEnergy.COLUMN] == pytest.approx(30e-6)
+
+
+def test_package_energy_is_a_sampler_source(tmp_path):
+    """The sampler can name the package's column, as it does each source's before writing the CSV."""
+    _zone(tmp_path, "intel-rapl:0", 0)
+    sampler = Sampler([PackageEnergy(tmp_path)], interval_s=1.0)
+    assert sampler.columns() == [PackageEnergy.COLUMN]
+    assert PackageEnergy.COLUMN in sampler.sample_once()
 
 
 def test_no_powercap_says_why(tmp_path):
