@@ -64,7 +64,7 @@ class EngineRequest:
         return {**attrs.asdict(self), "benchmark": self.benchmark.name}
 
     def spec_options(self) -> dict[str, Any]:
-        """The keyword arguments of `EngineSpec.create` that this request fixes."""
+        """The keyword arguments of `resolve_spec` that this request fixes."""
         return attrs.asdict(
             self, filter=lambda a, _: a.name not in ("key", "benchmark", "env", "cpus")
         )
