@@ -624,7 +624,7 @@ class RunOptions:
             "whose vGPUs are slices of one GPU (the run says the grouping was declared)",
         ),
     )
-    # a whole system (runner/system.py): which GPUs, a layout per GPU, how many to emulate
+    # a whole system (placement/fleet.py): which GPUs, a layout per GPU, how many to emulate
     gpus: str | tuple[int, ...] | None = option(
         None,
         convert=_gpu_indices,

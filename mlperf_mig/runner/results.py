@@ -149,7 +149,7 @@ class InstanceRun:
     dispatched_samples: int | None = None
     compliance: tuple[AuditVerdict, ...] = attrs.field(default=(), converter=_verdict_tuple)
     # emulated: the CPU time it was given (CPU-seconds per second) and how that was enforced
-    # ("whole CPUs", "cgroup quota", "duty cycle"; runner/cpu_budget.py)
+    # ("whole CPUs", "cgroup quota", "duty cycle"; emulation/cpu_budget.py)
     cpu_share: float | None = None
     cpu_budget: str | None = None
     cpu_used: float | None = None  # CPU-seconds per second its performance run used
@@ -276,7 +276,7 @@ class RunGpu:
 
 
 def _run_gpus(entries: Iterable[RunGpu | Mapping[str, Any]]) -> tuple[RunGpu, ...]:
-    """`RunResult.gpus` from records or from plan.json-style dicts (runner/system.py)."""
+    """`RunResult.gpus` from records or from plan.json-style dicts (placement/fleet.py)."""
     return tuple(e if isinstance(e, RunGpu) else RunGpu.from_dict(e) for e in entries)
 
 

@@ -278,7 +278,7 @@ def alone_plan(plan: RunPlan, profile: str, outdir: Path) -> RunPlan:
     """`plan` with only its first instance of `profile` kept, on the same device: that profile
     alone, the rest of the GPU idle. Every other option is the layout's, unchanged."""
     slot = next(s for s in plan.slots if s.profile == profile)
-    # over several GPUs: alone on its own GPU, the deployment of that one GPU (runner/system.py)
+    # over several GPUs: alone on its own GPU, the deployment of that one GPU (placement/fleet.py)
     part = next((p for p in plan.deployment.parts if p.holds(slot)), plan.deployment.parts[0])
     layout = registry.parse_layout(part.layout.gpu, [profile])
     gpus = (attrs.evolve(part, layout=layout, scenario=None),) if plan.deployment.gpus else ()
