@@ -5,7 +5,9 @@ Energy is the GPU board's (NVML), never wall power; the CPU package's (RAPL) for
 where readable. Energy over the window comes from the energy counter where the GPU has one: the
 counter's steps are summed, and a step backwards (the driver reloaded, the counter reset or
 wrapped) is replaced by board power x time for that step, never taken as negative energy.
-Without a counter the board power is integrated. Each instance's share of the energy is an
+Without a counter the board power is integrated; so it is where the counter disagrees with that
+integral beyond COUNTER_AGREES (a stuck counter is named), and the summary's notes say so. Each
+instance's share of the energy is an
 estimate: the GPU's energy split by the instances' activity x compute slices.
 """
 
@@ -374,6 +376,47 @@ def power_energy(times: np.ndarray, power: np.ndarray, start: float, end: float)
     )  # trapezoids (numpy 1.x too)
 
 
+# The energy counter is trusted while it agrees with the integral of board power over the same
+# window within these factors; outside them (a counter that is stuck, jumps or belongs to another
+# clock) the integral is taken and the summary says why. Power samples are coarse, so the band is
+# wide: it catches a broken counter, not a few percent of sampling error.
+COUNTER_AGREES = (0.5, 2.0)
+
+
+def gpu_energy(
+    index: int,
+    counter: tuple[np.ndarray, np.ndarray],
+    power: tuple[np.ndarray, np.ndarray],
+    window: Window,
+    idle_power_w: float | None,
+) -> tuple[float | None, str, str | None]:
+    """(energy J, its source, a note) of one GPU over the window: the energy counter where it
+    reads and agrees with the integral of board power (COUNTER_AGREES), else the integral, with a
+    note naming the counter (a stuck one: it did not move while power read above idle)."""
+    start, end = window.start_unix_s, window.end_unix_s
+    from_counter = counter_energy(*counter, *power, start, end)
+    integral = power_energy(*power, start, end)
+    if from_counter is not None and (integral is None or integral <= 0):
+        return from_counter, "NVML total energy counter", None
+    if from_counter is None:
+        source = "NVML board power, integrated" if integral is not None else ""
+        return integral, source, None
+    assert integral is not None  # narrowed above: a positive integral
+    ratio = from_counter / integral
+    if COUNTER_AGREES[0] <= ratio <= COUNTER_AGREES[1]:
+        return from_counter, "NVML total energy counter", None
+    mean_w = integral / window.duration_s if window.duration_s > 0 else 0.0
+    if from_counter == 0 and (idle_power_w is None or mean_w > idle_power_w):
+        why = f"its energy counter did not move while board power read {mean_w:.0f} W"
+    else:
+        why = (
+            f"its energy counter gave {from_counter:.0f} J against {integral:.0f} J from board "
+            f"power ({ratio:.2f}x, outside {COUNTER_AGREES[0]}-{COUNTER_AGREES[1]}x)"
+        )
+    note = f"GPU {index}: {why}; its energy is the integral of board power"
+    return integral, "NVML board power, integrated (the energy counter disagreed)", note
+
+
 def flag_seconds(
     rows: Sequence[Mapping[str, Any]], column: str, window: Window | None
 ) -> dict[str, float]:
@@ -428,20 +471,24 @@ def _gpu_summary(
     rows: Sequence[Mapping[str, Any]],
     idle: Sequence[Mapping[str, Any]],
     window: Window | None,
+    notes: list[str],
 ) -> GpuTelemetry:
+    """One GPU's summary; a note on its energy (a counter not trusted) goes to `notes`."""
     prefix = f"gpu{gpu['index']}:"
-    p_t, p = series(rows, prefix + "power_w")
-    e_t, e = series(rows, prefix + "energy_j")
+    _, p_idle = series(idle, prefix + "power_w")
     energy, source = None, ""
     if window is not None:
-        energy = counter_energy(e_t, e, p_t, p, window.start_unix_s, window.end_unix_s)
-        source = "NVML total energy counter"
-        if energy is None:
-            energy = power_energy(p_t, p, window.start_unix_s, window.end_unix_s)
-            source = "NVML board power, integrated" if energy is not None else ""
+        energy, source, note = gpu_energy(
+            gpu["index"],
+            series(rows, prefix + "energy_j"),
+            series(rows, prefix + "power_w"),
+            window,
+            _mean(p_idle),
+        )
+        if note is not None:
+            notes.append(note)
     during = in_window(rows, window)
     _, p_in = series(during, prefix + "power_w")
-    _, p_idle = series(idle, prefix + "power_w")
     _, temperature = series(during, prefix + "temperature_c")
     _, clock = series(during, prefix + "sm_clock_mhz")
     mean_power = (
@@ -484,7 +531,7 @@ def summarize(
     """
     notes = list(notes)
     during = in_window(rows, window)
-    gpu_records = [_gpu_summary(g, rows, idle, window) for g in gpus]
+    gpu_records = [_gpu_summary(g, rows, idle, window, notes) for g in gpus]
     activity: dict[str, float | None] = {}
     records = []
     for spec in instances:

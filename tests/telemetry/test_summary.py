@@ -181,3 +181,40 @@ def test_a_hostile_value_read_back_is_refused_in_one_line(path, value):
     target[path[-1]] = value
     with pytest.raises(UntrustedPathError, match=r"telemetry|not a plain name"):
         RunTelemetry.from_dict(data, "x/results.json")
+
+
+def _with_counter(rows: list[dict], counter_of) -> list[dict]:
+    """`rows` with the energy counter replaced by `counter_of(k)` at sample k."""
+    return [{**row, "gpu0:energy_j": counter_of(k)} for k, row in enumerate(rows)]
+
+
+def test_a_stuck_energy_counter_gives_way_to_board_power_and_is_named():
+    """A counter that never moves while power reads 200 W: the energy is the integral of power
+    (200 W x 5 s) and a note names the stuck counter."""
+    summary = _summary(_with_counter(_rows(), lambda k: 5_000.0), WINDOW)
+    (gpu,) = summary.gpus
+    assert gpu.energy_j == pytest.approx(1000.0)
+    assert gpu.energy_source.startswith("NVML board power, integrated")
+    assert summary.power_mean_w == pytest.approx(200.0)
+    assert any("GPU 0: its energy counter did not move while board power read 200 W" in n
+               for n in summary.notes)  # fmt: skip
+
+
+def test_a_counter_far_from_board_power_gives_way_to_it():
+    """A counter growing 1000 J/s while power reads 200 W (5x): the integral is taken and the
+    note gives both figures."""
+    summary = _summary(_with_counter(_rows(), lambda k: 1_000.0 * k), WINDOW)
+    (gpu,) = summary.gpus
+    assert gpu.energy_j == pytest.approx(1000.0)
+    (note,) = [n for n in summary.notes if n.startswith("GPU 0:")]
+    assert "5000 J against 1000 J from board power (5.00x" in note
+
+
+def test_a_counter_within_the_band_is_kept():
+    """A counter 30% above the integral is within COUNTER_AGREES: the counter's energy stands,
+    and nothing is noted."""
+    summary = _summary(_with_counter(_rows(), lambda k: 260.0 * k), WINDOW)
+    (gpu,) = summary.gpus
+    assert gpu.energy_j == pytest.approx(1300.0)
+    assert gpu.energy_source == "NVML total energy counter"
+    assert not [n for n in summary.notes if n.startswith("GPU 0:")]
