@@ -218,3 +218,31 @@ def test_a_counter_within_the_band_is_kept():
     assert gpu.energy_j == pytest.approx(1300.0)
     assert gpu.energy_source == "NVML total energy counter"
     assert not [n for n in summary.notes if n.startswith("GPU 0:")]
+
+
+def test_each_reasons_seconds_are_pinned_to_the_sample_that_read_it():
+    """Every interval carries a different set of reasons and the window cuts the first and last
+    intervals: a reason read at a sample holds until the next, counted only inside the window.
+
+    Samples at t = 0, 2, 3, 7, 8 read {sw_power_cap}, {sw_power_cap, hw_slowdown}, {}, {gpu_idle},
+    {hw_slowdown}; the window is [1, 7.5]. By hand: sw_power_cap 1 (1-2) + 1 (2-3) = 2 s,
+    hw_slowdown 1 (2-3) + 0 (the sample at 8 is after the window's end) = 1 s, gpu_idle 0.5
+    (7-7.5).
+    """
+    from mlperf_mig.telemetry.nvml import CLOCK_EVENT_REASONS
+
+    bit = {name: mask for mask, name in CLOCK_EVENT_REASONS.items()}
+    masks = [
+        bit["sw_power_cap"],
+        bit["sw_power_cap"] | bit["hw_slowdown"],
+        0,
+        bit["gpu_idle"],
+        bit["hw_slowdown"],
+    ]
+    rows = [{"t": t, "c": float(m)} for t, m in zip((0.0, 2.0, 3.0, 7.0, 8.0), masks)]
+    window = Window(start_unix_s=1.0, end_unix_s=7.5, source="t")
+    assert flag_seconds(rows, "c", window) == {
+        "gpu_idle": 0.5,
+        "hw_slowdown": 1.0,
+        "sw_power_cap": 2.0,
+    }
