@@ -113,10 +113,16 @@ def assign_devices(
 
 
 def carried_and_wanted(devices: Sequence[LiveDevice], layout: Layout) -> str:
-    """'carries the MIG layout 4x 1g.10gb, but the run asks for 3x 2g.20gb + 1g.10gb': the
-    words of a refusal when `assign_devices` found no match."""
-    carried = describe_profiles([d.profile.name for d in devices if d.profile])
-    return f"carries the MIG layout {carried}, but the run asks for {describe_profiles([p.name for p in layout.profiles])}"
+    """'carries the MIG layout 4x 1g.10gb, but the run asks for 3x 2g.20gb + 1g.10gb' (or
+    'carries no MIG device, but ...'): the words of a refusal when `assign_devices` found no
+    match."""
+    carried = [d.profile.name for d in devices if d.profile]
+    has = (
+        f"carries the MIG layout {describe_profiles(carried)}"
+        if carried
+        else "carries no MIG device"
+    )
+    return f"{has}, but the run asks for {describe_profiles([p.name for p in layout.profiles])}"
 
 
 def _profile_id(device: LiveDevice) -> int | None:

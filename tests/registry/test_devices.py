@@ -42,6 +42,18 @@ def test_match_layout_of_another_layout_is_a_mismatch(load_state, catalog: Catal
         match_layout(parse_layout(gpu.catalog_gpu, "3x2g.35gb+1g.18gb"), gpu)
 
 
+def test_a_gpu_without_gpu_instances_is_refused_in_a_sentence(load_state, catalog: Catalog) -> None:
+    """MIG on with no GPU instance: the refusal says the GPU carries no MIG device (a sentence,
+    not 'carries the MIG layout no MIG devices')."""
+    state = load_state("h200-7x1g")
+    state["gpus"][0]["mig_devices"] = []
+    gpu = _gpu(state, catalog)
+    with pytest.raises(LiveLayoutMismatchError) as raised:
+        match_layout(parse_layout(gpu.catalog_gpu, "3x2g.35gb+1g.18gb"), gpu)
+    assert "carries no MIG device, but the run asks for 3x 2g.35gb + 1g.18gb" in str(raised.value)
+    assert "layout no MIG devices" not in str(raised.value)
+
+
 def test_a_gpu_instance_split_into_compute_instances_is_refused(
     load_state, catalog: Catalog
 ) -> None:
