@@ -57,6 +57,8 @@ class GpuCheck:
             )
         if self.vgpu is not None:
             return "a vGPU inside a VM: NVML shows no MIG profiles to compare"
+        if not self.live_profiles and self.mig_current:
+            return "no live MIG profiles to compare: NVML listed none with MIG on (see the notes)"
         if not self.live_profiles:
             return "no live MIG profiles to compare (MIG off on a driver that lists none while off)"
         if not self.differences:

@@ -376,15 +376,26 @@ def _board_parent(board: str, shipped: Gpu | None, catalog: Catalog) -> Gpu | No
     return boards[0] if len(boards) == 1 else None
 
 
+def no_profiles_answer(gpu: Mapping[str, Any]) -> str:
+    """What NVML answered when it listed no MIG profile, with the MIG mode it reported: 'every
+    MIG profile query answered NOT_SUPPORTED with MIG on'."""
+    error = gpu.get("gi_profile_error")
+    known = isinstance(error, str) and re.fullmatch(r"[A-Z_]{1,40}", error) is not None
+    answered = (
+        f"every MIG profile query answered {error}" if known else "NVML listed no MIG profile"
+    )
+    mode = gpu.get("mig_mode")
+    if not isinstance(mode, list) or not mode or mode[0] not in (0, 1):
+        return answered
+    return f"{answered} with MIG {'on' if mode[0] == 1 else 'off'}"
+
+
 def _effective_gpu(gpu: Mapping[str, Any], shipped: Gpu | None, notes: list[str]) -> Gpu | None:
     live = list(gpu.get("gi_profiles", []))
     if shipped is None:
         return _gpu_from_live(gpu, live, notes)
     if not live:
-        notes.append(
-            "the driver lists no MIG profiles (MIG disabled on an older driver?); "
-            "using the shipped table"
-        )
+        notes.append(f"{no_profiles_answer(gpu)}; using the shipped table")
         return shipped
     merged = [_merge_profile(entry, shipped, notes) for entry in live]
     live_ids = {entry["id"] for entry in live}

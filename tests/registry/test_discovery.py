@@ -405,3 +405,30 @@ def test_a_state_without_cuda_version_reads_as_unknown(load_state, catalog: Cata
     state = load_state("h200-7x1g")
     del state["cuda_driver_version"], state["nvml_version"]
     assert _detect(state, catalog).cuda_version is None
+
+
+def test_mig_on_with_unsupported_profile_queries_says_what_nvml_answered(
+    load_state, catalog: Catalog
+) -> None:
+    """MIG on while every profile query answers NOT_SUPPORTED: the note says so (not 'MIG
+    disabled on an older driver?'), and doctor's verdict does not call MIG off."""
+    from mlperf_mig.doctor.reconcile import check_gpu
+
+    state = load_state("h100-mig-disabled")
+    state["gpus"][0]["mig_mode"] = [1, 1]
+    gpu = _detect(state, catalog).gpus[0]
+    assert gpu.mig_current is True
+    assert (
+        "every MIG profile query answered NOT_SUPPORTED with MIG on; using the shipped table"
+        in gpu.disagreements
+    )
+    verdict = check_gpu(gpu).verdict
+    assert "NVML listed none with MIG on" in verdict and "MIG off" not in verdict
+
+
+def test_mig_off_without_profiles_says_mig_off(load_state, catalog: Catalog) -> None:
+    """MIG off with no profile listed: the note names the answer and that MIG is off."""
+    gpu = _detect(load_state("h100-mig-disabled"), catalog).gpus[0]
+    assert list(gpu.disagreements) == [
+        "every MIG profile query answered NOT_SUPPORTED with MIG off; using the shipped table"
+    ]
