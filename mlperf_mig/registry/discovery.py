@@ -259,9 +259,17 @@ class Detection:
 
 # --- matching against the catalog -----------------------------------------------------------
 def detect(source: NvmlModule | None = None, *, catalog: Catalog | None = None) -> Detection:
-    """Find the GPUs and live MIG devices. `source` replaces `pynvml` (tests pass RecordedNvml)."""
+    """Find the GPUs and live MIG devices. `source` replaces `pynvml` (tests pass RecordedNvml).
+
+    Each GPU's discovery notes (`disagreements`) are logged as warnings here, for callers that
+    show nothing else of them (a run); `detect` and `doctor` print them themselves, once, from
+    `detection_from_state`, which logs nothing."""
     state = read_nvml_state(pynvml if source is None else source)
-    return detection_from_state(state, catalog or default_catalog())
+    detection = detection_from_state(state, catalog or default_catalog())
+    for gpu in detection.gpus:
+        for note in gpu.disagreements:
+            log.warning("GPU %d (%s): %s", gpu.index, gpu.name, note)
+    return detection
 
 
 def detection_from_state(state: Mapping[str, Any], catalog: Catalog) -> Detection:
@@ -299,8 +307,6 @@ def _gpu_state(index: int, gpu: Mapping[str, Any], catalog: Catalog) -> GpuState
     vgpu = _guest_vgpu(gpu, shipped, catalog, notes) if virtualization == "vgpu" else None
     if vgpu is not None and vgpu.parent_gpu is not None:
         effective = vgpu.parent_gpu
-    for note in notes:
-        log.warning("GPU %d (%s): %s", index, gpu["name"], note)
     return GpuState(
         virtualization=virtualization,
         vgpu=vgpu,

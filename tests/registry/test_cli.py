@@ -261,3 +261,24 @@ def test_layouts_a30_maximal_lists_no_two_me_instances(capsys: pytest.CaptureFix
     layouts = [entry["layout"] for entry in json.loads(out)]
     assert code == 0 and "2g.12gb+me+1g.6gb+1g.6gb+me" not in layouts
     assert all(layout.count("+me") <= 1 for layout in layouts) and "2g.12gb+me+2x1g.6gb" in layouts
+
+
+def test_detect_prints_each_discovery_note_once(tmp_path: Path) -> None:
+    """A discovery note reaches the terminal once: detect prints it, and no log line repeats it
+    on stderr."""
+    import subprocess
+    import sys
+
+    state = json.loads((FIXTURES / "h100-mig-disabled.json").read_text())
+    state["gpus"][0]["mig_mode"] = [1, 1]
+    replay = tmp_path / "mig-on-not-supported.json"
+    replay.write_text(json.dumps(state))
+    done = subprocess.run(
+        [sys.executable, "-m", "mlperf_mig", "detect", "--replay", str(replay)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    note = "every MIG profile query answered NOT_SUPPORTED with MIG on"
+    assert (done.stdout + done.stderr).count(note) == 1
