@@ -1,9 +1,12 @@
-"""Test-suite wide configuration: `gpu`-marked tests run only where NVML finds a GPU."""
+"""Test-suite wide configuration: the GPU test tiers (`nvml`: NVML answers with a GPU; `gpu`:
+CUDA creates a context on one), each skipped with its reason where it cannot run."""
 
 from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,8 +15,8 @@ import pytest
 
 
 @functools.cache
-def gpu_present() -> bool:
-    """True when the NVIDIA driver is loaded and reports at least one GPU."""
+def nvml_finds_a_gpu() -> bool:
+    """True when the NVIDIA driver's NVML answers and reports at least one GPU."""
     try:
         import pynvml
     except ImportError:
@@ -28,13 +31,53 @@ def gpu_present() -> bool:
         pynvml.nvmlShutdown()
 
 
+_CUDA_PROBE = (
+    "from cuda.bindings import runtime as rt\n"
+    "(err,) = rt.cudaFree(0)\n"
+    "raise SystemExit(0 if int(err) == 0 else 3)\n"
+)
+
+
+@functools.cache
+def cuda_context_failure() -> str | None:
+    """Why CUDA cannot create a context on device 0 here (None: it can). Asked once a session,
+    in a child process, so that no context lives in the test process (workers fork from it)."""
+    if not nvml_finds_a_gpu():
+        return "NVML finds no GPU"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CUDA_PROBE], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return "creating a CUDA context took over 120 s"
+    if done.returncode == 0:
+        return None
+    if "ModuleNotFoundError" in done.stderr:
+        return "cuda-python is not installed (the gpu extra)"
+    return f"cudaFree(0) failed (exit {done.returncode})"
+
+
+def tier_skips(nvml_gpu: bool, cuda_failure: str | None) -> dict[str, str]:
+    """Marker -> why its tests skip here: `nvml` tests need NVML to answer with a GPU, `gpu`
+    tests need CUDA to create a context on one (NVML alone is not enough: a container with NVML
+    only, a driver without a usable device)."""
+    skips = {}
+    if not nvml_gpu:
+        skips["nvml"] = "needs NVML answering with a GPU; NVML finds none on this machine"
+    if cuda_failure is not None:
+        skips["gpu"] = f"needs CUDA to create a context on a GPU: {cuda_failure}"
+    return skips
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if gpu_present():
-        return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU; NVML finds none on this machine")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    marked = [item for item in items if "gpu" in item.keywords or "nvml" in item.keywords]
+    if not marked:
+        return  # no probe (nor its child process) for a run that selects no GPU test
+    skips = tier_skips(nvml_finds_a_gpu(), cuda_context_failure())
+    for item in marked:
+        for marker, reason in skips.items():
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(name="session_engine_cache", autouse=True, scope="session")

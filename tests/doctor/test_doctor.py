@@ -210,9 +210,9 @@ def test_a_child_that_fails_is_one_error_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_doctor_on_this_cpu_machine_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     """Without a GPU: one line saying so, the CPU reference smoke run, the GPU part skipped, exit 0."""
-    from tests.conftest import gpu_present
+    from tests.conftest import nvml_finds_a_gpu
 
-    if gpu_present():
+    if nvml_finds_a_gpu():
         pytest.skip("this machine has a GPU; the GPU path is test_doctor_on_a_gpu")
     code = main(["doctor"])
     lines = capsys.readouterr().out.splitlines()

@@ -301,7 +301,7 @@ def test_detection_is_plain_data(load_state, catalog: Catalog) -> None:
     assert data["gpus"][0]["mig_devices"][3]["uuid"] == "MIG-c7384736-a75d-5afc-978f-d2f1294409fd"
 
 
-@pytest.mark.gpu
+@pytest.mark.nvml
 def test_detect_on_a_real_gpu() -> None:
     """On a machine with a GPU, detect() finds it and a replay of its state gives the same answer."""
     state = read_nvml_state(pynvml)

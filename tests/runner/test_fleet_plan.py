@@ -297,7 +297,7 @@ def test_alone_run_of_a_system_is_on_its_own_gpu() -> None:
     assert [g["index"] for g in alone.to_dict()["gpus"]] == [1]
 
 
-@pytest.mark.gpu
+@pytest.mark.nvml
 def test_live_gpus_with_mig_each_carry_their_live_layout() -> None:
     """On this machine's MIG GPUs, asking each for the layout it carries plans one slot per MIG
     device, each on its own device, named with its GPU."""

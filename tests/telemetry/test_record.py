@@ -57,7 +57,7 @@ def test_capability_lines_name_what_is_not_measured(replay):
     assert any("power_w: NOT_SUPPORTED" in line for line in lines)
 
 
-@pytest.mark.gpu
+@pytest.mark.nvml
 def test_live_gpus_record_board_power_and_the_energy_counter():
     """On a real GPU: every GPU reports power and an energy counter that does not go backwards."""
     recorded = record_telemetry(pynvml, seconds=0.5)
@@ -66,11 +66,14 @@ def test_live_gpus_record_board_power_and_the_energy_counter():
         assert min(gpu["power_mw"]) > 0 and gpu["energy_mj_at_init"] > 0
 
 
-@pytest.mark.gpu
+@pytest.mark.nvml
 def test_live_mig_devices_report_memory_and_gpm_where_supported():
     """On a real MIG GPU: each MIG device has memory used; GPM metrics where the GPU has GPM."""
     found = capabilities(pynvml)
     recorded = record_telemetry(pynvml, seconds=0.5)
+    assert recorded is not None
+    if not recorded["mig_devices"]:
+        pytest.skip("no MIG device on this machine's GPUs: nothing to check (create a layout)")
     for uuid, series in recorded["mig_devices"].items():
         assert "memory_used_mib" in series, uuid
     if any(g["gpm"] == "supported" for g in found["gpus"]) and recorded["mig_devices"]:
