@@ -18,6 +18,7 @@ from mlperf_mig.study.advisor import (
     measurements_from,
 )
 from mlperf_mig.study.measure import Measure
+from mlperf_mig.workloads import get_workload
 
 if TYPE_CHECKING:
     from mlperf_mig.study.sweep import SweepResult
@@ -81,7 +82,8 @@ def advise(
     layouts, systems = _per_gpu(list(report.layouts), gpu)
     first = layouts[0].first
     # a sweep measured here ran `benchmark`: only runs read from a folder can be of another
-    if from_dir is not None and benchmark is not None and benchmark != first.benchmark:
+    wanted = get_workload(benchmark).name if benchmark is not None else None  # "bert-99" is bert
+    if from_dir is not None and wanted is not None and wanted != first.benchmark:
         raise SettingsError(
             f"{os.fspath(from_dir)!r} holds {first.benchmark} runs, not {benchmark}; pass a folder of "
             f"{benchmark} runs or leave benchmark out"
