@@ -190,6 +190,7 @@ def _a_type_only_import() -> tuple[str, str]:
 LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "mlperf_mig._version",
+        "mlperf_mig._text",
         "mlperf_mig.errors",
         "mlperf_mig._io",
         "mlperf_mig._paths",
