@@ -35,7 +35,9 @@ from mlperf_mig.harness.sut import (
     InlineSUT,
 )
 from mlperf_mig.harness.task import InstanceTask
+from mlperf_mig.harness.token_sut import TokenCompleter, TokenStreamSUT, generation_target
 from mlperf_mig.workloads import Workload
+from mlperf_mig.workloads.generation import ModelFreeGenerator, TokenGenerator
 from mlperf_mig.workloads.samples import SampleSource
 
 logger = logging.getLogger(__name__)
@@ -93,6 +95,8 @@ def run_instance(
     import mlperf_loadgen as lg
 
     with LoadGenTest(task) as test, open_task_backend(task, test.benchmark) as backend:
+        if test.benchmark.generates_tokens:
+            return _run_token_test(task, test, backend, before_start, progress)
         source = test.source
         batch_size = batch_size_of(task)
         library = SampleLibrary.allocate(
@@ -144,6 +148,80 @@ def run_instance(
             # a cached Server or stream target that LoadGen found too high: measure it again
             work.forget_target(inputs, f"the test was INVALID: {'; '.join(result.invalid_reasons)}")
         return result
+
+
+def open_generator(
+    task: InstanceTask, benchmark: Workload, backend: Backend, *, max_new_tokens: int
+) -> TokenGenerator:
+    """What generates the task's tokens: the backend's own generator (vLLM), the model-free one
+    of the null backend, or the workload's KV-cache loop over the backend's decoder graph."""
+    from mlperf_mig.engines import backend_class
+
+    max_batch = batch_size_of(task)
+    generator = getattr(backend, "token_generator", None)
+    if callable(generator):
+        made: TokenGenerator = generator(max_new_tokens=max_new_tokens, max_batch=max_batch)
+        return made
+    if task.engine is None or not backend_class(task.engine.backend).runs_model:
+        return ModelFreeGenerator(max_new_tokens=max_new_tokens)
+    return benchmark.token_generator(
+        backend.run, variant=task.engine.variant, max_new_tokens=max_new_tokens,
+        max_batch=max_batch,
+    )  # fmt: skip
+
+
+def _run_token_test(
+    task: InstanceTask,
+    test: LoadGenTest,
+    backend: Backend,
+    before_start: Callable[[], None] | None,
+    progress: Callable[[int], None] | None,
+) -> InstanceResult:
+    """`run_instance` of a generative workload: a TokenStreamSUT in every scenario."""
+    import mlperf_loadgen as lg
+
+    benchmark, source = test.benchmark, test.source
+    layouts = input_layouts(benchmark)
+    library = SampleLibrary.allocate(
+        layouts, capacity=test.performance_count, total_count=source.total_count
+    )
+    generator = open_generator(task, benchmark, backend, max_new_tokens=test.settings.new_tokens)
+    try:
+        target = None
+        if test.calibrates:
+            warm = SampleLibrary.allocate(
+                layouts, capacity=min(batch_size_of(task), source.total_count),
+                total_count=source.total_count,
+            )  # fmt: skip
+            warm.load(range(warm.capacity), source)
+            target = generation_target(
+                generator, warm, task.loadgen_scenario, batch_size=batch_size_of(task)
+            )
+            logger.info("calibrated %s target: %.4g", task.loadgen_scenario, target)
+        completer = TokenCompleter(
+            lg, needs_first_token=task.loadgen_scenario != "Offline", progress=progress
+        )
+        sut = TokenStreamSUT(
+            completer=completer, generator=generator, library=library,
+            name=f"the {backend.device.backend} generator",
+        )  # fmt: skip
+        test.run(
+            issue=sut.issue,
+            flush=sut.flush,
+            load=lambda indices: library.load(indices, source),
+            unload=library.unload,
+            abort=sut.abort,
+            calibrated_target=target,
+            before_start=before_start,
+            serving=running(sut.start, sut.stop),
+        )
+        if progress is not None:
+            progress(completer.completed)
+        return test.result(
+            sut, device=backend.device, weights_synthetic=weights_are_synthetic(task)
+        )
+    finally:
+        generator.close()
 
 
 def calibration_inputs(

@@ -41,6 +41,7 @@ from mlperf_mig.harness.result import (
     invalid_reasons,
     latencies,
     throughput,
+    token_latencies,
 )
 from mlperf_mig.harness.settings import (
     CALIBRATED,
@@ -366,6 +367,7 @@ def task_result(
         synthetic_data=source.synthetic,
         accuracy=report,
         wall_s=round(wall_s, 3),
+        tokens=token_latencies(records, task.loadgen_scenario) if performance else None,
     )
 
 

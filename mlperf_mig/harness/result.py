@@ -67,6 +67,75 @@ class AccuracyReport:
 
 
 @attrs.frozen(kw_only=True)
+class TokenLatencies:
+    """What a generative workload's test measured of its tokens, from LoadGen's detail log:
+    tokens/s (Offline: generated; the other scenarios: completed), time to first token and time
+    per output token (ns: percentiles "50.00".."99.90" and min/mean/max), and the p99 limits the
+    run was held to (Server and Interactive; None without one)."""
+
+    tokens_per_second: float | None
+    ttft_ns: dict[str, int] = attrs.field(factory=dict)
+    tpot_ns: dict[str, int] = attrs.field(factory=dict)
+    ttft_limit_ns: int | None = None
+    tpot_limit_ns: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenLatencies:
+        return cls(**data)
+
+    def verdict(self, which: str) -> bool | None:
+        """p99 TTFT or TPOT ("ttft", "tpot") within its limit; None when there is no limit or
+        no p99."""
+        limit = self.ttft_limit_ns if which == "ttft" else self.tpot_limit_ns
+        p99 = (self.ttft_ns if which == "ttft" else self.tpot_ns).get("99.00")
+        if limit is None or p99 is None:
+            return None
+        return p99 <= limit
+
+
+_FIRST_TOKEN = re.compile(r"^result_first_token_(\d+\.\d+_percentile|min|mean|max)_latency_ns$")
+_PER_TOKEN = re.compile(
+    r"^result_(?:time_per_output_token_(\d+\.\d+)_percentile_ns|time_to_output_token_(min|mean|max))$"
+)
+
+
+def token_latencies(records: Mapping[str, Any], loadgen_scenario: str) -> TokenLatencies | None:
+    """The token figures of a detail log; None for a test without token latencies."""
+    if records.get("requested_use_token_latencies") is not True:
+        return None
+    ttft: dict[str, int] = {}
+    tpot: dict[str, int] = {}
+    for key, value in records.items():
+        first = _FIRST_TOKEN.match(key)
+        if first:
+            ttft[first.group(1).removesuffix("_percentile")] = int(value)
+            continue
+        per_token = _PER_TOKEN.match(key)
+        if per_token:
+            tpot[per_token.group(1) or per_token.group(2)] = int(value)
+    rate_key = (
+        "result_tokens_per_second"
+        if loadgen_scenario == "Offline"
+        else "result_completed_tokens_per_second"
+    )
+    server = loadgen_scenario == "Server"
+    return TokenLatencies(
+        tokens_per_second=_float(records.get(rate_key)),
+        ttft_ns=ttft,
+        tpot_ns=tpot,
+        ttft_limit_ns=_int(records.get("requested_server_ttft_latency")) if server else None,
+        tpot_limit_ns=_int(records.get("requested_server_tpot_latency")) if server else None,
+    )
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@attrs.frozen(kw_only=True)
 class InstanceResult:
     """The outcome of one LoadGen test in one process, parsed from mlperf_log_detail.txt.
 
@@ -97,6 +166,7 @@ class InstanceResult:
     accuracy: AccuracyReport | None
     wall_s: float
     invalid_by_design: bool = False
+    tokens: TokenLatencies | None = None  # a generative workload's token figures
 
     @property
     def failed(self) -> bool:
@@ -107,6 +177,7 @@ class InstanceResult:
         data["invalid_reasons"] = list(self.invalid_reasons)
         data["device"] = self.device.to_dict()
         data["accuracy"] = self.accuracy.to_dict() if self.accuracy else None
+        data["tokens"] = self.tokens.to_dict() if self.tokens else None
         return data
 
     @classmethod
@@ -115,6 +186,8 @@ class InstanceResult:
         fields["device"] = DeviceReport(**fields["device"])
         if fields.get("accuracy") is not None:
             fields["accuracy"] = AccuracyReport.from_dict(fields["accuracy"])
+        if fields.get("tokens") is not None:
+            fields["tokens"] = TokenLatencies.from_dict(fields["tokens"])
         return cls(**fields)
 
 
@@ -164,6 +237,10 @@ def invalid_reasons(records: Mapping[str, Any]) -> list[str]:
         reasons.append("min query count not met")
     if records.get("early_stopping_met") is False:
         reasons.append("early stopping condition not met")
+    for which in ("ttft", "tpot"):
+        text = " ".join(str(records.get(f"early_stopping_{which}_result") or "").split())
+        if "unsuccessful" in text:
+            reasons.append(f"{which.upper()} early stopping: {text.lstrip('* ')}")
     reason = str(records.get("result_invalid_reason") or "").strip()
     if reason:
         reasons.append(reason)

@@ -30,6 +30,7 @@ from mlperf_mig._checks import is_number
 from mlperf_mig._paths import data_dir, optional_path_text
 from mlperf_mig.errors import DataFileError, SettingsError
 from mlperf_mig.workloads import Workload, workloads
+from mlperf_mig.workloads.generation import MIN_NEW_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +186,10 @@ def _format_value(key: str, value: float, loadgen_scenario: str) -> str:
 
 def _check_value(key: str, value: object, loadgen_scenario: str, origin: str) -> float:
     keys = conf_keys(loadgen_scenario)
+    if key == MAX_TOKENS:
+        raise SettingsError(
+            f"{origin}: max_tokens is not a LoadGen setting; pass it with --set max_tokens=N"
+        )
     if key not in keys:
         if key in _all_key_names():
             raise SettingsError(
@@ -338,6 +343,13 @@ class MergedSettings:
     preset_values: Mapping[str, float]
     from_file: Mapping[str, float]
     overrides: Mapping[str, float]
+    # a generative workload's new tokens per request (`--set max_tokens=N`); None: its longest
+    max_tokens: int | None = None
+
+    @property
+    def new_tokens(self) -> int:
+        """The most tokens a request generates (a generative workload's)."""
+        return self.max_tokens if self.max_tokens is not None else self.benchmark.response.shape[0]
 
     def _origins(self, target_source: str) -> dict[str, Origin]:
         """Where each value of `resolve` came from, and how to change it."""
@@ -448,9 +460,10 @@ def merge_settings(
         if spec.user_conf
         else {}
     )
+    raw = spec.override_dict()
+    max_tokens = raw.pop(MAX_TOKENS, None)
     overrides = {
-        key: _check_value(key, value, loadgen_scenario, "override")
-        for key, value in spec.override_dict().items()
+        key: _check_value(key, value, loadgen_scenario, "override") for key, value in raw.items()
     }
     return MergedSettings(
         benchmark=benchmark,
@@ -460,7 +473,29 @@ def merge_settings(
         preset_values=values,
         from_file=from_file,
         overrides=overrides,
+        max_tokens=None if max_tokens is None else checked_max_tokens(benchmark, max_tokens),
     )
+
+
+MAX_TOKENS = "max_tokens"  # not a LoadGen key: the generator's limit of new tokens per request
+
+
+def checked_max_tokens(benchmark: Workload, value: object) -> int:
+    """`--set max_tokens=N` of a generative workload: a whole number from MIN_NEW_TOKENS to the
+    workload's longest output (MLPerf's 128 for llama3.1-8b)."""
+    if not benchmark.generates_tokens:
+        raise SettingsError(
+            f"override: max_tokens limits generated tokens; {benchmark.name} generates none "
+            "(drop --set max_tokens)"
+        )
+    longest = benchmark.response.shape[0]
+    if not is_number(value) or value != int(value) or not MIN_NEW_TOKENS <= value <= longest:
+        raise SettingsError(
+            f"override: max_tokens must be a whole number from {MIN_NEW_TOKENS} (LoadGen's "
+            f"time per output token needs 2 tokens) to {longest} (the {benchmark.name} "
+            f"benchmark's limit); got {value!r}"
+        )
+    return int(value)
 
 
 def resolve_settings(

@@ -2,7 +2,8 @@
 readers of files alike.
 
 Each workload is a folder here, `workloads/<name>/`, whose `__init__.py` exports its `WORKLOAD`
-(see `workloads/workload.py`). Adding a workload is adding a folder: the table finds it. Workload
+(see `workloads/workload.py`), or `WORKLOADS` when the folder holds variants of one model
+(llama3.1-8b and llama3.1-8b-edge). Adding a workload is adding a folder: the table finds it. Workload
 modules import their heavy libraries (onnx, tokenizers, pillow) only inside the methods that need
 them, so that this table works without them loaded.
 
@@ -37,10 +38,13 @@ def _table() -> dict[str, Workload]:
     for module in pkgutil.iter_modules(__path__):
         if not module.ispkg:
             continue
-        workload = importlib.import_module(f"{__name__}.{module.name}").WORKLOAD
-        if not isinstance(workload, Workload):
-            raise TypeError(f"workload folder {module.name!r} exports no Workload as WORKLOAD")
-        listed.append(workload)
+        folder = importlib.import_module(f"{__name__}.{module.name}")
+        exported = getattr(folder, "WORKLOADS", None) or (getattr(folder, "WORKLOAD", None),)
+        if not all(isinstance(workload, Workload) for workload in exported):
+            raise TypeError(
+                f"workload folder {module.name!r} exports no Workload as WORKLOAD or WORKLOADS"
+            )
+        listed.extend(exported)
     found: dict[str, Workload] = {}
     for workload in sorted(listed, key=lambda w: (w.listing_order, w.name)):
         for name in (workload.name, *workload.aliases):

@@ -16,6 +16,8 @@ from typing import Protocol
 import attrs
 import numpy as np
 
+from mlperf_mig.errors import WorkloadError
+
 # LoadGen computes TPOT as (latency - TTFT) / (n_tokens - 1) and logs an error for fewer than 2
 # tokens: every request generates at least this many.
 MIN_NEW_TOKENS = 2
@@ -51,3 +53,62 @@ class TokenGenerator(Protocol):
 
     def close(self) -> None:
         """Release what the generator holds (sessions, GPU memory)."""
+
+
+class ModelFreeGenerator:
+    """The null backend's generator: computes no model, answers every request with exactly
+    `max_new_tokens` tokens (the prompt's ids, cycled), one a step, all running requests in one
+    step. It measures the harness's token path (LoadGen, the SUT thread, the completions) alone."""
+
+    def __init__(self, *, max_new_tokens: int) -> None:
+        check_new_tokens(max_new_tokens)
+        self._max_new_tokens = max_new_tokens
+        self._queued: list[tuple[int, np.ndarray]] = []
+        self._running: dict[int, tuple[np.ndarray, int]] = {}  # request -> (prompt, tokens made)
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self._max_new_tokens
+
+    @property
+    def pending(self) -> int:
+        return len(self._queued) + len(self._running)
+
+    def add(self, request: int, prompt: np.ndarray) -> None:
+        self._queued.append((request, prompt if len(prompt) else np.ones(1, dtype=np.int32)))
+
+    def step(self) -> list[TokenEvent]:
+        for request, prompt in self._queued:
+            self._running[request] = (prompt, 0)
+        self._queued.clear()
+        events = []
+        for request, (prompt, made) in list(self._running.items()):
+            token = int(prompt[made % len(prompt)])
+            made += 1
+            if made < self._max_new_tokens:
+                self._running[request] = (prompt, made)
+                events.append(
+                    TokenEvent(request=request, token=token, first=made == 1, finished=False)
+                )
+                continue
+            del self._running[request]
+            tokens = np.resize(prompt, self._max_new_tokens).astype(np.int32)
+            events.append(
+                TokenEvent(
+                    request=request, token=token, first=made == 1, finished=True, tokens=tokens
+                )
+            )
+        return events
+
+    def close(self) -> None:
+        self._queued.clear()
+        self._running.clear()
+
+
+def check_new_tokens(max_new_tokens: int) -> None:
+    """Refuse a limit of new tokens below MIN_NEW_TOKENS (LoadGen's TPOT needs 2)."""
+    if max_new_tokens < MIN_NEW_TOKENS:
+        raise WorkloadError(
+            f"a generator must make at least {MIN_NEW_TOKENS} tokens per request (LoadGen's time "
+            f"per output token needs 2); got max_new_tokens={max_new_tokens}"
+        )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +26,8 @@ from mlperf_mig.errors import WorkloadError
 
 if TYPE_CHECKING:
     import onnx
+
+    from mlperf_mig.workloads.generation import TokenGenerator
 
 
 class SampleSource(Protocol):
@@ -69,16 +71,19 @@ class TensorSpec:
         return fixed
 
 
-ONE_ANSWER = "one answer"  # the only kind of response so far: one payload per sample, at once
+ONE_ANSWER = "one answer"  # one payload per sample, at once (ResNet50, BERT)
+TOKEN_STREAM = "token stream"  # int32 token ids, the first reported as soon as it exists (LLMs)
+LOADGEN_SCENARIOS = ("Offline", "Server", "SingleStream", "MultiStream")
 
 
 @attrs.frozen(kw_only=True)
 class ResponseFormat:
     """What LoadGen gets for one sample: its kind, and the shape and dtype of its payload.
 
-    `kind` is ONE_ANSWER (the whole answer in one QuerySampleResponse, the SUTs of harness/ and
-    runner/unified.py serve it); a workload whose answer streams tokens declares another kind,
-    and a SUT that cannot serve it refuses it by name before LoadGen starts.
+    `kind` is ONE_ANSWER (the whole answer in one QuerySampleResponse; `shape` and `dtype` are
+    one answer's) or TOKEN_STREAM (int32 token ids, the first reported to LoadGen on its own
+    before the whole output; `shape` is the longest output). A SUT that cannot serve a kind
+    refuses it by name before LoadGen starts.
     """
 
     kind: str
@@ -163,9 +168,24 @@ class Workload(abc.ABC):
     # ONNX Runtime's CPU provider computes int8 fast for this graph (BERT: its Q/DQ matmuls fuse
     # into integer GEMMs; ResNet50's Q/DQ convolutions run slower than fp32 on the CPU).
     int8_on_cpu: bool = False
+    # The LoadGen scenarios MLPerf allows the workload (llama3.1-8b-edge: SingleStream, Offline).
+    loadgen_scenarios: tuple[str, ...] = LOADGEN_SCENARIOS
 
     def __str__(self) -> str:
         return self.name  # how messages, file names and tables name it
+
+    @property
+    def generates_tokens(self) -> bool:
+        """Its answers are token streams (TTFT and TPOT are measured)."""
+        return self.response.kind == TOKEN_STREAM
+
+    def check_scenario(self, loadgen_scenario: str) -> None:
+        """Refuse a LoadGen scenario MLPerf does not run this workload in, in one line."""
+        if loadgen_scenario not in self.loadgen_scenarios:
+            raise WorkloadError(
+                f"{self.name} is not run in the {loadgen_scenario} scenario; MLPerf runs it in "
+                f"{', '.join(self.loadgen_scenarios)}: pass --loadgen-scenario with one of them"
+            )
 
     def input_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.inputs)
@@ -199,6 +219,18 @@ class Workload(abc.ABC):
     @abc.abstractmethod
     def calibration_feeds(self, batch: int, seed: int) -> dict[str, np.ndarray]:
         """Synthetic inputs shaped like the real ones, for calibrating an int8 graph."""
+
+    def token_generator(
+        self,
+        run: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]],
+        *,
+        variant: str,
+        max_new_tokens: int,
+        max_batch: int,
+    ) -> TokenGenerator:
+        """The generator that runs this workload's decoder graph through `run` (a loaded
+        backend's), for a generative workload; others generate no tokens."""
+        raise WorkloadError(f"{self.name} generates no tokens; it answers each sample at once")
 
     # -- samples -----------------------------------------------------------------------------
 

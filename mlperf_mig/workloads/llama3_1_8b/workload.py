@@ -1,0 +1,296 @@
+"""llama3.1-8b and llama3.1-8b-edge: summarize CNN/DailyMail articles, token streams out.
+
+Facts from mlcommons/inference at the v6.1 seeds (reference/llm.md): conf model names with an
+underscore (LoadGen's mlperf.conf turns token latencies on under them), 13,368 samples
+(datacenter) or 5,000 (edge), greedy decoding to at most 128 new tokens, ROUGE-1/2/L/Lsum each
+at least 99% of its target and gen_len within 90-110% of its target.
+
+The graph is a generated Llama-architecture decoder (decoder.py: `tiny` runs in seconds on a CPU;
+the full 8B shape is for GPU backends and sizing, never generated on a CPU); prompts are
+synthetic CNN/DailyMail-shaped articles in the reference's template (cnn_dailymail.py) tokenized
+by a byte-level BPE made in-process (tokenizer.py), or a user's cnn_eval.json; accuracy is ROUGE
+computed in the project (rouge.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import attrs
+import numpy as np
+
+from mlperf_mig.errors import WorkloadError
+from mlperf_mig.workloads.llama3_1_8b.interface import INPUTS, OUTPUTS, RESPONSE
+from mlperf_mig.workloads.workload import CheckerModel, ReferenceScript, Score, Workload
+
+if TYPE_CHECKING:
+    import onnx
+
+    from mlperf_mig.workloads.generation import TokenGenerator
+    from mlperf_mig.workloads.samples import SampleSource
+
+ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+@attrs.frozen(kw_only=True)
+class Llama31(Workload):
+    """llama3.1-8b (or its edge variant): a decoder generating summaries token by token."""
+
+    # the reference's figures on the whole dataset (BF16): each ROUGE (x100) and gen_len
+    rouge_targets: tuple[tuple[str, float], ...]
+    gen_len_target: int
+    # p99 limits of the Server scenario (ms), None: the workload has no Server run
+    ttft_limit_ms: float | None = None
+    tpot_limit_ms: float | None = None
+
+    def settings_path(self) -> Path:
+        """Its LoadGen presets and targets ship in the workload folder."""
+        return Path(__file__).with_name("settings.toml")
+
+    def recipe_path(self, folder: Path | None = None) -> Path:
+        """Its engine recipe ships in the workload folder (or `folder`'s <name>.toml)."""
+        if folder is not None:
+            return super().recipe_path(folder)
+        return Path(__file__).with_name("recipe.toml")
+
+    # -- models ------------------------------------------------------------------------------
+
+    def build_graph(
+        self,
+        *,
+        variant: str,
+        precision: str,
+        seed: int,
+        act_amax: Mapping[str, float] | None = None,
+    ) -> tuple[onnx.ModelProto, list[str]]:
+        """The generated decoder (`tiny` only: the 8B shape is never generated on a CPU)."""
+        from mlperf_mig.workloads.llama3_1_8b.decoder import TINY, build_decoder
+
+        if variant != "tiny":
+            raise WorkloadError(
+                f"{self.name}: the full 8B decoder is not generated here (a 16 GB file); pass "
+                "--variant tiny for the generated model, or --model with real weights"
+            )
+        if precision != "fp32":
+            raise WorkloadError(
+                f"{self.name}: the generated tiny decoder is fp32 only; got --precision {precision}"
+            )
+        return build_decoder(TINY, seed=seed), []
+
+    def calibration_feeds(self, batch: int, seed: int) -> dict[str, np.ndarray]:
+        raise WorkloadError(
+            f"{self.name}: int8 calibration is not offered for the generated decoder; use fp32"
+        )
+
+    def token_generator(
+        self,
+        run: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]],
+        *,
+        variant: str,
+        max_new_tokens: int,
+        max_batch: int,
+    ) -> TokenGenerator:
+        """Greedy generation with a KV cache over the decoder graph (generate.py)."""
+        from mlperf_mig.workloads.llama3_1_8b.decoder import FULL, TINY
+        from mlperf_mig.workloads.llama3_1_8b.generate import KvCacheGenerator
+
+        shape = TINY if variant == "tiny" else FULL
+        return KvCacheGenerator(
+            run, shape, max_new_tokens=max_new_tokens, eos_token_id=shape.eos_token_id,
+            max_batch=max_batch,
+        )  # fmt: skip
+
+    # -- samples -----------------------------------------------------------------------------
+
+    def fill_synthetic(
+        self,
+        *,
+        seed: int,
+        total_count: int,
+        indices: Sequence[int],
+        out: Mapping[str, np.ndarray],
+        scratch: dict[str, Any],
+    ) -> None:
+        """Synthetic CNN/DailyMail-shaped articles in the reference's prompt template,
+        tokenized by the in-process tokenizer; each depends only on (seed, index)."""
+        from mlperf_mig.workloads.llama3_1_8b.cnn_dailymail import synthetic_prompt_ids
+
+        ids, lengths = out["input_ids"], out["input_length"]
+        for row, index in enumerate(indices):
+            prompt = synthetic_prompt_ids(seed, int(index))
+            ids[row, : len(prompt)] = prompt
+            ids[row, len(prompt) :] = 0
+            lengths[row] = len(prompt)
+
+    def check_dataset(self, dataset: str, vocab: str | None) -> None:
+        from mlperf_mig.workloads.llama3_1_8b.cnn_dailymail import check_files
+
+        check_files(dataset, vocab)
+
+    def open_dataset(self, dataset: str, *, vocab: str | None, limit: int | None) -> SampleSource:
+        from mlperf_mig.workloads.llama3_1_8b.cnn_dailymail import CnnSource
+
+        return CnnSource.open(dataset, benchmark=self, tokenizer=vocab, limit=limit)
+
+    # -- responses and accuracy --------------------------------------------------------------
+
+    def write_payload(self, outputs: Mapping[str, np.ndarray], payload: np.ndarray) -> None:
+        """int32 token ids, one row per sample (the longest output wide)."""
+        tokens = outputs["output_ids"]
+        payload[: len(tokens)] = tokens
+
+    def score(self, source: SampleSource, answers: Mapping[int, bytes]) -> Score:
+        """ROUGE-1/2/L/Lsum (x100), gen_len and gen_num of the decoded answers against the
+        reference summaries, as the reference's evaluation computes them (rouge.py)."""
+        from mlperf_mig.workloads.llama3_1_8b.cnn_dailymail import CnnSource
+        from mlperf_mig.workloads.llama3_1_8b.rouge import rouge_scores
+
+        cnn = cast("CnnSource", source)
+        indices = sorted(answers)
+        predictions = [cnn.decode(np.frombuffer(answers[i], dtype=np.int32)) for i in indices]
+        references = [cnn.reference(i) for i in indices]
+        scores = rouge_scores(predictions, references)
+        extra = {key: float(scores[key]) for key in ROUGE_KEYS[1:]}
+        extra["gen_len"] = float(sum(len(p) for p in predictions))
+        extra["gen_num"] = float(len(predictions))
+        return Score(value=float(scores["rouge1"]), count=len(predictions), extra=extra)
+
+    def accuracy_figures(
+        self, value: float, count: int, extra: Mapping[str, float]
+    ) -> dict[str, float]:
+        return {"rouge1": value, **{k: extra[k] for k in (*ROUGE_KEYS[1:], "gen_len", "gen_num")}}
+
+    def accuracy_line(self, figures: Mapping[str, float]) -> str:
+        """The dict the reference's evaluation prints (what the checker's ROUGE1, ROUGE2,
+        ROUGEL, ROUGELSUM and GEN_LEN patterns read)."""
+        parts = [f"'{key}': {figures[key]:.4f}" for key in ROUGE_KEYS]
+        parts.append(f"'gen_len': {int(figures['gen_len'])}")
+        parts.append(f"'gen_num': {int(figures['gen_num'])}")
+        return "{" + ", ".join(parts) + "}"
+
+    def accuracy_passes(self, figures: Mapping[str, float]) -> bool:
+        """The pass rule: each ROUGE at least 99% of its target, gen_len within 90-110%."""
+        targets = dict(self.rouge_targets)
+        rouge_ok = all(figures[k] >= 0.99 * targets[k] for k in ROUGE_KEYS)
+        return (
+            rouge_ok
+            and 0.9 * self.gen_len_target <= figures["gen_len"] <= 1.1 * self.gen_len_target
+        )
+
+    # -- known answers -----------------------------------------------------------------------
+
+    def known_outputs(
+        self, samples: Sequence[Mapping[str, np.ndarray]], codes: Sequence[int]
+    ) -> dict[str, np.ndarray]:
+        raise WorkloadError(
+            f"the known_answer backend checks one-answer workloads; {self.name} streams tokens "
+            "(use --backend onnxruntime or null)"
+        )
+
+    def known_payload(self, sample: Mapping[str, np.ndarray]) -> bytes:
+        raise WorkloadError(
+            f"the known_answer backend checks one-answer workloads; {self.name} streams tokens"
+        )
+
+
+def _checker(name: str, samples: int, targets: Mapping[str, float], gen_len: int, *,
+             min_queries: tuple[tuple[str, int], ...], scenarios: tuple[str, ...],
+             server_bound_ns: int | None) -> CheckerModel:  # fmt: skip
+    return CheckerModel(
+        name=name,
+        folders=(name,),
+        performance_sample_count=samples,
+        offline_min_samples=samples,
+        min_query_count=min_queries,
+        server_latency_bound_ns=server_bound_ns,
+        required_scenarios=(("edge" if name.endswith("edge") else "datacenter", scenarios),),
+        accuracy_target=targets["rouge1"] * 0.99,
+        accuracy_pattern=r".*'rouge1':\s+'?([\d.]+)'?.*",
+        accuracy_delta_percent=0.0,
+    )
+
+
+_REFERENCE = ReferenceScript(
+    how=(
+        "language/llama3.1-8b/evaluation.py computes it: the logged int32 token ids decoded with "
+        "the model's tokenizer, ROUGE-1/2/L/Lsum (stemmed, Lsum over sentences joined by "
+        "newlines) of each prediction against its reference summary, averaged, x100; gen_len "
+        "the predictions' characters, gen_num their count"
+    ),
+    command=(
+        "python3 language/llama3.1-8b/evaluation.py --mlperf-accuracy-file "
+        "mlperf_log_accuracy.json --dataset-file cnn_eval.json --dtype int32"
+    ),
+    why="our log holds the int32 token ids of each output, the script's --dtype int32",
+)
+
+_DC_ROUGE = {"rouge1": 38.7792, "rouge2": 15.9075, "rougeL": 24.4957, "rougeLsum": 35.793}
+_EDGE_ROUGE = {"rouge1": 39.06, "rouge2": 16.1147, "rougeL": 24.6375, "rougeLsum": 36.124}
+
+LLAMA = Llama31(
+    name="llama3.1-8b",
+    listing_order=30,
+    conf_model_name="llama3_1-8b",
+    submission_names=("llama3.1-8b",),
+    inputs=INPUTS,
+    outputs=OUTPUTS,
+    performance_sample_count=13368,
+    server_latency_bound_ms=20000.0,  # the checker's end-to-end Server bound (20 s)
+    offline_min_samples=13368,
+    accuracy_metric="rouge1",
+    accuracy_target=0.99 * _DC_ROUGE["rouge1"],
+    required_audits=("TEST06",),
+    official_weights="meta-llama/Llama-3.1-8B-Instruct",
+    checker_models=(
+        _checker(
+            "llama3.1-8b",
+            13368,
+            _DC_ROUGE,
+            8167644,
+            min_queries=(("SingleStream", 1024), ("Server", 270336), ("Offline", 1)),
+            scenarios=("Offline",),
+            server_bound_ns=20_000_000_000,
+        ),
+    ),
+    reference_script=_REFERENCE,
+    response=RESPONSE,
+    loadgen_scenarios=("Offline", "Server"),
+    rouge_targets=tuple(_DC_ROUGE.items()),
+    gen_len_target=8167644,
+    ttft_limit_ms=2000.0,
+    tpot_limit_ms=100.0,
+)
+
+LLAMA_EDGE = Llama31(
+    name="llama3.1-8b-edge",
+    listing_order=31,
+    conf_model_name="llama3_1-8b-edge",
+    submission_names=("llama3.1-8b-edge",),
+    inputs=INPUTS,
+    outputs=OUTPUTS,
+    performance_sample_count=5000,
+    server_latency_bound_ms=20000.0,  # no Server run; kept for the unified dispatcher's window
+    offline_min_samples=5000,
+    accuracy_metric="rouge1",
+    accuracy_target=0.99 * _EDGE_ROUGE["rouge1"],
+    required_audits=(),
+    official_weights="meta-llama/Llama-3.1-8B-Instruct",
+    checker_models=(
+        _checker(
+            "llama3.1-8b-edge",
+            5000,
+            _EDGE_ROUGE,
+            3051113,
+            min_queries=(("SingleStream", 1024), ("Offline", 1)),
+            scenarios=("SingleStream", "Offline"),
+            server_bound_ns=None,
+        ),
+    ),
+    reference_script=_REFERENCE,
+    response=RESPONSE,
+    loadgen_scenarios=("SingleStream", "Offline"),
+    rouge_targets=tuple(_EDGE_ROUGE.items()),
+    gen_len_target=3051113,
+)
