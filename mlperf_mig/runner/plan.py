@@ -25,6 +25,7 @@ from mlperf_mig.errors import (
     ModelFileError,
     PrecisionError,
     SettingsError,
+    WorkloadError,
 )
 from mlperf_mig.placement.choose import place
 from mlperf_mig.placement.deployment import Deployment, InstanceSlot, without_cpu_budgets
@@ -372,6 +373,7 @@ def make_plan(options: RunOptions) -> RunPlan:
 
     bench = get_workload(options.benchmark)  # the workload is resolved here, once
     lg_scenario = normalize_loadgen_scenario(options.loadgen_scenario)
+    bench.check_scenario(lg_scenario)
     if options.preset not in PRESETS:
         raise SettingsError(f"preset {options.preset!r} is not one of {', '.join(PRESETS)}")
     _check_cpus(options.cpus)
@@ -397,10 +399,12 @@ def make_plan(options: RunOptions) -> RunPlan:
         model_path=options.model_path,
     )
     _check_run_input(deployment, options, benchmark=bench, loadgen_scenario=lg_scenario)
+    fit_notes = memory_fit_notes(deployment, options, bench, lg_scenario)
     overrides = options.settings
     host_notes: tuple[str, ...] = ()
     if options.cluster is None:  # on a cluster each node holds only its own instances
         overrides, host_notes = _fit_host(deployment, options, backend_name, bench, lg_scenario)
+    host_notes = (*fit_notes, *host_notes)
     if options.compliance and not options.accuracy:
         raise SettingsError(
             "compliance=True needs the accuracy run (TEST01 compares its responses with the "
@@ -440,6 +444,54 @@ def make_plan(options: RunOptions) -> RunPlan:
         host_notes=host_notes,
     )
     return _with_estimates(plan, options.timeout_s)
+
+
+def memory_fit_notes(
+    deployment: Deployment, options: RunOptions, bench: Workload, loadgen_scenario: str
+) -> tuple[str, ...]:
+    """For a workload that sizes its memory (an LLM): one note per profile of the layout saying
+    how its slice holds the model; a profile that cannot hold it is refused in one line naming
+    the profiles of that GPU that can."""
+    from mlperf_mig.engines.recipes import load_recipe
+
+    notes: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for part in deployment.parts:
+        gpu = part.layout.gpu
+        for slot in deployment.slots:
+            if (gpu.name, slot.profile) in seen:
+                continue
+            seen.add((gpu.name, slot.profile))
+            memory = gpu.profile(slot.profile).memory_gib
+            if memory is None:
+                notes.append(
+                    f"fit: {slot.profile} of {gpu.name}: memory not in the catalog, not sized"
+                )
+                continue
+            batch = options.batch_size or load_recipe(
+                bench, options.precision or "fp32"
+            ).batch_size(slot.compute_slices, loadgen_scenario)
+            fit = bench.memory_fit(
+                variant=options.variant, precision=options.precision, batch=batch, memory_gib=memory
+            )
+            if fit is None:
+                return ()
+            if not fit.holds:
+                holding = [
+                    p.name for p in gpu.profiles
+                    if p.memory_gib is not None and bench.memory_fit(
+                        variant=options.variant, precision=options.precision, batch=batch,
+                        memory_gib=p.memory_gib,
+                    ).holds  # type: ignore[union-attr]
+                ]  # fmt: skip
+                raise WorkloadError(
+                    f"{bench} ({options.variant}, {options.precision or 'default precision'}) does "
+                    f"not fit a {slot.profile} slice of {gpu.name}: {fit.text()}; profiles that "
+                    f"hold it: {', '.join(holding) or 'none'} (or pass a smaller --batch-size or "
+                    "--precision fp8)"
+                )
+            notes.append(f"fit: {slot.profile} holds {bench} {options.variant}: {fit.text()}")
+    return tuple(notes)
 
 
 def _with_estimates(plan: RunPlan, timeout_s: float | None) -> RunPlan:

@@ -119,6 +119,45 @@ def result_p99_ms(result: InstanceResult | None) -> float | None:
     return None if p99 is None else p99 / 1e6
 
 
+TOKEN_COLUMNS = ("tokens/s", "p90 ms", "TTFT p99 ms", "TPOT p99 ms")
+
+
+def token_cells(result: InstanceResult | None) -> dict[str, float | None]:
+    """A generative workload's cells: tokens/s, the p90 sample latency (SingleStream's metric),
+    p99 time to first token and time per output token (ms); {} for other workloads."""
+    if result is None or result.tokens is None:
+        return {}
+    tokens = result.tokens
+    p90 = result.latency_ns.get("90.00")
+    ttft, tpot = tokens.ttft_ns.get("99.00"), tokens.tpot_ns.get("99.00")
+    return {
+        "tokens/s": tokens.tokens_per_second,
+        "p90 ms": None if p90 is None else p90 / 1e6,
+        "TTFT p99 ms": None if ttft is None else ttft / 1e6,
+        "TPOT p99 ms": None if tpot is None else tpot / 1e6,
+    }
+
+
+def token_verdicts(name: str, result: InstanceResult | None) -> str | None:
+    """'i0: TTFT 812.0 ms <= 2000 ms PASS, TPOT 31.0 ms <= 100 ms PASS' for a run held to token
+    limits (Server); None otherwise."""
+    if result is None or result.tokens is None:
+        return None
+    tokens, parts = result.tokens, []
+    for which, limit, values in (
+        ("TTFT", tokens.ttft_limit_ns, tokens.ttft_ns),
+        ("TPOT", tokens.tpot_limit_ns, tokens.tpot_ns),
+    ):
+        verdict = tokens.verdict(which.lower())
+        if verdict is None or limit is None:
+            continue
+        parts.append(
+            f"{which} {values['99.00'] / 1e6:.1f} ms <= {limit / 1e6:.0f} ms "
+            f"{'PASS' if verdict else 'FAIL'}"
+        )
+    return f"{name}: {', '.join(parts)}" if parts else None
+
+
 @attrs.frozen(kw_only=True)
 class InstanceRun:
     """One instance of a run: where it ran, how its worker ended, and its LoadGen results.
@@ -206,6 +245,7 @@ class InstanceRun:
             "node": self.node[:8] if self.node else None,
             "samples served": self.dispatched_samples,
             "p99 ms": result_p99_ms(self.performance),
+            **token_cells(self.performance),
             "accuracy": accuracy_cell(self.accuracy),
             "compliance": compliance_cell(self.compliance),
             "error": self.error
@@ -799,6 +839,7 @@ class RunResult(LayoutResult):
                 "valid": self._all_valid_word(),
                 "throughput": self.total_throughput,
                 "p99 ms": result_p99_ms(self.layout_result),
+                **self._total_token_cells(),
                 "accuracy": accuracy_cell(self.layout_accuracy),
                 "compliance": compliance_cell(self.layout_compliance),
                 "error": self.layout_error
@@ -807,6 +848,25 @@ class RunResult(LayoutResult):
             }
         )
         return self._with_telemetry(rows)
+
+    def _total_token_cells(self) -> dict[str, float | None]:
+        """The total row's tokens/s: the unified LoadGen's, or the sum of the instances' (its
+        latencies are the unified run's only: a sum of latencies means nothing)."""
+        if self.layout_result is not None:
+            return token_cells(self.layout_result)
+        cells = [token_cells(i.performance) for i in self.instances]
+        if not any(cells):
+            return {}
+        rates = [c.get("tokens/s") for c in cells]
+        known = [r for r in rates if r is not None]
+        return {"tokens/s": sum(known) if len(known) == len(rates) else None}
+
+    def token_notes(self) -> list[str]:
+        """The TTFT/TPOT verdicts of runs held to token limits (Server)."""
+        verdicts = [token_verdicts(i.name, i.performance) for i in self.instances]
+        verdicts.append(token_verdicts("layout (unified)", self.layout_result))
+        found = [v for v in verdicts if v]
+        return [f"token limits (p99): {'; '.join(found)}"] if found else []
 
     def _with_telemetry(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each instance's mean activity (`util %`) and each GPU subtotal's samples/J."""
@@ -839,6 +899,9 @@ class RunResult(LayoutResult):
         rows = self.instance_rows()
         if self.telemetry is not None:
             columns.insert(columns.index("p99 ms"), "util %")
+        for column in reversed(TOKEN_COLUMNS):
+            if any(r.get(column) is not None for r in rows):
+                columns.insert(columns.index("p99 ms") + 1, column)
         if any(r.get("samples/J") is not None for r in rows):
             columns.insert(columns.index("p99 ms"), "samples/J")
         if any(r.get("accuracy") for r in rows):
@@ -860,6 +923,7 @@ class RunResult(LayoutResult):
             )
         return (
             lines
+            + self.token_notes()
             + [f"note: {label}" for label in self.labels()]
             + self._cluster_notes()
             + self._telemetry_notes()

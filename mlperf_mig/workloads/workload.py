@@ -128,6 +128,35 @@ class CheckerModel:
 
 
 @attrs.frozen(kw_only=True)
+class MemoryFit:
+    """What a model needs of a slice's memory, and whether the slice holds it (a generative
+    workload's weights at a precision plus its KV cache for a batch of full-length requests)."""
+
+    weights_bytes: int
+    kv_cache_bytes: int
+    overhead_bytes: int  # runtime, activations, CUDA context (inferred)
+    batch: int
+    tokens: int  # per request: the longest prompt plus the new tokens
+    memory_gib: float  # what the slice holds
+
+    @property
+    def need_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.overhead_bytes
+
+    @property
+    def holds(self) -> bool:
+        return self.need_bytes <= self.memory_gib * 2**30
+
+    def text(self) -> str:
+        gib = 2**30
+        return (
+            f"weights {self.weights_bytes / gib:.2f} GiB + KV cache {self.kv_cache_bytes / gib:.2f}"
+            f" GiB (batch {self.batch} x {self.tokens} tokens) + {self.overhead_bytes / gib:.1f}"
+            f" GiB runtime = {self.need_bytes / gib:.2f} of {self.memory_gib:g} GiB"
+        )
+
+
+@attrs.frozen(kw_only=True)
 class ReferenceScript:
     """How mlperf-mig computed a workload's accuracy figure, the MLCommons script's command line
     for our log, and why its flags are what they are (accuracy.txt and a result's README)."""
@@ -231,6 +260,13 @@ class Workload(abc.ABC):
         """The generator that runs this workload's decoder graph through `run` (a loaded
         backend's), for a generative workload; others generate no tokens."""
         raise WorkloadError(f"{self.name} generates no tokens; it answers each sample at once")
+
+    def memory_fit(
+        self, *, variant: str, precision: str | None, batch: int, memory_gib: float
+    ) -> MemoryFit | None:
+        """What the model needs of a slice of `memory_gib` (a generative workload sizes its
+        weights and KV cache); None: the workload does not size its memory."""
+        return None
 
     # -- samples -----------------------------------------------------------------------------
 

@@ -22,8 +22,20 @@ import attrs
 import numpy as np
 
 from mlperf_mig.errors import WorkloadError
-from mlperf_mig.workloads.llama3_1_8b.interface import INPUTS, OUTPUTS, RESPONSE
-from mlperf_mig.workloads.workload import CheckerModel, ReferenceScript, Score, Workload
+from mlperf_mig.workloads.llama3_1_8b.interface import (
+    INPUTS,
+    MAX_NEW_TOKENS,
+    OUTPUTS,
+    PROMPT_TOKENS,
+    RESPONSE,
+)
+from mlperf_mig.workloads.workload import (
+    CheckerModel,
+    MemoryFit,
+    ReferenceScript,
+    Score,
+    Workload,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -32,6 +44,10 @@ if TYPE_CHECKING:
     from mlperf_mig.workloads.samples import SampleSource
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+# Bytes a weight takes at each precision, and a KV-cache value (bf16: what vLLM keeps by default).
+BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+KV_BYTES = 2
+RUNTIME_OVERHEAD_GIB = 1.5  # inferred: CUDA context, activations, allocator slack
 
 
 @attrs.frozen(kw_only=True)
@@ -101,6 +117,36 @@ class Llama31(Workload):
             run, shape, max_new_tokens=max_new_tokens, eos_token_id=shape.eos_token_id,
             max_batch=max_batch,
         )  # fmt: skip
+
+    def memory_fit(
+        self, *, variant: str, precision: str | None, batch: int, memory_gib: float
+    ) -> MemoryFit:
+        """Weights at `precision` (default bf16 for the 8B shape, fp32 for tiny), a KV cache of
+        2 bytes a value for `batch` requests of the longest prompt plus the new tokens, and
+        RUNTIME_OVERHEAD_GIB (inferred: CUDA context and activations)."""
+        from mlperf_mig.workloads.llama3_1_8b.decoder import (
+            FULL,
+            TINY,
+            kv_cache_bytes,
+            weight_bytes,
+        )
+
+        shape = TINY if variant == "tiny" else FULL
+        chosen = precision or ("fp32" if variant == "tiny" else "bf16")
+        if chosen not in BYTES_PER_PARAM:
+            raise WorkloadError(
+                f"{self.name}: precision {chosen!r} is not one the plan can size; expected one "
+                f"of {', '.join(BYTES_PER_PARAM)}"
+            )
+        tokens = PROMPT_TOKENS + MAX_NEW_TOKENS
+        return MemoryFit(
+            weights_bytes=int(weight_bytes(shape, BYTES_PER_PARAM[chosen])),
+            kv_cache_bytes=int(kv_cache_bytes(shape, batch * tokens, KV_BYTES)),
+            overhead_bytes=int(RUNTIME_OVERHEAD_GIB * 2**30) if variant != "tiny" else 0,
+            batch=batch,
+            tokens=tokens,
+            memory_gib=memory_gib,
+        )
 
     # -- samples -----------------------------------------------------------------------------
 
