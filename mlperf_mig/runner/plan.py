@@ -399,7 +399,11 @@ def make_plan(options: RunOptions) -> RunPlan:
         model_path=options.model_path,
     )
     _check_run_input(deployment, options, benchmark=bench, loadgen_scenario=lg_scenario)
-    fit_notes = memory_fit_notes(deployment, options, bench, lg_scenario)
+    fit_notes = (
+        memory_fit_notes(deployment, options, bench, lg_scenario)
+        if backend_class(backend_name).runs_model
+        else ()
+    )
     overrides = options.settings
     host_notes: tuple[str, ...] = ()
     if options.cluster is None:  # on a cluster each node holds only its own instances
@@ -450,8 +454,8 @@ def memory_fit_notes(
     deployment: Deployment, options: RunOptions, bench: Workload, loadgen_scenario: str
 ) -> tuple[str, ...]:
     """For a workload that sizes its memory (an LLM): one note per profile of the layout saying
-    how its slice holds the model; a profile that cannot hold it is refused in one line naming
-    the profiles of that GPU that can."""
+    how its slice holds the model; on real slices a profile that cannot hold it is refused in one
+    line naming the profiles of that GPU that can (emulated slices, CPU stand-ins, only note it)."""
     from mlperf_mig.engines.recipes import load_recipe
 
     notes: list[str] = []
@@ -476,6 +480,12 @@ def memory_fit_notes(
             )
             if fit is None:
                 return ()
+            if not fit.holds and deployment.emulated:
+                notes.append(
+                    f"fit: a real {slot.profile} slice of {gpu.name} would not hold {bench} "
+                    f"{options.variant}: {fit.text()}"
+                )
+                continue
             if not fit.holds:
                 holding = [
                     p.name for p in gpu.profiles

@@ -148,12 +148,16 @@ class MemoryFit:
         return self.need_bytes <= self.memory_gib * 2**30
 
     def text(self) -> str:
-        gib = 2**30
         return (
-            f"weights {self.weights_bytes / gib:.2f} GiB + KV cache {self.kv_cache_bytes / gib:.2f}"
-            f" GiB (batch {self.batch} x {self.tokens} tokens) + {self.overhead_bytes / gib:.1f}"
-            f" GiB runtime = {self.need_bytes / gib:.2f} of {self.memory_gib:g} GiB"
+            f"weights {_size(self.weights_bytes)} + KV cache {_size(self.kv_cache_bytes)} (batch "
+            f"{self.batch} x {self.tokens} tokens) + {_size(self.overhead_bytes)} runtime = "
+            f"{_size(self.need_bytes)} of {self.memory_gib:g} GiB"
         )
+
+
+def _size(count: int) -> str:
+    """Bytes in GiB, or MiB below a tenth of a GiB."""
+    return f"{count / 2**30:.2f} GiB" if count >= 2**30 / 10 else f"{count / 2**20:.1f} MiB"
 
 
 @attrs.frozen(kw_only=True)

@@ -198,8 +198,14 @@ class OnnxRuntimeBackend(Backend):
         self._benchmark = spec.benchmark
         self._session: ort.InferenceSession | None = session
         self._threads = threads
-        self._output_names = list(self._benchmark.output_names())
-        self.samples_per_run = samples_per_run(spec, threads)
+        if self._benchmark.generates_tokens:
+            # a decoder step: every output of the graph (logits and the KV cache), one session
+            # run a step (the batch's requests share their cache tensors)
+            self._output_names = [o.name for o in session.get_outputs()]
+            self.samples_per_run: int | None = None
+        else:
+            self._output_names = list(self._benchmark.output_names())
+            self.samples_per_run = samples_per_run(spec, threads)
 
     @classmethod
     def framework_text(cls, device: DeviceReport) -> str:
