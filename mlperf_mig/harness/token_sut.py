@@ -277,7 +277,7 @@ def generate_all(generator: TokenGenerator, prompts: Sequence[np.ndarray], first
 # LoadGen build tens of thousands of queries).
 REQUEST_PATH_S = 2e-4
 TOKEN_PATH_S = 1e-5
-TOKEN_STREAM_LATENCY_FACTOR = 0.5  # expect less latency than measured: more queries, never few
+TOKEN_STREAM_LATENCY_FACTOR = 0.25  # expect less latency than measured: more queries, never few
 
 
 def generation_target(

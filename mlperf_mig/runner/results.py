@@ -128,7 +128,7 @@ def token_cells(result: InstanceResult | None) -> dict[str, float | None]:
     if result is None or result.tokens is None:
         return {}
     tokens = result.tokens
-    p90 = result.latency_ns.get("90.00")
+    p90 = result.latency_ns.get("90.00") if result.loadgen_scenario == "SingleStream" else None
     ttft, tpot = tokens.ttft_ns.get("99.00"), tokens.tpot_ns.get("99.00")
     return {
         "tokens/s": tokens.tokens_per_second,

@@ -497,6 +497,7 @@ def _accuracy(folder: Path, model: str, division: str) -> Iterator[Finding]:
             if detail_log.test_mode != "AccuracyOnly":
                 yield detail, f"the log is a {detail_log.test_mode} run, not an accuracy run"
             yield from ((detail, m) for m in error_problems(detail_log))
+            yield from ((detail, m) for m in coverage_problems(detail_log, model))
     acc_log = folder / "mlperf_log_accuracy.json"
     acc_txt = folder / "accuracy.txt"
     if acc_log.is_file() and acc_log.stat().st_size > rules.MAX_ACCURACY_LOG_SIZE:
@@ -511,6 +512,21 @@ def _accuracy(folder: Path, model: str, division: str) -> Iterator[Finding]:
         lines = acc_txt.read_text(encoding="utf-8", errors="replace").splitlines()
         data = acc_log.read_bytes() if acc_log.is_file() else None
         yield from ((acc_txt, m) for m in accuracy_txt_problems(lines, data, model, division))
+
+
+def coverage_problems(detail: DetailLog, model: str) -> list[str]:
+    """The accuracy run covers the whole dataset where the checker's dataset_check wants it
+    (llama3.1-8b: 13,368 samples; -edge: 5,000)."""
+    expected = rules.checker_model(model).accuracy_sample_count
+    if expected is None:
+        return []
+    count = detail.get("effective_accuracy_sample_count", detail.get("qsl_reported_total_count"))
+    if count == expected:
+        return []
+    return [
+        f"the accuracy run covers {count} samples; the checker needs the whole dataset's "
+        f"{expected} (run with --set accuracy_sample_count_override={expected} or the dataset)"
+    ]
 
 
 def accuracy_txt_problems(

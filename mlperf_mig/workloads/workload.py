@@ -119,6 +119,9 @@ class CheckerModel:
     accuracy_target: float
     accuracy_pattern: str  # the regex the checker reads accuracy.txt's figure with (ACC_PATTERN)
     accuracy_delta_percent: float  # TEST01: how far the audit's sampled accuracy may move
+    # the samples an accuracy run must cover (the checker's accuracy-sample-count and its
+    # dataset_check); None: not checked by mlperf-mig for this model
+    accuracy_sample_count: int | None = None
 
     def min_queries(self, loadgen_scenario: str) -> int | None:
         return dict(self.min_query_count).get(loadgen_scenario)

@@ -222,10 +222,10 @@ class Sleepy(ModelFreeGenerator):
 def test_generation_target_follows_the_timed_generation():
     """4 requests of 4 tokens generate together in 4 steps (at least 20 ms): Offline expects at
     most 4 / 0.02 s x 1.5 (the margin), Server at most half the rate, and SingleStream's expected
-    latency (one request, 4 steps) is at least 20 ms x 0.5."""
+    latency (one request, 4 steps) is at least 20 ms x 0.25."""
     library = _library([[1, 2, 3]] * 4)
     offline = generation_target(Sleepy(max_new_tokens=4), library, "Offline", batch_size=4)
     server = generation_target(Sleepy(max_new_tokens=4), library, "Server", batch_size=4)
     stream = generation_target(Sleepy(max_new_tokens=4), library, "SingleStream", batch_size=4)
     assert 0 < offline <= 300 and 0 < server <= 100
-    assert stream >= 10.0
+    assert stream >= 5.0

@@ -255,6 +255,7 @@ def _checker(name: str, samples: int, targets: Mapping[str, float], gen_len: int
         accuracy_target=targets["rouge1"] * 0.99,
         accuracy_pattern=r".*'rouge1':\s+'?([\d.]+)'?.*",
         accuracy_delta_percent=0.0,
+        accuracy_sample_count=samples,
     )
 
 
