@@ -375,6 +375,7 @@ def _verify(task: InstanceTask, audit: str) -> AuditVerdict:
         loadgen_scenario=task.loadgen_scenario,
         short=task.settings.preset != "submission",
         open_source=lambda: datasets.open_source(task),
+        end_ids=() if task.engine is None else task.benchmark.end_token_ids(task.engine.variant),
     )
 
 

@@ -32,7 +32,7 @@ import attrs
 from mlperf_mig._io import atomic_write_text, read_small_text
 from mlperf_mig.errors import DatasetError, SettingsError
 from mlperf_mig.harness.accuracy import first_answers, score_entries
-from mlperf_mig.harness.logs import parse_detail_log, read_accuracy_log
+from mlperf_mig.harness.logs import parse_detail_log, read_accuracy_log, read_token_log
 from mlperf_mig.harness.result import AccuracyReport
 from mlperf_mig.harness.task import AUDITS
 from mlperf_mig.workloads.samples import SampleSource
@@ -70,6 +70,15 @@ AUDIT_VALUES: dict[str, dict[str, int]] = {
         "performance_issue_same": 1,
         "performance_issue_same_index": 3,
     },
+    # compliance/TEST06/audit.config: 100 sampled responses of a performance run, no equal issue
+    "TEST06": {
+        "mode": 2,
+        "accuracy_log_rng_seed": 720381539243781796,
+        "accuracy_log_sampling_target": 100,
+        "min_query_count": 100,
+        "min_duration": 0,
+        "sample_concatenate_permutation": 0,
+    },
 }
 # What an audit's detail log must show it ran with (its `effective_*` records).
 AUDIT_EFFECTIVE: dict[str, dict[str, Any]] = {
@@ -79,7 +88,9 @@ AUDIT_EFFECTIVE: dict[str, dict[str, Any]] = {
         "performance_issue_same": True,
         "performance_issue_same_index": 3,
     },
+    "TEST06": {"accuracy_log_rng_seed": 720381539243781796, "accuracy_log_sampling_target": 100},
 }
+TEST06_COMPLETE = "TEST06 verification complete"  # what the checker reads in verify_accuracy.txt
 # The score of each LoadGen scenario in the reference scripts (a latency for the stream ones).
 SCORE_KEYS = {
     "Offline": "result_samples_per_second",
@@ -160,6 +171,8 @@ def recorded_pass(folder: Path, audit: str) -> bool:
     PASS or that the accuracy on the sampled set agrees. Read without following links; a
     verify file that cannot be read as text is refused with one line."""
     needed: dict[str, tuple[str, ...]] = {VERIFY_PERFORMANCE: (PASS_LINE,)}
+    if audit == "TEST06":
+        needed = {VERIFY_ACCURACY: (TEST06_COMPLETE,)}
     if audit == "TEST01":
         needed[VERIFY_ACCURACY] = (PASS_LINE, ACCURACY_AGREES_LINE)
     for name, lines in needed.items():
@@ -221,6 +234,10 @@ class AuditVerdict:
     # the run; `passed` is then False, so that no submission counts it as a pass
     inconclusive: bool = False
     spread: float | None = None
+    # TEST06: each check's verdict ("first token", "eos", "sample length"; None: skipped)
+    token_checks: tuple[tuple[str, bool | None], ...] = attrs.field(
+        default=(), converter=lambda pairs: tuple((str(k), v) for k, v in pairs)
+    )
 
     def to_dict(self) -> dict[str, Any]:
         data = attrs.asdict(self, recurse=False)
@@ -303,12 +320,34 @@ class AuditVerdict:
             lines.append(f"TEST FAIL: {self.reason}")
         return "\n".join(lines) + "\n"
 
+    def test06_text(self) -> str:
+        """verify_accuracy.txt of TEST06, in compliance/TEST06/run_verification.py's words."""
+
+        def word(value: bool | None) -> str:
+            return "Skipped" if value is None else str(value)
+
+        checks = dict(self.token_checks)
+        lines = [
+            f"First token check pass: {word(checks.get('first token'))}",
+            f"EOS check pass: {word(checks.get('eos'))}",
+            f"Sample length check pass: {word(checks.get('sample length'))}",
+        ]
+        if self.passed:
+            lines.append(TEST06_COMPLETE)
+        else:
+            lines += ["TEST06 verification failed", f"reason: {self.reason}"]
+        return "\n".join(lines) + "\n"
+
     def _performance_reason(self) -> str:
         return self.reason if self.performance_passed is False else "not checked"
 
     def write_files(self, folder: str | os.PathLike[str]) -> None:
-        """Write verify_performance.txt (and TEST01's verify_accuracy.txt) into `folder`."""
+        """Write verify_performance.txt (and TEST01's verify_accuracy.txt) into `folder`;
+        TEST06 has only its verify_accuracy.txt."""
         folder = Path(folder)
+        if self.audit == "TEST06":
+            atomic_write_text(folder / VERIFY_ACCURACY, self.test06_text())
+            return
         atomic_write_text(folder / VERIFY_PERFORMANCE, self.performance_text())
         if self.audit == "TEST01":
             atomic_write_text(folder / VERIFY_ACCURACY, self.accuracy_text())
@@ -456,6 +495,7 @@ def verify_audit(
     short: bool,
     open_source: Callable[[], SampleSource] | None = None,
     spread: float | None = None,
+    end_ids: Sequence[int] = (),
 ) -> AuditVerdict:
     """Verify the audit logged in `<instance_dir>/<audit>/` against `<instance_dir>/performance/`
     (and, for TEST01, `<instance_dir>/accuracy/`); write its verify files there and return its
@@ -477,6 +517,10 @@ def verify_audit(
     except DatasetError as exc:
         return failed_verdict(audit, log_dir, str(exc), short=short)
     problems = audit_setting_problems(audit, test)
+    if audit == "TEST06" and not problems:
+        verdict = verify_test06(log_dir, loadgen_scenario, end_ids=end_ids, short=short)
+        verdict.write_files(log_dir)
+        return verdict
     if problems:
         verdict = failed_verdict(
             audit, log_dir, "audit settings not in its log: " + "; ".join(problems), short=short
@@ -511,6 +555,43 @@ def verify_audit(
     )  # fmt: skip
     verdict.write_files(log_dir)
     return verdict
+
+
+def verify_test06(
+    log_dir: Path, loadgen_scenario: str, *, end_ids: Sequence[int], short: bool
+) -> AuditVerdict:
+    """TEST06 (generative workloads) as compliance/TEST06/run_verification.py checks the audit's
+    sampled responses: the logged first token equals the output's first token (every scenario
+    but Offline), at most one end token closes an output (`end_ids`: the model's), and
+    `token_count` equals the output's length."""
+    try:
+        entries = read_token_log(log_dir)
+    except DatasetError as exc:
+        return failed_verdict("TEST06", log_dir, str(exc), short=short)
+    stops = set(end_ids)
+    first_ok: bool | None = None
+    reasons = []
+    if loadgen_scenario != "Offline":
+        wrong = [e for e in entries if e.first is None or e.first[:1] != e.tokens[:1]]
+        first_ok = not wrong
+        if wrong:
+            reasons.append(f"{len(wrong)} of {len(entries)} first tokens differ from the output's")
+    doubled = [
+        e for e in entries if len(e.tokens) > 1 and {int(e.tokens[-1]), int(e.tokens[-2])} <= stops
+    ]
+    if doubled:
+        reasons.append(f"{len(doubled)} outputs end with more than one end token")
+    short_count = [e for e in entries if e.count != len(e.tokens)]
+    if short_count:
+        reasons.append(f"{len(short_count)} outputs have a token_count other than their length")
+    if not entries:
+        reasons.append("the audit logged no responses")
+    return AuditVerdict(
+        audit="TEST06", passed=not reasons, reason="; ".join(reasons), short=short,
+        log_dir=str(log_dir), sampled=len(entries),
+        token_checks=(("first token", first_ok), ("eos", not doubled),
+                      ("sample length", not short_count)),
+    )  # fmt: skip
 
 
 def _test01_accuracy(

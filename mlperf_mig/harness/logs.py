@@ -11,6 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import attrs
+import numpy as np
+
 from mlperf_mig.errors import DatasetError
 
 DETAIL_LOG = "mlperf_log_detail.txt"
@@ -63,3 +66,45 @@ def read_accuracy_log(path: str | os.PathLike[str]) -> list[tuple[int, bytes]]:
     except (OSError, json.JSONDecodeError) as exc:
         raise DatasetError(f"cannot read LoadGen accuracy log {str(log)!r}: {exc}") from None
     return [(int(e["qsl_idx"]), bytes.fromhex(e["data"])) for e in entries]
+
+
+@attrs.frozen(kw_only=True)
+class TokenEntry:
+    """One logged response of a generative workload: its output tokens, the first token LoadGen
+    was given on its own (None where none was logged: Offline) and the `token_count` reported."""
+
+    index: int
+    tokens: np.ndarray
+    first: np.ndarray | None
+    count: int | None
+
+
+def read_token_log(path: str | os.PathLike[str]) -> list[TokenEntry]:
+    """The int32 token records of mlperf_log_accuracy.json (`data`, `token_data`,
+    `token_count`), checked like any file read back: a record that is not what LoadGen writes
+    is refused in one line naming the file."""
+    log = Path(path)
+    if log.is_dir():
+        log = log / ACCURACY_LOG
+    try:
+        records = json.loads(log.read_text(encoding="utf-8"))
+        entries = []
+        for record in records:
+            first = record.get("token_data")
+            count = record.get("token_count")
+            entries.append(
+                TokenEntry(
+                    index=int(record["qsl_idx"]),
+                    tokens=np.frombuffer(bytes.fromhex(record["data"]), dtype=np.int32),
+                    first=None
+                    if first is None
+                    else np.frombuffer(bytes.fromhex(first), dtype=np.int32),
+                    count=None if count is None else int(count),
+                )
+            )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DatasetError(
+            f"cannot read the token records of LoadGen accuracy log {str(log)!r}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    return entries

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
 
 MODES = ("performance", "accuracy")
-AUDITS = ("TEST01", "TEST04")  # the compliance audits of ResNet50 and BERT (harness/compliance.py)
+AUDITS = ("TEST01", "TEST04", "TEST06")  # ResNet50, BERT; llama3.1-8b (harness/compliance.py)
 
 
 def check_positive(name: str, value: int | None) -> None:

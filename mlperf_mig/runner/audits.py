@@ -173,6 +173,7 @@ def _verdicts(
             short=_short(plan),
             open_source=lambda: _open_source(plan, outdir, folder),
             spread=spreads.get(audit),
+            end_ids=plan.benchmark.end_token_ids(plan.variant) if plan.engines else (),
         )
         log.info("%s %s: %s", folder, audit, verdict.summary())
         verdicts.append(verdict)

@@ -15,6 +15,7 @@ from mlperf_mig.runner.plan import EngineRequest, RunPlan
 from mlperf_mig.runner.progress import ProgressDisplay
 from mlperf_mig.runner.supervisor import Supervisor, Timeouts, WorkerOutcome
 from mlperf_mig.runner.worker import WorkerJob
+from mlperf_mig.workloads import Workload
 
 if TYPE_CHECKING:
     from mlperf_mig.engines import EngineSpec
@@ -28,6 +29,18 @@ BUILD_TIMEOUT_S = 3600.0
 BUILD_ENTRY = "mlperf_mig.runner.jobs:build_engine_job"
 COORDINATOR_ENTRY = "mlperf_mig.runner.unified:coordinate"
 SERVE_ENTRY = "mlperf_mig.runner.unified:serve_instance"
+# a generative workload's unified round (token streams): runner/unified_tokens.py
+TOKEN_COORDINATOR_ENTRY = "mlperf_mig.runner.unified_tokens:coordinate"
+TOKEN_SERVE_ENTRY = "mlperf_mig.runner.unified_tokens:serve_instance"
+
+
+def unified_entries(benchmark: Workload) -> tuple[str, str]:
+    """The coordinator's and the instance workers' entries of a unified round of `benchmark`."""
+    if benchmark.generates_tokens:
+        return TOKEN_COORDINATOR_ENTRY, TOKEN_SERVE_ENTRY
+    return COORDINATOR_ENTRY, SERVE_ENTRY
+
+
 INSTANCE_ENTRY = "mlperf_mig.harness:run_instance"
 ACCURACY_COUNT = "accuracy_sample_count_override"
 

@@ -31,14 +31,13 @@ from mlperf_mig.placement.deployment import InstanceSlot
 from mlperf_mig.runner.jobs import (
     BUILD_ENTRY,
     BUILD_TIMEOUT_S,
-    COORDINATOR_ENTRY,
     INSTANCE_ENTRY,
     LAYOUT_FOLDER,
-    SERVE_ENTRY,
     SupervisedRound,
     instance_env,
     instance_task,
     sample_capacity,
+    unified_entries,
 )
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.supervisor import Timeouts, WorkerOutcome
@@ -239,7 +238,7 @@ class UnifiedRounds(Rounds):
             pipes = [round_.supervisor.context.Pipe() for _ in plan.slots]
             coordinator = WorkerJob(
                 name=LAYOUT_FOLDER,
-                entry=COORDINATOR_ENTRY,
+                entry=unified_entries(plan.benchmark)[0],
                 payload=CoordinatorJob(
                     task=layout_task,
                     samples=samples.specs,
@@ -259,7 +258,7 @@ class UnifiedRounds(Rounds):
             workers = [
                 WorkerJob(
                     name=slot.name,
-                    entry=plan.worker_entry or SERVE_ENTRY,
+                    entry=plan.worker_entry or unified_entries(plan.benchmark)[1],
                     payload=ServeJob(
                         task=task, samples=samples.specs, link=b, batch_size=batch_size_of(task)
                     ),

@@ -509,10 +509,6 @@ def coordinate(
     from mlperf_mig.harness.loadgen_test import LoadGenTest
 
     with LoadGenTest(job.task) as test:
-        if test.benchmark.generates_tokens:
-            from mlperf_mig.runner.unified_tokens import coordinate_tokens
-
-            return coordinate_tokens(job, test, before_start=before_start, progress=progress)
         return _coordinate(job, test, before_start=before_start, progress=progress)
 
 
@@ -664,12 +660,6 @@ def serve_instance(
 
     `open_backend` replaces the task's backend (tests use it to give instances known speeds).
     """
-    if job.task.benchmark.generates_tokens:
-        from mlperf_mig.runner.unified_tokens import serve_tokens
-
-        return serve_tokens(
-            job, before_start=before_start, progress=progress, open_backend=open_backend
-        )
     from mlperf_mig.harness.instance import open_task_backend, reused_or_measured_target
     from mlperf_mig.harness.reuse import WorkCache, key_digest
     from mlperf_mig.harness.samples import SampleLibrary

@@ -140,14 +140,23 @@ class _Receiver(threading.Thread):
         self.join()
 
 
-def coordinate_tokens(
+def coordinate(
+    job: CoordinatorJob, *, before_start: Callable[[], None], progress: Callable[[int], None]
+) -> dict[str, Any]:
+    """Worker entry of the coordinator of a generative workload's unified round."""
+    from mlperf_mig.harness.loadgen_test import LoadGenTest
+
+    with LoadGenTest(job.task) as test:
+        return _coordinate(job, test, before_start=before_start, progress=progress)
+
+
+def _coordinate(
     job: CoordinatorJob,
     test: LoadGenTest,
     *,
     before_start: Callable[[], None],
     progress: Callable[[int], None],
 ) -> dict[str, Any]:
-    """The coordinator of a generative workload's unified round."""
     import mlperf_loadgen as lg
 
     from mlperf_mig.engines.backend import DeviceReport
@@ -206,7 +215,7 @@ def coordinate_tokens(
     }
 
 
-def serve_tokens(
+def serve_instance(
     job: ServeJob,
     *,
     before_start: Callable[[], None],

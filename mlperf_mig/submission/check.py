@@ -294,6 +294,11 @@ def _audit(test: Path, audit: str, model: str, division: str, version: str) -> I
         lines = [
             line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
         ]
+        if audit == "TEST06":
+            failed = [words[0] for words in rules.TEST06_LINES if not set(words) & set(lines)]
+            if failed:
+                yield path, f"TEST06 checks not passed: no {'; no '.join(failed)!r} line"
+            continue
         if name == "verify_performance.txt" and not any(rules.PASS_LINE in line for line in lines):
             yield path, f"no {rules.PASS_LINE} line: the audit's performance check failed"
         elif name == "verify_accuracy.txt" and rules.PASS_LINE not in lines:

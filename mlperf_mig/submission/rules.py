@@ -105,7 +105,15 @@ REQUIRED_SCENARIO_FILES = ("measurements.json", "user.conf", "README.md")
 VERIFY_FILES = {
     "TEST01": ("verify_accuracy.txt", "verify_performance.txt"),
     "TEST04": ("verify_performance.txt",),
+    "TEST06": ("verify_accuracy.txt",),
 }
+# TEST06's verify_accuracy.txt lines the checker reads (each check True, the first token may be
+# Skipped in Offline)
+TEST06_LINES = (
+    ("First token check pass: True", "First token check pass: Skipped"),
+    ("EOS check pass: True",),
+    ("Sample length check pass: True",),
+)
 PASS_LINE = "TEST PASS"
 # TEST01 where the payloads differ: the accuracy of both runs on the sampled set, compared.
 TEST01_ACC_FILES = (

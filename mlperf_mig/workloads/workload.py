@@ -268,6 +268,11 @@ class Workload(abc.ABC):
         backend's), for a generative workload; others generate no tokens."""
         raise WorkloadError(f"{self.name} generates no tokens; it answers each sample at once")
 
+    def end_token_ids(self, variant: str) -> tuple[int, ...]:
+        """The ids that end a generated output (TEST06's EOS check); () for a workload that
+        generates no tokens."""
+        return ()
+
     def memory_fit(
         self, *, variant: str, precision: str | None, batch: int, memory_gib: float
     ) -> MemoryFit | None:

@@ -118,6 +118,12 @@ class Llama31(Workload):
             max_batch=max_batch,
         )  # fmt: skip
 
+    def end_token_ids(self, variant: str) -> tuple[int, ...]:
+        """The end ids of the decoder `variant` (tiny's or Llama 3.1's)."""
+        from mlperf_mig.workloads.llama3_1_8b.decoder import FULL, TINY
+
+        return (TINY if variant == "tiny" else FULL).end_ids
+
     def memory_fit(
         self, *, variant: str, precision: str | None, batch: int, memory_gib: float
     ) -> MemoryFit:
