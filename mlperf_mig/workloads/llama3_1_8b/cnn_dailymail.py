@@ -31,7 +31,7 @@ import attrs
 import numpy as np
 
 from mlperf_mig.errors import DatasetError
-from mlperf_mig.workloads.llama3_1_8b.tokenizer import CORPUS, VOCAB_SIZE, TextTokenizer
+from mlperf_mig.workloads.llama3_1_8b.tokenizer import CORPUS, TextTokenizer
 
 __all__ = [
     "DATACENTER_SAMPLE_COUNT",
@@ -102,12 +102,31 @@ def _sentence(rng: np.random.Generator, low: int, high: int) -> str:
     return " ".join(words).capitalize() + "."
 
 
-def _token_count(tokenizer: TextTokenizer, text: str) -> int:
-    return len(tokenizer.backend.encode(text, add_special_tokens=False).ids)
+class _WordTokens:
+    """Token counts of space-led words, each encoded once: the byte-level pre-tokenizer splits a
+    text before every space-led word, so a sentence's count is the sum of its words' counts."""
+
+    def __init__(self, tokenizer: TextTokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._counts: dict[str, int] = {}
+
+    def sentence(self, sentence: str) -> int:
+        total = 0
+        for word in sentence.split(" "):
+            if word not in self._counts:
+                encoding = self._tokenizer.backend.encode(" " + word, add_special_tokens=False)
+                self._counts[word] = len(encoding.ids)
+            total += self._counts[word]
+        return total
 
 
 def _synthetic_sample(
-    tokenizer: TextTokenizer, seed: int, index: int, max_prompt_tokens: int, overhead: int
+    tokenizer: TextTokenizer,
+    counts: _WordTokens,
+    seed: int,
+    index: int,
+    max_prompt_tokens: int,
+    overhead: int,
 ) -> tuple[str, np.ndarray, str]:
     rng = np.random.default_rng((seed, index))
     budget = int(rng.integers(max_prompt_tokens // 4, max_prompt_tokens + 1)) - overhead
@@ -116,7 +135,7 @@ def _synthetic_sample(
     while not sentences or used < budget:
         sentence = _sentence(rng, 6, 24)
         sentences.append(sentence)
-        used += _token_count(tokenizer, " " + sentence)
+        used += counts.sentence(sentence)
     ids = tokenizer.encode(format_prompt(" ".join(sentences)))
     while len(ids) > max_prompt_tokens and len(sentences) > 1:
         sentences.pop()
@@ -146,8 +165,9 @@ def synthetic_cnn_dailymail(
     if count < 1:
         raise ValueError(f"count {count} is not a sample count; pass at least 1")
     overhead = len(tokenizer.encode(format_prompt("")))
+    counts = _WordTokens(tokenizer)
     samples = [
-        _synthetic_sample(tokenizer, seed, index, max_prompt_tokens, overhead)
+        _synthetic_sample(tokenizer, counts, seed, index, max_prompt_tokens, overhead)
         for index in range(count)
     ]
     return CnnDailyMail(
@@ -279,7 +299,7 @@ def _token_field(
 def read_cnn_eval(
     path: str | os.PathLike[str],
     *,
-    vocab_size: int = VOCAB_SIZE,
+    vocab_size: int,
     max_prompt_tokens: int | None = None,
     max_bytes: int = MAX_DATASET_BYTES,
 ) -> CnnDailyMail:

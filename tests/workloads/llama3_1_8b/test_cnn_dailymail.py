@@ -36,9 +36,9 @@ def _write(path: Path, document: Any) -> Path:
     return path
 
 
-def _refusal(path: Path, **kwargs: Any) -> str:
+def _refusal(path: Path, *, vocab_size: int = 1024, **kwargs: Any) -> str:
     with pytest.raises(DatasetError) as caught:
-        read_cnn_eval(path, **kwargs)
+        read_cnn_eval(path, vocab_size=vocab_size, **kwargs)
     message = str(caught.value)
     assert "\n" not in message and str(path) in message
     return message
