@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 
 from mlperf_mig.workloads.llama3_1_8b.porter import stem
+
+if TYPE_CHECKING:
+    from mlperf_mig.workloads.llama3_1_8b.tokenizer import TextTokenizer
 
 __all__ = [
     "EDGE_TARGETS",
@@ -44,6 +48,7 @@ __all__ = [
     "postprocess",
     "rouge_tokens",
     "score_summaries",
+    "score_token_outputs",
     "split_sentences",
 ]
 
@@ -262,3 +267,29 @@ def score_summaries(predictions: Iterable[str], references: Iterable[str]) -> Ro
         gen_len=sum(len(p) for p in predicted),
         gen_num=len(predicted),
     )
+
+
+def score_token_outputs(
+    outputs: Mapping[int, bytes | memoryview | np.ndarray],
+    references: Sequence[str],
+    tokenizer: TextTokenizer,
+) -> RougeScores:
+    """The accuracy of logged answers: `outputs` maps a sample index to its generated int32 token
+    ids (LoadGen's payload bytes or an array), decoded without special tokens and scored against
+    `references[index]`, in index order (the mean does not depend on it); each index once, as
+    the reference keeps the first answer of a sample logged twice."""
+    if not outputs:
+        raise ValueError("no answers to score: the accuracy log holds none")
+    indices = sorted(outputs)
+    if indices[0] < 0 or indices[-1] >= len(references):
+        bad = indices[0] if indices[0] < 0 else indices[-1]
+        raise ValueError(
+            f"answer for sample {bad}, but the dataset has samples 0-{len(references) - 1}; "
+            "score the log against the dataset it was run with"
+        )
+    predictions = []
+    for index in indices:
+        answer = outputs[index]
+        ids = answer if isinstance(answer, np.ndarray) else np.frombuffer(answer, dtype=np.int32)
+        predictions.append(tokenizer.decode(ids))
+    return score_summaries(predictions, [references[index] for index in indices])

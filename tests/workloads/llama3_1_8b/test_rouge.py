@@ -18,8 +18,10 @@ from mlperf_mig.workloads.llama3_1_8b.rouge import (
     rouge_tokens,
     sample_scores,
     score_summaries,
+    score_token_outputs,
     split_sentences,
 )
+from mlperf_mig.workloads.llama3_1_8b.tokenizer import builtin_tokenizer
 
 _TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 # (reference, prediction): punctuation, numbers, Unicode, repeated words and several sentences.
@@ -120,6 +122,27 @@ def test_aggregate_is_the_references(scorer: rouge_scorer.RougeScorer) -> None:
         assert getattr(scores, name) == pytest.approx(expected, abs=1e-9, rel=0)
     assert scores.gen_len == sum(len(p) for _r, p in processed)
     assert scores.gen_num == len(_PAIRS)
+
+
+def test_token_outputs_are_decoded_then_scored() -> None:
+    """Logged int32 ids (payload bytes or arrays, an end token included) score as their text,
+    each against the reference of its own sample index."""
+    tokenizer = builtin_tokenizer()
+    references = ["The council approved the budget.", "Police arrested a driver.", "Unused."]
+    texts = {1: "Police arrested the driver on Sunday.", 0: "The council voted on a budget."}
+    outputs = {
+        1: np.append(tokenizer.encode(texts[1]), tokenizer.eos_id).astype(np.int32).tobytes(),
+        0: tokenizer.encode(texts[0]),
+    }
+    expected = score_summaries([texts[0], texts[1]], references[:2])
+    assert score_token_outputs(outputs, references, tokenizer) == expected
+
+
+def test_token_output_outside_the_dataset_is_refused() -> None:
+    """An answer for a sample index the dataset does not have is refused."""
+    tokenizer = builtin_tokenizer()
+    with pytest.raises(ValueError, match="answer for sample 3, but the dataset has samples 0-1"):
+        score_token_outputs({3: tokenizer.encode("a")}, ["x", "y"], tokenizer)
 
 
 def test_unequal_counts_are_refused() -> None:
