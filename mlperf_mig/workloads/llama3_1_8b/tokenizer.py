@@ -209,7 +209,10 @@ def _read_bounded(path: Path, limit: int, what: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         reason = "it does not exist" if exc.errno == errno.ENOENT else exc.strerror or str(exc)
-        raise ModelFileError(f"cannot read {what} {str(path)!r}: {reason}") from None
+        raise ModelFileError(
+            f"cannot read {what} {str(path)!r}: {reason}; pass the model's {TOKENIZER_FILE} or "
+            "the folder holding it"
+        ) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

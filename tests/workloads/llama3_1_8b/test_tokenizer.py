@@ -150,3 +150,14 @@ def test_tokenizer_without_end_token_is_refused(tmp_path: Path) -> None:
     path.write_text(Tokenizer(models.BPE()).to_str(), encoding="utf-8")
     with pytest.raises(ModelFileError, match="no end-of-sequence token"):
         load_tokenizer(path)
+
+
+def test_llama_end_tokens_come_eot_first(tmp_path: Path) -> None:
+    """A Llama 3.1-style tokenizer stops at <|eot_id|> first, then <|end_of_text|>."""
+    from tokenizers import Tokenizer, models
+
+    backend = Tokenizer(models.BPE())
+    backend.add_special_tokens(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"])
+    path = tmp_path / "tokenizer.json"
+    path.write_text(backend.to_str(), encoding="utf-8")
+    assert load_tokenizer(path).eos_ids == (2, 1)
