@@ -31,7 +31,7 @@ import attrs
 import numpy as np
 
 from mlperf_mig.errors import DatasetError
-from mlperf_mig.workloads.llama3_1_8b.tokenizer import CORPUS, TextTokenizer
+from mlperf_mig.workloads.llama3_1_8b.tokenizer import CORPUS, TextTokenizer, builtin_tokenizer
 
 __all__ = [
     "DATACENTER_SAMPLE_COUNT",
@@ -156,14 +156,16 @@ def _synthetic_sample(
 def synthetic_cnn_dailymail(
     count: int,
     *,
-    tokenizer: TextTokenizer,
+    tokenizer: TextTokenizer | None = None,
     max_prompt_tokens: int = MAX_PROMPT_TOKENS,
     seed: int = 0,
 ) -> CnnDailyMail:
     """`count` deterministic CNN/DailyMail-shaped samples, prompts tokenized with `tokenizer`
-    (the built-in one for the generated model); sample i depends only on (seed, i)."""
+    (by default the built-in one of the generated model); sample i depends only on (seed, i)."""
     if count < 1:
         raise ValueError(f"count {count} is not a sample count; pass at least 1")
+    if tokenizer is None:
+        tokenizer = builtin_tokenizer()
     overhead = len(tokenizer.encode(format_prompt("")))
     counts = _WordTokens(tokenizer)
     samples = [
