@@ -31,6 +31,7 @@ from mlperf_mig.errors import ModelFileError
 __all__ = [
     "BOS_TOKEN",
     "CORPUS",
+    "END_TOKENS",
     "EOS_TOKEN",
     "TOKENIZER_FILE",
     "VOCAB_SIZE",
