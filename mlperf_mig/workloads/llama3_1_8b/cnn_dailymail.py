@@ -24,6 +24,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,12 @@ import attrs
 import numpy as np
 
 from mlperf_mig.errors import DatasetError
-from mlperf_mig.workloads.llama3_1_8b.tokenizer import CORPUS, TextTokenizer, builtin_tokenizer
+from mlperf_mig.workloads.llama3_1_8b.tokenizer import (
+    CORPUS,
+    TextTokenizer,
+    builtin_tokenizer,
+    load_tokenizer,
+)
 
 __all__ = [
     "DATACENTER_SAMPLE_COUNT",
@@ -336,3 +342,83 @@ def read_cnn_eval(
         source=str(file),
         synthetic=False,
     )
+
+
+# --- what the workload's sample library reads --------------------------------------------------
+class SyntheticPrompts:
+    """Synthetic prompts one index at a time (sample i depends only on (seed, i)), with the
+    tokenizer and word counts made once."""
+
+    def __init__(self, *, seed: int, max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> None:
+        self._tokenizer = builtin_tokenizer()
+        self._counts = _WordTokens(self._tokenizer)
+        self._overhead = len(self._tokenizer.encode(format_prompt("")))
+        self._seed = seed
+        self._max = max_prompt_tokens
+
+    def prompt_ids(self, index: int) -> np.ndarray:
+        return _synthetic_sample(
+            self._tokenizer, self._counts, self._seed, index, self._max, self._overhead
+        )[1]
+
+
+@attrs.define(kw_only=True)
+class CnnSource:
+    """A user's cnn_eval.json as the sample source of a run (the SampleSource protocol), with
+    the tokenizer that decodes its answers for scoring."""
+
+    benchmark: Any
+    data: CnnDailyMail
+    tokenizer: TextTokenizer
+    total_count: int
+    performance_count: int
+    synthetic: bool = attrs.field(default=False, init=False)
+
+    @property
+    def description(self) -> str:
+        return self.data.source
+
+    @classmethod
+    def open(
+        cls, path: str, *, benchmark: Any, tokenizer: str | None, limit: int | None
+    ) -> CnnSource:
+        """Read and check the dataset and the tokenizer its ids come from (one line each)."""
+        text = _tokenizer_for_dataset(path, tokenizer)
+        data = read_cnn_eval(path, vocab_size=text.vocab_size, max_prompt_tokens=PROMPT_ROW)
+        count = len(data) if limit is None else min(limit, len(data))
+        return cls(
+            benchmark=benchmark, data=data, tokenizer=text, total_count=count,
+            performance_count=min(count, benchmark.performance_sample_count),
+        )  # fmt: skip
+
+    def fill(self, indices: Sequence[int], out: Mapping[str, np.ndarray]) -> None:
+        ids, lengths = out["input_ids"], out["input_length"]
+        for row, index in enumerate(indices):
+            prompt = self.data.tok_inputs[int(index)]
+            ids[row, : len(prompt)] = prompt
+            ids[row, len(prompt) :] = 0
+            lengths[row] = len(prompt)
+
+    def references(self) -> tuple[str, ...]:
+        return self.data.outputs
+
+
+# The widest prompt a sample row holds (interface.PROMPT_TOKENS; not imported, to keep this
+# module free of the workload's).
+PROMPT_ROW = 3072
+
+
+def _tokenizer_for_dataset(path: str, tokenizer: str | None) -> TextTokenizer:
+    if tokenizer is None:
+        raise DatasetError(
+            f"dataset {path!r} holds Llama 3.1 token ids: pass the model's tokenizer.json with "
+            "--vocab so that they can be checked and the answers decoded for ROUGE"
+        )
+    return load_tokenizer(tokenizer)
+
+
+def check_files(dataset: str, tokenizer: str | None) -> None:
+    """What a run checks before any worker starts: the tokenizer loads and every record of the
+    dataset is well formed and inside its vocabulary."""
+    text = _tokenizer_for_dataset(dataset, tokenizer)
+    read_cnn_eval(dataset, vocab_size=text.vocab_size, max_prompt_tokens=PROMPT_ROW)
