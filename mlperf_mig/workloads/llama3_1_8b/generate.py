@@ -1,0 +1,314 @@
+"""Greedy generation over a decoder graph with a KV cache and continuous batching.
+
+`KvCacheGenerator` drives any callable that runs the decoder interface of decoder.py (a loaded
+backend's `run`: ONNX Runtime on the CPU or CUDA, the generated model or a user's export). Each
+`step`:
+1. decodes one token for every running request: one run of the batch, each row feeding its last
+   token at its own position against the cache;
+2. prefills the prompts queued since the last step, as many as free slots allow (`max_batch`
+   rows in all): one run of those prompts, left-padded to the longest, with an empty cache; the
+   last position's logits give each its first token;
+3. merges the new rows into the running batch: the shorter caches are left-padded to a common
+   length, and `attention_mask` hides the padding, so a row attends to exactly its own tokens;
+4. drops the finished rows, and the cache columns that only finished rows used.
+
+Tokens are the argmax of the logits (greedy, as the reference: temperature 0, top_k 1). A request
+ends at an end token (its output includes it, as vLLM's `token_ids` that the reference returns
+do) or at `max_new_tokens`; like vLLM's `min_tokens`, end tokens cannot be chosen before a
+request has MIN_NEW_TOKENS tokens (LoadGen's time per output token needs 2).
+
+A request's tokens do not depend on what else is in the batch: padding is masked out exactly
+(its attention weight is zero), and each row has its own positions; only the rounding of the
+kernels may differ with the batch, which greedy decoding does not see but in near ties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from mlperf_mig.errors import WorkloadError
+from mlperf_mig.workloads.generation import MIN_NEW_TOKENS, TokenEvent, check_new_tokens
+from mlperf_mig.workloads.llama3_1_8b.decoder import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LOGITS,
+    POSITION_IDS,
+    DecoderShape,
+    past_key,
+    past_value,
+    present_key,
+    present_value,
+)
+
+RunGraph = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+PAD_TOKEN = 0  # what padding positions feed: any id of the vocabulary (they are masked)
+
+
+class _Batch:
+    """The running requests, one row each, and their cache."""
+
+    def __init__(
+        self,
+        *,
+        requests: np.ndarray,
+        lengths: np.ndarray,
+        tokens: np.ndarray,
+        mask: np.ndarray,
+        cache: list[np.ndarray],
+        max_new_tokens: int,
+    ) -> None:
+        rows = len(requests)
+        self.requests = requests  # int64 [rows]: the ids the SUT passed to `add`
+        self.positions = lengths.astype(np.int64)  # [rows]: where the next fed token goes
+        self.made = np.zeros(rows, dtype=np.int64)  # [rows]: tokens generated
+        self.outputs = np.zeros((rows, max_new_tokens), dtype=np.int32)
+        self.mask = mask  # int64 [rows, cached]: 1 where the cache holds a token of the row
+        self.cache = cache  # per layer: key, value [rows, kv_heads, cached, head_dim]
+        self.record(tokens)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    @property
+    def last(self) -> np.ndarray:
+        """[rows]: each row's latest token, the one the next decode feeds."""
+        return self.outputs[np.arange(len(self)), self.made - 1]
+
+    def record(self, tokens: np.ndarray) -> None:
+        self.outputs[np.arange(len(self)), self.made] = tokens
+        self.made += 1
+
+    def extend(self, other: _Batch) -> None:
+        """Append `other`'s rows; the shorter cache is left-padded with masked columns."""
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        self.requests = np.concatenate([self.requests, other.requests])
+        self.positions = np.concatenate([self.positions, other.positions])
+        self.made = np.concatenate([self.made, other.made])
+        self.outputs = np.concatenate([self.outputs, other.outputs])
+        self.mask = np.concatenate([_left_pad(self.mask, width), _left_pad(other.mask, width)])
+        self.cache = [
+            np.concatenate([_left_pad(mine, width), _left_pad(theirs, width)])
+            for mine, theirs in zip(self.cache, other.cache)
+        ]
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep the rows where `rows` is true; drop the cache columns no kept row uses."""
+        self.requests = self.requests[rows]
+        self.positions = self.positions[rows]
+        self.made = self.made[rows]
+        self.outputs = self.outputs[rows]
+        mask = self.mask[rows]
+        used = mask.any(axis=0)
+        start = int(used.argmax()) if used.any() else mask.shape[1]
+        self.mask = mask[:, start:]
+        self.cache = [layer[rows][:, :, start:] for layer in self.cache]
+
+
+def _left_pad(array: np.ndarray, width: int) -> np.ndarray:
+    """`array` with zero columns added on the left of its cache axis (1 for masks, 2 for caches)
+    up to `width`."""
+    axis = 1 if array.ndim == 2 else 2
+    missing = width - array.shape[axis]
+    if missing == 0:
+        return array
+    pad = [(0, 0)] * array.ndim
+    pad[axis] = (missing, 0)
+    return np.pad(array, pad)
+
+
+class KvCacheGenerator:
+    """Greedy generation with a KV cache over `run` (the decoder interface of decoder.py),
+    with continuous batching of up to `max_batch` requests; a `TokenGenerator`.
+
+    `eos_token_id` is the id (or the ids) that end a generation: `shape.end_ids` when None.
+    `cache_dtype` is the element type of the graph's cache (float32 for the generated decoder;
+    float16 for an export in half precision). The caller owns the backend behind `run`.
+    """
+
+    def __init__(
+        self,
+        run: RunGraph,
+        shape: DecoderShape,
+        *,
+        max_new_tokens: int,
+        eos_token_id: int | Sequence[int] | None = None,
+        max_batch: int,
+        cache_dtype: npt.DTypeLike = np.float32,
+    ) -> None:
+        check_new_tokens(max_new_tokens)
+        if max_batch < 1:
+            raise WorkloadError(
+                f"a generator needs room for at least 1 request; got max_batch={max_batch}"
+            )
+        if eos_token_id is None:
+            end_ids: Sequence[int] = shape.end_ids
+        elif isinstance(eos_token_id, int):
+            end_ids = (eos_token_id,)
+        else:
+            end_ids = tuple(eos_token_id)
+        outside = [t for t in end_ids if not 0 <= t < shape.vocab_size]
+        if not end_ids or outside:
+            raise WorkloadError(
+                f"end token ids {list(end_ids)} must be 1 or more ids of the model's vocabulary "
+                f"(0 to {shape.vocab_size - 1})"
+            )
+        self._run = run
+        self._shape = shape
+        self._max_new_tokens = max_new_tokens
+        self._end_ids = np.array(end_ids, dtype=np.int64)
+        self._max_batch = max_batch
+        self._cache_dtype = np.dtype(cache_dtype)
+        self._queued: list[tuple[int, np.ndarray]] = []
+        self._batch: _Batch | None = None
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self._max_new_tokens
+
+    @property
+    def max_batch(self) -> int:
+        return self._max_batch
+
+    @property
+    def pending(self) -> int:
+        return len(self._queued) + (len(self._batch) if self._batch is not None else 0)
+
+    def add(self, request: int, prompt: np.ndarray) -> None:
+        """Queue `prompt` (token ids) under `request`; it joins the batch at the next step."""
+        ids = np.asarray(prompt)
+        if ids.ndim != 1 or len(ids) == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise WorkloadError(
+                f"request {request}: a prompt is a non-empty 1-D array of token ids; got shape "
+                f"{ids.shape} of {ids.dtype}"
+            )
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self._shape.vocab_size:
+            raise WorkloadError(
+                f"request {request}: token ids {low}..{high} lie outside the model's vocabulary "
+                f"(0 to {self._shape.vocab_size - 1}); is the tokenizer the model's?"
+            )
+        if len(ids) + self._max_new_tokens > self._shape.max_positions:
+            raise WorkloadError(
+                f"request {request}: {len(ids)} prompt tokens and {self._max_new_tokens} new ones "
+                f"exceed the model's {self._shape.max_positions} positions; shorten the prompt"
+            )
+        self._queued.append((request, ids.astype(np.int64)))
+
+    def step(self) -> list[TokenEvent]:
+        """Decode one token for every running request, then prefill the queued prompts that fit;
+        the events of this step, running requests first, then the new ones in queue order."""
+        events: list[TokenEvent] = []
+        if self._batch is not None:
+            self._decode(self._batch)
+            events += self._events(self._batch)
+        free = self._max_batch - (len(self._batch) if self._batch is not None else 0)
+        if self._queued and free > 0:
+            admitted, self._queued = self._queued[:free], self._queued[free:]
+            joining = self._prefill(admitted)
+            events += self._events(joining)
+            if self._batch is None:
+                self._batch = joining
+            else:
+                self._batch.extend(joining)
+        if self._batch is not None:
+            running = np.array([not event.finished for event in events])
+            if not running.all():
+                self._batch.keep(running)
+            if len(self._batch) == 0:
+                self._batch = None
+        return events
+
+    def close(self) -> None:
+        """Forget the queued and running requests and their cache."""
+        self._queued.clear()
+        self._batch = None
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _decode(self, batch: _Batch) -> None:
+        rows = len(batch)
+        mask = np.concatenate([batch.mask, np.ones((rows, 1), dtype=np.int64)], axis=1)
+        feeds = {
+            INPUT_IDS: batch.last.astype(np.int64)[:, None],
+            POSITION_IDS: batch.positions[:, None],
+            ATTENTION_MASK: mask,
+        }
+        feeds.update(self._cache_feeds(batch.cache))
+        outputs = self._run(feeds)
+        batch.mask = mask
+        batch.cache = self._presents(outputs)
+        batch.positions = batch.positions + 1
+        batch.record(self._choose(outputs[LOGITS][:, -1], batch.made))
+
+    def _prefill(self, admitted: list[tuple[int, np.ndarray]]) -> _Batch:
+        lengths = np.array([len(ids) for _, ids in admitted], dtype=np.int64)
+        width = int(lengths.max())
+        columns = np.arange(width)
+        padding = width - lengths[:, None]  # [rows, 1]: left padding of each row
+        mask = (columns >= padding).astype(np.int64)
+        ids = np.full((len(admitted), width), PAD_TOKEN, dtype=np.int64)
+        for row, (_, prompt) in enumerate(admitted):
+            ids[row, width - len(prompt) :] = prompt
+        s = self._shape
+        empty = np.zeros((len(admitted), s.kv_heads, 0, s.head_dim), dtype=self._cache_dtype)
+        feeds = {
+            INPUT_IDS: ids,
+            POSITION_IDS: np.maximum(columns - padding, 0),
+            ATTENTION_MASK: mask,
+        }
+        feeds.update(self._cache_feeds([empty] * (2 * s.layers)))
+        outputs = self._run(feeds)
+        made = np.zeros(len(admitted), dtype=np.int64)
+        return _Batch(
+            requests=np.array([request for request, _ in admitted], dtype=np.int64),
+            lengths=lengths,
+            tokens=self._choose(outputs[LOGITS][:, -1], made),
+            mask=mask,
+            cache=self._presents(outputs),
+            max_new_tokens=self._max_new_tokens,
+        )
+
+    def _cache_feeds(self, cache: list[np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = {}
+        for layer in range(self._shape.layers):
+            feeds[past_key(layer)] = cache[2 * layer]
+            feeds[past_value(layer)] = cache[2 * layer + 1]
+        return feeds
+
+    def _presents(self, outputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        cache = []
+        for layer in range(self._shape.layers):
+            cache += [outputs[present_key(layer)], outputs[present_value(layer)]]
+        return cache
+
+    def _choose(self, logits: np.ndarray, made: np.ndarray) -> np.ndarray:
+        """The greedy token of each row of `logits` [rows, vocab]; end tokens are out of reach
+        of rows with fewer than MIN_NEW_TOKENS tokens made."""
+        early = made < MIN_NEW_TOKENS
+        if early.any():
+            logits = np.array(logits, copy=True)
+            logits[np.ix_(early, self._end_ids)] = -np.inf
+        return logits.argmax(axis=-1)
+
+    def _events(self, batch: _Batch) -> list[TokenEvent]:
+        """One event per row of `batch` for the token its latest run made."""
+        made = batch.made
+        tokens = batch.last
+        finished = np.isin(tokens, self._end_ids) | (made >= self._max_new_tokens)
+        events = []
+        for row in range(len(batch)):
+            done = bool(finished[row])
+            events.append(
+                TokenEvent(
+                    request=int(batch.requests[row]),
+                    token=int(tokens[row]),
+                    first=bool(made[row] == 1),
+                    finished=done,
+                    tokens=batch.outputs[row, : made[row]].copy() if done else None,
+                )
+            )
+        return events
