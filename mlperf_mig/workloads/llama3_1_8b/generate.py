@@ -73,14 +73,11 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.requests)
 
-    @property
-    def last(self) -> np.ndarray:
-        """[rows]: each row's latest token, the one the next decode feeds."""
-        return self.outputs[np.arange(len(self)), self.made - 1]
-
     def record(self, tokens: np.ndarray) -> None:
+        """Append each row's new token (int64 [rows]) to its output."""
         self.outputs[np.arange(len(self)), self.made] = tokens
         self.made += 1
+        self.last = tokens  # [rows]: each row's latest token, the one the next decode feeds
 
     def extend(self, other: _Batch) -> None:
         """Append `other`'s rows; the shorter cache is left-padded with masked columns."""
@@ -88,6 +85,7 @@ class _Batch:
         self.requests = np.concatenate([self.requests, other.requests])
         self.positions = np.concatenate([self.positions, other.positions])
         self.made = np.concatenate([self.made, other.made])
+        self.last = np.concatenate([self.last, other.last])
         self.outputs = np.concatenate([self.outputs, other.outputs])
         self.mask = np.concatenate([_left_pad(self.mask, width), _left_pad(other.mask, width)])
         self.cache = [
@@ -100,6 +98,7 @@ class _Batch:
         self.requests = self.requests[rows]
         self.positions = self.positions[rows]
         self.made = self.made[rows]
+        self.last = self.last[rows]
         self.outputs = self.outputs[rows]
         mask = self.mask[rows]
         used = mask.any(axis=0)
@@ -160,10 +159,15 @@ class KvCacheGenerator:
         self._shape = shape
         self._max_new_tokens = max_new_tokens
         self._end_ids = np.array(end_ids, dtype=np.int64)
+        self._ends = np.zeros(shape.vocab_size, dtype=bool)  # by token id: does it end a request
+        self._ends[self._end_ids] = True
         self._max_batch = max_batch
         self._cache_dtype = np.dtype(cache_dtype)
         self._queued: list[tuple[int, np.ndarray]] = []
         self._batch: _Batch | None = None
+        layers = range(shape.layers)
+        self._past_names = [name(i) for i in layers for name in (past_key, past_value)]
+        self._present_names = [name(i) for i in layers for name in (present_key, present_value)]
 
     @property
     def max_new_tokens(self) -> int:
@@ -202,24 +206,28 @@ class KvCacheGenerator:
         """Decode one token for every running request, then prefill the queued prompts that fit;
         the events of this step, running requests first, then the new ones in queue order."""
         events: list[TokenEvent] = []
+        finished: list[np.ndarray] = []  # by row of the batch after this step's merge
         if self._batch is not None:
             self._decode(self._batch)
-            events += self._events(self._batch)
+            finished.append(self._finished(self._batch))
+            events += self._events(self._batch, finished[-1])
         free = self._max_batch - (len(self._batch) if self._batch is not None else 0)
         if self._queued and free > 0:
             admitted, self._queued = self._queued[:free], self._queued[free:]
             joining = self._prefill(admitted)
-            events += self._events(joining)
+            finished.append(self._finished(joining))
+            events += self._events(joining, finished[-1])
             if self._batch is None:
                 self._batch = joining
             else:
                 self._batch.extend(joining)
         if self._batch is not None:
-            running = np.array([not event.finished for event in events])
-            if not running.all():
-                self._batch.keep(running)
-            if len(self._batch) == 0:
+            done = np.concatenate(finished)
+            ended = np.count_nonzero(done)
+            if ended == len(done):
                 self._batch = None
+            elif ended:
+                self._batch.keep(~done)
         return events
 
     def close(self) -> None:
@@ -233,7 +241,7 @@ class KvCacheGenerator:
         rows = len(batch)
         mask = np.concatenate([batch.mask, np.ones((rows, 1), dtype=np.int64)], axis=1)
         feeds = {
-            INPUT_IDS: batch.last.astype(np.int64)[:, None],
+            INPUT_IDS: batch.last[:, None],
             POSITION_IDS: batch.positions[:, None],
             ATTENTION_MASK: mask,
         }
@@ -273,42 +281,36 @@ class KvCacheGenerator:
         )
 
     def _cache_feeds(self, cache: list[np.ndarray]) -> dict[str, np.ndarray]:
-        feeds = {}
-        for layer in range(self._shape.layers):
-            feeds[past_key(layer)] = cache[2 * layer]
-            feeds[past_value(layer)] = cache[2 * layer + 1]
-        return feeds
+        return dict(zip(self._past_names, cache))
 
     def _presents(self, outputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        cache = []
-        for layer in range(self._shape.layers):
-            cache += [outputs[present_key(layer)], outputs[present_value(layer)]]
-        return cache
+        return [outputs[name] for name in self._present_names]
 
     def _choose(self, logits: np.ndarray, made: np.ndarray) -> np.ndarray:
         """The greedy token of each row of `logits` [rows, vocab]; end tokens are out of reach
         of rows with fewer than MIN_NEW_TOKENS tokens made."""
         early = made < MIN_NEW_TOKENS
-        if early.any():
+        if np.count_nonzero(early):
             logits = np.array(logits, copy=True)
             logits[np.ix_(early, self._end_ids)] = -np.inf
-        return logits.argmax(axis=-1)
+        return logits.argmax(axis=-1).astype(np.int64, copy=False)
 
-    def _events(self, batch: _Batch) -> list[TokenEvent]:
+    def _finished(self, batch: _Batch) -> np.ndarray:
+        """bool [rows]: the rows whose latest token ends them."""
+        return self._ends[batch.last] | (batch.made >= self._max_new_tokens)
+
+    def _events(self, batch: _Batch, finished: np.ndarray) -> list[TokenEvent]:
         """One event per row of `batch` for the token its latest run made."""
-        made = batch.made
-        tokens = batch.last
-        finished = np.isin(tokens, self._end_ids) | (made >= self._max_new_tokens)
-        events = []
-        for row in range(len(batch)):
-            done = bool(finished[row])
-            events.append(
-                TokenEvent(
-                    request=int(batch.requests[row]),
-                    token=int(tokens[row]),
-                    first=bool(made[row] == 1),
-                    finished=done,
-                    tokens=batch.outputs[row, : made[row]].copy() if done else None,
-                )
+        rows = zip(
+            batch.requests.tolist(), batch.last.tolist(), batch.made.tolist(), finished.tolist()
+        )
+        return [
+            TokenEvent(
+                request=request,
+                token=token,
+                first=made == 1,
+                finished=done,
+                tokens=batch.outputs[row, :made].copy() if done else None,
             )
-        return events
+            for row, (request, token, made, done) in enumerate(rows)
+        ]
