@@ -46,6 +46,10 @@ from mlperf_mig.workloads.llama3_1_8b.decoder import (
 RunGraph = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 PAD_TOKEN = 0  # what padding positions feed: any id of the vocabulary (they are masked)
+# A prefill's logits cover every prompt position (the export interface has no "last only"):
+# prompts admitted together are prefilled in groups whose float32 logits stay under this size
+# (Llama's vocabulary of 128256 at 3000 prompt tokens is already 1.5 GB).
+PREFILL_LOGITS_BYTES = 1 << 30
 
 
 class _Batch:
@@ -145,10 +149,10 @@ class KvCacheGenerator:
             )
         if eos_token_id is None:
             end_ids: Sequence[int] = shape.end_ids
-        elif isinstance(eos_token_id, int):
-            end_ids = (eos_token_id,)
+        elif isinstance(eos_token_id, int | np.integer):
+            end_ids = (int(eos_token_id),)
         else:
-            end_ids = tuple(eos_token_id)
+            end_ids = tuple(int(t) for t in eos_token_id)
         outside = [t for t in end_ids if not 0 <= t < shape.vocab_size]
         if not end_ids or outside:
             raise WorkloadError(
@@ -165,6 +169,7 @@ class KvCacheGenerator:
         self._cache_dtype = np.dtype(cache_dtype)
         self._queued: list[tuple[int, np.ndarray]] = []
         self._batch: _Batch | None = None
+        self._requests: set[int] = set()  # queued or running
         layers = range(shape.layers)
         self._past_names = [name(i) for i in layers for name in (past_key, past_value)]
         self._present_names = [name(i) for i in layers for name in (present_key, present_value)]
@@ -200,6 +205,11 @@ class KvCacheGenerator:
                 f"request {request}: {len(ids)} prompt tokens and {self._max_new_tokens} new ones "
                 f"exceed the model's {self._shape.max_positions} positions; shorten the prompt"
             )
+        if request in self._requests:
+            raise WorkloadError(
+                f"request {request} is already queued or running; each request needs its own id"
+            )
+        self._requests.add(request)
         self._queued.append((request, ids.astype(np.int64)))
 
     def step(self) -> list[TokenEvent]:
@@ -214,13 +224,14 @@ class KvCacheGenerator:
         free = self._max_batch - (len(self._batch) if self._batch is not None else 0)
         if self._queued and free > 0:
             admitted, self._queued = self._queued[:free], self._queued[free:]
-            joining = self._prefill(admitted)
-            finished.append(self._finished(joining))
-            events += self._events(joining, finished[-1])
-            if self._batch is None:
-                self._batch = joining
-            else:
-                self._batch.extend(joining)
+            for group in self._prefill_groups(admitted):
+                joining = self._prefill(group)
+                finished.append(self._finished(joining))
+                events += self._events(joining, finished[-1])
+                if self._batch is None:
+                    self._batch = joining
+                else:
+                    self._batch.extend(joining)
         if self._batch is not None:
             done = np.concatenate(finished)
             ended = np.count_nonzero(done)
@@ -228,11 +239,14 @@ class KvCacheGenerator:
                 self._batch = None
             elif ended:
                 self._batch.keep(~done)
+            if ended:
+                self._requests.difference_update(e.request for e in events if e.finished)
         return events
 
     def close(self) -> None:
         """Forget the queued and running requests and their cache."""
         self._queued.clear()
+        self._requests.clear()
         self._batch = None
 
     # -- internals -----------------------------------------------------------------------------
@@ -251,6 +265,23 @@ class KvCacheGenerator:
         batch.cache = self._presents(outputs)
         batch.positions = batch.positions + 1
         batch.record(self._choose(outputs[LOGITS][:, -1], batch.made))
+
+    def _prefill_groups(
+        self, admitted: list[tuple[int, np.ndarray]]
+    ) -> list[list[tuple[int, np.ndarray]]]:
+        """`admitted` in order, cut where a group's logits would pass PREFILL_LOGITS_BYTES
+        (a group holds at least one prompt)."""
+        groups: list[list[tuple[int, np.ndarray]]] = [[]]
+        width = 0
+        for item in admitted:
+            wider = max(width, len(item[1]))
+            size = (len(groups[-1]) + 1) * wider * self._shape.vocab_size * 4
+            if groups[-1] and size > PREFILL_LOGITS_BYTES:
+                groups.append([])
+                wider = len(item[1])
+            groups[-1].append(item)
+            width = wider
+        return groups
 
     def _prefill(self, admitted: list[tuple[int, np.ndarray]]) -> _Batch:
         lengths = np.array([len(ids) for _, ids in admitted], dtype=np.int64)

@@ -10,6 +10,7 @@ import pytest
 
 from mlperf_mig.errors import WorkloadError
 from mlperf_mig.workloads.generation import MIN_NEW_TOKENS, TokenEvent
+from mlperf_mig.workloads.llama3_1_8b import generate
 from mlperf_mig.workloads.llama3_1_8b.decoder import TINY
 from mlperf_mig.workloads.llama3_1_8b.generate import KvCacheGenerator
 
@@ -186,3 +187,39 @@ def test_the_cache_keeps_no_column_nobody_uses(tiny_run: RunGraph) -> None:
     _generate(_generator(recording_run, max_new_tokens=8), _prompts(), {0: [3], 4: [0]})
     assert all(mask[:, 0].any() for mask in masks)
     assert masks[-1].shape[1] < len(_prompts()[3])  # the 30-token prompt's columns are gone
+
+
+def test_a_request_id_in_use_is_refused(tiny_run: RunGraph) -> None:
+    """Adding an id that is queued or running is refused; once finished it can be used again."""
+    generator = _generator(tiny_run, max_new_tokens=2)
+    generator.add(4, _prompts()[0])
+    with pytest.raises(WorkloadError, match="already queued or running"):
+        generator.add(4, _prompts()[1])
+    while generator.pending:
+        generator.step()
+    generator.add(4, _prompts()[1])
+    assert generator.pending == 1
+
+
+def test_large_prefills_are_split_without_changing_tokens(
+    tiny_run: RunGraph, alone: dict[int, list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prompts admitted together whose logits would pass the prefill budget are prefilled in
+    several runs, and each still gets its tokens alone."""
+    monkeypatch.setattr(generate, "PREFILL_LOGITS_BYTES", 20 * TINY.vocab_size * 4)
+    prefills: list[int] = []
+
+    def recording_run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if feeds["past_key_values.0.key"].shape[2] == 0:
+            prefills.append(feeds["input_ids"].shape[0])
+        return tiny_run(feeds)
+
+    outputs, _ = _generate(_generator(recording_run), _prompts(), {0: list(range(5))})
+    assert outputs == alone
+    assert prefills == [
+        1,
+        1,
+        1,
+        1,
+        1,
+    ]  # 5, 17, 9, 30 and 1 tokens: no two fit in a budget of 20 rows x positions
