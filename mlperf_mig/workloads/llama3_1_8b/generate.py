@@ -6,8 +6,9 @@ backend's `run`: ONNX Runtime on the CPU or CUDA, the generated model or a user'
 1. decodes one token for every running request: one run of the batch, each row feeding its last
    token at its own position against the cache;
 2. prefills the prompts queued since the last step, as many as free slots allow (`max_batch`
-   rows in all): one run of those prompts, left-padded to the longest, with an empty cache; the
-   last position's logits give each its first token;
+   rows in all): one run of those prompts (several where their logits would pass
+   PREFILL_LOGITS_BYTES), left-padded to the longest, with an empty cache; the last position's
+   logits give each its first token;
 3. merges the new rows into the running batch: the shorter caches are left-padded to a common
    length, and `attention_mask` hides the padding, so a row attends to exactly its own tokens;
 4. drops the finished rows, and the cache columns that only finished rows used.
