@@ -223,3 +223,21 @@ def test_large_prefills_are_split_without_changing_tokens(
         1,
         1,
     ]  # 5, 17, 9, 30 and 1 tokens: no two fit in a budget of 20 rows x positions
+
+
+def test_a_half_precision_cache_is_fed_as_such(tiny_run: RunGraph) -> None:
+    """With cache_dtype float16 every cache fed is float16 (as a half-precision export wants),
+    from the empty one of the prefill on."""
+    dtypes: set[np.dtype] = set()
+
+    def half_run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        caches = {k: v for k, v in feeds.items() if k.startswith("past_key_values.")}
+        dtypes.update(v.dtype for v in caches.values())
+        outputs = tiny_run({**feeds, **{k: v.astype(np.float32) for k, v in caches.items()}})
+        return {
+            k: v.astype(np.float16) if k.startswith("present.") else v for k, v in outputs.items()
+        }
+
+    outputs, _ = _generate(_generator(half_run, cache_dtype=np.float16), _prompts(), {0: [0]})
+    assert dtypes == {np.dtype(np.float16)}
+    assert len(outputs[0]) == 16
