@@ -71,45 +71,74 @@ class _Batch:
         self.positions = lengths.astype(np.int64)  # [rows]: where the next fed token goes
         self.made = np.zeros(rows, dtype=np.int64)  # [rows]: tokens generated
         self.outputs = np.zeros((rows, max_new_tokens), dtype=np.int32)
-        self.mask = mask  # int64 [rows, cached]: 1 where the cache holds a token of the row
         self.cache = cache  # per layer: key, value [rows, kv_heads, cached, head_dim]
+        self.youngest = 0  # the fewest tokens a row has made: min(made)
+        self.set_mask(mask)
         self.record(tokens)
 
     def __len__(self) -> int:
         return len(self.requests)
 
+    @property
+    def mask(self) -> np.ndarray:
+        """int64 [rows, cached]: 1 where the cache holds a token of the row."""
+        return self._mask[:, : self.cached]
+
+    def set_mask(self, mask: np.ndarray) -> None:
+        # the columns right of the cached ones are 1 already: a decode, which appends a token
+        # to every row, only widens the view (each row decodes fewer than max_new_tokens times
+        # between two calls here, which every finish or admission makes)
+        self.cached = mask.shape[1]
+        self._mask = np.ones((len(mask), self.cached + self.outputs.shape[1]), dtype=np.int64)
+        self._mask[:, : self.cached] = mask
+
+    def grow(self) -> np.ndarray:
+        """The mask with a column of ones appended (the decode's new token)."""
+        if self.cached == self._mask.shape[1]:
+            self.set_mask(self.mask)
+        self.cached += 1
+        return self.mask
+
     def record(self, tokens: np.ndarray) -> None:
         """Append each row's new token (int64 [rows]) to its output."""
         self.outputs[np.arange(len(self)), self.made] = tokens
         self.made += 1
+        self.youngest += 1
         self.last = tokens  # [rows]: each row's latest token, the one the next decode feeds
 
     def extend(self, other: _Batch) -> None:
         """Append `other`'s rows; the shorter cache is left-padded with masked columns."""
-        width = max(self.mask.shape[1], other.mask.shape[1])
+        width = max(self.cached, other.cached)
         self.requests = np.concatenate([self.requests, other.requests])
         self.positions = np.concatenate([self.positions, other.positions])
         self.made = np.concatenate([self.made, other.made])
+        self.youngest = min(self.youngest, other.youngest)
         self.last = np.concatenate([self.last, other.last])
         self.outputs = np.concatenate([self.outputs, other.outputs])
-        self.mask = np.concatenate([_left_pad(self.mask, width), _left_pad(other.mask, width)])
         self.cache = [
             np.concatenate([_left_pad(mine, width), _left_pad(theirs, width)])
             for mine, theirs in zip(self.cache, other.cache)
         ]
+        self.set_mask(np.concatenate([_left_pad(self.mask, width), _left_pad(other.mask, width)]))
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep the rows where `rows` is true; drop the cache columns no kept row uses."""
         self.requests = self.requests[rows]
         self.positions = self.positions[rows]
         self.made = self.made[rows]
+        self.youngest = int(self.made.min())
         self.last = self.last[rows]
         self.outputs = self.outputs[rows]
         mask = self.mask[rows]
         used = mask.any(axis=0)
         start = int(used.argmax()) if used.any() else mask.shape[1]
-        self.mask = mask[:, start:]
         self.cache = [layer[rows][:, :, start:] for layer in self.cache]
+        self.set_mask(mask[:, start:])
+
+
+def _greedy(logits: np.ndarray) -> np.ndarray:
+    """int64 [rows]: the index of each row's largest logit."""
+    return logits.argmax(axis=-1).astype(np.int64, copy=False)
 
 
 def _left_pad(array: np.ndarray, width: int) -> np.ndarray:
@@ -253,19 +282,19 @@ class KvCacheGenerator:
     # -- internals -----------------------------------------------------------------------------
 
     def _decode(self, batch: _Batch) -> None:
-        rows = len(batch)
-        mask = np.concatenate([batch.mask, np.ones((rows, 1), dtype=np.int64)], axis=1)
         feeds = {
             INPUT_IDS: batch.last[:, None],
             POSITION_IDS: batch.positions[:, None],
-            ATTENTION_MASK: mask,
+            ATTENTION_MASK: batch.grow(),
         }
         feeds.update(self._cache_feeds(batch.cache))
         outputs = self._run(feeds)
-        batch.mask = mask
         batch.cache = self._presents(outputs)
         batch.positions = batch.positions + 1
-        batch.record(self._choose(outputs[LOGITS][:, -1], batch.made))
+        logits = outputs[LOGITS][:, -1]
+        batch.record(
+            self._choose(logits, batch.made) if batch.youngest < MIN_NEW_TOKENS else _greedy(logits)
+        )
 
     def _prefill_groups(
         self, admitted: list[tuple[int, np.ndarray]]
@@ -325,7 +354,7 @@ class KvCacheGenerator:
         if np.count_nonzero(early):
             logits = np.array(logits, copy=True)
             logits[np.ix_(early, self._end_ids)] = -np.inf
-        return logits.argmax(axis=-1).astype(np.int64, copy=False)
+        return _greedy(logits)
 
     def _finished(self, batch: _Batch) -> np.ndarray:
         """bool [rows]: the rows whose latest token ends them."""
