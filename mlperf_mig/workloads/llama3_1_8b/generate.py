@@ -263,7 +263,7 @@ class KvCacheGenerator:
                 else:
                     self._batch.extend(joining)
         if self._batch is not None:
-            done = np.concatenate(finished)
+            done = finished[0] if len(finished) == 1 else np.concatenate(finished)
             ended = np.count_nonzero(done)
             if ended == len(done):
                 self._batch = None
