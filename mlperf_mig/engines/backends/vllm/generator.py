@@ -25,7 +25,7 @@ import numpy as np
 from mlperf_mig.engines.backends.vllm.model import VllmModel
 from mlperf_mig.engines.backends.vllm.settings import VllmSettings
 from mlperf_mig.errors import BackendUnavailableError, WorkloadError
-from mlperf_mig.workloads.generation import MIN_NEW_TOKENS, TokenEvent
+from mlperf_mig.workloads.generation import MIN_NEW_TOKENS, TokenEvent, check_new_tokens
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +106,7 @@ class VllmGenerator:
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         stop_token_ids: Sequence[int] = (),
     ) -> None:
-        if max_new_tokens < MIN_NEW_TOKENS:
-            raise WorkloadError(
-                f"max_new_tokens is {max_new_tokens}; LoadGen needs at least {MIN_NEW_TOKENS} "
-                "new tokens per answer for TPOT"
-            )
+        check_new_tokens(max_new_tokens)
         if max_new_tokens >= max_model_len:
             raise WorkloadError(
                 f"max_new_tokens {max_new_tokens} leaves no room for a prompt in "
@@ -163,12 +159,11 @@ class VllmGenerator:
         if request in self._outputs:
             raise WorkloadError(f"request {request} is already running")
         request_id = str(request)
-        prompt_ids = [int(t) for t in ids]
         engine_id = engine.add_request(
-            request_id, self._api.tokens_prompt(prompt_token_ids=prompt_ids), self._params
+            request_id, self._api.tokens_prompt(prompt_token_ids=ids.tolist()), self._params
         )
         self._requests[request_id] = request
-        # vLLM 0.11+ returns the id it uses inside (the given one with a random suffix)
+        # recent vLLM returns the id it uses inside (the given one with a random suffix)
         if isinstance(engine_id, str):
             self._requests[engine_id] = request
         self._outputs[request] = []

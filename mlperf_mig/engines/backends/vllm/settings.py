@@ -47,7 +47,10 @@ VLLM_PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp16")
 _DTYPE = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "float16"}
 # The reference tokenizer's model_max_length (8000) plus the 128 new tokens, rounded up.
 DEFAULT_MAX_MODEL_LEN = 8192
-# Batch limits per compute slice of the profile (a 7g gets 7 times a 1g's), never the parent's.
+# The values below are inferred (ours, not measured on a slice yet); the gpu-tier test and a run
+# on a MIG GPU are what check them.
+# Batch limits per compute slice of the profile (a 7g gets 7 times a 1g's), never the parent's;
+# a caller (the workload's recipe batch) usually sets max_num_seqs itself.
 SEQS_PER_COMPUTE_SLICE = 32
 BATCHED_TOKENS_PER_COMPUTE_SLICE = 2048
 MAX_BATCHED_TOKENS = 16384
@@ -58,6 +61,7 @@ CONTEXT_RESERVE = 1 * GIB
 CUDA_GRAPH_RESERVE = GIB // 2
 # Inside the budget, beside the activations: cuBLAS and attention workspaces, sampler buffers.
 RUNTIME_RESERVE = GIB // 2
+# Never more of a large slice: vLLM refuses to start when the budget exceeds the free memory.
 MAX_UTILIZATION = 0.95
 LOGITS_BYTES = 4  # the sampler works on fp32 logits
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from mlperf_mig.engines.backends.vllm.model import LLAMA_3_1_8B, LlamaShape
@@ -209,3 +212,22 @@ def test_applied_environment_keeps_other_allocator_options() -> None:
     assert environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512,expandable_segments:False"
     assert environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert environ["CUDA_VISIBLE_DEVICES"] == "MIG-1234"
+
+
+def test_bind_slice_refuses_a_uuid_no_driver_shows() -> None:
+    """With the real driver call, a UUID of no device here is refused as BackendUnavailableError
+    (no driver on a CPU machine, no such device on a GPU one). In a child process, so that the
+    driver never starts in the test process."""
+    script = (
+        "from mlperf_mig.engines.backends.vllm.settings import bind_slice\n"
+        "from mlperf_mig.errors import BackendUnavailableError\n"
+        "try:\n"
+        "    bind_slice({'CUDA_VISIBLE_DEVICES': 'MIG-00000000-0000-0000-0000-000000000000'})\n"
+        "except BackendUnavailableError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused:") and done.stdout.count("\n") == 1
