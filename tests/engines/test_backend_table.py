@@ -63,7 +63,7 @@ def _add_backend(folder: Path, name: str, declared: str) -> None:
 def test_a_backend_folder_is_all_it_takes(extra_backends: Path) -> None:
     """A new folder with a `BACKEND` class is listed, resolved and loaded without other edits."""
     _add_backend(extra_backends, "echo", "echo")
-    assert backend_names() == ("tensorrt", "onnxruntime", "null", "known_answer", "echo")
+    assert backend_names() == ("tensorrt", "onnxruntime", "vllm", "null", "known_answer", "echo")
     assert resolve_backend("echo") == "echo"
     assert backend_class("echo").framework == "Echo"
 
@@ -106,5 +106,5 @@ def test_doctor_lists_a_new_backend_folder(extra_backends: Path) -> None:
 
     _add_backend(extra_backends, "echo", "echo")
     statuses = {s.name: s for s in check_backends(has_gpu=False, cuda_major=None)}
-    assert list(statuses) == ["tensorrt", "onnxruntime", "null", "known_answer", "echo"]
+    assert list(statuses) == ["tensorrt", "onnxruntime", "vllm", "null", "known_answer", "echo"]
     assert statuses["echo"].ok and statuses["echo"].detail == "runs here (computes no model)"

@@ -54,7 +54,7 @@ def test_explicit_tensorrt_without_it_says_why() -> None:
 
 def test_unknown_backend_lists_known_ones() -> None:
     """A backend name outside the registry raises with the known names."""
-    with pytest.raises(BackendUnavailableError, match="tensorrt, onnxruntime, null"):
+    with pytest.raises(BackendUnavailableError, match="tensorrt, onnxruntime, vllm, null"):
         resolve_backend("openvino")
 
 

@@ -105,7 +105,13 @@ def test_backends_lists_every_backend(capsys: pytest.CaptureFixture[str]) -> Non
     """`mlperf-mig backends` prints one row per registered backend."""
     assert cli.main(["backends"]) == 0
     rows = capsys.readouterr().out.splitlines()[2:]
-    assert [r.split()[0] for r in rows] == ["tensorrt", "onnxruntime", "null", "known_answer"]
+    assert [r.split()[0] for r in rows] == [
+        "tensorrt",
+        "onnxruntime",
+        "vllm",
+        "null",
+        "known_answer",
+    ]
 
 
 def test_negative_seed(capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,7 +123,7 @@ def test_backends_json(capsys: pytest.CaptureFixture[str]) -> None:
     """`backends --json` lists every backend with whether it can run and why not."""
     assert cli.main(["backends", "--json"]) == 0
     infos = {info["name"]: info for info in json.loads(capsys.readouterr().out)}
-    assert list(infos) == ["tensorrt", "onnxruntime", "null", "known_answer"]
+    assert list(infos) == ["tensorrt", "onnxruntime", "vllm", "null", "known_answer"]
     assert infos["null"]["available"] is True and infos["null"]["reason"] is None
     assert infos["tensorrt"]["available"] == (infos["tensorrt"]["reason"] is None)
 
