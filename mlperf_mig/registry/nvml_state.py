@@ -203,7 +203,7 @@ def _read_gpu_or_its_error(nvml: NvmlModule, index: int) -> dict[str, Any]:
         return {
             **_in_order(_answered_before(gpu)),
             "error": nvml_error_name(exc),
-            "failed_query": watched.last or GPU_QUERIES[0],
+            "failed_query": watched.last,
         }
     return _in_order(gpu)
 

@@ -95,6 +95,21 @@ def test_a_gpu_lost_during_its_profile_queries_is_lost_not_without_profiles(
     assert "gi_profiles" not in gpu and "gi_profile_error" not in gpu
 
 
+def test_a_gpu_lost_at_its_placements_is_lost_at_that_query(load_state) -> None:
+    """GPU_IS_LOST from a placement query makes the GPU lost there; it is not recorded as a
+    profile whose placements could not be read."""
+
+    class LostInPlacements(RecordedNvml):
+        def nvmlDeviceGetGpuInstancePossiblePlacements(self, *args: Any) -> None:
+            raise nvml_error("UNKNOWN")
+
+    (gpu,) = read_nvml_state(LostInPlacements(load_state("h200-7x1g")))["gpus"]
+    assert (gpu["error"], gpu["failed_query"]) == (
+        "UNKNOWN",
+        "nvmlDeviceGetGpuInstancePossiblePlacements",
+    )
+
+
 def test_a_lost_gpu_offers_no_device_and_a_run_on_it_is_refused(catalog: Catalog) -> None:
     """A lost GPU has no usable device; asking to run on it is a PlacementError naming it."""
     lost = detect(RecordedNvml.from_file(AT_QUERY), catalog=catalog).gpus[0]
@@ -251,6 +266,14 @@ def _edited(state: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[st
             "gpus[0].gi_profile_error: expected an NVML error name",
         ),
         (("cuda_driver_version",), "12.4", "cuda_driver_version: expected a whole number"),
+        (("nvml_version",), 12, "the state.nvml_version: expected text"),
+        (("init_error",), "no driver", "init_error: expected an NVML error name"),
+        (("gpus", 0), "GPU 0", "gpus[0]: expected an object"),
+        (
+            ("gpus", 0, "gi_profiles", 0, "placements"),
+            [[0, "4"]],
+            "placements[0][1]: expected a whole",
+        ),
         (("gpus",), {"0": {}}, "gpus: expected a list"),
     ],
 )

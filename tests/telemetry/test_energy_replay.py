@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pynvml
 import pytest
 
+from mlperf_mig.registry.replay import _GpuHandle
 from mlperf_mig.telemetry.nvml import Device, NvmlReadings
 from mlperf_mig.telemetry.record import capabilities
 from mlperf_mig.telemetry.replay import RecordedTelemetry
@@ -110,12 +112,16 @@ def test_capabilities_leave_out_a_lost_gpu() -> None:
     assert [gpu["index"] for gpu in found["gpus"]] == [0]
 
 
+def test_capabilities_do_not_hide_an_error_that_is_not_a_lost_gpu() -> None:
+    """A GPU answering NO_PERMISSION is not taken for a lost one: the error reaches the caller."""
+    state = load_state(STUCK)
+    state["gpus"].append({"error": "NO_PERMISSION", "failed_query": "nvmlDeviceGetHandleByIndex"})
+    with pytest.raises(pynvml.NVMLError_NoPermission):
+        capabilities(RecordedTelemetry(state))
+
+
 def test_a_lost_gpu_answers_its_error_to_every_reading() -> None:
     """A replayed lost GPU answers GPU_IS_LOST to a power reading, as the driver did."""
-    import pynvml
-
-    from mlperf_mig.registry.replay import _GpuHandle
-
     state = load_state(STUCK)
     state["gpus"].append({"error": "GPU_IS_LOST", "failed_query": "nvmlDeviceGetMemoryInfo"})
     with pytest.raises(pynvml.NVMLError_GpuIsLost):
