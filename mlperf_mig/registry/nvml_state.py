@@ -433,7 +433,7 @@ def _check_gpu(gpu: Mapping[str, Any], where: str) -> None:
     if mode is not None and (
         not isinstance(mode, list)
         or len(mode) != 2
-        or any(m not in (0, 1) or m is True or m is False for m in mode)
+        or any(isinstance(m, bool) or m not in (0, 1) for m in mode)
     ):
         _refuse(f"{where}.mig_mode", "null or [current, pending] of 0 and 1", mode)
     _if_there(gpu, "gi_profile_error", _error_name, where)
