@@ -6,7 +6,7 @@ import argparse
 import json
 
 EXIT_OK = 0
-EXIT_SMOKE_FAILED = 1
+EXIT_SMOKE_FAILED = 1  # a smoke test failed or a GPU is lost
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -17,8 +17,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Read-only checks of this machine: driver, CUDA and NVML versions; each GPU's MIG "
             "modes and live profiles reconciled with the catalog; the vGPU a VM sees; the "
-            "backends and the command that fixes what is missing; a smoke test per device. "
-            "Exit 1 when a smoke test fails, else 0."
+            "backends and the command that fixes what is missing; a smoke test per device. A "
+            "lost GPU (GPU_IS_LOST, UNKNOWN, NOT_FOUND) is reported and the rest checked. "
+            "Exit 1 when a GPU is lost or a smoke test fails, else 0."
         ),
     )
     parser.add_argument(

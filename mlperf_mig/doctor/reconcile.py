@@ -47,10 +47,19 @@ class GpuCheck:
     # What the board needs before MIG can be on (catalog `prerequisites`: the RTX PRO Workstation
     # and Max-Q need compute mode and a minimum vBIOS); said while MIG is not on.
     prerequisites: str = ""
+    error: str | None = None  # GPU_IS_LOST, UNKNOWN or NOT_FOUND: the GPU could not be read
+    problem: str = ""  # for a lost GPU: what it answered to which query, and the fix
+
+    @property
+    def lost(self) -> bool:
+        return self.error is not None
 
     @property
     def verdict(self) -> str:
-        """'catalog matches', the differences in one line, or why nothing could be compared."""
+        """'catalog matches', the differences in one line, why nothing could be compared, or
+        that the GPU is lost."""
+        if self.lost:
+            return f"lost ({self.error}): nothing to compare"
         if self.catalog_gpu is None:
             return (
                 "not in the catalog: add a data file for it (systems/gpus/, see systems/README.md)"
@@ -98,6 +107,8 @@ def check_gpu(state: GpuState) -> GpuCheck:
         prerequisites=state.shipped_gpu.prerequisites
         if state.shipped_gpu is not None and not state.mig_current and state.vgpu is None
         else "",
+        error=state.error,
+        problem=state.problem,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from mlperf_mig._io import JsonData
+from mlperf_mig._text import printable
 from mlperf_mig.doctor.install import (
     WheelProblem,
     check_backends,
@@ -61,8 +62,9 @@ class DoctorReport:
 
     @property
     def ok(self) -> bool:
-        """No smoke test failed (catalog differences are findings, not failures)."""
-        return all(result.ok for result in self.smoke)
+        """No GPU is lost and no smoke test failed (catalog differences are findings, not
+        failures)."""
+        return not any(gpu.lost for gpu in self.gpus) and all(result.ok for result in self.smoke)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,7 +83,8 @@ class DoctorReport:
         }
 
     def text(self) -> str:
-        """The report for people: one line per finding."""
+        """The report for people: one line per finding; text NVML or a replayed file gave is
+        shown escaped (`printable`)."""
         lines = []
         if self.message:
             lines.append(self.message)
@@ -104,10 +107,12 @@ class DoctorReport:
             from mlperf_mig.telemetry.record import capability_lines
 
             lines.extend(f"telemetry: {line}" for line in capability_lines(dict(self.telemetry)))
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)
 
 
 def _gpu_lines(gpu: GpuCheck) -> list[str]:
+    if gpu.lost:
+        return [gpu.problem]
     mig = {None: "not capable", True: "on", False: "off"}
     head = (
         f"GPU {gpu.index} {gpu.name} ({gpu.catalog_gpu or 'not in the catalog'}): MIG "
@@ -126,6 +131,7 @@ def _gpu_lines(gpu: GpuCheck) -> list[str]:
         )
         head += f"; inside a VM: vGPU {vgpu['type_name']}, {what}"
     lines = [head, f"GPU {gpu.index}: {gpu.verdict}"]
+    lines.extend(f"GPU {gpu.index}: note: {note}" for note in gpu.notes)
     if gpu.prerequisites:
         lines.append(
             f"GPU {gpu.index}: before MIG can be enabled on {gpu.catalog_gpu}: {gpu.prerequisites}"
@@ -149,7 +155,7 @@ def diagnose(
     detection = detection_from_state(state, catalog)
     cuda = detection.cuda_version
     installed = installed_versions() if versions is None else dict(versions)
-    has_gpu = bool(detection.gpus)
+    has_gpu = any(not gpu.lost for gpu in detection.gpus)
     backends = check_backends(
         has_gpu=has_gpu and source is None, cuda_major=cuda[0] if cuda else None
     )
@@ -230,6 +236,8 @@ def _smoke(
         ), "GPU part skipped: the GPUs of a replayed state are not on this machine"
     if not detection.gpus:
         return smoke_all([], []), "GPU part skipped: no GPU on this machine; the CPU reference ran"
+    if all(gpu.lost for gpu in detection.gpus):
+        return smoke_all([], []), "GPU part skipped: every GPU is lost; the CPU reference ran"
     devices = smoke_devices(detection)
     note = (
         "" if gpu_backends else "GPU part skipped: no GPU backend is usable (see the fixes above)"

@@ -36,6 +36,7 @@ from mlperf_mig.placement.one_gpu import (
     resolve_gpu,
     resolve_layout,
 )
+from mlperf_mig.registry.devices import refuse_lost_gpu
 
 if TYPE_CHECKING:
     from mlperf_mig.registry.catalog import Catalog
@@ -76,6 +77,7 @@ def choose_system(
     deployments = []
     for state in states:
         scenario = _layout_of(options, state.index)
+        refuse_lost_gpu(state)
         if not (state.mig_current or state.mig_vgpu) and not options.shared:
             why = "has MIG disabled" if state.mig_current is not None else "does not support MIG"
             raise PlacementError(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from mlperf_mig.emulation.cpu_budget import emulated_cpu_budgets
 from mlperf_mig.errors import NameParseError, PlacementError, UnknownGpuError
 from mlperf_mig.placement.deployment import Deployment, ScenarioSpec, instance_slot
-from mlperf_mig.registry.devices import describe_profiles, match_layout
+from mlperf_mig.registry.devices import describe_profiles, match_layout, refuse_lost_gpu
 
 if TYPE_CHECKING:
     from mlperf_mig.registry.catalog import Catalog
@@ -263,6 +263,7 @@ def gpu_deployment(
 ) -> Deployment:
     """The layout on the live GPU `state` (a registry GpuState): its MIG devices or vGPU, the
     whole GPU time-shared when `shared`, else a one-line refusal saying how to get there."""
+    refuse_lost_gpu(state)
     if state.catalog_gpu is None:
         raise UnknownGpuError(
             f"GPU {state.index} ({state.name}) is not in the catalog; add a data file for it to "

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlperf_mig._cli_args import whole_number
 from mlperf_mig._table import text_table
+from mlperf_mig._text import printable
 
 if TYPE_CHECKING:
     from mlperf_mig.registry.catalog import Catalog
@@ -287,20 +288,31 @@ def _detect(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json(detection.to_dict())
     if detection.message:
-        print(detection.message)
+        print(printable(detection.message))
         return EXIT_OK
-    print(text_table([_gpu_row(g) for g in detection.gpus], list(_gpu_row(detection.gpus[0]))))
-    devices = [_device_row(g.index, d) for g in detection.gpus for d in g.mig_devices]
+    # what NVML or a replayed file says is shown escaped (discovery did so; this keeps it so)
+    rows = [_printable_row(_gpu_row(g)) for g in detection.gpus]
+    print(text_table(rows, list(rows[0])))
+    devices = [
+        _printable_row(_device_row(g.index, d)) for g in detection.gpus for d in g.mig_devices
+    ]
     if devices:
         print()
         print(text_table(devices, list(devices[0])))
     for gpu in detection.gpus:
+        if gpu.lost:
+            print(printable(gpu.problem))
+    for gpu in detection.gpus:
         if gpu.vgpu is not None:
-            print(f"GPU {gpu.index}: {_vgpu_line(gpu.vgpu)}")
+            print(printable(f"GPU {gpu.index}: {_vgpu_line(gpu.vgpu)}"))
     for gpu in detection.gpus:
         for note in gpu.disagreements:
-            print(f"GPU {gpu.index}: {note}")
+            print(printable(f"GPU {gpu.index}: {note}"))
     return EXIT_OK
+
+
+def _printable_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: printable(v) if isinstance(v, str) else v for k, v in row.items()}
 
 
 def _check_record_target(name: str) -> None:
@@ -319,10 +331,23 @@ def _check_record_target(name: str) -> None:
 
 def _gpu_row(gpu: GpuState) -> dict[str, Any]:
     mig = {None: "not capable", True: "on", False: "off"}
+    if gpu.lost:
+        return {
+            "gpu": gpu.index,
+            "name": gpu.name or None,
+            "state": f"lost: {gpu.error} at {gpu.failed_query}",
+            "catalog": None,
+            "memory MiB": gpu.memory_mib,
+            "vGPU": None,
+            "MIG now": None,
+            "MIG pending": None,
+            "layout": None,
+        }
     layout = gpu.layout()
     return {
         "gpu": gpu.index,
         "name": gpu.name,
+        "state": "ok",
         "catalog": gpu.catalog_gpu.name if gpu.catalog_gpu else None,
         "memory MiB": gpu.memory_mib,
         "vGPU": gpu.vgpu.type_name if gpu.vgpu else None,

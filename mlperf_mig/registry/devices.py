@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mlperf_mig.errors import LiveLayoutMismatchError
+from mlperf_mig.errors import LiveLayoutMismatchError, PlacementError
+from mlperf_mig.registry.discovery import lost_answer, lost_fix
 from mlperf_mig.registry.mig_setup import mig_setup
 from mlperf_mig.registry.model import Layout, Profile
 
@@ -139,9 +140,12 @@ def describe_profiles(names: Sequence[str]) -> str:
 def usable_devices(state: GpuState) -> tuple[LiveDevice, ...]:
     """The devices of one detected GPU: its GPU instances, its MIG-backed vGPU, or the whole GPU.
 
-    A GPU with MIG on but no GPU instance offers nothing; a GPU instance is offered through its
-    first compute instance (match_layout refuses a GPU instance split into several).
+    A GPU with MIG on but no GPU instance offers nothing, nor does a lost GPU; a GPU instance is
+    offered through its first compute instance (match_layout refuses a GPU instance split into
+    several).
     """
+    if state.lost:
+        return ()
     model = state.catalog_gpu.name if state.catalog_gpu else state.name
     if state.vgpu is not None:
         kind = "vgpu" if state.mig_vgpu else "gpu"
@@ -184,6 +188,17 @@ def usable_devices(state: GpuState) -> tuple[LiveDevice, ...]:
             kind="gpu", gpu_index=state.index, gpu_model=model, profile=None, uuid=state.uuid
         ),
     )
+
+
+def refuse_lost_gpu(state: GpuState) -> None:
+    """PlacementError in one line naming a lost GPU a run asked for (what it answered, the fix);
+    nothing for a GPU that was read."""
+    if state.lost:
+        raise PlacementError(
+            f"{state.label} cannot run the layout: it {lost_answer(state.error or '', state.failed_query or '')}; "
+            f"fix: {lost_fix(state.index)}; or run on the other GPUs: select them with --gpus / "
+            "gpus= (see `mlperf-mig detect`)"
+        )
 
 
 def node_inventory(detection: Detection) -> tuple[LiveDevice, ...]:

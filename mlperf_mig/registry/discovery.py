@@ -3,7 +3,11 @@
 Two steps: `read_nvml_state(nvml)` (registry/nvml_state.py) asks NVML and returns plain data (the
 format that `RecordedNvml` replays and `mlperf-mig detect --record` writes); `detect()` matches that state
 against the catalog. Live data wins over the shipped table and every disagreement is reported.
-No driver and no GPU are normal answers with a message, never an exception.
+No driver and no GPU are normal answers with a message, never an exception; nor is a GPU that
+answered GPU_IS_LOST, UNKNOWN or NOT_FOUND: it is a GpuState in an error state (`lost`), its
+`problem` says what failed and the fix, and the other GPUs are read as usual. Every string of a
+state (names, UUIDs, versions) reaches the records through `printable`: a replayed or recorded
+state is untrusted, and a control character in it must not reach a terminal.
 
 NVML quirks honoured here (reference mig-profiles.md section 4): profile *constants* (0..N) are
 what GetGpuInstanceProfileInfo takes, profile *IDs* (19, 14, ...) what placements and GPU
@@ -39,6 +43,7 @@ from typing import Any
 import attrs
 import pynvml
 
+from mlperf_mig._text import printable
 from mlperf_mig.errors import NameParseError
 from mlperf_mig.registry.catalog import Catalog, default_catalog
 from mlperf_mig.registry.model import (
@@ -178,13 +183,14 @@ class VgpuDevice:
 
 @attrs.frozen(kw_only=True)
 class GpuState:
-    """One physical GPU as NVML sees it, matched against the catalog."""
+    """One physical GPU as NVML sees it, matched against the catalog; or, with `error`, a GPU
+    that could not be read (lost), with what it answered before."""
 
     index: int
-    name: str
-    uuid: str
-    pci_device_id: int
-    memory_mib: int
+    name: str  # "" where a lost GPU did not say
+    uuid: str  # "" where a lost GPU did not say
+    pci_device_id: int | None  # None where a lost GPU did not say
+    memory_mib: int | None  # None where a lost GPU did not say
     mig_current: bool | None
     mig_pending: bool | None
     catalog_gpu: Gpu | None
@@ -195,6 +201,29 @@ class GpuState:
         None  # "none", "passthrough", "vgpu" (a VM guest), ...; None: unknown
     )
     vgpu: VgpuDevice | None = None  # set inside a VM whose GPU is a vGPU
+    error: str | None = None  # GPU_IS_LOST, UNKNOWN or NOT_FOUND: the GPU could not be read
+    failed_query: str | None = None  # the NVML function that answered `error`
+
+    @property
+    def lost(self) -> bool:
+        """True for a GPU that answered GPU_IS_LOST, UNKNOWN or NOT_FOUND (nothing runs on it)."""
+        return self.error is not None
+
+    @property
+    def label(self) -> str:
+        """'GPU 1 (NVIDIA H100 80GB HBM3)', or 'GPU 1' where a lost GPU gave no name."""
+        return f"GPU {self.index} ({self.name})" if self.name else f"GPU {self.index}"
+
+    @property
+    def problem(self) -> str:
+        """For a lost GPU, what NVML answered to which query and the fix, in one sentence; ""
+        for a healthy one."""
+        if self.error is None:
+            return ""
+        return (
+            f"{self.label} {lost_answer(self.error, self.failed_query or '')}, so nothing can "
+            f"run on it; fix: {lost_fix(self.index)}"
+        )
 
     @property
     def mig_vgpu(self) -> bool:
@@ -207,9 +236,12 @@ class GpuState:
         return {
             "index": self.index,
             "name": self.name,
-            "uuid": self.uuid,
-            "pci_device_id": f"0x{self.pci_device_id:08X}",
+            "uuid": self.uuid or None,
+            "pci_device_id": None if self.pci_device_id is None else f"0x{self.pci_device_id:08X}",
             "memory_mib": self.memory_mib,
+            "error": self.error,
+            "failed_query": self.failed_query,
+            "problem": self.problem or None,
             "virtualization": self.virtualization,
             "vgpu": self.vgpu.to_dict() if self.vgpu else None,
             "mig_current": self.mig_current,
@@ -262,18 +294,22 @@ def detect(source: NvmlModule | None = None, *, catalog: Catalog | None = None) 
     """Find the GPUs and live MIG devices. `source` replaces `pynvml` (tests pass RecordedNvml).
 
     Each GPU's discovery notes (`disagreements`) are logged as warnings here, for callers that
-    show nothing else of them (a run); `detect` and `doctor` print them themselves, once, from
+    show nothing else of them (a run), and a lost GPU's problem at info level (a run that asks
+    for it is refused with it); `detect` and `doctor` print them themselves, once, from
     `detection_from_state`, which logs nothing."""
     state = read_nvml_state(pynvml if source is None else source)
     detection = detection_from_state(state, catalog or default_catalog())
     for gpu in detection.gpus:
+        if gpu.lost:  # a run that asks for it is refused saying so; one that does not, runs
+            log.info("%s", gpu.problem)
         for note in gpu.disagreements:
             log.warning("GPU %d (%s): %s", gpu.index, gpu.name, note)
     return detection
 
 
 def detection_from_state(state: Mapping[str, Any], catalog: Catalog) -> Detection:
-    """Interpret a state written by `read_nvml_state`."""
+    """Interpret a state written by `read_nvml_state` (its text shown escaped: `printable`)."""
+    state = _printable_state(state)
     if state.get("init_error"):
         return Detection(gpus=(), message=_no_driver_message(state["init_error"]))
     gpus = tuple(_gpu_state(i, gpu, catalog) for i, gpu in enumerate(state["gpus"]))
@@ -287,6 +323,61 @@ def detection_from_state(state: Mapping[str, Any], catalog: Catalog) -> Detectio
     )
 
 
+def _printable_state(value: Any) -> Any:
+    """The state with every string passed through `printable` (a GPU name with an escape
+    sequence in a replay, or from a misbehaving driver, is shown, never run by a terminal)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, Mapping):
+        return {printable(k): _printable_state(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable_state(v) for v in value]
+    return value
+
+
+# What each error a lost GPU answered means.
+_LOST_MEANING = {
+    "GPU_IS_LOST": "it fell off the bus or the driver lost it",
+    "UNKNOWN": "an internal driver error",
+    "NOT_FOUND": "it went away after NVML counted it",
+}
+
+
+def lost_answer(error: str, query: str) -> str:
+    """'answered GPU_IS_LOST to nvmlDeviceGetMemoryInfo (it fell off the bus or the driver lost
+    it)': what a lost GPU said."""
+    return f"answered {error} to {query or 'a query'} ({_LOST_MEANING.get(error, 'unreadable')})"
+
+
+def lost_fix(index: int) -> str:
+    """How to get a lost GPU back."""
+    return (
+        f"look for an Xid error in `dmesg` and at `nvidia-smi -i {index}`, then reset the GPU "
+        f"as root (`nvidia-smi -r -i {index}`) or reboot"
+    )
+
+
+def _lost_gpu_state(index: int, gpu: Mapping[str, Any]) -> GpuState:
+    """A GPU recorded in an error state: what it answered before, and the error."""
+    pci = gpu.get("pci_device_id")
+    memory = gpu.get("memory_total_bytes")
+    return GpuState(
+        index=index,
+        name=gpu.get("name") or "",
+        uuid=gpu.get("uuid") or "",
+        pci_device_id=None if pci is None else int(pci, 16),
+        memory_mib=None if memory is None else memory // 2**20,
+        mig_current=None,
+        mig_pending=None,
+        catalog_gpu=None,
+        shipped_gpu=None,
+        mig_devices=(),
+        disagreements=(),
+        error=gpu["error"],
+        failed_query=gpu.get("failed_query"),
+    )
+
+
 def _no_driver_message(error: str) -> str:
     return (
         f"no NVIDIA GPU is usable here: NVML could not start ({error.replace('_', ' ').lower()}); "
@@ -295,6 +386,8 @@ def _no_driver_message(error: str) -> str:
 
 
 def _gpu_state(index: int, gpu: Mapping[str, Any], catalog: Catalog) -> GpuState:
+    if gpu.get("error"):
+        return _lost_gpu_state(index, gpu)
     pci = int(gpu["pci_device_id"], 16)
     subsystem = int(gpu.get("pci_subsystem_id", "0x0"), 16)
     shipped = catalog.by_pci_device_id(pci, subsystem, gpu["name"])

@@ -4,6 +4,8 @@
 shapes: ctypes structures, caller-allocated placement arrays filled through `byref` counts, a
 ctypes `c_uint` from `nvmlDeviceIsMigDeviceHandle`, and `pynvml.NVMLError` subclasses. Tests pass
 it to `detect(source=...)`; `read_nvml_state(pynvml)` writes the same format from a live GPU.
+A GPU recorded in an error state (`error`, `failed_query`: a lost GPU) answers its error to the
+failed query and to every query whose answer was not recorded, as the driver did.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from mlperf_mig.registry.nvml_state import (
     NvmlProfileInfo,
     NvmlValue,
     c_nvmlGpuInstanceProfileInfo_v3_t,
+    check_state,
     read_nvml_state,
 )
 
@@ -74,6 +77,13 @@ class RecordedNvml:
                 f"{file}: field format is not {STATE_FORMAT!r}; record the state with "
                 "`mlperf-mig detect --record FILE`"
             )
+        try:
+            check_state(state)
+        except ValueError as exc:
+            raise DataFileError(
+                f"{file}: not a recorded NVML state ({exc}); record it again with "
+                "`mlperf-mig detect --record FILE`"
+            ) from None
         recorded = cls(state)
         try:
             read_nvml_state(recorded)  # a field missing from a hand-edited file fails here, named
@@ -112,40 +122,51 @@ class RecordedNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _GpuHandle:
         if not 0 <= index < len(self.state["gpus"]):
             raise nvml_error("INVALID_ARGUMENT")
+        gpu = self.state["gpus"][index]
+        if gpu.get("error") and gpu.get("failed_query") == "nvmlDeviceGetHandleByIndex":
+            raise nvml_error(gpu["error"])
         return _GpuHandle(index)
 
     # --- one GPU ------------------------------------------------------------------------
-    def _gpu(self, handle: _GpuHandle | _MigHandle | _GpuInstanceHandle) -> Mapping[str, Any]:
+    def _gpu(
+        self, handle: _GpuHandle | _MigHandle | _GpuInstanceHandle, field: str | None = None
+    ) -> Mapping[str, Any]:
+        """The recorded GPU; a GPU in an error state raises its error where `field`, the answer
+        a query needs, was not recorded (it was lost before that query)."""
         index = handle.index if isinstance(handle, _GpuHandle) else handle.gpu
-        return self.state["gpus"][index]
+        gpu = self.state["gpus"][index]
+        if gpu.get("error") and (field is None or field not in gpu):
+            raise nvml_error(gpu["error"])
+        return gpu
 
     def nvmlDeviceGetName(self, handle: _GpuHandle) -> str:
-        return self._gpu(handle)["name"]
+        return self._gpu(handle, "name")["name"]
 
     def nvmlDeviceGetUUID(self, handle: _GpuHandle | _MigHandle) -> str:
         if isinstance(handle, _MigHandle):
             return self._mig(handle)["uuid"]
-        return self._gpu(handle)["uuid"]
+        return self._gpu(handle, "uuid")["uuid"]
 
     def nvmlDeviceGetPciInfo(self, handle: _GpuHandle) -> pynvml.nvmlPciInfo_t:
+        gpu = self._gpu(handle, "pci_device_id")
         info = pynvml.nvmlPciInfo_t()
-        info.pciDeviceId = int(self._gpu(handle)["pci_device_id"], 16)
-        info.pciSubSystemId = int(self._gpu(handle).get("pci_subsystem_id", "0x0"), 16)
+        info.pciDeviceId = int(gpu["pci_device_id"], 16)
+        info.pciSubSystemId = int(gpu.get("pci_subsystem_id", "0x0"), 16)
         return info
 
     def nvmlDeviceGetMemoryInfo(self, handle: _GpuHandle) -> pynvml.c_nvmlMemory_t:
         info = pynvml.c_nvmlMemory_t()
-        info.total = self._gpu(handle)["memory_total_bytes"]
+        info.total = self._gpu(handle, "memory_total_bytes")["memory_total_bytes"]
         return info
 
     def nvmlDeviceGetVirtualizationMode(self, handle: _GpuHandle) -> int:
-        mode = self._gpu(handle).get("virtualization_mode")
+        mode = self._gpu(handle, "virtualization_mode").get("virtualization_mode")
         if mode is None:  # not recorded (older states) or not supported by that driver
             raise nvml_error("NOT_SUPPORTED")
         return mode
 
     def nvmlDeviceGetMigMode(self, handle: _GpuHandle) -> list[int]:
-        mode = self._gpu(handle).get("mig_mode")
+        mode = self._gpu(handle, "mig_mode").get("mig_mode")
         if mode is None:
             raise nvml_error("NOT_SUPPORTED")
         return list(mode)
@@ -155,7 +176,7 @@ class RecordedNvml:
     ) -> pynvml.c_nvmlGpuInstanceProfileInfo_v2_t | c_nvmlGpuInstanceProfileInfo_v3_t:
         """The v2 struct, or with version=3 the v3 struct when the recording has `capabilities`
         (a state recorded without them replays as a driver that refuses v3)."""
-        gpu = self._gpu(handle)
+        gpu = self._gpu(handle, "gi_profiles")
         if profile in gpu.get("invalid_profile_constants", ()):
             raise nvml_error("INVALID_ARGUMENT")
         if gpu.get("gi_profile_error"):
@@ -181,7 +202,12 @@ class RecordedNvml:
         self, handle: _GpuHandle, profile_id: int, placements: NvmlOut, count_ref: NvmlOut
     ) -> int:
         entry = next(
-            (p for p in self._gpu(handle).get("gi_profiles", []) if p["id"] == profile_id), None
+            (
+                p
+                for p in self._gpu(handle, "gi_profiles").get("gi_profiles", [])
+                if p["id"] == profile_id
+            ),
+            None,
         )
         if entry is None:
             raise nvml_error("INVALID_ARGUMENT")
@@ -201,18 +227,20 @@ class RecordedNvml:
         return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: _GpuHandle) -> int:
-        gpu = self._gpu(handle)
+        gpu = self._gpu(handle, "max_mig_device_count")
         return gpu.get("max_mig_device_count", 0) if (gpu.get("mig_mode") or [0])[0] else 0
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _GpuHandle, index: int) -> _MigHandle:
-        if not any(m["index"] == index for m in self._gpu(handle).get("mig_devices", [])):
+        if not any(
+            m["index"] == index for m in self._gpu(handle, "mig_devices").get("mig_devices", [])
+        ):
             raise nvml_error("NOT_FOUND")
         return _MigHandle(handle.index, index)
 
     def nvmlDeviceGetGpuInstanceById(
         self, handle: _GpuHandle, gpu_instance_id: int
     ) -> _GpuInstanceHandle:
-        gpu = self._gpu(handle)
+        gpu = self._gpu(handle, "gpu_instances")
         if gpu.get("gpu_instance_error"):
             raise nvml_error(gpu["gpu_instance_error"])
         if not any(g["id"] == gpu_instance_id for g in gpu.get("gpu_instances", [])):
@@ -221,7 +249,9 @@ class RecordedNvml:
 
     def nvmlGpuInstanceGetInfo(self, handle: _GpuInstanceHandle) -> pynvml.c_nvmlGpuInstanceInfo_t:
         entry = next(
-            g for g in self._gpu(handle)["gpu_instances"] if g["id"] == handle.gpu_instance_id
+            g
+            for g in self._gpu(handle, "gpu_instances")["gpu_instances"]
+            if g["id"] == handle.gpu_instance_id
         )
         info = pynvml.c_nvmlGpuInstanceInfo_t()
         info.id, info.profileId = entry["id"], entry["profile_id"]
@@ -230,7 +260,9 @@ class RecordedNvml:
 
     # --- MIG devices --------------------------------------------------------------------
     def _mig(self, handle: _MigHandle) -> Mapping[str, Any]:
-        return next(m for m in self._gpu(handle)["mig_devices"] if m["index"] == handle.index)
+        return next(
+            m for m in self._gpu(handle, "mig_devices")["mig_devices"] if m["index"] == handle.index
+        )
 
     def nvmlDeviceIsMigDeviceHandle(self, handle: _GpuHandle | _MigHandle) -> ctypes.c_uint:
         return ctypes.c_uint(int(isinstance(handle, _MigHandle)))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pynvml
 
+from mlperf_mig.registry.nvml_state import gpu_lost
 from mlperf_mig.telemetry.host import PackageEnergy
 from mlperf_mig.telemetry.nvml import GPM_METRICS, Device, NvmlReadings, error_name
 from mlperf_mig.telemetry.recorder import dcgm_bindings
@@ -34,24 +35,32 @@ _GPU_KEYS = {  # reading column -> the replay format's key and its unit factor b
 
 
 def _devices(nvml: NvmlModule) -> list[Device]:
-    """Every GPU of the machine, or its MIG devices where MIG is on, as sampler devices."""
+    """Every GPU of the machine, or its MIG devices where MIG is on, as sampler devices; a lost
+    GPU (discovery reports it) is left out."""
     devices = []
     for index in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        migs = []
-        for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
-            try:
-                migs.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
-            except (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument):
-                continue
-        if migs:
-            devices += [
-                Device(f"gpu{index}-mig{k}", _text(nvml.nvmlDeviceGetUUID(m)))
-                for k, m in enumerate(migs)
-            ]
-        else:
-            devices.append(Device(f"gpu{index}", _text(nvml.nvmlDeviceGetUUID(handle))))
+        try:
+            devices += _gpu_devices(nvml, index)
+        except pynvml.NVMLError as exc:
+            if not gpu_lost(exc):
+                raise
     return devices
+
+
+def _gpu_devices(nvml: NvmlModule, index: int) -> list[Device]:
+    """GPU `index`, or its MIG devices where MIG is on, as sampler devices."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    migs = []
+    for slot in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            migs.append(nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot))
+        except (pynvml.NVMLError_NotFound, pynvml.NVMLError_InvalidArgument):
+            continue
+    if not migs:
+        return [Device(f"gpu{index}", _text(nvml.nvmlDeviceGetUUID(handle)))]
+    return [
+        Device(f"gpu{index}-mig{k}", _text(nvml.nvmlDeviceGetUUID(m))) for k, m in enumerate(migs)
+    ]
 
 
 def _text(value: str | bytes) -> str:

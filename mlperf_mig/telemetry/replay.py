@@ -3,7 +3,8 @@
 It extends the registry's `RecordedNvml` (which replays a recorded GPU state for discovery) with
 the calls the sampler makes, keeping NVML's conventions: board power in mW, the energy counter in
 mJ since the driver loaded (it grows with the power; `energy_reset_at_step` restarts it, as a
-driver reload does), clocks in MHz, the clock-event reasons as a bit mask, whole-GPU utilisation
+driver reload does; from `energy_stuck_from_step` on it stops moving, as a broken counter did
+while board power read 403-493 W), clocks in MHz, the clock-event reasons as a bit mask, whole-GPU utilisation
 NOT_SUPPORTED on a MIG-enabled GPU, GPM samples as opaque `c_nvmlGpmSample_t` pointers from
 `nvmlGpmSampleAlloc`, filled per GPU instance by `nvmlGpmMigSampleGet`, and metrics only between
 two of them (`nvmlGpmMetricsGet`). A quantity recorded as an error name ("NOT_SUPPORTED") raises
@@ -13,6 +14,7 @@ The state's "telemetry" section holds sequences, one value per `interval_s` step
 `nvmlInit` (the replay's `clock`), repeated when the run is longer:
     {"interval_s": 0.1,
      "gpus": {"0": {"power_mw": [...], "energy_mj_at_init": 123456789, "energy_reset_at_step": 40,
+                    "energy_stuck_from_step": 0,
                     "idle_power_mw": 90000, "load_from_step": 10,
                     "sm_clock_mhz": [...], "mem_clock_mhz": [...], "temperature_c": [...],
                     "clock_events": [...], "utilization_pct": [...], "gpm": true}},
@@ -78,6 +80,7 @@ class RecordedTelemetry(RecordedNvml):
         return sequence[(self._step() if step is None else step) % len(sequence)]
 
     def _gpu_record(self, handle: _GpuHandle) -> Mapping[str, Any] | None:
+        self._gpu(handle)  # a lost GPU answers its error to every reading
         return (self.telemetry.get("gpus") or {}).get(str(handle.index))
 
     def _mig_record(self, handle: _MigHandle) -> Mapping[str, Any] | None:
@@ -87,7 +90,7 @@ class RecordedTelemetry(RecordedNvml):
     def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> _GpuHandle | _MigHandle:
         text = uuid.decode() if isinstance(uuid, bytes) else uuid
         for index, gpu in enumerate(self.state["gpus"]):
-            if gpu["uuid"] == text:
+            if gpu.get("uuid") == text:
                 return _GpuHandle(index)
             for mig in gpu.get("mig_devices", []):
                 if mig["uuid"] == text:
@@ -115,7 +118,8 @@ class RecordedTelemetry(RecordedNvml):
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: _GpuHandle) -> int:
         """mJ since the driver loaded: the counter at init plus the power over the steps since,
-        restarted from 0 at `energy_reset_at_step` (a driver reload)."""
+        restarted from 0 at `energy_reset_at_step` (a driver reload), frozen from
+        `energy_stuck_from_step` on (a counter that does not move)."""
         record = self._gpu_record(handle)
         power = None if record is None else record.get("power_mw")
         if (
@@ -130,6 +134,9 @@ class RecordedTelemetry(RecordedNvml):
             raise nvml_error("NOT_SUPPORTED")
         interval = float(self.telemetry.get("interval_s", 0.1))
         step = self._step()
+        stuck = record.get("energy_stuck_from_step")
+        if stuck is not None:
+            step = min(step, stuck)
         reset = record.get("energy_reset_at_step")
         first, base = (
             (reset, 0) if reset is not None and step >= reset else (0, record["energy_mj_at_init"])
@@ -152,7 +159,9 @@ class RecordedTelemetry(RecordedNvml):
         return int(self._value(self._gpu_record(handle), "clock_events"))
 
     def nvmlDeviceGetUtilizationRates(self, handle: _GpuHandle) -> pynvml.c_nvmlUtilization_t:
-        if (self._gpu(handle).get("mig_mode") or [0])[0] == pynvml.NVML_DEVICE_MIG_ENABLE:
+        if (self._gpu(handle, "mig_mode").get("mig_mode") or [0])[
+            0
+        ] == pynvml.NVML_DEVICE_MIG_ENABLE:
             raise nvml_error("NOT_SUPPORTED")  # NVML's answer on every MIG-enabled GPU
         rates = pynvml.c_nvmlUtilization_t()
         rates.gpu = int(self._value(self._gpu_record(handle), "utilization_pct"))
@@ -203,7 +212,7 @@ class RecordedTelemetry(RecordedNvml):
             raise nvml_error("NOT_SUPPORTED")
         if not any(
             m["gpu_instance_id"] == gpu_instance_id
-            for m in self._gpu(handle).get("mig_devices", [])
+            for m in self._gpu(handle, "mig_devices").get("mig_devices", [])
         ):
             raise nvml_error("NOT_FOUND")
         sample = self._gpm_record(pointer)

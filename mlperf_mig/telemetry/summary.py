@@ -392,7 +392,8 @@ def gpu_energy(
 ) -> tuple[float | None, str, str | None]:
     """(energy J, its source, a note) of one GPU over the window: the energy counter where it
     reads and agrees with the integral of board power (COUNTER_AGREES), else the integral, with a
-    note naming the counter (a stuck one: it did not move while power read above idle)."""
+    note naming the counter (a stuck one: it did not move while power read above idle); a
+    counter that went back within the window (a reset) is bridged by power and noted."""
     start, end = window.start_unix_s, window.end_unix_s
     from_counter = counter_energy(*counter, *power, start, end)
     integral = power_energy(*power, start, end)
@@ -404,7 +405,13 @@ def gpu_energy(
     assert integral is not None  # narrowed above: a positive integral
     ratio = from_counter / integral
     if COUNTER_AGREES[0] <= ratio <= COUNTER_AGREES[1]:
-        return from_counter, "NVML total energy counter", None
+        reset = (
+            f"GPU {index}: its energy counter went back within the window (a reset or a driver "
+            "reload); the interval across it counts board power x time"
+            if _went_back(*counter, start, end)
+            else None
+        )
+        return from_counter, "NVML total energy counter", reset
     mean_w = integral / window.duration_s if window.duration_s > 0 else 0.0
     if from_counter == 0 and (idle_power_w is None or mean_w > idle_power_w):
         why = f"its energy counter did not move while board power read {mean_w:.0f} W"
@@ -415,6 +422,13 @@ def gpu_energy(
         )
     note = f"GPU {index}: {why}; its energy is the integral of board power"
     return integral, "NVML board power, integrated (the energy counter disagreed)", note
+
+
+def _went_back(times: np.ndarray, counter: np.ndarray, start: float, end: float) -> bool:
+    """Whether the counter steps backwards between two readings that overlap the window."""
+    steps = np.diff(counter)
+    overlapping = (times[1:] > start) & (times[:-1] < end)
+    return bool(np.any((steps < 0) & overlapping))
 
 
 def flag_seconds(

@@ -236,7 +236,7 @@ def test_replay_missing_a_field_is_one_line_and_exit_2(
     path.write_text(json.dumps(state))
     code, _, err = _run(capsys, "detect", "--replay", str(path))
     assert code == 2 and err.count("\n") == 1
-    assert "edited.json: the recorded NVML state is incomplete (KeyError: 'name')" in err
+    assert "edited.json: not a recorded NVML state (gpus[0].name: expected text" in err
 
 
 def test_detect_shows_a_mig_backed_vgpu(capsys: pytest.CaptureFixture[str]) -> None:

@@ -243,18 +243,41 @@ def test_placement_arrays_are_sized_from_the_count_query(load_state) -> None:
     assert source.sizes == [7, 3, 2, 1, 1, 7, 4]
 
 
-@attrs.frozen
-class _LostGpu(RecordedNvml):
-    """A source whose GPU falls off the bus while it is being read."""
+def _failing_gpu(state: dict[str, Any], error: int) -> RecordedNvml:
+    """A source whose GPU answers `error` to nvmlDeviceGetMemoryInfo while it is being read."""
 
-    def nvmlDeviceGetMemoryInfo(self, handle: object) -> None:
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+    class Failing(RecordedNvml):
+        def nvmlDeviceGetMemoryInfo(self, handle: object) -> None:
+            raise pynvml.NVMLError(error)
+
+    return Failing(state)
 
 
-def test_nvml_failing_mid_read_is_a_discovery_error(load_state, catalog: Catalog) -> None:
-    """An NVML error after a successful start raises DiscoveryError naming the NVML error."""
-    with pytest.raises(DiscoveryError, match="GPU is lost"):
-        detect(_LostGpu(load_state("h200-7x1g")), catalog=catalog)
+@pytest.mark.parametrize("error", ["GPU_IS_LOST", "UNKNOWN", "NOT_FOUND"])
+def test_a_gpu_lost_mid_read_is_a_gpu_in_an_error_state(
+    load_state, catalog: Catalog, error: str
+) -> None:
+    """A GPU that answers GPU_IS_LOST, UNKNOWN or NOT_FOUND to a later query is recorded with what
+    it answered before, the error and the query, not raised for the whole machine."""
+    source = _failing_gpu(load_state("h200-7x1g"), getattr(pynvml, f"NVML_ERROR_{error}"))
+    (gpu,) = detect(source, catalog=catalog).gpus
+    assert (gpu.lost, gpu.error, gpu.failed_query) == (True, error, "nvmlDeviceGetMemoryInfo")
+    assert (gpu.name, gpu.memory_mib, gpu.catalog_gpu, gpu.mig_devices) == (
+        "NVIDIA H200",
+        None,
+        None,
+        (),
+    )
+
+
+def test_another_nvml_error_mid_read_is_still_a_discovery_error(
+    load_state, catalog: Catalog
+) -> None:
+    """An error that does not say the GPU is gone (a driver/library mismatch) still stops
+    discovery with DiscoveryError naming it."""
+    source = _failing_gpu(load_state("h200-7x1g"), pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+    with pytest.raises(DiscoveryError, match="RM has detected an NVML/RM version mismatch"):
+        detect(source, catalog=catalog)
 
 
 def test_a_gpu_without_mig_has_no_catalog_record(load_state, catalog: Catalog) -> None:
