@@ -62,11 +62,15 @@ LoadGenLogSettings = Any  # an lg.LogSettings (mlperf_loadgen ships no type info
 
 
 class CompletionCounts(Protocol):
-    """What completed the samples of a test: the harness's BatchRunner or the runner's dispatcher."""
+    """What completed the samples of a test: the harness's BatchRunner, the runner's dispatcher
+    or a token completer (read-only members: any of them may compute them)."""
 
-    completed: int
-    failed_samples: int
-    error: str | None
+    @property
+    def completed(self) -> int: ...
+    @property
+    def failed_samples(self) -> int: ...
+    @property
+    def error(self) -> str | None: ...
 
 
 class LoadGenTest:

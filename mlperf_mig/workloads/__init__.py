@@ -40,11 +40,12 @@ def _table() -> dict[str, Workload]:
             continue
         folder = importlib.import_module(f"{__name__}.{module.name}")
         exported = getattr(folder, "WORKLOADS", None) or (getattr(folder, "WORKLOAD", None),)
-        if not all(isinstance(workload, Workload) for workload in exported):
+        ours = [w for w in exported if isinstance(w, Workload)]
+        if not ours or len(ours) != len(exported):
             raise TypeError(
                 f"workload folder {module.name!r} exports no Workload as WORKLOAD or WORKLOADS"
             )
-        listed.extend(exported)
+        listed.extend(ours)
     found: dict[str, Workload] = {}
     for workload in sorted(listed, key=lambda w: (w.listing_order, w.name)):
         for name in (workload.name, *workload.aliases):

@@ -114,10 +114,7 @@ class Llama31(Workload):
         from mlperf_mig.workloads.llama3_1_8b.generate import KvCacheGenerator
 
         shape = TINY if variant == "tiny" else FULL
-        return KvCacheGenerator(
-            run, shape, max_new_tokens=max_new_tokens, eos_token_id=shape.eos_token_id,
-            max_batch=max_batch,
-        )  # fmt: skip
+        return KvCacheGenerator(run, shape, max_new_tokens=max_new_tokens, max_batch=max_batch)
 
     def end_token_ids(self, variant: str) -> tuple[int, ...]:
         """The end ids of the decoder `variant` (tiny's or Llama 3.1's)."""
@@ -203,17 +200,12 @@ class Llama31(Workload):
         """ROUGE-1/2/L/Lsum (x100), gen_len and gen_num of the decoded answers against the
         reference summaries, as the reference's evaluation computes them (rouge.py)."""
         from mlperf_mig.workloads.llama3_1_8b.cnn_dailymail import CnnSource
-        from mlperf_mig.workloads.llama3_1_8b.rouge import rouge_scores
+        from mlperf_mig.workloads.llama3_1_8b.rouge import score_token_outputs
 
-        cnn = cast("CnnSource", source)
-        indices = sorted(answers)
-        predictions = [cnn.decode(np.frombuffer(answers[i], dtype=np.int32)) for i in indices]
-        references = [cnn.reference(i) for i in indices]
-        scores = rouge_scores(predictions, references)
-        extra = {key: float(scores[key]) for key in ROUGE_KEYS[1:]}
-        extra["gen_len"] = float(sum(len(p) for p in predictions))
-        extra["gen_num"] = float(len(predictions))
-        return Score(value=float(scores["rouge1"]), count=len(predictions), extra=extra)
+        cnn = cast("CnnSource", source)  # scored answers come from open_dataset's source
+        scores = score_token_outputs(answers, cnn.references(), cnn.tokenizer).to_dict()
+        extra = {key: float(scores[key]) for key in (*ROUGE_KEYS[1:], "gen_len", "gen_num")}
+        return Score(value=float(scores["rouge1"]), count=int(scores["gen_num"]), extra=extra)
 
     def accuracy_figures(
         self, value: float, count: int, extra: Mapping[str, float]
