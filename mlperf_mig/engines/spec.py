@@ -17,7 +17,7 @@ import attrs
 
 from mlperf_mig.workloads import Workload, get_workload
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8")  # bf16, fp8: vLLM
 VARIANTS: tuple[str, ...] = ("full", "tiny")
 
 # Bump when the meaning of a field or the engine file layout changes: every cached engine is rebuilt.
