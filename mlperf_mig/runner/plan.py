@@ -397,11 +397,14 @@ def make_plan(options: RunOptions) -> RunPlan:
         loadgen_scenario=lg_scenario,
         cache_dir=options.cache_dir,
     )
+    if bench.generates_tokens:
+        _check_generation_input(bench, options, backend_name)
     _check_engine_input(
         backend=backend_name,
         precision=options.precision,
         variant=options.variant,
         model_path=options.model_path,
+        model_folder_ok=bench.generates_tokens,
     )
     _check_run_input(deployment, options, benchmark=bench, loadgen_scenario=lg_scenario)
     fit_notes = (
@@ -580,8 +583,32 @@ def _cpu_list(cpus: set[int]) -> str:
     return ", ".join(str(c) for c in sorted(cpus))
 
 
+def _check_generation_input(bench: Workload, options: RunOptions, backend: str) -> None:
+    """A generative workload's model folder (vLLM's: config, weights, tokenizer) and tokenizer
+    file (--vocab), each refused in one line before any worker starts; the tokenizer must have
+    the model's vocabulary."""
+    from mlperf_mig.engines.backends.vllm.model import VllmModel
+
+    vocab_size = None  # the generated model's
+    model = options.model_path
+    if model is not None and Path(model).is_dir():
+        if backend != "vllm":
+            raise ModelFileError(
+                f"model folder {model!r} is a Hugging Face model, which the vllm backend runs; "
+                f"pass --backend vllm (or an ONNX file for --backend {backend})"
+            )
+        vocab_size = VllmModel.from_dir(model).shape.vocab_size
+    if options.vocab is not None:
+        bench.check_tokenizer(options.vocab, variant=options.variant, vocab_size=vocab_size)
+
+
 def _check_engine_input(
-    *, backend: str, precision: str | None, variant: str, model_path: str | None
+    *,
+    backend: str,
+    precision: str | None,
+    variant: str,
+    model_path: str | None,
+    model_folder_ok: bool = False,
 ) -> None:
     """Refuse what the engine build would refuse, before the run folder and workers exist, and
     engine options the null backend would ignore."""
@@ -595,7 +622,8 @@ def _check_engine_input(
         raise ModelFileError(
             f"unknown model variant {variant!r}; expected one of {', '.join(VARIANTS)}"
         )
-    if model_path is not None and not Path(model_path).is_file():
+    folder = model_folder_ok and model_path is not None and Path(model_path).is_dir()
+    if model_path is not None and not folder and not Path(model_path).is_file():
         raise ModelFileError(
             f"model file {model_path!r} does not exist; pass the path of an ONNX file"
         )

@@ -268,6 +268,13 @@ class Workload(abc.ABC):
         backend's), for a generative workload; others generate no tokens."""
         raise WorkloadError(f"{self.name} generates no tokens; it answers each sample at once")
 
+    def check_tokenizer(  # noqa: B027 - a workload that generates no tokens has nothing to check
+        self, path: str, *, variant: str, vocab_size: int | None
+    ) -> None:
+        """Refuse a tokenizer file that does not load or whose vocabulary is not the model's
+        (`vocab_size`: a user model's; None: the generated `variant`'s); a workload that
+        generates no tokens reads its vocabulary in `check_dataset`."""
+
     def end_token_ids(self, variant: str) -> tuple[int, ...]:
         """The ids that end a generated output (TEST06's EOS check); () for a workload that
         generates no tokens."""

@@ -116,6 +116,15 @@ class Llama31(Workload):
         shape = TINY if variant == "tiny" else FULL
         return KvCacheGenerator(run, shape, max_new_tokens=max_new_tokens, max_batch=max_batch)
 
+    def check_tokenizer(self, path: str, *, variant: str, vocab_size: int | None) -> None:
+        """The tokenizer loads (tokenizer.py) and has the model's vocabulary."""
+        from mlperf_mig.workloads.llama3_1_8b.decoder import FULL, TINY
+        from mlperf_mig.workloads.llama3_1_8b.tokenizer import check_vocabulary, load_tokenizer
+
+        if vocab_size is None:
+            vocab_size = (TINY if variant == "tiny" else FULL).vocab_size
+        check_vocabulary(load_tokenizer(path), vocab_size)
+
     def end_token_ids(self, variant: str) -> tuple[int, ...]:
         """The end ids of the decoder `variant` (tiny's or Llama 3.1's)."""
         from mlperf_mig.workloads.llama3_1_8b.decoder import FULL, TINY

@@ -114,3 +114,78 @@ def test_memory_fit_matches_the_reference_arithmetic() -> None:
     fp8 = llama.memory_fit(variant="full", precision="fp8", batch=1, memory_gib=16.5)
     assert small is not None and not small.holds
     assert fp8 is not None and fp8.holds
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "registry" / "fixtures"
+
+
+def _tokenizer_file(tmp_path: Path, vocab_size: int) -> Path:
+    from mlperf_mig.workloads.llama3_1_8b.tokenizer import builtin_tokenizer
+
+    path = tmp_path / f"tokenizer-{vocab_size}.json"
+    path.write_text(builtin_tokenizer(vocab_size).to_json())
+    return path
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mlperf_mig", "plan", "--benchmark", "llama3.1-8b-edge",
+         "--loadgen-scenario", "Offline", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_a_tokenizer_of_another_vocabulary_is_one_line(tmp_path: Path) -> None:
+    code, out = _cli("--variant", "tiny", "--vocab", str(_tokenizer_file(tmp_path, 512)))
+    assert code == 2 and "Traceback" not in out
+    assert "has 512 tokens but the model's vocabulary has 1024" in out
+    code, _ = _cli("--variant", "tiny", "--vocab", str(_tokenizer_file(tmp_path, 1024)))
+    assert code == 0
+
+
+def test_a_model_folder_for_another_backend_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    code, out = _cli("--model", str(tmp_path / "model"))
+    assert code == 2 and "Traceback" not in out
+    assert "is a Hugging Face model, which the vllm backend runs; pass --backend vllm" in out
+
+
+def test_a_model_folder_without_weights_is_one_line(tmp_path: Path) -> None:
+    from mlperf_mig.engines.backends.vllm.model import VllmModel
+    from mlperf_mig.errors import ModelFileError
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    with pytest.raises(ModelFileError, match=r"lacks \*\.safetensors \(the weights\), tokenizer"):
+        VllmModel.from_dir(tmp_path / "model")
+
+
+def test_a_dataset_record_without_output_is_one_line(tmp_path: Path) -> None:
+    dataset = tmp_path / "cnn_eval.json"
+    dataset.write_text(json.dumps([{"input": "An article.", "tok_input": [5, 6, 7]}]))
+    code, out = _cli(
+        "--variant", "tiny", "--dataset", str(dataset),
+        "--vocab", str(_tokenizer_file(tmp_path, 1024)),
+    )  # fmt: skip
+    assert code == 2 and "Traceback" not in out
+    assert "record 0" in out and "output" in out
+
+
+def test_a_slice_that_cannot_hold_the_model_is_refused_naming_those_that_can() -> None:
+    """A replayed H200 with 7x1g.18gb: 8B BF16 with a batch of 16 full-length requests needs
+    22.7 GiB, more than a 1g.18gb's 16; FP8 fits."""
+    state = str(FIXTURES / "h200-7x1g.json")
+    code, out = _cli("--scenario", "7x1g.18gb", "--nvml-state", state, "--backend", "onnxruntime")
+    assert code == 2 and "Traceback" not in out
+    assert "does not fit a 1g.18gb slice of H200-SXM5-141GB" in out
+    assert "profiles that hold it: 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb, 1g.35gb" in out
+    code, out = _cli(
+        "--scenario", "7x1g.18gb", "--nvml-state", state, "--backend", "onnxruntime",
+        "--precision", "fp8",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "fit: 1g.18gb holds llama3.1-8b-edge full" in out
