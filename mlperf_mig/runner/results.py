@@ -660,6 +660,15 @@ class RunResult(LayoutResult):
             else self.telemetry.samples_per_joule(self.total_throughput)
         )
 
+    @property
+    def tokens_per_joule(self) -> float | None:
+        """A generative workload's total tokens/s over the layout's mean power in the common
+        timed window (as `samples_per_joule`); None without tokens or energy."""
+        tokens = self._total_token_cells().get("tokens/s")
+        if self.telemetry is None or tokens is None:
+            return None
+        return self.telemetry.samples_per_joule(tokens)
+
     def utilisation(self, name: str) -> float | None:
         """Mean activity of instance `name` over the timed window, in % (see telemetry notes)."""
         found = None if self.telemetry is None else self.telemetry.instance(name)
@@ -829,6 +838,7 @@ class RunResult(LayoutResult):
                         "profile": gpu.layout,
                         "throughput": gpu.subtotal,
                         "samples served": gpu.served_samples,
+                        **self._gpu_token_rate(gpu.instances),
                     }
                 )
         total_name = "layout (unified)" if self.mode == "unified" else "total (sum)"
@@ -845,6 +855,7 @@ class RunResult(LayoutResult):
                 "error": self.layout_error
                 or result_error(self.layout_result, self.layout_accuracy),
                 "samples/J": self.samples_per_joule,
+                "tokens/J": self.tokens_per_joule,
             }
         )
         return self._with_telemetry(rows)
@@ -860,6 +871,14 @@ class RunResult(LayoutResult):
         rates = [c.get("tokens/s") for c in cells]
         known = [r for r in rates if r is not None]
         return {"tokens/s": sum(known) if len(known) == len(rates) else None}
+
+    def _gpu_token_rate(self, names: Sequence[str]) -> dict[str, float | None]:
+        """A GPU subtotal's tokens/s: the sum of its instances' (independent runs)."""
+        cells = [token_cells(i.performance) for i in self.instances if i.name in names]
+        rates = [c.get("tokens/s") for c in cells if c]
+        if not rates or None in rates or self.layout_result is not None:
+            return {}
+        return {"tokens/s": sum(r for r in rates if r is not None)}
 
     def token_notes(self) -> list[str]:
         """The TTFT/TPOT verdicts of runs held to token limits (Server)."""
@@ -886,6 +905,8 @@ class RunResult(LayoutResult):
                     and window.duration_s > 0
                 ):
                     row["samples/J"] = row["throughput"] * window.duration_s / gpu.energy_j
+                    if row.get("tokens/s") is not None:
+                        row["tokens/J"] = row["tokens/s"] * window.duration_s / gpu.energy_j
         return rows
 
     def columns(self) -> list[str]:
@@ -904,6 +925,8 @@ class RunResult(LayoutResult):
                 columns.insert(columns.index("p99 ms") + 1, column)
         if any(r.get("samples/J") is not None for r in rows):
             columns.insert(columns.index("p99 ms"), "samples/J")
+        if any(r.get("tokens/J") is not None for r in rows):
+            columns.insert(columns.index("p99 ms"), "tokens/J")
         if any(r.get("accuracy") for r in rows):
             columns.append("accuracy")
         if any(r.get("compliance") for r in rows):

@@ -176,3 +176,16 @@ def test_a_run_over_two_gpus_has_telemetry_per_gpu_by_index(tmp_path):
     )
     assert result.telemetry.energy_j == pytest.approx(gpus[0].energy_j + gpus[1].energy_j, abs=0.01)
     assert {i.gpu_index for i in result.telemetry.instances} == {0, 1}
+
+
+def test_a_generative_run_reports_tokens_per_joule(tmp_path):
+    """llama3.1-8b-edge on a replayed H200 (7x 1g.18gb): tokens/J is the layout's tokens/s over
+    the board's mean power in the timed window, beside samples/J."""
+    source = RecordedTelemetry(load_state("h200-7x1g-telemetry"))
+    result = mlperf_mig.run(
+        8, benchmark="llama3.1-8b-edge", nvml_source=source, outdir=tmp_path / "run",
+        **{**QUICK, "settings": {"min_duration": 1500, "max_tokens": 4}},
+    )  # fmt: skip
+    tokens = sum(i.performance.tokens.tokens_per_second for i in result.instances)
+    assert result.tokens_per_joule == pytest.approx(tokens / result.telemetry.power_mean_w)
+    assert "tokens/J" in result.table().splitlines()[1]
