@@ -11,6 +11,7 @@ from mlperf_mig._cli_args import whole_number
 from mlperf_mig.engines.backends import AUTO, backend_class, backend_names
 from mlperf_mig.engines.resolve import resolve_spec
 from mlperf_mig.engines.spec import PRECISIONS, VARIANTS, EngineSpec
+from mlperf_mig.workloads import workload_names
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +25,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
             "TensorRT engines must be built inside a MIG instance of that profile."
         ),
     )
-    build.add_argument("--benchmark", required=True, help="resnet50 or bert")
+    build.add_argument("--benchmark", required=True, help=", ".join(workload_names()))
     build.add_argument(
         "--backend",
         default=AUTO,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlperf_mig._cli_args import add_settings_option, parse_overrides, whole_number
+from mlperf_mig.workloads import workload_names
 
 if TYPE_CHECKING:
     from mlperf_mig.engines import EngineSpec
@@ -43,7 +44,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
             "result parsed from mlperf_log_detail.txt."
         ),
     )
-    parser.add_argument("--benchmark", required=True, help="resnet50 or bert")
+    parser.add_argument("--benchmark", required=True, help=", ".join(workload_names()))
     parser.add_argument(
         "--loadgen-scenario",
         required=True,

@@ -415,8 +415,11 @@ class RunOptions:
     benchmark: str = option(
         "resnet50",
         check=_text,
-        doc='"resnet50" or "bert".',
-        flag=Flag(name="--benchmark", help="resnet50 or bert (default resnet50)"),
+        doc='"resnet50", "bert", "llama3.1-8b" or "llama3.1-8b-edge".',
+        flag=Flag(
+            name="--benchmark",
+            help="resnet50, bert, llama3.1-8b or llama3.1-8b-edge (default resnet50)",
+        ),
     )
     loadgen_scenario: str = option(
         "Offline",
@@ -543,9 +546,10 @@ class RunOptions:
         convert=_path,
         check=_optional_path,
         accepts="PathArg | None",
-        doc="ImageNet val folder or SQuAD dev json (default synthetic).",
+        doc="ImageNet val folder, SQuAD dev json or cnn_eval.json (default synthetic).",
         flag=Flag(
-            name="--dataset", help="ImageNet val folder or SQuAD dev json (default synthetic)"
+            name="--dataset",
+            help="ImageNet val folder, SQuAD dev json or cnn_eval.json (default synthetic)",
         ),
     )
     vocab: str | None = option(
@@ -553,8 +557,8 @@ class RunOptions:
         convert=_path,
         check=_optional_path,
         accepts="PathArg | None",
-        doc="BERT's vocab.txt for the SQuAD dev json.",
-        flag=Flag(name="--vocab", help="vocab.txt for SQuAD"),
+        doc="BERT's vocab.txt for the SQuAD dev json, or the LLM's tokenizer.json.",
+        flag=Flag(name="--vocab", help="vocab.txt for SQuAD, or the LLM's tokenizer.json"),
     )
     sample_count: int | None = option(
         None, check=_count, doc="use the first N samples of the dataset."
@@ -567,8 +571,11 @@ class RunOptions:
         convert=_path,
         check=_optional_path,
         accepts="PathArg | None",
-        doc="an ONNX model file instead of the generated graph.",
-        flag=Flag(name="--model", help="an ONNX model file instead of the generated graph"),
+        doc="an ONNX model file instead of the generated graph (vLLM: a Hugging Face folder).",
+        flag=Flag(
+            name="--model",
+            help="an ONNX model file instead of the generated graph (vllm: a Hugging Face folder)",
+        ),
     )
     cache_dir: str | None = option(
         None,
