@@ -855,7 +855,7 @@ class RunResult(LayoutResult):
                 "error": self.layout_error
                 or result_error(self.layout_result, self.layout_accuracy),
                 "samples/J": self.samples_per_joule,
-                "tokens/J": self.tokens_per_joule,
+                **({} if self.tokens_per_joule is None else {"tokens/J": self.tokens_per_joule}),
             }
         )
         return self._with_telemetry(rows)
