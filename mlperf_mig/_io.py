@@ -15,12 +15,18 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from mlperf_mig._checks import is_number
-from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError, UntrustedPathError
+from mlperf_mig.errors import (
+    DataFileError,
+    MlperfMigError,
+    OutputDirError,
+    SettingsError,
+    UntrustedPathError,
+)
 
 # Plain data as json.loads gives it and json.dumps takes it: dicts, lists, text, numbers, None.
 JsonData = Any
@@ -117,6 +123,94 @@ def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise SettingsError("not UTF-8 text") from None
+
+
+# --- JSON read back -----------------------------------------------------------------------------
+# The most bytes each kind of JSON file the project reads back may hold: far above what this
+# tool writes (a results.json of 56 instances with telemetry is well under 1 MiB), far below
+# what would exhaust memory. A larger file is refused before a byte of it is read.
+JSON_LIMITS: dict[str, int] = {
+    "results": 32 << 20,  # results.json, plan.json, smoke.json
+    "index": 16 << 20,  # repeats.json, sweep.json
+    "store": 4 << 20,  # the cache's capacity and speed stores
+    "record": 1 << 16,  # a cache record or sidecar: a key, a digest and a number
+}
+# Deeper than anything this tool writes (results.json: 7 levels); a deeper file is refused
+# in one line instead of a RecursionError.
+JSON_DEPTH_LIMIT = 64
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    kind: str,
+    *,
+    error: type[MlperfMigError] = DataFileError,
+    fix: str = "pass a file this tool wrote, or write it again",
+) -> JsonData:
+    """The JSON value of the file at `path`, read with bounds: a regular file reached without
+    following a link (a FIFO, a device or a symlink is refused without opening it for reading
+    or waiting on it), at most JSON_LIMITS[kind] bytes (checked before reading), UTF-8, nested
+    at most JSON_DEPTH_LIMIT deep. Any failure is one `error` naming the file, what was wrong
+    and `fix`; FileNotFoundError when the file is not there at all."""
+    limit = JSON_LIMITS[kind]
+    name = str(path)
+
+    def refused(reason: str) -> MlperfMigError:
+        return error(f"{name!r} {reason}; {fix}")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise refused("is a symbolic link (nothing read back is followed)") from None
+        raise refused(f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise refused("is not a regular file (a FIFO, a device or a folder)")
+        if status.st_size > limit:
+            raise refused(
+                f"is {status.st_size} bytes, more than the {limit} a {kind} file may hold"
+            )
+        data = os.read(fd, limit + 1)
+    except OSError as exc:
+        raise refused(f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise refused(f"holds more than the {limit} bytes a {kind} file may hold")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise refused(f"is not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise refused(f"is nested deeper than {JSON_DEPTH_LIMIT} levels") from None
+    except ValueError as exc:
+        raise refused(f"is not JSON ({exc})") from None
+    if json_depth(value) > JSON_DEPTH_LIMIT:
+        raise refused(f"is nested deeper than {JSON_DEPTH_LIMIT} levels")
+    return value
+
+
+def json_depth(value: JsonData) -> int:
+    """How deep lists and objects nest in `value` (0 for a scalar), without recursion."""
+    deepest = 0
+    stack: list[tuple[JsonData, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[JsonData] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > JSON_DEPTH_LIMIT:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def free_space(path: str | os.PathLike[str]) -> str:

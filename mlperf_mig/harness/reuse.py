@@ -25,11 +25,14 @@ their inputs, so they are kept under a key of those inputs:
   copy, and the instances of a layout share one copy in the page cache (ResNet50: 588 MiB a
   worker before).
 
-Everything read back is untrusted: a record is read with `_io.read_small_text` (no link, a
-regular file, bounded size), must carry this format and version, the very inputs asked for
-(not just their hash) and a finite positive target; a samples file must be a regular file
-reached without links, of exactly the size its key implies, and its bytes must hash to the
-recorded SHA-256, or carry the stamp (inode, size, modification and change times) recorded
+Everything read back is untrusted: the cache folder is the user's and writable by no one else
+(engines/cache.py `cache_root`), a record or samples file not owned by the user or writable by
+anyone is a miss, a record is read with `_io.read_json` (no link, a regular file, bounded size
+and nesting), must carry this format and version, the very inputs asked for (not just their
+hash) and a target within calibration's own bounds for its LoadGen scenario; whatever the cache
+fed a worker is named in the error of a worker that fails (runner/worker.py); a samples file
+must be a regular file reached without links, of exactly the size its key implies, and its
+bytes must hash to the recorded SHA-256, or carry the stamp (inode, size, modification and change times) recorded
 when they last did (see engines/cache.py for why a stamp is enough). Anything else is a miss
 (logged, never loaded) and is made again. Writes are atomic (a reader sees the old file or the
 new one, never half), a samples file is written by one process at a time (a lock beside it; the
@@ -60,8 +63,21 @@ from typing import Any
 
 import numpy as np
 
-from mlperf_mig._io import atomic_write_json, current_umask, finite_number, inside, read_small_text
+from mlperf_mig._io import (
+    JSON_LIMITS,
+    atomic_write_json,
+    current_umask,
+    finite_number,
+    inside,
+    read_json,
+)
+from mlperf_mig.engines.cache import note_fed, untrusted_entry
 from mlperf_mig.errors import MlperfMigError
+from mlperf_mig.harness.calibration import (
+    MIN_LATENCY_MS,
+    OFFLINE_CAP_QPS,
+    SERVER_CAP_QPS,
+)
 from mlperf_mig.harness.samples import SampleLibrary
 from mlperf_mig.workloads.samples import SampleSource, SyntheticSource
 
@@ -71,7 +87,10 @@ FORMAT = "mlperf-mig reuse"
 VERSION = 1
 CALIBRATION_DIR = "calibration"
 SAMPLES_DIR = "samples"
-RECORD_LIMIT = 1 << 16  # a record holds a key and a number
+# The lowest QPS a calibrated target may have: one sample a thousand seconds (what a Server run
+# of 334 QPS where the machine does 400-490 came from was a planted record, refused by owner).
+MIN_TARGET_QPS = 1e-3
+RECORD_LIMIT = JSON_LIMITS["record"]  # a record holds a key and a number
 # A load larger than this is generated every time (a full-dataset synthetic accuracy run).
 SAMPLES_LIMIT_BYTES = 2 << 30
 STAMP_SETTLE_S = 2.0  # as engines/cache.py: longer than any file system's time granularity
@@ -132,10 +151,8 @@ class WorkCache:
         path = self._path(CALIBRATION_DIR, f"{key_digest(inputs)}.json")
         if path is None or not os.path.lexists(path):
             return None
-        try:
-            data = json.loads(read_small_text(path, RECORD_LIMIT))
-        except (MlperfMigError, ValueError, RecursionError) as exc:
-            _miss(path, str(exc) or type(exc).__name__)
+        data = _record(path)
+        if data is None:
             return None
         if not isinstance(data, dict):
             _miss(path, "not a JSON object")
@@ -147,9 +164,13 @@ class WorkCache:
             _miss(path, "made from other inputs")
             return None
         target = data.get("target")
-        if not finite_number(target) or target <= 0:
-            _miss(path, f"target {target!r} is not a finite positive number")
+        if not plausible_target(inputs, target):
+            _miss(
+                path,
+                f"target {target!r} is not a plausible {inputs.get('loadgen_scenario')} target",
+            )
             return None
+        note_fed("calibrated target", path)
         return float(target)
 
     def store_target(self, inputs: Mapping[str, Any], target: float) -> None:
@@ -218,10 +239,8 @@ class WorkCache:
         meta_path = self._path(SAMPLES_DIR, f"{digest}.json")
         if data is None or meta_path is None or not os.path.lexists(meta_path):
             return None
-        try:
-            meta = json.loads(read_small_text(meta_path, RECORD_LIMIT))
-        except (MlperfMigError, ValueError, RecursionError) as exc:
-            _miss(meta_path, str(exc) or type(exc).__name__)
+        meta = _record(meta_path)
+        if meta is None:
             return None
         expected = sum(a.nbytes for a in rows.values())
         if (
@@ -249,6 +268,10 @@ class WorkCache:
             if not stat.S_ISREG(status.st_mode):
                 _miss(data, "not a regular file")
                 return None
+            untrusted = untrusted_entry(status)
+            if untrusted is not None:
+                _miss(data, f"{untrusted}; remove it")
+                return None
             if status.st_size != expected:
                 _miss(data, f"{status.st_size} bytes, expected {expected} (truncated?)")
                 return None
@@ -266,6 +289,7 @@ class WorkCache:
             return None
         finally:
             os.close(fd)
+        note_fed("samples file", data)
         arrays, offset = {}, 0
         for name, like in rows.items():
             arrays[name] = np.frombuffer(mapping, like.dtype, like.size, offset).reshape(like.shape)
@@ -310,6 +334,32 @@ class WorkCache:
         except MlperfMigError as exc:
             logger.warning("not reusing cached work: %s", exc)
             return None
+
+
+def _record(path: Path) -> Any:
+    """A record of the cache read bounded (`_io.read_json`), or None (a miss, said) when it
+    cannot be read or is not the user's (`engines/cache.untrusted_entry`)."""
+    try:
+        untrusted = untrusted_entry(os.lstat(path))
+        if untrusted is not None:
+            _miss(path, f"{untrusted}; remove it")
+            return None
+        return read_json(path, "record", fix="it is made again")
+    except (MlperfMigError, OSError) as exc:
+        _miss(path, str(exc) or type(exc).__name__)
+        return None
+
+
+def plausible_target(inputs: Mapping[str, Any], target: object) -> bool:
+    """Whether a cached target can be one calibration measured: within calibration.py's own
+    bounds for its LoadGen scenario (QPS up to its cap, a latency from its floor to a minute)."""
+    if not finite_number(target) or target <= 0:
+        return False
+    scenario = inputs.get("loadgen_scenario")
+    if scenario in ("SingleStream", "MultiStream"):
+        return MIN_LATENCY_MS <= target <= 60_000.0
+    cap = SERVER_CAP_QPS if scenario == "Server" else OFFLINE_CAP_QPS
+    return MIN_TARGET_QPS <= target <= cap
 
 
 def _miss(path: Path, why: str) -> None:

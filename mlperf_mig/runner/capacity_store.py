@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import time
@@ -29,8 +28,8 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, finite_number, write_failed
-from mlperf_mig.errors import OutputDirError
+from mlperf_mig._io import atomic_write_json, finite_number, read_json, write_failed
+from mlperf_mig.errors import MlperfMigError, OutputDirError
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +72,12 @@ class _Loaded:
 def _load(path: Path) -> _Loaded:
     """Read `path`; every problem is one warning naming the file, never an exception."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_json(path, "store", fix="move it away to cache capacities again")
     except FileNotFoundError:
         return _Loaded({})
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
-        _warn_once("ignoring the capacity cache %s: it %s", path, reason)
-        return _Loaded({}, unwritable=f"it {reason}")
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        _warn_once("ignoring the capacity cache %s: it is not JSON (%s)", path, exc)
-        return _Loaded({}, unwritable="it is not JSON")
+    except MlperfMigError as exc:
+        _warn_once("ignoring the capacity cache: %s", exc)
+        return _Loaded({}, unwritable=str(exc))
     if not isinstance(data, dict):
         _warn_once(
             "ignoring the capacity cache %s: it holds JSON %s, not a capacity cache object; it is "

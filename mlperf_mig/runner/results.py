@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, finite_number, safe_name
+from mlperf_mig._io import atomic_write_json, finite_number, read_json, safe_name
 from mlperf_mig._report import Report
 from mlperf_mig._table import cell_text
 from mlperf_mig.errors import OutputDirError, SettingsError, UntrustedPathError
@@ -1032,7 +1032,13 @@ class RunResult(LayoutResult):
         if file.is_dir():
             file = file / RESULTS_FILE
         try:
-            return cls.from_json(file.read_text(encoding="utf-8"), str(file))
+            data = read_json(
+                file,
+                "results",
+                error=OutputDirError,
+                fix="pass a run folder written by mlperf-mig run",
+            )
+            return cls.from_dict(data, str(file))
         except UntrustedPathError:
             raise
         except FileNotFoundError:

@@ -19,7 +19,6 @@ memory bandwidth are shared, not a GPU, and every table says so.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from mlperf_mig._io import (
     claim_folder,
     finite_number,
     inside,
+    read_json,
     safe_name,
 )
 from mlperf_mig.errors import (
@@ -44,6 +44,7 @@ from mlperf_mig.errors import (
     SettingsError,
     UntrustedPathError,
 )
+from mlperf_mig.runner.execute import sibling_indexes, skipped_sibling
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import (
     PER_GPU_COLUMN,
@@ -156,11 +157,10 @@ class IndexFile:
         base = Path(folder)
         path = inside(base, name, "the index")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            data = read_json(path, "index", fix=f"pass a folder written by {written_by}")
+        except FileNotFoundError:
             raise OutputDirError(
-                f"{str(base)!r} holds no readable {name} ({type(exc).__name__}: {exc}); "
-                f"pass a folder written by {written_by}"
+                f"{str(base)!r} holds no {name}; pass a folder written by {written_by}"
             ) from None
         if not isinstance(data, dict):
             raise DataFileError(
@@ -219,6 +219,14 @@ class IndexFile:
             raise self.wrong(field, shown, "a list of folders relative to the index's folder")
         if required and not value:
             raise self.wrong(field, value, "at least one folder")
+        # each run is read once: a folder listed again (10^6 times in a crafted index) is refused
+        # before any is read, instead of reading one file a million times
+        seen: set[str] = set()
+        for item in value:
+            normal = os.path.normpath(item) if isinstance(item, str) and item else repr(item)
+            if normal in seen:
+                raise self.wrong(field, value, f"each folder once ({item!r} is listed again)")
+            seen.add(normal)
         return [self.inside(field, v) for v in value]
 
     def inside(self, field: str, value: object) -> Path:
@@ -382,16 +390,15 @@ def find_study_baseline(plan: RunPlan) -> LayoutResult | None:
     if plan.deployment.scenario == 1:
         return None
     for name in (REPEATS_FILE, RESULTS_FILE):
-        for candidate in sorted(root.parent.glob(f"*/{name}")):
-            if candidate.parent == root or candidate.parent.is_symlink() or candidate.is_symlink():
-                continue  # no link is followed out of the folder next to ours
+        for candidate in sibling_indexes(root, name):
             try:
                 other: LayoutResult = (
                     RepeatedRun.load(candidate.parent)
                     if name == REPEATS_FILE
                     else RunResult.load(candidate)
                 )
-            except MlperfMigError:
+            except MlperfMigError as exc:
+                skipped_sibling(candidate, exc)
                 continue
             if other.scenario == 1 and other.settings_key == plan.settings_key and other.ok:
                 return other
