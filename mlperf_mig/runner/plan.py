@@ -368,6 +368,7 @@ def make_plan(options: RunOptions) -> RunPlan:
     before any worker starts."""
     from mlperf_mig import registry
     from mlperf_mig.engines import backend_class, resolve_backend
+    from mlperf_mig.engines.cache import cache_root
     from mlperf_mig.harness.settings import PRESETS, normalize_loadgen_scenario
     from mlperf_mig.workloads import get_workload
 
@@ -382,6 +383,9 @@ def make_plan(options: RunOptions) -> RunPlan:
     if options.preset not in PRESETS:
         raise SettingsError(f"preset {options.preset!r} is not one of {', '.join(PRESETS)}")
     _check_cpus(options.cpus)
+    # the cache feeds every worker (engines, samples, targets): one that another user owns or
+    # can write is refused here, before anything runs (engines/cache.py)
+    cache_root(options.cache_dir)
     catalog = registry.default_catalog()
     deployment = place(options, catalog=catalog, nvml_source=options.nvml_source)
     backend_name = _backend_for(deployment, options.backend, resolve_backend)
