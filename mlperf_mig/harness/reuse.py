@@ -17,7 +17,9 @@ their inputs, so they are kept under a key of those inputs:
   Server or stream test that came out INVALID with a cached target drops the entry, so the next
   run measures again. A unified worker keys its target by the path it timed (rows copied out
   of shared memory) and sends the key with it; the coordinator labels the layout's target and
-  drops those keys after an INVALID test. Cluster actors still measure every round.
+  drops those keys after an INVALID test. Cluster actors still measure every round, and so
+  does every repeat and alone run of a study (REUSE_TARGETS_ENV): a study compares its runs'
+  numbers, which would otherwise be copies of one calibrated target.
 - `<cache>/samples/<key>.bin` (+ `<key>.json`): the synthetic samples of one LoadGen load, the
   rows of each input one after another, keyed by the benchmark, seed, sample counts, input
   layouts and the loaded indices. A run maps the file read-only (MAP_POPULATE: the pages are
@@ -86,6 +88,9 @@ logger = logging.getLogger(__name__)
 FORMAT = "mlperf-mig reuse"
 VERSION = 1
 CALIBRATION_DIR = "calibration"
+# "0" in a worker's environment: use no cached target, measure (runner/jobs.py sets it for the
+# repeats and alone runs of a study, whose numbers must each be measured, not copied)
+REUSE_TARGETS_ENV = "MLPERF_MIG_REUSE_TARGETS"
 SAMPLES_DIR = "samples"
 # The lowest QPS a calibrated target may have: one sample a thousand seconds (what a Server run
 # of 334 QPS where the machine does 400-490 came from was a planted record, refused by owner).
@@ -147,7 +152,11 @@ class WorkCache:
 
     # --- calibrated targets ------------------------------------------------------------------
     def target(self, inputs: Mapping[str, Any]) -> float | None:
-        """The target measured for `inputs` before, or None (a miss, said in the log)."""
+        """The target measured for `inputs` before, or None (a miss, said in the log; always
+        None in a worker of a study's run, which measures its own: REUSE_TARGETS_ENV)."""
+        if os.environ.get(REUSE_TARGETS_ENV) == "0":
+            logger.info("not using a cached target: this run of a study measures its own")
+            return None
         path = self._path(CALIBRATION_DIR, f"{key_digest(inputs)}.json")
         if path is None or not os.path.lexists(path):
             return None

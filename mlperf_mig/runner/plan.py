@@ -114,6 +114,10 @@ class RunPlan(Report):
     # the accuracy test's estimate (s) and what the estimates rest on (runner/speed.py)
     accuracy_s: float | None = None
     expected_from: str = "the settings alone"
+    # whether a worker may use a target an earlier run calibrated (harness/reuse.py): a single
+    # run may; the repeats and alone runs of a study each measure their own, or their numbers
+    # would be copies of one target (study/repeats.py)
+    reuse_targets: bool = True
 
     @property
     def slots(self) -> tuple[InstanceSlot, ...]:
@@ -271,6 +275,7 @@ class RunPlan(Report):
             "accuracy": self.accuracy,
             "compliance": self.compliance,
             "telemetry": self.telemetry,
+            "reuse_targets": self.reuse_targets,
             "outdir": self.outdir,
             "settings_key": self.settings_key,
             "instances": [
@@ -458,6 +463,7 @@ def make_plan(options: RunOptions) -> RunPlan:
         telemetry=options.telemetry,
         nvml_source=options.nvml_source,
         host_notes=host_notes,
+        reuse_targets=not options.studied,
     )
     return _with_estimates(plan, options.timeout_s)
 

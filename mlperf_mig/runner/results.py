@@ -437,6 +437,21 @@ class LayoutResult(Report):
     def alone_runs(self) -> list[RunResult]:
         return [run for runs in self.alone.values() for run in runs]
 
+    def reused_targets(self) -> list[str]:
+        """The instance runs ('repeat-2/i0', 'alone-1g.10gb/repeat-1/i0') whose LoadGen target
+        an earlier run calibrated (harness/reuse.py) instead of their own measurement."""
+        found = []
+        for run in [*self.runs, *self.alone_runs()]:
+            where = os.path.relpath(run.outdir, self.outdir)
+            named = [
+                ("layout", run.layout_result),
+                *((i.name, i.performance) for i in run.instances),
+            ]
+            for name, result in named:
+                if result is not None and result.target_source == "cached calibration":
+                    found.append(name if where == "." else f"{where}/{name}")
+        return found
+
     # --- over the runs -------------------------------------------------------------------------
     @property
     def totals(self) -> list[float]:

@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 
@@ -76,6 +76,8 @@ FOLDER_KINDS = {
     SWEEP_FILE: "a sweep",
 }
 SCHEMA = 2  # 2: "target" became "partitioning"
+# the sweep table's column of the instance runs that used a target an earlier run calibrated
+REUSED_COLUMN = "reused targets"
 ISOLATION_EMULATED_LABEL = (
     "isolation on emulated CPU partitions measures how the CPU's cores, caches and memory "
     "bandwidth are shared, not MIG isolation on a GPU"
@@ -86,6 +88,7 @@ ISOLATION_LABEL = (
 )
 
 Executor = Callable[[RunPlan], RunResult]
+_Stat = TypeVar("_Stat", Summary | None, Change | None)
 
 
 def repeat_folder(index: int) -> str:
@@ -467,6 +470,46 @@ class RepeatedRun(LayoutResult):
         source = os.path.relpath(baseline.outdir, self.outdir)
         return attrs.evolve(self, baseline_totals=baseline.totals, baseline_source=source)
 
+    # --- no interval over copies of one target ------------------------------------------------
+    @property
+    def total(self) -> Summary | None:
+        return self._measured(LayoutResult.total.fget(self))  # type: ignore[attr-defined]
+
+    @property
+    def change(self) -> Change | None:
+        return self._measured(LayoutResult.change.fget(self))  # type: ignore[attr-defined]
+
+    def interference(self, index: int, what: str) -> Change | None:
+        return self._measured(super().interference(index, what))
+
+    def gpu_subtotals(self, position: int) -> Summary | None:
+        return self._measured(super().gpu_subtotals(position))
+
+    def _summarize(self, values: Sequence[float]) -> Summary | None:
+        return self._measured(summarize(values))
+
+    def _measured(self, value: _Stat) -> _Stat:
+        """`value` without its 95% interval when a run reused a calibrated target: a Server
+        run's throughput is its target, so repeats that share one are one number repeated
+        (a zero-width interval that measures nothing); the range is shown instead."""
+        if value is None or not self.reused_targets():
+            return value
+        return attrs.evolve(value, low=None, high=None)
+
+    def reuse_note(self) -> str | None:
+        """Which instance runs used a target an earlier run calibrated, if any."""
+        reused = self.reused_targets()
+        if not reused:
+            return None
+        total = sum(len(r.instances) for r in [*self.runs, *self.alone_runs()])
+        shown = ", ".join(reused[:8]) + (", ..." if len(reused) > 8 else "")
+        return (
+            f"REUSED TARGETS: {len(reused)} of {total} instance runs used a target calibrated by "
+            f"an earlier run, not one of their own ({shown}): their throughput repeats that "
+            f"target, so no {CONFIDENCE:.0%} interval is computed over them (ranges shown); run "
+            "the study into a new --outdir to measure every run"
+        )
+
     # --- tables --------------------------------------------------------------------------------
     def labels(self) -> list[str]:
         labels = list(self.first.labels())
@@ -477,6 +520,11 @@ class RepeatedRun(LayoutResult):
         return labels
 
     def interval_note(self) -> str:
+        if self.reused_targets():
+            return (
+                f"mean (range: min-max) over {self.repeats} repeat(s); no {CONFIDENCE:.0%} "
+                "interval: some runs used a target calibrated by an earlier run (see the note)"
+            )
         if self.repeats < MIN_REPEATS:
             return (
                 f"mean (range: min-max) over {self.repeats} repeat(s); no {CONFIDENCE:.0%} "
@@ -495,6 +543,7 @@ class RepeatedRun(LayoutResult):
     def summary_row(self) -> dict[str, Any]:
         """One row for tables of several layouts (sweeps)."""
         total, change = self.total, self.change
+        reused = self._reused_cell()
         return {
             "MIG scenario": self.scenario,
             "layout": self.layout,
@@ -508,12 +557,19 @@ class RepeatedRun(LayoutResult):
             "vs MIG scenario 1": None if change is None else change.text(),
             PER_GPU_COLUMN: self._per_gpu_means() if self.first.multi_gpu else None,
             "samples/J": self._summary_text([r.samples_per_joule for r in self.runs if r.ok]),
+            **({} if reused is None else {REUSED_COLUMN: reused}),
         }
 
-    @staticmethod
-    def _summary_text(values: list[float | None]) -> str | None:
+    def _reused_cell(self) -> str | None:
+        """'6 of 12' instance runs with a reused target, for a sweep's table; None: none."""
+        reused = self.reused_targets()
+        if not reused:
+            return None
+        return f"{len(reused)} of {sum(len(r.instances) for r in [*self.runs, *self.alone_runs()])}"
+
+    def _summary_text(self, values: list[float | None]) -> str | None:
         """Mean and 95% interval (min-max below 3) of the values measured; None: none were."""
-        found = summarize([v for v in values if v is not None])
+        found = self._summarize([v for v in values if v is not None])
         return None if found is None else found.text()
 
     def _per_gpu_means(self) -> str:
@@ -526,8 +582,8 @@ class RepeatedRun(LayoutResult):
     def instance_rows(self) -> list[dict[str, Any]]:
         rows = []
         for index, instance in enumerate(self.first.instances):
-            throughput = summarize(self.instance_values(index, "throughput"))
-            p99 = summarize(self.instance_values(index, "p99"))
+            throughput = self._summarize(self.instance_values(index, "throughput"))
+            p99 = self._summarize(self.instance_values(index, "p99"))
             row = {
                 "instance": instance.name,
                 "profile": instance.profile,
@@ -601,6 +657,9 @@ class RepeatedRun(LayoutResult):
 
     def notes(self) -> list[str]:
         lines = [f"throughput in {self.first.throughput_unit}; {self.interval_note()}"]
+        reuse = self.reuse_note()
+        if reuse is not None:
+            lines.append(reuse)
         change = self.change
         if change is not None:
             lines.append(
@@ -674,8 +733,8 @@ class RepeatedRun(LayoutResult):
                 "change_vs_baseline": None if change is None else change.to_dict(),
                 "instances": [
                     {
-                        "throughput": _dict(summarize(self.instance_values(i, "throughput"))),
-                        "p99_ms": _dict(summarize(self.instance_values(i, "p99"))),
+                        "throughput": _dict(self._summarize(self.instance_values(i, "throughput"))),
+                        "p99_ms": _dict(self._summarize(self.instance_values(i, "p99"))),
                         "interference_throughput": _dict(self.interference(i, "throughput")),
                         "interference_p99": _dict(self.interference(i, "p99")),
                     }
