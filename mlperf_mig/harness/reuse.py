@@ -52,6 +52,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import mmap
 import os
 import platform
@@ -173,7 +174,7 @@ class WorkCache:
             _miss(path, "made from other inputs")
             return None
         target = data.get("target")
-        if not plausible_target(inputs, target):
+        if not finite_number(target) or not plausible_target(inputs, target):
             _miss(
                 path,
                 f"target {target!r} is not a plausible {inputs.get('loadgen_scenario')} target",
@@ -359,10 +360,10 @@ def _record(path: Path) -> Any:
         return None
 
 
-def plausible_target(inputs: Mapping[str, Any], target: object) -> bool:
+def plausible_target(inputs: Mapping[str, Any], target: float) -> bool:
     """Whether a cached target can be one calibration measured: within calibration.py's own
     bounds for its LoadGen scenario (QPS up to its cap, a latency from its floor to a minute)."""
-    if not finite_number(target) or target <= 0:
+    if not math.isfinite(target) or target <= 0:
         return False
     scenario = inputs.get("loadgen_scenario")
     if scenario in ("SingleStream", "MultiStream"):
