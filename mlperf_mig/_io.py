@@ -242,8 +242,11 @@ def write_failed(path: str | os.PathLike[str], exc: OSError) -> OutputDirError:
     )
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write `data` to `path` so that readers see either the old file or the whole new one.
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes, *, mode: int | None = None
+) -> Path:
+    """Write `data` to `path` so that readers see either the old file or the whole new one,
+    with `mode` (default: what the user's umask gives any file).
 
     A failed write (full disk) raises OutputDirError and leaves the old file as it was.
     """
@@ -257,7 +260,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         raise write_failed(destination, exc) from None
     try:
         # mkstemp makes the file 0600; a shared output gets what the user's umask gives any file.
-        os.fchmod(fd, 0o666 & ~current_umask())
+        os.fchmod(fd, 0o666 & ~current_umask() if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -279,14 +282,16 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> Path:
     """Atomic write of UTF-8 text."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    return atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: object) -> Path:
+def atomic_write_json(
+    path: str | os.PathLike[str], obj: object, *, mode: int | None = None
+) -> Path:
     """Atomic write of `obj` as indented JSON with a trailing newline."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", mode=mode)
 
 
 @contextlib.contextmanager

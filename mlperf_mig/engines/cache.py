@@ -106,6 +106,10 @@ def untrusted_entry(status: os.stat_result) -> str | None:
     return None
 
 
+# The mode of what the cache writes: writable by the user alone whatever the umask (an entry
+# writable by anyone is refused when read: untrusted_entry).
+ENTRY_MODE = 0o644
+
 # What the cache fed into this process (a worker: its engine, samples file, calibrated target),
 # for the error of an instance that fails (runner/worker.py names them).
 _fed: list[str] = []
@@ -221,7 +225,7 @@ def checked_record(path: Path, record: Mapping[str, Any]) -> dict[str, Any] | No
 def _rewrite_sidecar(path: Path, meta: dict[str, Any], checked: dict[str, Any]) -> dict[str, Any]:
     """The sidecar with the stamp of the bytes just verified, written where the cache allows."""
     try:
-        atomic_write_json(sidecar_path(path), checked)
+        atomic_write_json(sidecar_path(path), checked, mode=ENTRY_MODE)
     except OSError as exc:  # a read-only cache: the file is hashed in full every time
         log.debug("cannot record the stamp of %s: %s", path, exc)
         return meta
@@ -251,6 +255,6 @@ def write_cached(
         sidecar = {**metadata, "sha256": sha256_file(tmp), "size": tmp.stat().st_size}
         # The sidecar goes first: a reader that sees the new file with the old sidecar (or the
         # reverse) finds a checksum mismatch and rebuilds; it never loads a mismatched pair.
-        atomic_write_json(sidecar_path(path), sidecar)
+        atomic_write_json(sidecar_path(path), sidecar, mode=ENTRY_MODE)
         os.replace(tmp, path)
     return sidecar

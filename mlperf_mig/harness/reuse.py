@@ -69,12 +69,11 @@ import numpy as np
 from mlperf_mig._io import (
     JSON_LIMITS,
     atomic_write_json,
-    current_umask,
     finite_number,
     inside,
     read_json,
 )
-from mlperf_mig.engines.cache import note_fed, untrusted_entry
+from mlperf_mig.engines.cache import ENTRY_MODE, note_fed, untrusted_entry
 from mlperf_mig.errors import MlperfMigError
 from mlperf_mig.harness.calibration import (
     MIN_LATENCY_MS,
@@ -197,7 +196,7 @@ class WorkCache:
             "target": target,
         }
         try:
-            atomic_write_json(path, record)
+            atomic_write_json(path, record, mode=ENTRY_MODE)
         except (MlperfMigError, OSError) as exc:
             logger.warning("cannot keep the calibrated target in %s: %s", path, exc)
 
@@ -331,7 +330,7 @@ class WorkCache:
 
     def _write_record(self, path: Path, record: Mapping[str, Any]) -> None:
         try:
-            atomic_write_json(path, record)
+            atomic_write_json(path, record, mode=ENTRY_MODE)
         except (MlperfMigError, OSError) as exc:  # a read-only cache: hashed again next time
             logger.debug("cannot write %s: %s", path, exc)
 
@@ -434,7 +433,7 @@ def _write_samples(path: Path, rows: Mapping[str, np.ndarray]) -> dict[str, Any]
     digest = hashlib.sha256()
     size = 0
     try:
-        os.fchmod(fd, 0o666 & ~current_umask())
+        os.fchmod(fd, ENTRY_MODE)
         for array in rows.values():
             view = np.ascontiguousarray(array).data.cast("B")
             digest.update(view)

@@ -39,6 +39,9 @@ CACHE_VERSION = 1
 LOCK_WAIT_S = 30.0
 
 
+ENTRY_MODE = 0o644  # engines/cache.py's: writable by the user alone
+
+
 def cache_file(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     from mlperf_mig.engines.cache import cache_root
 
@@ -71,7 +74,13 @@ class _Loaded:
 
 def _load(path: Path) -> _Loaded:
     """Read `path`; every problem is one warning naming the file, never an exception."""
+    from mlperf_mig.engines.cache import untrusted_entry
+
     try:
+        untrusted = untrusted_entry(os.lstat(path))
+        if untrusted is not None:
+            _warn_once("ignoring the capacity cache %s: it is %s; remove it", path, untrusted)
+            return _Loaded({}, unwritable=f"it is {untrusted}")
         data = read_json(path, "store", fix="move it away to cache capacities again")
     except FileNotFoundError:
         return _Loaded({})
@@ -169,5 +178,7 @@ def store_capacity(
             )
         entries = {**loaded.entries, key: dict(entry)}
         return atomic_write_json(
-            path, {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": entries}
+            path,
+            {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": entries},
+            mode=ENTRY_MODE,
         )

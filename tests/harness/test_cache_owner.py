@@ -158,3 +158,32 @@ def test_failed_worker_names_what_the_cache_fed_it(monkeypatch: pytest.MonkeyPat
     assert kind == "ValueError" and message.startswith("token id 999999 out of range")
     assert "'/c/samples/ab.bin'" in message and "'/c/calibration/ab.json'" in message
     assert "delete it" in message
+
+
+def test_entries_are_written_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 000 a kept target is still writable by the user alone, so it is reused."""
+    old = os.umask(0)
+    try:
+        work = WorkCache(cache_root(tmp_path / "cache"))
+        work.store_target(_inputs(), 334.0)
+    finally:
+        os.umask(old)
+    (record,) = (tmp_path / "cache" / reuse.CALIBRATION_DIR).glob("*.json")
+    assert stat.S_IMODE(record.stat().st_mode) == 0o644
+    assert work.target(_inputs()) == 334.0
+
+
+def test_world_writable_capacity_cache_is_not_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A capacity.json anyone can write is ignored with a warning naming it, and not replaced."""
+    from mlperf_mig.runner.capacity_store import read_capacities, store_capacity
+
+    store_capacity("speed|x", {"qps": 5.0}, tmp_path / "cache")
+    path = tmp_path / "cache" / "capacity.json"
+    path.chmod(0o666)
+    with caplog.at_level(logging.WARNING):
+        assert read_capacities(tmp_path / "cache") == {}
+    assert any(str(path) in r.getMessage() for r in caplog.records)
+    with pytest.raises(OutputDirError, match="writable by anyone"):
+        store_capacity("speed|y", {"qps": 6.0}, tmp_path / "cache")
