@@ -76,11 +76,12 @@ def _load(path: Path) -> _Loaded:
     """Read `path`; every problem is one warning naming the file, never an exception."""
     from mlperf_mig.engines.cache import untrusted_entry
 
-    try:
+    with contextlib.suppress(OSError):  # a missing or unreachable file: read_json says which
         untrusted = untrusted_entry(os.lstat(path))
         if untrusted is not None:
             _warn_once("ignoring the capacity cache %s: it is %s; remove it", path, untrusted)
             return _Loaded({}, unwritable=f"it is {untrusted}")
+    try:
         data = read_json(path, "store", fix="move it away to cache capacities again")
     except FileNotFoundError:
         return _Loaded({})
