@@ -112,3 +112,17 @@ def test_report_reads_a_run_listed_a_million_times_not_once_each(
     err = capsys.readouterr().err.strip()
     assert time.monotonic() - started < 30
     assert "listed again" in err and "sweep.json" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("index", ["repeats.json", "sweep.json"])
+@pytest.mark.parametrize("kind", ["deep", "fifo", "huge"])
+def test_report_refuses_a_hostile_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], index: str, kind: str
+) -> None:
+    """`report` on a deep, FIFO or 1 GB repeats.json or sweep.json: exit 2, one line naming it."""
+    path = _hostile(tmp_path / "study", kind).rename(tmp_path / "study" / index)
+    started = time.monotonic()
+    assert cli.main(["report", str(tmp_path / "study")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert time.monotonic() - started < 10
+    assert str(path) in err and "\n" not in err and "Traceback" not in err
