@@ -187,3 +187,19 @@ def test_world_writable_capacity_cache_is_not_read(
     assert any(str(path) in r.getMessage() for r in caplog.records)
     with pytest.raises(OutputDirError, match="writable by anyone"):
         store_capacity("speed|y", {"qps": 6.0}, tmp_path / "cache")
+
+
+def test_world_writable_engine_file_is_discarded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cached engine (or its sidecar) anyone can write is discarded with a warning naming it,
+    and made again: never loaded."""
+    root = cache_root(tmp_path / "cache")
+    path = root / "engines" / "model.onnx"
+    engine_cache.write_cached(path, lambda tmp: tmp.write_bytes(b"engine"), {"made_from": "x"})
+    assert engine_cache.read_valid(path, {"made_from": "x"}) is not None
+    path.chmod(0o666)
+    with caplog.at_level(logging.WARNING):
+        assert engine_cache.read_valid(path, {"made_from": "x"}) is None
+    assert any("writable by anyone" in r.getMessage() for r in caplog.records)
+    assert not path.exists()
