@@ -15,12 +15,18 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from mlperf_mig._checks import is_number
-from mlperf_mig.errors import MlperfMigError, OutputDirError, SettingsError, UntrustedPathError
+from mlperf_mig.errors import (
+    DataFileError,
+    MlperfMigError,
+    OutputDirError,
+    SettingsError,
+    UntrustedPathError,
+)
 
 # Plain data as json.loads gives it and json.dumps takes it: dicts, lists, text, numbers, None.
 JsonData = Any
@@ -119,6 +125,94 @@ def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str:
         raise SettingsError("not UTF-8 text") from None
 
 
+# --- JSON read back -----------------------------------------------------------------------------
+# The most bytes each kind of JSON file the project reads back may hold: far above what this
+# tool writes (a results.json of 56 instances with telemetry is well under 1 MiB), far below
+# what would exhaust memory. A larger file is refused before a byte of it is read.
+JSON_LIMITS: dict[str, int] = {
+    "results": 32 << 20,  # results.json, plan.json, smoke.json
+    "index": 16 << 20,  # repeats.json, sweep.json
+    "store": 4 << 20,  # the cache's capacity and speed stores
+    "record": 1 << 16,  # a cache record or sidecar: a key, a digest and a number
+}
+# Deeper than anything this tool writes (results.json: 7 levels); a deeper file is refused
+# in one line instead of a RecursionError.
+JSON_DEPTH_LIMIT = 64
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    kind: str,
+    *,
+    error: type[MlperfMigError] = DataFileError,
+    fix: str = "pass a file this tool wrote, or write it again",
+) -> JsonData:
+    """The JSON value of the file at `path`, read with bounds: a regular file reached without
+    following a link (a FIFO, a device or a symlink is refused without opening it for reading
+    or waiting on it), at most JSON_LIMITS[kind] bytes (checked before reading), UTF-8, nested
+    at most JSON_DEPTH_LIMIT deep. Any failure is one `error` naming the file, what was wrong
+    and `fix`; FileNotFoundError when the file is not there at all."""
+    limit = JSON_LIMITS[kind]
+    name = str(path)
+
+    def refused(reason: str) -> MlperfMigError:
+        return error(f"{name!r} {reason}; {fix}")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise refused("is a symbolic link (nothing read back is followed)") from None
+        raise refused(f"cannot be read ({exc.strerror or exc})") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise refused("is not a regular file (a FIFO, a device or a folder)")
+        if status.st_size > limit:
+            raise refused(
+                f"is {status.st_size} bytes, more than the {limit} a {kind} file may hold"
+            )
+        data = os.read(fd, limit + 1)
+    except OSError as exc:
+        raise refused(f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise refused(f"holds more than the {limit} bytes a {kind} file may hold")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise refused(f"is not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise refused(f"is nested deeper than {JSON_DEPTH_LIMIT} levels") from None
+    except ValueError as exc:
+        raise refused(f"is not JSON ({exc})") from None
+    if json_depth(value) > JSON_DEPTH_LIMIT:
+        raise refused(f"is nested deeper than {JSON_DEPTH_LIMIT} levels")
+    return value
+
+
+def json_depth(value: JsonData) -> int:
+    """How deep lists and objects nest in `value` (0 for a scalar), without recursion."""
+    deepest = 0
+    stack: list[tuple[JsonData, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[JsonData] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > JSON_DEPTH_LIMIT:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def free_space(path: str | os.PathLike[str]) -> str:
     """The free space of the file system holding `path` (or its nearest existing parent)."""
     folder = Path(path).absolute()
@@ -148,8 +242,11 @@ def write_failed(path: str | os.PathLike[str], exc: OSError) -> OutputDirError:
     )
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write `data` to `path` so that readers see either the old file or the whole new one.
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes, *, mode: int | None = None
+) -> Path:
+    """Write `data` to `path` so that readers see either the old file or the whole new one,
+    with `mode` (default: what the user's umask gives any file).
 
     A failed write (full disk) raises OutputDirError and leaves the old file as it was.
     """
@@ -163,7 +260,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         raise write_failed(destination, exc) from None
     try:
         # mkstemp makes the file 0600; a shared output gets what the user's umask gives any file.
-        os.fchmod(fd, 0o666 & ~current_umask())
+        os.fchmod(fd, 0o666 & ~current_umask() if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -185,14 +282,16 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, mode: int | None = None) -> Path:
     """Atomic write of UTF-8 text."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
+    return atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: object) -> Path:
+def atomic_write_json(
+    path: str | os.PathLike[str], obj: object, *, mode: int | None = None
+) -> Path:
     """Atomic write of `obj` as indented JSON with a trailing newline."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", mode=mode)
 
 
 @contextlib.contextmanager

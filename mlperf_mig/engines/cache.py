@@ -19,10 +19,12 @@ last one could keep them: a stamp is only recorded for a file unchanged for STAM
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import logging
 import os
+import shlex
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,8 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig._io import atomic_write_json, ensure_writable_dir
-from mlperf_mig.errors import OutputDirError
+from mlperf_mig._io import atomic_write_json, ensure_writable_dir, read_json
+from mlperf_mig.errors import MlperfMigError, OutputDirError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,28 @@ _CHUNK = 1 << 22
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The cache folder: `cache_dir` if given, else $MLPERF_MIG_CACHE, else the per-user cache."""
+    """The cache folder: `cache_dir` if given, else $MLPERF_MIG_CACHE, else the per-user cache.
+
+    A folder that does not exist yet is created 0700 (what it holds decides results: no one
+    else may write into it). One that exists must be the user's and writable by no one else,
+    as ssh treats its keys: else OutputDirError, one line with the fix (`untrusted_folder`)."""
+    root = _cache_path(cache_dir)
+    if not os.path.lexists(root):
+        with contextlib.suppress(OSError):  # a failed creation is said by the first write
+            root.parent.mkdir(parents=True, exist_ok=True)
+            root.mkdir(mode=0o700)
+    reason = untrusted_folder(root)
+    if reason is not None:
+        raise OutputDirError(
+            f"the cache folder {str(root)!r} {reason}: nothing is read from it (another user "
+            "could plant calibrated targets, samples or engines that a run would trust); run "
+            f"`chmod go-w {shlex.quote(str(root))}` if it is yours, or pass a folder of your own "
+            f"(--cache-dir / cache_dir= / ${CACHE_ENV})"
+        )
+    return root
+
+
+def _cache_path(cache_dir: str | os.PathLike[str] | None) -> Path:
     if cache_dir is not None:
         if isinstance(cache_dir, str) and not cache_dir.strip():
             raise OutputDirError(
@@ -56,6 +79,52 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "mlperf-mig"
+
+
+def untrusted_folder(path: Path) -> str | None:
+    """Why the cache folder `path` must not be read (None: it may, or it does not exist): owned
+    by another user, or writable by its group or by anyone (ssh's rule for ~/.ssh)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    if status.st_uid != os.getuid():
+        return f"is owned by uid {status.st_uid}, not by you (uid {os.getuid()})"
+    if status.st_mode & 0o022:
+        return f"is writable by others (mode {stat.S_IMODE(status.st_mode):04o})"
+    return None
+
+
+def untrusted_entry(status: os.stat_result) -> str | None:
+    """Why a file of the cache with this status must not be read (None: it may): owned by
+    another user or writable by anyone. (The folder is 0700 and the user's: an entry that is
+    not the user's was put there by someone who could.)"""
+    if status.st_uid != os.getuid():
+        return f"owned by uid {status.st_uid}, not by you (uid {os.getuid()})"
+    if status.st_mode & 0o002:
+        return f"writable by anyone (mode {stat.S_IMODE(status.st_mode):04o})"
+    return None
+
+
+# The mode of what the cache writes: writable by the user alone whatever the umask (an entry
+# writable by anyone is refused when read: untrusted_entry).
+ENTRY_MODE = 0o644
+
+# What the cache fed into this process (a worker: its engine, samples file, calibrated target),
+# for the error of an instance that fails (runner/worker.py names them).
+_fed: list[str] = []
+
+
+def note_fed(what: str, path: str | os.PathLike[str]) -> None:
+    """Record that `path` (a cached `what`) was used by this process."""
+    entry = f"{what} {str(path)!r}"
+    if entry not in _fed:
+        _fed.append(entry)
+
+
+def fed_from_cache() -> list[str]:
+    """Every cached file this process used, as '<what> <path>'."""
+    return list(_fed)
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -98,6 +167,7 @@ def read_valid(path: Path, expected: dict[str, Any]) -> dict[str, Any] | None:
             )
     reason, meta = _invalid_reason(path, expected)
     if reason is None:
+        note_fed("cached", path)
         return meta
     if path.exists() or sidecar_path(path).exists():
         log.warning("discarding cached %s: %s", path, reason)
@@ -110,9 +180,14 @@ def _invalid_reason(path: Path, expected: dict[str, Any]) -> tuple[str | None, d
     """Why the cached file cannot be used (None when it can), and its sidecar."""
     if not path.is_file():
         return "missing", {}
+    for entry in (path, sidecar_path(path)):
+        with contextlib.suppress(OSError):
+            reason = untrusted_entry(os.lstat(entry))
+            if reason is not None:
+                return f"{entry.name} is {reason}", {}
     try:
-        meta = json.loads(sidecar_path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = read_json(sidecar_path(path), "record")
+    except (OSError, MlperfMigError):
         return "no readable checksum file", {}
     if not isinstance(meta, dict):
         return "malformed checksum file", {}
@@ -150,7 +225,7 @@ def checked_record(path: Path, record: Mapping[str, Any]) -> dict[str, Any] | No
 def _rewrite_sidecar(path: Path, meta: dict[str, Any], checked: dict[str, Any]) -> dict[str, Any]:
     """The sidecar with the stamp of the bytes just verified, written where the cache allows."""
     try:
-        atomic_write_json(sidecar_path(path), checked)
+        atomic_write_json(sidecar_path(path), checked, mode=ENTRY_MODE)
     except OSError as exc:  # a read-only cache: the file is hashed in full every time
         log.debug("cannot record the stamp of %s: %s", path, exc)
         return meta
@@ -180,6 +255,6 @@ def write_cached(
         sidecar = {**metadata, "sha256": sha256_file(tmp), "size": tmp.stat().st_size}
         # The sidecar goes first: a reader that sees the new file with the old sidecar (or the
         # reverse) finds a checksum mismatch and rebuilds; it never loads a mismatched pair.
-        atomic_write_json(sidecar_path(path), sidecar)
+        atomic_write_json(sidecar_path(path), sidecar, mode=ENTRY_MODE)
         os.replace(tmp, path)
     return sidecar

@@ -17,7 +17,9 @@ their inputs, so they are kept under a key of those inputs:
   Server or stream test that came out INVALID with a cached target drops the entry, so the next
   run measures again. A unified worker keys its target by the path it timed (rows copied out
   of shared memory) and sends the key with it; the coordinator labels the layout's target and
-  drops those keys after an INVALID test. Cluster actors still measure every round.
+  drops those keys after an INVALID test. Cluster actors still measure every round, and so
+  does every repeat and alone run of a study (REUSE_TARGETS_ENV): a study compares its runs'
+  numbers, which would otherwise be copies of one calibrated target.
 - `<cache>/samples/<key>.bin` (+ `<key>.json`): the synthetic samples of one LoadGen load, the
   rows of each input one after another, keyed by the benchmark, seed, sample counts, input
   layouts and the loaded indices. A run maps the file read-only (MAP_POPULATE: the pages are
@@ -25,11 +27,14 @@ their inputs, so they are kept under a key of those inputs:
   copy, and the instances of a layout share one copy in the page cache (ResNet50: 588 MiB a
   worker before).
 
-Everything read back is untrusted: a record is read with `_io.read_small_text` (no link, a
-regular file, bounded size), must carry this format and version, the very inputs asked for
-(not just their hash) and a finite positive target; a samples file must be a regular file
-reached without links, of exactly the size its key implies, and its bytes must hash to the
-recorded SHA-256, or carry the stamp (inode, size, modification and change times) recorded
+Everything read back is untrusted: the cache folder is the user's and writable by no one else
+(engines/cache.py `cache_root`), a record or samples file not owned by the user or writable by
+anyone is a miss, a record is read with `_io.read_json` (no link, a regular file, bounded size
+and nesting), must carry this format and version, the very inputs asked for (not just their
+hash) and a target within calibration's own bounds for its LoadGen scenario; whatever the cache
+fed a worker is named in the error of a worker that fails (runner/worker.py); a samples file
+must be a regular file reached without links, of exactly the size its key implies, and its
+bytes must hash to the recorded SHA-256, or carry the stamp (inode, size, modification and change times) recorded
 when they last did (see engines/cache.py for why a stamp is enough). Anything else is a miss
 (logged, never loaded) and is made again. Writes are atomic (a reader sees the old file or the
 new one, never half), a samples file is written by one process at a time (a lock beside it; the
@@ -47,6 +52,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import math
 import mmap
 import os
 import platform
@@ -60,8 +66,20 @@ from typing import Any
 
 import numpy as np
 
-from mlperf_mig._io import atomic_write_json, current_umask, finite_number, inside, read_small_text
+from mlperf_mig._io import (
+    JSON_LIMITS,
+    atomic_write_json,
+    finite_number,
+    inside,
+    read_json,
+)
+from mlperf_mig.engines.cache import ENTRY_MODE, note_fed, untrusted_entry
 from mlperf_mig.errors import MlperfMigError
+from mlperf_mig.harness.calibration import (
+    MIN_LATENCY_MS,
+    OFFLINE_CAP_QPS,
+    SERVER_CAP_QPS,
+)
 from mlperf_mig.harness.samples import SampleLibrary
 from mlperf_mig.workloads.samples import SampleSource, SyntheticSource
 
@@ -70,8 +88,14 @@ logger = logging.getLogger(__name__)
 FORMAT = "mlperf-mig reuse"
 VERSION = 1
 CALIBRATION_DIR = "calibration"
+# "0" in a worker's environment: use no cached target, measure (runner/jobs.py sets it for the
+# repeats and alone runs of a study, whose numbers must each be measured, not copied)
+REUSE_TARGETS_ENV = "MLPERF_MIG_REUSE_TARGETS"
 SAMPLES_DIR = "samples"
-RECORD_LIMIT = 1 << 16  # a record holds a key and a number
+# The lowest QPS a calibrated target may have: one sample a thousand seconds (what a Server run
+# of 334 QPS where the machine does 400-490 came from was a planted record, refused by owner).
+MIN_TARGET_QPS = 1e-3
+RECORD_LIMIT = JSON_LIMITS["record"]  # a record holds a key and a number
 # A load larger than this is generated every time (a full-dataset synthetic accuracy run).
 SAMPLES_LIMIT_BYTES = 2 << 30
 STAMP_SETTLE_S = 2.0  # as engines/cache.py: longer than any file system's time granularity
@@ -128,14 +152,16 @@ class WorkCache:
 
     # --- calibrated targets ------------------------------------------------------------------
     def target(self, inputs: Mapping[str, Any]) -> float | None:
-        """The target measured for `inputs` before, or None (a miss, said in the log)."""
+        """The target measured for `inputs` before, or None (a miss, said in the log; always
+        None in a worker of a study's run, which measures its own: REUSE_TARGETS_ENV)."""
+        if os.environ.get(REUSE_TARGETS_ENV) == "0":
+            logger.info("not using a cached target: this run of a study measures its own")
+            return None
         path = self._path(CALIBRATION_DIR, f"{key_digest(inputs)}.json")
         if path is None or not os.path.lexists(path):
             return None
-        try:
-            data = json.loads(read_small_text(path, RECORD_LIMIT))
-        except (MlperfMigError, ValueError, RecursionError) as exc:
-            _miss(path, str(exc) or type(exc).__name__)
+        data = _record(path)
+        if data is None:
             return None
         if not isinstance(data, dict):
             _miss(path, "not a JSON object")
@@ -147,9 +173,13 @@ class WorkCache:
             _miss(path, "made from other inputs")
             return None
         target = data.get("target")
-        if not finite_number(target) or target <= 0:
-            _miss(path, f"target {target!r} is not a finite positive number")
+        if not finite_number(target) or not plausible_target(inputs, target):
+            _miss(
+                path,
+                f"target {target!r} is not a plausible {inputs.get('loadgen_scenario')} target",
+            )
             return None
+        note_fed("calibrated target", path)
         return float(target)
 
     def store_target(self, inputs: Mapping[str, Any], target: float) -> None:
@@ -166,7 +196,7 @@ class WorkCache:
             "target": target,
         }
         try:
-            atomic_write_json(path, record)
+            atomic_write_json(path, record, mode=ENTRY_MODE)
         except (MlperfMigError, OSError) as exc:
             logger.warning("cannot keep the calibrated target in %s: %s", path, exc)
 
@@ -218,10 +248,8 @@ class WorkCache:
         meta_path = self._path(SAMPLES_DIR, f"{digest}.json")
         if data is None or meta_path is None or not os.path.lexists(meta_path):
             return None
-        try:
-            meta = json.loads(read_small_text(meta_path, RECORD_LIMIT))
-        except (MlperfMigError, ValueError, RecursionError) as exc:
-            _miss(meta_path, str(exc) or type(exc).__name__)
+        meta = _record(meta_path)
+        if meta is None:
             return None
         expected = sum(a.nbytes for a in rows.values())
         if (
@@ -249,6 +277,10 @@ class WorkCache:
             if not stat.S_ISREG(status.st_mode):
                 _miss(data, "not a regular file")
                 return None
+            untrusted = untrusted_entry(status)
+            if untrusted is not None:
+                _miss(data, f"{untrusted}; remove it")
+                return None
             if status.st_size != expected:
                 _miss(data, f"{status.st_size} bytes, expected {expected} (truncated?)")
                 return None
@@ -266,6 +298,7 @@ class WorkCache:
             return None
         finally:
             os.close(fd)
+        note_fed("samples file", data)
         arrays, offset = {}, 0
         for name, like in rows.items():
             arrays[name] = np.frombuffer(mapping, like.dtype, like.size, offset).reshape(like.shape)
@@ -297,7 +330,7 @@ class WorkCache:
 
     def _write_record(self, path: Path, record: Mapping[str, Any]) -> None:
         try:
-            atomic_write_json(path, record)
+            atomic_write_json(path, record, mode=ENTRY_MODE)
         except (MlperfMigError, OSError) as exc:  # a read-only cache: hashed again next time
             logger.debug("cannot write %s: %s", path, exc)
 
@@ -310,6 +343,32 @@ class WorkCache:
         except MlperfMigError as exc:
             logger.warning("not reusing cached work: %s", exc)
             return None
+
+
+def _record(path: Path) -> Any:
+    """A record of the cache read bounded (`_io.read_json`), or None (a miss, said) when it
+    cannot be read or is not the user's (`engines/cache.untrusted_entry`)."""
+    try:
+        untrusted = untrusted_entry(os.lstat(path))
+        if untrusted is not None:
+            _miss(path, f"{untrusted}; remove it")
+            return None
+        return read_json(path, "record", fix="it is made again")
+    except (MlperfMigError, OSError) as exc:
+        _miss(path, str(exc) or type(exc).__name__)
+        return None
+
+
+def plausible_target(inputs: Mapping[str, Any], target: float) -> bool:
+    """Whether a cached target can be one calibration measured: within calibration.py's own
+    bounds for its LoadGen scenario (QPS up to its cap, a latency from its floor to a minute)."""
+    if not math.isfinite(target) or target <= 0:
+        return False
+    scenario = inputs.get("loadgen_scenario")
+    if scenario in ("SingleStream", "MultiStream"):
+        return MIN_LATENCY_MS <= target <= 60_000.0
+    cap = SERVER_CAP_QPS if scenario == "Server" else OFFLINE_CAP_QPS
+    return MIN_TARGET_QPS <= target <= cap
 
 
 def _miss(path: Path, why: str) -> None:
@@ -374,7 +433,7 @@ def _write_samples(path: Path, rows: Mapping[str, np.ndarray]) -> dict[str, Any]
     digest = hashlib.sha256()
     size = 0
     try:
-        os.fchmod(fd, 0o666 & ~current_umask())
+        os.fchmod(fd, ENTRY_MODE)
         for array in rows.values():
             view = np.ascontiguousarray(array).data.cast("B")
             digest.update(view)

@@ -112,7 +112,8 @@ def _emulated_system(options: PlacementRequest, catalog: Catalog, why_no_gpu: st
     selected = _selected_indices(
         options,
         range(count),
-        lambda: (
+        every_gpu=options.gpu_count is not None,
+        known=lambda: (
             f"the run emulates {count} GPU{'s' if count > 1 else ''} ({_span(count)})",
             f"pass indices {_span(count)}, or raise gpu_count / --gpu-count",
         ),
@@ -156,7 +157,7 @@ def _selected_states(
     chosen = _selected_indices(
         options,
         sorted(states),
-        lambda: (
+        known=lambda: (
             f"this machine has {_gpu_list(states.values())}",
             f"pass some of {', '.join(map(str, sorted(states)))}",
         ),
@@ -165,12 +166,18 @@ def _selected_states(
 
 
 def _selected_indices(
-    options: PlacementRequest, indices: Sequence[int], known: Callable[[], tuple[str, str]]
+    options: PlacementRequest,
+    indices: Sequence[int],
+    *,
+    known: Callable[[], tuple[str, str]],
+    every_gpu: bool = False,
 ) -> list[int]:
-    """The GPU indices `gpus` selects among `indices` (all of them for "all"; the GPUs of
-    `layouts` when gpus is not given); `known()` says what there is and how to pick."""
+    """The GPU indices `gpus` selects among `indices` (all of them for "all"; when gpus is not
+    given, every one with `every_gpu` (gpu_count emulated GPUs: those without a `layouts` entry
+    carry `scenario`), else the GPUs of `layouts`); `known()` says what there is and how to
+    pick."""
     if options.gpus is None:
-        selected = sorted(dict(options.layouts)) or list(indices)
+        selected = list(indices) if every_gpu else sorted(dict(options.layouts)) or list(indices)
     elif isinstance(options.gpus, str):  # "all", the one word RunOptions takes
         selected = list(indices)
     else:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import time
@@ -29,8 +28,8 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, finite_number, write_failed
-from mlperf_mig.errors import OutputDirError
+from mlperf_mig._io import atomic_write_json, finite_number, read_json, write_failed
+from mlperf_mig.errors import MlperfMigError, OutputDirError
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +37,9 @@ CAPACITY_FILE = "capacity.json"
 CACHE_FORMAT = "mlperf-mig capacity cache"
 CACHE_VERSION = 1
 LOCK_WAIT_S = 30.0
+
+
+ENTRY_MODE = 0o644  # engines/cache.py's: writable by the user alone
 
 
 def cache_file(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -72,19 +74,20 @@ class _Loaded:
 
 def _load(path: Path) -> _Loaded:
     """Read `path`; every problem is one warning naming the file, never an exception."""
+    from mlperf_mig.engines.cache import untrusted_entry
+
+    with contextlib.suppress(OSError):  # a missing or unreachable file: read_json says which
+        untrusted = untrusted_entry(os.lstat(path))
+        if untrusted is not None:
+            _warn_once("ignoring the capacity cache %s: it is %s; remove it", path, untrusted)
+            return _Loaded({}, unwritable=f"it is {untrusted}")
     try:
-        text = path.read_text(encoding="utf-8")
+        data = read_json(path, "store", fix="move it away to cache capacities again")
     except FileNotFoundError:
         return _Loaded({})
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
-        _warn_once("ignoring the capacity cache %s: it %s", path, reason)
-        return _Loaded({}, unwritable=f"it {reason}")
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        _warn_once("ignoring the capacity cache %s: it is not JSON (%s)", path, exc)
-        return _Loaded({}, unwritable="it is not JSON")
+    except MlperfMigError as exc:
+        _warn_once("ignoring the capacity cache: %s", exc)
+        return _Loaded({}, unwritable=str(exc))
     if not isinstance(data, dict):
         _warn_once(
             "ignoring the capacity cache %s: it holds JSON %s, not a capacity cache object; it is "
@@ -176,5 +179,7 @@ def store_capacity(
             )
         entries = {**loaded.entries, key: dict(entry)}
         return atomic_write_json(
-            path, {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": entries}
+            path,
+            {"format": CACHE_FORMAT, "version": CACHE_VERSION, "entries": entries},
+            mode=ENTRY_MODE,
         )

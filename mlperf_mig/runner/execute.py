@@ -31,6 +31,7 @@ import attrs
 
 from mlperf_mig import errors
 from mlperf_mig._io import atomic_write_bytes, atomic_write_json, ensure_writable_dir
+from mlperf_mig._text import printable
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.placement.cluster_address import ClusterSpec, parse_cluster
 from mlperf_mig.runner.jobs import LAYOUT_FOLDER, USER_CONF
@@ -156,17 +157,44 @@ def _device_of(runs: list[InstanceRun], outcomes: Mapping[str, WorkerOutcome]) -
 
 
 def find_baseline(plan: RunPlan, outdir: Path) -> tuple[float | None, str | None]:
-    """Total throughput of a scenario-1 run with the same settings in a sibling folder."""
-    for candidate in sorted(outdir.parent.glob(f"*/{RESULTS_FILE}")):
-        if candidate.parent == outdir or candidate.parent.is_symlink() or candidate.is_symlink():
-            continue  # no link is followed out of the folder next to ours
+    """Total throughput of a scenario-1 run with the same settings in a sibling folder.
+
+    Each sibling's results.json is read bounded (runner/results.py: a regular file, not a
+    link, of limited size and nesting); one that cannot be read is skipped with a note, never
+    the end of the run that measured just now."""
+    for candidate in sibling_indexes(outdir, RESULTS_FILE):
         try:
             other = RunResult.load(candidate)
-        except errors.MlperfMigError:
+        except errors.MlperfMigError as exc:
+            skipped_sibling(candidate, exc)
             continue
         if other.scenario == 1 and other.settings_key == plan.settings_key and other.ok:
             return other.total_throughput, str(candidate.parent)
     return None, None
+
+
+def sibling_indexes(outdir: Path, name: str) -> list[Path]:
+    """The files `name` in the folders next to `outdir` that are candidates for its baseline:
+    plain folders (no link is followed out of the folder next to ours) holding `name` as
+    anything but a link (a FIFO or a huge file is refused by the bounded reader, with a note)."""
+    found = []
+    try:
+        siblings = sorted(outdir.parent.iterdir())
+    except OSError as exc:
+        log.warning("no baseline looked for next to %s: %s", printable(outdir), exc)
+        return []
+    for folder in siblings:
+        candidate = folder / name
+        with contextlib.suppress(OSError):
+            plain = folder != outdir and not folder.is_symlink() and folder.is_dir()
+            if plain and os.path.lexists(candidate) and not candidate.is_symlink():
+                found.append(candidate)
+    return found
+
+
+def skipped_sibling(candidate: Path, exc: BaseException) -> None:
+    """The note for a sibling the baseline search could not read."""
+    log.warning("baseline search: skipped %s (%s)", printable(candidate), printable(exc))
 
 
 def _given_baseline(

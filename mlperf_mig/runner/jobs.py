@@ -179,6 +179,14 @@ def _resolved_values(plan: RunPlan, conf: Path) -> tuple[tuple[str, float], ...]
     return tuple(read_user_conf(conf, model, plan.loadgen_scenario).items())
 
 
+def target_reuse_env(plan: RunPlan) -> dict[str, str]:
+    """What tells an instance's worker not to use a target an earlier run calibrated: set for
+    the runs of a study, which each measure their own (harness/reuse.py REUSE_TARGETS_ENV)."""
+    from mlperf_mig.harness.reuse import REUSE_TARGETS_ENV
+
+    return {} if plan.reuse_targets else {REUSE_TARGETS_ENV: "0"}
+
+
 def instance_env(slot: InstanceSlot) -> dict[str, str]:
     """The slot's device variables, its name (for logs and tests), its thread count and its
     emulated CPU budget (emulation/cpu_budget.py)."""

@@ -114,6 +114,10 @@ class RunPlan(Report):
     # the accuracy test's estimate (s) and what the estimates rest on (runner/speed.py)
     accuracy_s: float | None = None
     expected_from: str = "the settings alone"
+    # whether a worker may use a target an earlier run calibrated (harness/reuse.py): a single
+    # run may; the repeats and alone runs of a study each measure their own, or their numbers
+    # would be copies of one target (study/repeats.py)
+    reuse_targets: bool = True
 
     @property
     def slots(self) -> tuple[InstanceSlot, ...]:
@@ -271,6 +275,7 @@ class RunPlan(Report):
             "accuracy": self.accuracy,
             "compliance": self.compliance,
             "telemetry": self.telemetry,
+            "reuse_targets": self.reuse_targets,
             "outdir": self.outdir,
             "settings_key": self.settings_key,
             "instances": [
@@ -368,6 +373,7 @@ def make_plan(options: RunOptions) -> RunPlan:
     before any worker starts."""
     from mlperf_mig import registry
     from mlperf_mig.engines import backend_class, resolve_backend
+    from mlperf_mig.engines.cache import cache_root
     from mlperf_mig.harness.settings import PRESETS, normalize_loadgen_scenario
     from mlperf_mig.workloads import get_workload
 
@@ -382,6 +388,9 @@ def make_plan(options: RunOptions) -> RunPlan:
     if options.preset not in PRESETS:
         raise SettingsError(f"preset {options.preset!r} is not one of {', '.join(PRESETS)}")
     _check_cpus(options.cpus)
+    # the cache feeds every worker (engines, samples, targets): one that another user owns or
+    # can write is refused here, before anything runs (engines/cache.py)
+    cache_root(options.cache_dir)
     catalog = registry.default_catalog()
     deployment = place(options, catalog=catalog, nvml_source=options.nvml_source)
     backend_name = _backend_for(deployment, options.backend, resolve_backend)
@@ -454,6 +463,7 @@ def make_plan(options: RunOptions) -> RunPlan:
         telemetry=options.telemetry,
         nvml_source=options.nvml_source,
         host_notes=host_notes,
+        reuse_targets=not options.studied,
     )
     return _with_estimates(plan, options.timeout_s)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from mlperf_mig._io import atomic_write_json, finite_number, safe_name
+from mlperf_mig._io import atomic_write_json, finite_number, read_json, safe_name
 from mlperf_mig._report import Report
 from mlperf_mig._table import cell_text
 from mlperf_mig.errors import OutputDirError, SettingsError, UntrustedPathError
@@ -436,6 +436,21 @@ class LayoutResult(Report):
 
     def alone_runs(self) -> list[RunResult]:
         return [run for runs in self.alone.values() for run in runs]
+
+    def reused_targets(self) -> list[str]:
+        """The instance runs ('repeat-2/i0', 'alone-1g.10gb/repeat-1/i0') whose LoadGen target
+        an earlier run calibrated (harness/reuse.py) instead of their own measurement."""
+        found = []
+        for run in [*self.runs, *self.alone_runs()]:
+            where = os.path.relpath(run.outdir, self.outdir)
+            named = [
+                ("layout", run.layout_result),
+                *((i.name, i.performance) for i in run.instances),
+            ]
+            for name, result in named:
+                if result is not None and result.target_source == "cached calibration":
+                    found.append(name if where == "." else f"{where}/{name}")
+        return found
 
     # --- over the runs -------------------------------------------------------------------------
     @property
@@ -1055,7 +1070,13 @@ class RunResult(LayoutResult):
         if file.is_dir():
             file = file / RESULTS_FILE
         try:
-            return cls.from_json(file.read_text(encoding="utf-8"), str(file))
+            data = read_json(
+                file,
+                "results",
+                error=OutputDirError,
+                fix="pass a run folder written by mlperf-mig run",
+            )
+            return cls.from_dict(data, str(file))
         except UntrustedPathError:
             raise
         except FileNotFoundError:

@@ -37,6 +37,7 @@ from mlperf_mig.runner.jobs import (
     instance_env,
     instance_task,
     sample_capacity,
+    target_reuse_env,
     unified_entries,
 )
 from mlperf_mig.runner.plan import RunPlan
@@ -175,7 +176,7 @@ class IndependentRounds(Rounds):
                 entry=plan.worker_entry or INSTANCE_ENTRY,
                 payload=self.task(slot, mode),
                 log_path=str(self.outdir / slot.name / "worker.log"),
-                env=instance_env(slot),
+                env={**instance_env(slot), **target_reuse_env(plan)},
                 cpus=slot.cpus,
             )
             for slot in plan.slots
@@ -263,7 +264,7 @@ class UnifiedRounds(Rounds):
                         task=task, samples=samples.specs, link=b, batch_size=batch_size_of(task)
                     ),
                     log_path=str(outdir / slot.name / "worker.log"),
-                    env=instance_env(slot),
+                    env={**instance_env(slot), **target_reuse_env(plan)},
                     cpus=slot.cpus,
                 )
                 for slot, task, (_, b) in zip(plan.slots, tasks, pipes)

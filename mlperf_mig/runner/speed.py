@@ -11,7 +11,8 @@ engine's speed for the benchmark, variant, backend and precision:
     table      for the full graphs, the data file's Offline target of the profile (its `cpu`
                row is ONNX Runtime on 2 cores)
     none       the tiny graphs before their first run: the settings alone
-The hang limit of a round is five times the longest estimate, at least 600 s.
+The hang limit of a round is five times the longest estimate, at least 600 s and at most a week;
+a cached speed outside MIN_SPEED-MAX_SPEED is not used (said in a warning).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 TABLE_CPUS = 2  # the data files' `cpu` targets were measured on 2 cores
 HANG_FACTOR = 5.0
 MIN_HANG_S = 600.0
+# the range a cached engine speed (samples/s) must lie in to be used
+MIN_SPEED = 1e-3
+MAX_SPEED = 1e8
+MAX_HANG_S = 7 * 24 * 3600.0  # a week: the longest accuracy run of a CPU is hours
 
 
 class PlannedRun(Protocol):
@@ -97,9 +102,16 @@ def slot_speed(
     scale = (
         (slot.cpu_share or float(len(slot.cpus or ()) or 1)) if plan.deployment.emulated else 1.0
     )
-    entry = measured.get(_key(plan, slot))
-    if entry is not None:
+    key = _key(plan, slot)
+    entry = measured.get(key)
+    if entry is not None and plausible_speed(entry["qps"]):
         return entry["qps"] * scale, "measured here"
+    if entry is not None:
+        log.warning(
+            "not using the cached engine speed %r of %r: it is outside %g-%g samples/s, not a "
+            "speed this tool measured; run `mlperf-mig capacity` or an Offline run to measure it",
+            entry["qps"], key, MIN_SPEED, MAX_SPEED,
+        )  # fmt: skip
     if plan.variant != "full" or plan.backend == "null":
         return None, "not measured here yet"
     try:
@@ -111,6 +123,12 @@ def slot_speed(
         return profile_target(data, "Offline", slot.profile), "the data file's profile target"
     except MlperfMigError:
         return None, "not measured here yet"
+
+
+def plausible_speed(qps: float) -> bool:
+    """Whether a cached engine speed (samples/s, or per CPU-second) can be one this tool
+    measured: a speed of 1e-300 would make a hang limit of 1.6e303 s."""
+    return MIN_SPEED <= qps <= MAX_SPEED
 
 
 def test_seconds(plan: PlannedRun, speed: float | None, *, accuracy: bool) -> float:
@@ -156,8 +174,10 @@ def estimates(plan: PlannedRun) -> tuple[float, float | None, str]:
 
 
 def hang_limit(performance_s: float, accuracy_s: float | None) -> float:
-    """A round's hang limit: five times the longest estimate, at least 600 s."""
-    return max(MIN_HANG_S, HANG_FACTOR * max(performance_s, accuracy_s or 0.0))
+    """A round's hang limit: five times the longest estimate, at least 600 s, at most
+    MAX_HANG_S (an estimate beyond it rests on a number no run measured: a hung worker must
+    still be stopped)."""
+    return min(MAX_HANG_S, max(MIN_HANG_S, HANG_FACTOR * max(performance_s, accuracy_s or 0.0)))
 
 
 def record_speeds(plan: PlannedRun, result: RunResult) -> None:

@@ -161,7 +161,20 @@ class _Channel:
         self._conn.send(("done", _plain(value)))
 
     def error(self, exc: BaseException) -> None:
-        self._conn.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
+        message = str(exc)
+        fed = _fed_from_cache()
+        if fed:  # what the cache fed this worker may be why it failed: say which files
+            message += (
+                f" [this worker used from the cache folder: {', '.join(fed)}; if it was put "
+                "there by someone else, delete it and run again]"
+            )
+        self._conn.send(("error", type(exc).__name__, message, traceback.format_exc()))
+
+
+def _fed_from_cache() -> list[str]:
+    """The cached files this worker used (engines/cache.py), if that module was loaded."""
+    cache = sys.modules.get("mlperf_mig.engines.cache")
+    return [] if cache is None else cache.fed_from_cache()
 
 
 def _take_runner_state(state: RunnerState, job: WorkerJob) -> None:

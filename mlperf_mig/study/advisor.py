@@ -204,7 +204,16 @@ def measurements_from(
         if not runs:
             continue
         values = {id(run): _checked_run(run) for run in runs}
-        labels += [label for label in runs[0].labels() if label not in labels]
+        # every run's labels, the alone runs' too: a target reused by repeat 2 alone is said
+        for run in [*runs, *layout.alone_runs()]:
+            labels += [label for label in run.labels() if label not in labels]
+        reused = layout.reused_targets()
+        if reused:
+            labels.append(
+                f"{runs[0].layout}: {len(reused)} instance run(s) used a target calibrated by an "
+                f"earlier run, not their own ({', '.join(reused[:8])}"
+                f"{', ...' if len(reused) > 8 else ''}): their numbers repeat that target"
+            )
         measured[runs[0].layout] = tuple(
             r.total_throughput for r in runs if r.total_throughput is not None
         )

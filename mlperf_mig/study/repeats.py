@@ -19,12 +19,11 @@ memory bandwidth are shared, not a GPU, and every table says so.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 
@@ -35,6 +34,7 @@ from mlperf_mig._io import (
     claim_folder,
     finite_number,
     inside,
+    read_json,
     safe_name,
 )
 from mlperf_mig.errors import (
@@ -44,6 +44,7 @@ from mlperf_mig.errors import (
     SettingsError,
     UntrustedPathError,
 )
+from mlperf_mig.runner.execute import sibling_indexes, skipped_sibling
 from mlperf_mig.runner.plan import RunPlan
 from mlperf_mig.runner.results import (
     PER_GPU_COLUMN,
@@ -75,6 +76,8 @@ FOLDER_KINDS = {
     SWEEP_FILE: "a sweep",
 }
 SCHEMA = 2  # 2: "target" became "partitioning"
+# the sweep table's column of the instance runs that used a target an earlier run calibrated
+REUSED_COLUMN = "reused targets"
 ISOLATION_EMULATED_LABEL = (
     "isolation on emulated CPU partitions measures how the CPU's cores, caches and memory "
     "bandwidth are shared, not MIG isolation on a GPU"
@@ -85,6 +88,7 @@ ISOLATION_LABEL = (
 )
 
 Executor = Callable[[RunPlan], RunResult]
+_Stat = TypeVar("_Stat", Summary | None, Change | None)
 
 
 def repeat_folder(index: int) -> str:
@@ -156,11 +160,10 @@ class IndexFile:
         base = Path(folder)
         path = inside(base, name, "the index")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            data = read_json(path, "index", fix=f"pass a folder written by {written_by}")
+        except FileNotFoundError:
             raise OutputDirError(
-                f"{str(base)!r} holds no readable {name} ({type(exc).__name__}: {exc}); "
-                f"pass a folder written by {written_by}"
+                f"{str(base)!r} holds no {name}; pass a folder written by {written_by}"
             ) from None
         if not isinstance(data, dict):
             raise DataFileError(
@@ -219,6 +222,14 @@ class IndexFile:
             raise self.wrong(field, shown, "a list of folders relative to the index's folder")
         if required and not value:
             raise self.wrong(field, value, "at least one folder")
+        # each run is read once: a folder listed again (10^6 times in a crafted index) is refused
+        # before any is read, instead of reading one file a million times
+        seen: set[str] = set()
+        for item in value:
+            normal = os.path.normpath(item) if isinstance(item, str) and item else repr(item)
+            if normal in seen:
+                raise self.wrong(field, value, f"each folder once ({item!r} is listed again)")
+            seen.add(normal)
         return [self.inside(field, v) for v in value]
 
     def inside(self, field: str, value: object) -> Path:
@@ -382,16 +393,15 @@ def find_study_baseline(plan: RunPlan) -> LayoutResult | None:
     if plan.deployment.scenario == 1:
         return None
     for name in (REPEATS_FILE, RESULTS_FILE):
-        for candidate in sorted(root.parent.glob(f"*/{name}")):
-            if candidate.parent == root or candidate.parent.is_symlink() or candidate.is_symlink():
-                continue  # no link is followed out of the folder next to ours
+        for candidate in sibling_indexes(root, name):
             try:
                 other: LayoutResult = (
                     RepeatedRun.load(candidate.parent)
                     if name == REPEATS_FILE
                     else RunResult.load(candidate)
                 )
-            except MlperfMigError:
+            except MlperfMigError as exc:
+                skipped_sibling(candidate, exc)
                 continue
             if other.scenario == 1 and other.settings_key == plan.settings_key and other.ok:
                 return other
@@ -460,6 +470,46 @@ class RepeatedRun(LayoutResult):
         source = os.path.relpath(baseline.outdir, self.outdir)
         return attrs.evolve(self, baseline_totals=baseline.totals, baseline_source=source)
 
+    # --- no interval over copies of one target ------------------------------------------------
+    @property
+    def total(self) -> Summary | None:
+        return self._measured(LayoutResult.total.fget(self))  # type: ignore[attr-defined]
+
+    @property
+    def change(self) -> Change | None:
+        return self._measured(LayoutResult.change.fget(self))  # type: ignore[attr-defined]
+
+    def interference(self, index: int, what: str) -> Change | None:
+        return self._measured(super().interference(index, what))
+
+    def gpu_subtotals(self, position: int) -> Summary | None:
+        return self._measured(super().gpu_subtotals(position))
+
+    def _summarize(self, values: Sequence[float]) -> Summary | None:
+        return self._measured(summarize(values))
+
+    def _measured(self, value: _Stat) -> _Stat:
+        """`value` without its 95% interval when a run reused a calibrated target: a Server
+        run's throughput is its target, so repeats that share one are one number repeated
+        (a zero-width interval that measures nothing); the range is shown instead."""
+        if value is None or not self.reused_targets():
+            return value
+        return attrs.evolve(value, low=None, high=None)
+
+    def reuse_note(self) -> str | None:
+        """Which instance runs used a target an earlier run calibrated, if any."""
+        reused = self.reused_targets()
+        if not reused:
+            return None
+        total = sum(len(r.instances) for r in [*self.runs, *self.alone_runs()])
+        shown = ", ".join(reused[:8]) + (", ..." if len(reused) > 8 else "")
+        return (
+            f"REUSED TARGETS: {len(reused)} of {total} instance runs used a target calibrated by "
+            f"an earlier run, not one of their own ({shown}): their throughput repeats that "
+            f"target, so no {CONFIDENCE:.0%} interval is computed over them (ranges shown); run "
+            "the study into a new --outdir to measure every run"
+        )
+
     # --- tables --------------------------------------------------------------------------------
     def labels(self) -> list[str]:
         labels = list(self.first.labels())
@@ -470,6 +520,11 @@ class RepeatedRun(LayoutResult):
         return labels
 
     def interval_note(self) -> str:
+        if self.reused_targets():
+            return (
+                f"mean (range: min-max) over {self.repeats} repeat(s); no {CONFIDENCE:.0%} "
+                "interval: some runs used a target calibrated by an earlier run (see the note)"
+            )
         if self.repeats < MIN_REPEATS:
             return (
                 f"mean (range: min-max) over {self.repeats} repeat(s); no {CONFIDENCE:.0%} "
@@ -488,6 +543,7 @@ class RepeatedRun(LayoutResult):
     def summary_row(self) -> dict[str, Any]:
         """One row for tables of several layouts (sweeps)."""
         total, change = self.total, self.change
+        reused = self._reused_cell()
         return {
             "MIG scenario": self.scenario,
             "layout": self.layout,
@@ -501,12 +557,19 @@ class RepeatedRun(LayoutResult):
             "vs MIG scenario 1": None if change is None else change.text(),
             PER_GPU_COLUMN: self._per_gpu_means() if self.first.multi_gpu else None,
             "samples/J": self._summary_text([r.samples_per_joule for r in self.runs if r.ok]),
+            **({} if reused is None else {REUSED_COLUMN: reused}),
         }
 
-    @staticmethod
-    def _summary_text(values: list[float | None]) -> str | None:
+    def _reused_cell(self) -> str | None:
+        """'6 of 12' instance runs with a reused target, for a sweep's table; None: none."""
+        reused = self.reused_targets()
+        if not reused:
+            return None
+        return f"{len(reused)} of {sum(len(r.instances) for r in [*self.runs, *self.alone_runs()])}"
+
+    def _summary_text(self, values: list[float | None]) -> str | None:
         """Mean and 95% interval (min-max below 3) of the values measured; None: none were."""
-        found = summarize([v for v in values if v is not None])
+        found = self._summarize([v for v in values if v is not None])
         return None if found is None else found.text()
 
     def _per_gpu_means(self) -> str:
@@ -519,8 +582,8 @@ class RepeatedRun(LayoutResult):
     def instance_rows(self) -> list[dict[str, Any]]:
         rows = []
         for index, instance in enumerate(self.first.instances):
-            throughput = summarize(self.instance_values(index, "throughput"))
-            p99 = summarize(self.instance_values(index, "p99"))
+            throughput = self._summarize(self.instance_values(index, "throughput"))
+            p99 = self._summarize(self.instance_values(index, "p99"))
             row = {
                 "instance": instance.name,
                 "profile": instance.profile,
@@ -594,6 +657,9 @@ class RepeatedRun(LayoutResult):
 
     def notes(self) -> list[str]:
         lines = [f"throughput in {self.first.throughput_unit}; {self.interval_note()}"]
+        reuse = self.reuse_note()
+        if reuse is not None:
+            lines.append(reuse)
         change = self.change
         if change is not None:
             lines.append(
@@ -667,8 +733,8 @@ class RepeatedRun(LayoutResult):
                 "change_vs_baseline": None if change is None else change.to_dict(),
                 "instances": [
                     {
-                        "throughput": _dict(summarize(self.instance_values(i, "throughput"))),
-                        "p99_ms": _dict(summarize(self.instance_values(i, "p99"))),
+                        "throughput": _dict(self._summarize(self.instance_values(i, "throughput"))),
+                        "p99_ms": _dict(self._summarize(self.instance_values(i, "p99"))),
                         "interference_throughput": _dict(self.interference(i, "throughput")),
                         "interference_p99": _dict(self.interference(i, "p99")),
                     }

@@ -35,6 +35,7 @@ import attrs
 
 from mlperf_mig import registry
 from mlperf_mig._io import atomic_write_text
+from mlperf_mig._report import printable_lines
 from mlperf_mig._table import html_table
 from mlperf_mig.errors import MlperfMigError, OutputDirError
 from mlperf_mig.runner.results import LayoutResult, RunResult
@@ -347,7 +348,9 @@ def report_html(report: Reported, *, advice: Advice | None = None) -> str:
     parts.append(_layout_sections(layouts, shown))
     parts.append(_advisor_section(layouts, advice))
     parts.append("</body></html>\n")
-    return "".join(parts)
+    # every string read back (a device, an error, a note, a GPU name, also those matplotlib put
+    # into the SVG) reaches the page with its control characters escaped (_text.printable)
+    return printable_lines("".join(parts))
 
 
 @attrs.frozen

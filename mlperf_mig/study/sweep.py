@@ -54,6 +54,7 @@ from mlperf_mig.study.overall import OverallProgress, rounds_of
 from mlperf_mig.study.repeats import (
     FOLDER_KINDS,
     REPEATS_FILE,
+    REUSED_COLUMN,
     SWEEP_FILE,
     IndexFile,
     RepeatedRun,
@@ -150,6 +151,8 @@ class SweepResult(Report):
             columns = (*columns, PER_GPU_COLUMN)
         if any(run.samples_per_joule is not None for run in self.runs):  # telemetry measured energy
             columns = (*columns, "samples/J")
+        if any(study.reused_targets() for study in self.studies):
+            columns = (*columns, REUSED_COLUMN)
         return (*columns, "capacity QPS (sum)") if self.capacities else columns
 
     def notes(self) -> list[str]:
@@ -180,6 +183,12 @@ class SweepResult(Report):
                 notes.append("isolation: see each layout's report (mlperf-mig report LAYOUT_DIR)")
             if any(study.few_repeats() for study in self.studies):
                 notes.append(FEW_REPEATS_NOTE)
+            reused = [note for study in self.studies if (note := study.reuse_note())]
+            if reused:
+                notes.append(
+                    f"{REUSED_COLUMN}: instance runs whose target an earlier run calibrated; no "
+                    "interval is computed over them (see each layout's report)"
+                )
         elif any(run.change_vs_baseline is not None for run in self.runs):
             notes.append(SINGLE_RUN_CHANGE_NOTE)
         if self.capacities:

@@ -1,7 +1,7 @@
 """The time-series figure of one run: each instance's activity and the GPUs' power over time.
 
-Drawn from telemetry.csv (read back as untrusted input) onto a matplotlib Figure the caller
-makes (the HTML report embeds it as SVG); the common timed window is shaded, time is counted
+Drawn from telemetry.csv (read back as untrusted input, only the columns and at most the rows
+the figure draws) onto a matplotlib Figure the caller makes (the HTML report embeds it as SVG); the common timed window is shaded, time is counted
 from its start.
 """
 
@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mlperf_mig.telemetry.series import read_series
+from mlperf_mig.telemetry.series import read_columns, read_series
 from mlperf_mig.telemetry.summary import RunTelemetry
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure  # matplotlib is optional (the plot extra)
+
+MAX_ROWS = 4000  # more points than a 9-inch figure can show apart
+MAX_LINES = 64  # lines a panel draws (a system of 8 GPUs has 56 instances)
 
 
 def _util_column(name: str, gpu_index: int | None, columns: list[str]) -> str | None:
@@ -29,8 +32,28 @@ def _util_column(name: str, gpu_index: int | None, columns: list[str]) -> str | 
 
 def series_for_figure(folder: str | Path, telemetry: RunTelemetry) -> dict[str, Any]:
     """The figure's data: time from the window start, activity per instance, power per GPU
-    (the CPU package's, from its energy, where there is no GPU)."""
-    columns, rows = read_series(folder)
+    (the CPU package's, from its energy, where there is no GPU).
+
+    Only what the figure draws is read: the columns of its lines (at most MAX_LINES a panel,
+    the rest named in `left_out`) and at most MAX_ROWS rows, evenly spaced: a 63 MiB
+    telemetry.csv is drawn from a few thousand rows of a few columns, not held whole."""
+    header = read_columns(folder)
+    util_columns = {}
+    for instance in telemetry.instances:
+        found = _util_column(instance.name, instance.gpu_index, header)
+        if found is not None:
+            util_columns[instance.name] = found
+    power_columns = {c.split(":")[0]: c for c in header if c.endswith(":power_w")}
+    energy = (
+        "cpu_package:energy_j" if not power_columns and "cpu_package:energy_j" in header else None
+    )
+    left_out = max(0, len(util_columns) - MAX_LINES) + max(0, len(power_columns) - MAX_LINES)
+    util_columns = dict(list(util_columns.items())[:MAX_LINES])
+    power_columns = dict(list(power_columns.items())[:MAX_LINES])
+    wanted = list(dict.fromkeys([*util_columns.values(), *power_columns.values()]))
+    if energy is not None:
+        wanted.append(energy)
+    columns, rows = read_series(folder, wanted, MAX_ROWS)
     table = np.array(
         [[np.nan if v is None else v for v in row] for row in rows], dtype=float
     ).reshape(len(rows), len(columns) + 1)
@@ -42,17 +65,12 @@ def series_for_figure(folder: str | Path, telemetry: RunTelemetry) -> dict[str, 
     def column(name: str) -> np.ndarray:
         return table[:, 1 + columns.index(name)]
 
-    util = {}
-    for instance in telemetry.instances:
-        found = _util_column(instance.name, instance.gpu_index, columns)
-        if found is not None:
-            util[instance.name] = column(found)
-    power = {c.split(":")[0]: column(c) for c in columns if c.endswith(":power_w")}
-    if not power and "cpu_package:energy_j" in columns and len(t) > 1:
-        energy = column("cpu_package:energy_j")
-        power["CPU package"] = np.concatenate([[np.nan], np.diff(energy) / np.diff(t)])
+    util = {name: column(found) for name, found in util_columns.items()}
+    power = {name: column(found) for name, found in power_columns.items()}
+    if energy is not None and len(t) > 1:
+        power["CPU package"] = np.concatenate([[np.nan], np.diff(column(energy)) / np.diff(t)])
     window = None if telemetry.window is None else (0.0, telemetry.window.duration_s)
-    return {"t": t - origin, "util": util, "power": power, "window": window}
+    return {"t": t - origin, "util": util, "power": power, "window": window, "left_out": left_out}
 
 
 def draw_timeseries(figure: Figure, data: dict[str, Any]) -> None:
@@ -77,4 +95,7 @@ def draw_timeseries(figure: Figure, data: dict[str, Any]) -> None:
     if data["window"] is not None:
         for axes in (top, bottom):
             axes.axvspan(*data["window"], color="#dddddd", alpha=0.5, linewidth=0)
-    top.set_title("what each slice did (shaded: the common timed window)", fontsize=10)
+    title = "what each slice did (shaded: the common timed window)"
+    if data.get("left_out"):
+        title += f"; {data['left_out']} more line(s) not drawn (at most {MAX_LINES} a panel)"
+    top.set_title(title, fontsize=10)

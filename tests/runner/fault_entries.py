@@ -193,3 +193,20 @@ def hanging_serve(job: Any, *, before_start: Any, progress: Any) -> Any:
     """Unified-mode instance worker; i1 stops answering after 5 batches, the others keep serving."""
     _record_pid(job.task)
     return _serve_with_i1_failing(job, HangingBackend, before_start, progress)
+
+
+def fails_on_cached_samples(task: Any, *, before_start: Any, progress: Any) -> Any:
+    """Loads BERT samples through the cache folder twice (the second load maps the file the
+    first kept), then raises, as a crafted token id would make the model fail."""
+    from mlperf_mig.harness.reuse import WorkCache
+    from mlperf_mig.harness.samples import SampleLibrary, input_layouts
+    from mlperf_mig.workloads import get_workload
+    from mlperf_mig.workloads.samples import SyntheticSource
+
+    bench = get_workload("bert")
+    work = WorkCache.for_cache_dir(task.cache_dir)
+    for _ in range(2):
+        source = SyntheticSource(benchmark=bench, total_count=64, performance_count=8, seed=0)
+        library = SampleLibrary.allocate(input_layouts(bench), capacity=8, total_count=64)
+        work.load_samples(library, list(range(8)), source)
+    raise ValueError("token id 2139062143 out of range")

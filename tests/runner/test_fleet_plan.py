@@ -314,3 +314,20 @@ def test_live_gpus_with_mig_each_carry_their_live_layout() -> None:
     assert len(plan.slots) == sum(len(s.mig_devices) for s in live.values())
     assert {s.device for s in plan.slots} == {d.uuid for s in live.values() for d in s.mig_devices}
     assert {s.gpu_index for s in plan.slots} == set(live)
+
+
+def test_layout_without_gpus_keeps_the_scenario_on_the_other_emulated_gpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--layout 1=7x1g.10gb --gpu-count 2 --scenario 3` (issue 33): GPU 0 carries layout 3,
+    GPU 1 its own, and every instance is named by its GPU (g0-..., g1-...)."""
+    code = cli.main(
+        ["plan", "--layout", "1=7x1g.10gb", "--gpu-count", "2", "--scenario", "3", "--emulate",
+         "--backend", "null", "--json"]
+    )  # fmt: skip
+    assert code == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [g["index"] for g in plan["gpus"]] == [0, 1]
+    names = [i["name"] for i in plan["instances"]]
+    assert names[0] == "g0-i0-3g.40gb" and len(names) == 8
+    assert all(n.startswith("g1-") for n in names[1:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -50,3 +51,34 @@ def test_a_linked_series_is_not_followed(tmp_path):
     os.symlink(tmp_path / "elsewhere.csv", tmp_path / "telemetry.csv")
     with pytest.raises(UntrustedPathError, match="symbolic link"):
         read_series(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "not-utf8", "huge-cell", "empty"])
+def test_a_hostile_series_is_refused_without_waiting(tmp_path, kind):
+    """A FIFO, bytes that are not UTF-8, a cell beyond the CSV field limit or an empty file is
+    one UntrustedPathError naming the file (a FIFO is not waited on)."""
+    path = tmp_path / "telemetry.csv"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "not-utf8":
+        path.write_bytes(b"t,gpu0:power_w\n1,\xff\xfe\n")
+    elif kind == "huge-cell":
+        path.write_text("t,gpu0:power_w\n1," + "9" * 200_000 + "\n")
+    else:
+        path.write_text("")
+    with pytest.raises(UntrustedPathError, match=r"telemetry\.csv"):
+        read_series(tmp_path)
+
+
+def test_only_the_wanted_columns_and_at_most_max_rows_are_kept(tmp_path):
+    """read_series(wanted, max_rows) keeps those columns, and rows evenly spaced, the first kept."""
+    rows = [
+        {"t": float(k), "gpu0:power_w": k * 2.0, "i0-2g.20gb:sm_active_pct": 1.0}
+        for k in range(1000)
+    ]
+    write_series(tmp_path, rows, COLUMNS)
+    columns, kept = read_series(tmp_path, ["gpu0:power_w", "gpu9:power_w"], max_rows=100)
+    assert columns == ["gpu0:power_w"]
+    assert 50 <= len(kept) <= 100 and kept[0] == [0.0, 0.0]
+    steps = {b[0] - a[0] for a, b in itertools.pairwise(kept)}
+    assert len(steps) == 1  # evenly spaced
