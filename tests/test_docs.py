@@ -142,3 +142,18 @@ def test_every_page_is_in_the_navigation() -> None:
     nav = set(re.findall(r"^\s+- (?:[^:\n]+: )?([\w/.-]+\.(?:md|ipynb))$", config, flags=re.M))
     pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*") if p.suffix in (".md", ".ipynb")}
     assert pages - {p for p in pages if p.startswith("_")} == nav
+
+
+def test_option_lists_become_an_args_section() -> None:
+    """The Griffe extension moves `name: text` entries of the function's own parameters into an
+    Args section, in signature order, and leaves prose with a colon alone."""
+    spec = importlib.util.spec_from_file_location(
+        "docs_options", DOCS / "_hooks" / "option_lists.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = "Run it.\n\nnote: prose stays\nmode:     one\n          of two\nbackend:  auto\n"
+    assert module.as_args_section(text, ["backend", "mode"]) == (
+        "Run it.\n\nnote: prose stays\n\nArgs:\n    backend: auto\n    mode: one of two\n"
+    )
