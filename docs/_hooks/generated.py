@@ -63,11 +63,13 @@ def _help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
 
 
 def _default(action: argparse.Action) -> str:
-    if action.default in (None, False, argparse.SUPPRESS) or action.option_strings == []:
+    """The default a value option falls back on; none for flags (a `--no-x` flag's True is not
+    something the user types)."""
+    if not isinstance(action, argparse._StoreAction | argparse._AppendAction):
         return ""
-    if isinstance(action, argparse._StoreTrueAction | argparse._CountAction):
+    if action.default in (None, "", [], argparse.SUPPRESS) or not action.option_strings:
         return ""
-    return f"`{action.default}`" if action.default != "" else ""
+    return f"`{action.default}`"
 
 
 def command_section(name: str, summary: str, parser: argparse.ArgumentParser) -> str:
@@ -77,7 +79,8 @@ def command_section(name: str, summary: str, parser: argparse.ArgumentParser) ->
         lines += [_cell(summary[0].upper() + summary[1:]) + ".", ""]
     if parser.description:
         lines += [_cell(parser.description), ""]
-    usage = parser.format_usage().removeprefix("usage: ").strip()
+    # argparse indents the usage's later lines under "usage: ", which is not printed here
+    usage = parser.format_usage().removeprefix("usage: ").strip().replace("\n       ", "\n")
     lines += ["```text", usage, "```", ""]
     rows = [
         f"| `{_invocation(parser, action)}` | {_default(action)} | {_cell(_help(parser, action))} |"
