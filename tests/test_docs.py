@@ -87,6 +87,18 @@ def test_catalog_page_lists_every_gpu_and_profile(hook: ModuleType) -> None:
         assert [p.name for p in gpu.profiles] == re.findall(r"^\| `([^`]+)` \|", section, re.M)
 
 
+def test_catalog_summary_has_a_row_per_gpu_with_its_slices_and_source(hook: ModuleType) -> None:
+    """The catalog's summary table has one row per shipped GPU, with its slices and source (the
+    hand-kept table the README had, now generated)."""
+    page = hook.expand("gpus.md", (DOCS / "gpus.md").read_text(encoding="utf-8"))
+    rows = [line.split(" | ") for line in page.splitlines() if line.startswith("| [")]
+    table = {re.sub(r"^\| \[(.+?)\].*", r"\1", cells[0]): (cells[2], cells[4]) for cells in rows}
+    assert table == {
+        gpu.name: (f"{gpu.compute_slices}/{gpu.memory_slices}", gpu.provenance)
+        for gpu in default_catalog()
+    }
+
+
 def test_api_reference_documents_every_public_name() -> None:
     """Every name `mlperf_mig` exports has its entry in the API reference."""
     page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
