@@ -17,11 +17,6 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-# The API pages inspect `mlperf_mig.run` and its neighbours at run time (their docstrings' option
-# lists are made at import), and griffe's inspection imports every module of the package:
-# mlperf_mig/__main__.py would run the CLI with mkdocs' own arguments, so it is an empty module here.
-sys.modules.setdefault("mlperf_mig.__main__", types.ModuleType("mlperf_mig.__main__"))
-
 CLI_MARKER = "<!-- generated: cli -->"
 CATALOG_MARKER = "<!-- generated: catalog -->"
 
@@ -207,6 +202,15 @@ def expand(src_uri: str, markdown: str) -> str:
     if marker not in markdown:
         raise ValueError(f"docs/{src_uri} lost its marker line {marker!r}; put it back")
     return markdown.replace(marker, generate())
+
+
+def on_config(config: Any, **_: Any) -> Any:
+    """MkDocs hook, before any page: the API pages inspect `mlperf_mig.run` and its neighbours at
+    run time (their docstrings' option lists are made at import), and griffe's inspection imports
+    every module of the package; mlperf_mig/__main__.py would run the CLI with mkdocs' own
+    arguments, so in the build it is an empty module."""
+    sys.modules.setdefault("mlperf_mig.__main__", types.ModuleType("mlperf_mig.__main__"))
+    return config
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
