@@ -1,4 +1,4 @@
-"""Every install command the CLI prints is one the README gives, word for word."""
+"""Every install command the CLI prints is one the README or the manual gives, word for word."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from mlperf_mig.cluster.connect import INSTALL_HINT
 from mlperf_mig.doctor import install
 from mlperf_mig.study.chart import PLOT_INSTALL
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parent.parent
+README = "\n".join(  # the README and the manual's pages (docs/), where its details moved
+    path.read_text(encoding="utf-8")
+    for path in [ROOT / "README.md", *sorted(ROOT.glob("docs/**/*.md"))]
+)
 
 
 def test_plot_and_cluster_hints_are_the_readmes() -> None:

@@ -1,9 +1,9 @@
-"""The README's Python blocks in a real Jupyter kernel: each block one cell, each claim checked.
+"""The Python blocks of the README and of the manual's pages in a real Jupyter kernel: each
+document one notebook, each block one cell, each claim checked.
 
 The blocks run verbatim, after one setup cell that moves into a scratch folder and makes
-`run` and `sweep` default to the null backend (the README's BERT and 8-layout sweep would take
-many minutes on a CPU; the display and the result kinds are the same). nbclient and ipykernel
-come with the `test` extra.
+`run` and `sweep` default to the null backend (the full graphs would take minutes on a CPU; the
+display and the result kinds are the same). nbclient and ipykernel come with the `test` extra.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ pytest.importorskip("pandas")
 pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SETUP = """
 import functools, os
 os.chdir({folder!r})
@@ -33,8 +33,11 @@ mlperf_mig.sweep = functools.partial(mlperf_mig.sweep, backend="null")
 """
 
 
-def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README, flags=re.S)
+def _python_blocks(document: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", document.read_text(encoding="utf-8"), flags=re.S)
+
+
+WITH_PYTHON = [document for document in DOCUMENTS if _python_blocks(document)]
 
 
 def _outputs(
@@ -56,14 +59,11 @@ def _value(cell: Any) -> str:
     return html
 
 
-@pytest.fixture(name="executed", scope="module")
-def fixture_executed(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
-    """Every README Python block executed as one cell of one notebook, after the setup cell."""
-    folder = tmp_path_factory.mktemp("readme-notebook")
-    blocks = _python_blocks()
+def _execute(document: Path, folder: Path) -> list[Any]:
+    """Every Python block of `document` executed as one cell of one notebook, after the setup cell."""
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(SETUP.format(folder=str(folder)))]
-    notebook.cells += [nbformat.v4.new_code_cell(block) for block in blocks]
+    notebook.cells += [nbformat.v4.new_code_cell(block) for block in _python_blocks(document)]
     # ipykernel's own "python3" kernel runs this interpreter (the project's environment)
     client = nbclient.NotebookClient(
         notebook,
@@ -75,14 +75,35 @@ def fixture_executed(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     return notebook.cells[1:]
 
 
+@pytest.fixture(name="runs", scope="module")
+def fixture_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, list[Any]]:
+    """Each document with Python blocks, executed once in its own kernel and folder."""
+    return {
+        document: _execute(document, tmp_path_factory.mktemp(document.stem))
+        for document in WITH_PYTHON
+    }
+
+
+@pytest.fixture(name="executed")
+def fixture_executed(runs: dict[Path, list[Any]]) -> list[Any]:
+    """The executed cells of every document, in order."""
+    return [cell for cells in runs.values() for cell in cells]
+
+
 def _cell(executed: list[Any], marker: str) -> Any:
     return next(cell for cell in executed if marker in cell.source)
 
 
-def test_every_readme_block_runs_in_a_kernel(executed: list[Any]) -> None:
-    """No README block raises in a real kernel (nbclient raises CellExecutionError otherwise) and none writes a traceback."""
-    assert len(executed) == len(_python_blocks())
-    assert not any("Traceback" in text for cell in executed for text in _outputs(cell, "stderr"))
+def test_the_readme_and_the_manual_have_python_blocks() -> None:
+    """The README has a Python block, and so has the manual's page on measuring a layout."""
+    assert {ROOT / "README.md", ROOT / "docs" / "measuring.md"} <= set(WITH_PYTHON)
+
+
+def test_every_block_runs_in_a_kernel(runs: dict[Path, list[Any]]) -> None:
+    """No block of the README or the manual raises in a real kernel (nbclient raises CellExecutionError otherwise) and none writes a traceback."""
+    for document, cells in runs.items():
+        assert len(cells) == len(_python_blocks(document))
+        assert not any("Traceback" in text for cell in cells for text in _outputs(cell, "stderr"))
 
 
 def test_run_result_shows_its_table_in_the_notebook(executed: list[Any]) -> None:

@@ -160,9 +160,9 @@ def test_install_command_follows_the_driver(cuda_major: int | None, command: int
 
 
 def test_readme_names_both_install_commands() -> None:
-    """The README's "On a GPU" section carries the commands doctor names, verbatim."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert all(command in readme for command in INSTALL_COMMANDS.values())
+    """The manual's "Running on a real GPU" page carries the commands doctor names, verbatim."""
+    page = (ROOT / "docs" / "real-gpu.md").read_text(encoding="utf-8")
+    assert all(command in page for command in INSTALL_COMMANDS.values())
 
 
 # --- the bundle -------------------------------------------------------------------------------

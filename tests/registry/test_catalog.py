@@ -271,14 +271,3 @@ def test_confirmed_ids_and_names_are_not_inferred(catalog: Catalog, gpu: str) ->
     """PCI IDs and NVML names confirmed by printouts are no longer marked inferred."""
     inferred = catalog.get(gpu).inferred_fields
     assert "pci_device_ids" not in inferred and "nvml_names" not in inferred
-
-
-def test_readme_gpu_table_lists_exactly_the_shipped_gpus(catalog: Catalog) -> None:
-    """The README's GPU table has one row per shipped GPU, with its slices and source."""
-    readme = (SHIPPED.parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## GPUs the registry knows", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ")][2:]
-    table = {cells[0].strip(): (cells[2].strip(), cells[4].strip()) for cells in rows}
-    assert table == {
-        gpu.name: (f"{gpu.compute_slices}/{gpu.memory_slices}", gpu.provenance) for gpu in catalog
-    }
