@@ -515,7 +515,7 @@ def memory_fit_notes(
                 raise WorkloadError(
                     f"{bench} ({options.variant}, {options.precision or 'default precision'}) does "
                     f"not fit a {slot.profile} slice of {gpu.name}: {fit.text()}; profiles that "
-                    f"hold it: {', '.join(holding) or 'none'} (or pass a smaller --batch-size or "
+                    f"hold it: {', '.join(holding) or 'none'} (or a smaller batch_size= or "
                     "--precision fp8)"
                 )
             notes.append(f"fit: {slot.profile} holds {bench} {options.variant}: {fit.text()}")
