@@ -80,7 +80,7 @@ def score_entries(
         value=value,
         target=target,
         meaningful=meaningful,
-        passed=value >= target if meaningful else None,
+        passed=benchmark.accuracy_passes(value, extra) if meaningful else None,
         sample_count=count,
         extra=extra,
         note="" if meaningful else SYNTHETIC_WEIGHTS_NOTE,

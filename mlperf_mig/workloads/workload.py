@@ -323,6 +323,11 @@ class Workload(abc.ABC):
         """The accuracy metric over each logged sample's first answer, by sample index, as
         MLCommons' reference script computes it; `source` holds the ground truth."""
 
+    def accuracy_passes(self, value: float, extra: Mapping[str, float]) -> bool:
+        """The verdict of a meaningful accuracy run: the metric at least its target (a workload
+        with more than one figure checks them all)."""
+        return value >= self.accuracy_target
+
     @abc.abstractmethod
     def accuracy_figures(
         self, value: float, count: int, extra: Mapping[str, float]

@@ -30,6 +30,12 @@ from mlperf_mig.workloads.llama3_1_8b.interface import (
     RESPONSE,
     SYNTHETIC_PROMPT_TOKENS,
 )
+from mlperf_mig.workloads.llama3_1_8b.rouge import (
+    EDGE_TARGETS,
+    ROUGE_SHARE,
+    TARGETS,
+    AccuracyTargets,
+)
 from mlperf_mig.workloads.workload import (
     CheckerModel,
     MemoryFit,
@@ -56,8 +62,7 @@ class Llama31(Workload):
     """llama3.1-8b (or its edge variant): a decoder generating summaries token by token."""
 
     # the reference's figures on the whole dataset (BF16): each ROUGE (x100) and gen_len
-    rouge_targets: tuple[tuple[str, float], ...]
-    gen_len_target: int
+    targets: AccuracyTargets  # the reference's ROUGE, gen_len and gen_num (rouge.py)
     # p99 limits of the Server scenario (ms), None: the workload has no Server run
     ttft_limit_ms: float | None = None
     tpot_limit_ms: float | None = None
@@ -216,6 +221,17 @@ class Llama31(Workload):
         extra = {key: float(scores[key]) for key in (*ROUGE_KEYS[1:], "gen_len", "gen_num")}
         return Score(value=float(scores["rouge1"]), count=int(scores["gen_num"]), extra=extra)
 
+    def accuracy_passes(self, value: float, extra: Mapping[str, float]) -> bool:
+        """The checker's rule: each ROUGE at least 99% of its target, gen_len within 90-110%."""
+        from mlperf_mig.workloads.llama3_1_8b.rouge import RougeScores, passes
+
+        scores = RougeScores(
+            rouge1=value, rouge2=extra["rouge2"], rougeL=extra["rougeL"],
+            rougeLsum=extra["rougeLsum"], gen_len=int(extra["gen_len"]),
+            gen_num=int(extra["gen_num"]),
+        )  # fmt: skip
+        return passes(scores, self.targets)
+
     def accuracy_figures(
         self, value: float, count: int, extra: Mapping[str, float]
     ) -> dict[str, float]:
@@ -245,7 +261,7 @@ class Llama31(Workload):
         )
 
 
-def _checker(name: str, samples: int, targets: Mapping[str, float], gen_len: int, *,
+def _checker(name: str, samples: int, targets: AccuracyTargets, *,
              min_queries: tuple[tuple[str, int], ...], scenarios: tuple[str, ...],
              server_bound_ns: int | None) -> CheckerModel:  # fmt: skip
     return CheckerModel(
@@ -256,7 +272,7 @@ def _checker(name: str, samples: int, targets: Mapping[str, float], gen_len: int
         min_query_count=min_queries,
         server_latency_bound_ns=server_bound_ns,
         required_scenarios=(("edge" if name.endswith("edge") else "datacenter", scenarios),),
-        accuracy_target=targets["rouge1"] * 0.99,
+        accuracy_target=targets.rouge1 * ROUGE_SHARE,
         accuracy_pattern=r".*'rouge1':\s+'?([\d.]+)'?.*",
         accuracy_delta_percent=0.0,
         accuracy_sample_count=samples,
@@ -277,8 +293,6 @@ _REFERENCE = ReferenceScript(
     why="our log holds the int32 token ids of each output, the script's --dtype int32",
 )
 
-_DC_ROUGE = {"rouge1": 38.7792, "rouge2": 15.9075, "rougeL": 24.4957, "rougeLsum": 35.793}
-_EDGE_ROUGE = {"rouge1": 39.06, "rouge2": 16.1147, "rougeL": 24.6375, "rougeLsum": 36.124}
 
 LLAMA = Llama31(
     name="llama3.1-8b",
@@ -291,15 +305,14 @@ LLAMA = Llama31(
     server_latency_bound_ms=20000.0,  # the checker's end-to-end Server bound (20 s)
     offline_min_samples=13368,
     accuracy_metric="rouge1",
-    accuracy_target=0.99 * _DC_ROUGE["rouge1"],
+    accuracy_target=ROUGE_SHARE * TARGETS.rouge1,
     required_audits=("TEST06",),
     official_weights="meta-llama/Llama-3.1-8B-Instruct",
     checker_models=(
         _checker(
             "llama3.1-8b",
             13368,
-            _DC_ROUGE,
-            8167644,
+            TARGETS,
             min_queries=(("SingleStream", 1024), ("Server", 270336), ("Offline", 1)),
             scenarios=("Offline",),
             server_bound_ns=20_000_000_000,
@@ -308,8 +321,7 @@ LLAMA = Llama31(
     reference_script=_REFERENCE,
     response=RESPONSE,
     loadgen_scenarios=("Offline", "Server"),
-    rouge_targets=tuple(_DC_ROUGE.items()),
-    gen_len_target=8167644,
+    targets=TARGETS,
     ttft_limit_ms=2000.0,
     tpot_limit_ms=100.0,
 )
@@ -325,15 +337,14 @@ LLAMA_EDGE = Llama31(
     server_latency_bound_ms=20000.0,  # no Server run; kept for the unified dispatcher's window
     offline_min_samples=5000,
     accuracy_metric="rouge1",
-    accuracy_target=0.99 * _EDGE_ROUGE["rouge1"],
+    accuracy_target=ROUGE_SHARE * EDGE_TARGETS.rouge1,
     required_audits=(),
     official_weights="meta-llama/Llama-3.1-8B-Instruct",
     checker_models=(
         _checker(
             "llama3.1-8b-edge",
             5000,
-            _EDGE_ROUGE,
-            3051113,
+            EDGE_TARGETS,
             min_queries=(("SingleStream", 1024), ("Offline", 1)),
             scenarios=("SingleStream", "Offline"),
             server_bound_ns=None,
@@ -342,6 +353,5 @@ LLAMA_EDGE = Llama31(
     reference_script=_REFERENCE,
     response=RESPONSE,
     loadgen_scenarios=("SingleStream", "Offline"),
-    rouge_targets=tuple(_EDGE_ROUGE.items()),
-    gen_len_target=3051113,
+    targets=EDGE_TARGETS,
 )

@@ -189,3 +189,17 @@ def test_a_slice_that_cannot_hold_the_model_is_refused_naming_those_that_can() -
     )  # fmt: skip
     assert code == 0, out
     assert "fit: 1g.18gb holds llama3.1-8b-edge full" in out
+
+
+def test_the_verdict_checks_every_rouge_and_gen_len() -> None:
+    """A meaningful accuracy run of llama passes only when ROUGE-1/2/L/Lsum are each at least
+    99% of the reference's and gen_len within 90-110%, as the checker rules."""
+    edge = get_workload("llama3.1-8b-edge")
+    good = {"rouge2": 16.1147, "rougeL": 24.6375, "rougeLsum": 36.124, "gen_len": 3_051_113,
+            "gen_num": 5000}  # fmt: skip
+    assert edge.accuracy_passes(39.06 * 0.99, good)
+    assert not edge.accuracy_passes(39.06 * 0.98, good)
+    assert not edge.accuracy_passes(39.06, {**good, "rougeLsum": 36.124 * 0.98})
+    assert not edge.accuracy_passes(39.06, {**good, "gen_len": 3_051_113 * 1.11})
+    assert edge.accuracy_passes(39.06, {**good, "gen_len": 2_746_002})  # 90.0% (whole chars)
+    assert not edge.accuracy_passes(39.06, {**good, "gen_len": 2_746_001})
