@@ -27,8 +27,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import heapq
 import itertools
+import json
 import logging
+import selectors
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -169,13 +172,18 @@ class Dispatcher:
         reply_timeout_s: float | None = None,
         largest_batch: int | None = None,
         rows_only: Sequence[bool] | None = None,
+        mirrors: Sequence[bool] | None = None,
     ) -> None:
         """`largest_batch` (at least `batch_size`): the most samples one message may carry when a
         query is large and a worker fast enough (see CHUNK_SECONDS); batch_size when None.
         `rows_only[i]`: worker i reads the shared arrays and is sent rows without sample ids
-        or dataset indices (every worker gets all three when None)."""
+        or dataset indices (every worker gets all three when None). `mirrors[i]`: worker i
+        reads a copy of them (a cluster node's), which each load must fill (`mirror_samples`)."""
         self._links = list(links)
         self._rows_only = list(rows_only) if rows_only is not None else [False] * len(self._links)
+        self._mirrors = list(mirrors) if mirrors is not None else [False] * len(self._links)
+        self._mirroring: set[int] = set()  # workers yet to take the samples of a load
+        self._mirrored = threading.Condition()
         self._reply_timeout_s = reply_timeout_s
         self._stopped = False
         self._waiting_since: list[float | None] = [None] * len(self._links)
@@ -197,6 +205,12 @@ class Dispatcher:
         self._queries: collections.deque[_Query] = collections.deque()
         self._inflight: list[dict[int, _Batch]] = [{} for _ in self._links]
         self._outstanding = [0] * len(self._links)
+        # the least loaded worker of each weight without a scan of all: per weight a heap of
+        # (outstanding, worker), an entry stale once the worker's outstanding work changed
+        self._heaps: dict[float, list[tuple[int, int]]] = {}
+        for worker, weight in enumerate(self._weights):
+            self._heaps.setdefault(weight, []).append((0, worker))
+        self._next_stall_check = 0.0
         self.alive = [True] * len(self._links)
         self.served = [0] * len(self._links)
         self.completed = 0
@@ -235,14 +249,46 @@ class Dispatcher:
             self._pump()
 
     def _choose(self, size: int) -> int | None:
-        best, best_load = None, None
-        for i, weight in enumerate(self._weights):
-            if not self.alive[i] or self._outstanding[i] >= self._slots[i] * self._chunk[i]:
+        """The live worker whose (outstanding + size) / weight is least, among those with room
+        in their window (ties: the lowest index); None when every window is full. Its cost
+        grows with the number of distinct weights, not of workers."""
+        best, best_key = None, None
+        for weight, heap in self._heaps.items():
+            worker = self._least_loaded(heap)
+            if worker is None:
                 continue
-            load = (self._outstanding[i] + size) / weight
-            if best_load is None or load < best_load:
-                best, best_load = i, load
+            key = ((self._outstanding[worker] + size) / weight, worker)
+            if best_key is None or key < best_key:
+                best, best_key = worker, key
         return best
+
+    def _least_loaded(self, heap: list[tuple[int, int]]) -> int | None:
+        """The worker of one weight with the least outstanding work and room in its window."""
+        while heap and (not self.alive[heap[0][1]] or heap[0][0] != self._outstanding[heap[0][1]]):
+            heapq.heappop(heap)
+        if not heap:
+            return None
+        worker = heap[0][1]
+        if self._outstanding[worker] < self._slots[worker] * self._chunk[worker]:
+            return worker
+        # its window is full; another of the same weight may have a larger chunk (rare: scan)
+        room = [
+            (self._outstanding[w], w)
+            for o, w in heap
+            if o == self._outstanding[w]
+            and self.alive[w]
+            and self._outstanding[w] < self._slots[w] * self._chunk[w]
+        ]
+        return min(room)[1] if room else None
+
+    def _account(self, worker: int, samples: int) -> None:
+        """Change the worker's outstanding samples by `samples` and record its new load."""
+        self._outstanding[worker] += samples
+        heap = self._heaps[self._weights[worker]]
+        heapq.heappush(heap, (self._outstanding[worker], worker))
+        if len(heap) > 8 * len(self._links) + 64:  # drop the stale entries now and then
+            heap[:] = [(o, w) for o, w in heap if o == self._outstanding[w] and self.alive[w]]
+            heapq.heapify(heap)
 
     def _pump(self) -> None:
         while self._pending or self._queries:
@@ -275,7 +321,7 @@ class Dispatcher:
                 self._mark_dead(worker)
                 continue
             self._inflight[worker][batch_id] = batch
-            self._outstanding[worker] += len(ids)
+            self._account(worker, len(ids))
             now = time.monotonic()
             if self._waiting_since[worker] is None:
                 self._waiting_since[worker] = now
@@ -304,7 +350,7 @@ class Dispatcher:
             ids: list[int] = []
             for batch_id in batch_ids:
                 ids.extend(self._inflight[worker].pop(batch_id)[0])
-            self._outstanding[worker] -= len(ids)
+            self._account(worker, -len(ids))
             self.served[worker] += len(ids)
             self.completed += len(ids)
             now = time.monotonic()
@@ -316,9 +362,10 @@ class Dispatcher:
     def check_stalled(self) -> None:
         """Drop every worker that has had work in flight and answered nothing for the reply
         timeout (hung, or stopped with SIGSTOP): its batches go to the others."""
-        if self._reply_timeout_s is None:
-            return
         now = time.monotonic()
+        if self._reply_timeout_s is None or now < self._next_stall_check:
+            return
+        self._next_stall_check = now + _POLL_S
         with self._lock:
             for worker, since in enumerate(self._waiting_since):
                 if self.alive[worker] and since is not None and now - since > self._reply_timeout_s:
@@ -344,6 +391,9 @@ class Dispatcher:
         batches = list(self._inflight[worker].values())
         self._inflight[worker].clear()
         self._outstanding[worker] = 0
+        with self._mirrored:
+            self._mirroring.discard(worker)
+            self._mirrored.notify_all()
         for batch in reversed(batches):
             if len(batch[0]) > self._batch_size:  # a chunk: cut again for whoever takes it
                 self._queries.appendleft(_Query(batch[0], list(batch[1]), batch[2]))
@@ -366,6 +416,39 @@ class Dispatcher:
             self.failed_samples += len(ids)
             self.completed += len(ids)
             self._complete(ids, b"", 0)
+
+    def mirror_samples(self, count: int, timeout_s: float) -> None:
+        """Have every live worker that keeps a copy of the shared arrays take rows 0..count-1
+        (a load just wrote them), and wait until each has them; one that has not within
+        `timeout_s` is given up (its batches go to the others)."""
+        with self._lock:
+            workers = [w for w, m in enumerate(self._mirrors) if m and self.alive[w]]
+            with self._mirrored:
+                self._mirroring.update(workers)
+            for worker in workers:
+                try:
+                    self._links[worker].send(("samples", 0, count))
+                except (BrokenPipeError, OSError):
+                    self._mark_dead(worker)
+        deadline = time.monotonic() + timeout_s
+        with self._mirrored:
+            while self._mirroring and time.monotonic() < deadline:
+                self._mirrored.wait(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+            late = sorted(self._mirroring)
+        for worker in late:
+            log.error(
+                "worker %d did not take the %d loaded samples within %.0f s; dropping it",
+                worker,
+                count,
+                timeout_s,
+            )
+            self.worker_died(worker)
+
+    def samples_taken(self, worker: int) -> None:
+        """Worker `worker` has the samples of the last load (its answer to mirror_samples)."""
+        with self._mirrored:
+            self._mirroring.discard(worker)
+            self._mirrored.notify_all()
 
     def stop_workers(self) -> None:
         """Tell every worker still listening (given up on or not) that the test is over."""
@@ -417,7 +500,8 @@ def _row_descriptor(rows: Sequence[int] | np.ndarray) -> Sequence[int]:
 
 
 class _Receiver(threading.Thread):
-    """Reads the workers' replies and hands them to the dispatcher; notices dead workers."""
+    """Reads the workers' replies and hands them to the dispatcher; notices dead workers. One
+    selector registered once: a wake-up costs the replies that are ready, not the workers."""
 
     def __init__(self, links: Sequence[Connection], dispatcher: Dispatcher) -> None:
         super().__init__(name="mlperf-mig-receiver", daemon=True)
@@ -426,22 +510,25 @@ class _Receiver(threading.Thread):
         self._stopping = threading.Event()
 
     def run(self) -> None:
-        open_links = dict(enumerate(self._links))
-        while open_links and not self._stopping.is_set():
-            by_link = {id(link): i for i, link in open_links.items()}
-            for ready in wait(list(open_links.values()), timeout=_POLL_S):
-                worker = by_link[id(ready)]
-                link = open_links[worker]  # `ready` as the Connection it is
-                try:
-                    message = link.recv()
-                except (EOFError, OSError):
-                    del open_links[worker]
-                    self._dispatcher.worker_died(worker)
-                    continue
-                if message[0] == "done":
-                    _, batch_ids, blob, item_size = message
-                    self._dispatcher.done(worker, batch_ids, blob, item_size)
-            self._dispatcher.check_stalled()
+        with selectors.DefaultSelector() as selector:
+            for worker, link in enumerate(self._links):
+                selector.register(link, selectors.EVENT_READ, worker)
+            while selector.get_map() and not self._stopping.is_set():
+                for key, _ in selector.select(timeout=_POLL_S):
+                    worker = key.data
+                    link = self._links[worker]
+                    try:
+                        message = link.recv()
+                    except (EOFError, OSError):
+                        selector.unregister(link)
+                        self._dispatcher.worker_died(worker)
+                        continue
+                    if message[0] == "done":
+                        _, batch_ids, blob, item_size = message
+                        self._dispatcher.done(worker, batch_ids, blob, item_size)
+                    elif message[0] == "loaded":
+                        self._dispatcher.samples_taken(worker)
+                self._dispatcher.check_stalled()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -451,13 +538,15 @@ class _Receiver(threading.Thread):
 # --- coordinator entry -----------------------------------------------------------------------------
 def _collect_targets(
     job: CoordinatorJob, timeout_s: float
-) -> tuple[dict[int, float | None], set[int], dict[int, str]]:
+) -> tuple[dict[int, float | None], set[int], dict[int, str], set[int]]:
     """Each worker's calibrated target (None when it calibrated nothing), sent before it waits
-    at the barrier, the workers that read the shared arrays (rows only), and the cache keys of
-    the targets an earlier run measured (harness/reuse.py); a worker missing from the answer
-    died or did not report in time."""
+    at the barrier, the workers that read the shared arrays (rows only), the cache keys of
+    the targets an earlier run measured (harness/reuse.py), and the workers that read a copy of
+    the shared arrays which each load must fill (a cluster node's); a worker missing from the
+    answer died or did not report in time."""
     targets: dict[int, float | None] = {}
     rows_only: set[int] = set()
+    mirrors: set[int] = set()
     cached: dict[int, str] = {}
     waiting = dict(enumerate(job.links))
     deadline = time.monotonic() + timeout_s
@@ -477,8 +566,10 @@ def _collect_targets(
                     rows_only.add(worker)
                 if len(message) > 3 and isinstance(message[3], str):
                     cached[worker] = message[3]
+                if len(message) > 4 and message[4]:
+                    mirrors.add(worker)
                 del waiting[worker]
-    return targets, rows_only, cached
+    return targets, rows_only, cached, mirrors
 
 
 def _largest_chunk(batch_size: int, payload_bytes: int) -> int:
@@ -529,7 +620,7 @@ def _coordinate(
     from mlperf_mig.harness.sut import ResponsePool, contiguous_order, payload_layout
 
     source = test.source
-    targets, rows_only, cached = _collect_targets(job, job.ready_timeout_s)
+    targets, rows_only, cached, mirrors = _collect_targets(job, job.ready_timeout_s)
     calibrated = (
         combined_target(test.task.loadgen_scenario, list(targets.values()))
         if test.calibrates
@@ -577,6 +668,7 @@ def _coordinate(
         if offline
         else None,
         rows_only=[i in rows_only for i in range(len(job.links))],
+        mirrors=[i in mirrors for i in range(len(job.links))],
     )
     # A reply holds at most a worker's window and one batch more. Replies are completed one at
     # a time (by the receiver thread), so one staging buffer and its reused responses serve all.
@@ -588,7 +680,10 @@ def _coordinate(
             dispatcher.worker_died(i)
     receiver = _Receiver(job.links, dispatcher)
 
+    clock = _CpuClock()
+
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
+        clock.queries += 1
         if offline:  # batches of consecutive rows: the workers read them as views
             index_array = np.fromiter(indices, dtype=np.int64, count=len(indices))
             rows = library.slots(index_array)
@@ -601,6 +696,13 @@ def _coordinate(
             )
             return
         dispatcher.submit(ids, library.slots(indices), indices)
+
+    def load(indices: Sequence[int]) -> None:
+        # generated samples come from the cache folder when an earlier run kept them (a copy
+        # into the shared arrays; harness/reuse.py); a node's copy takes them before the test
+        WorkCache.for_cache_dir(test.task.cache_dir).load_samples(library, indices, source)
+        if mirrors:
+            dispatcher.mirror_samples(library.loaded_count, job.ready_timeout_s)
 
     def stop_serving() -> None:
         dispatcher.stop_workers()
@@ -615,20 +717,17 @@ def _coordinate(
     test.run(
         issue=issue,
         flush=lambda: None,
-        # generated samples come from the cache folder when an earlier run kept them (a copy
-        # into the shared arrays; harness/reuse.py)
-        load=lambda indices: WorkCache.for_cache_dir(test.task.cache_dir).load_samples(
-            library, indices, source
-        ),
+        load=load,
         unload=library.unload,
         abort=lambda exc: dispatcher.abort(f"{type(exc).__name__}: {exc}"),
         calibrated_target=calibrated,
-        before_start=before_start,
+        before_start=clock.started_after(before_start),
         serving=running(receiver.start, stop_serving),
         performance_count=job.performance_count,
         target_cached=bool(cached_keys),
     )
     progress(dispatcher.completed)
+    clock.report("dispatch", dispatcher.completed)
     result = test.result(
         dispatcher,
         device=DeviceReport(backend="unified", provider="dispatch", device=",".join(job.names)),
@@ -716,7 +815,8 @@ def serve_instance(
         # rows only: this worker reads the shared arrays; the key of a cached target, which the
         # coordinator drops if the layout's test finds it wrong
         job.link.send(("target", target, True, key_digest(inputs) if cached and inputs else None))
-        before_start()
+        clock = _CpuClock()
+        clock.started_after(before_start)()
         stop = False
         while not stop:
             batches, stop = _next_batches(job.link, job.batch_size)
@@ -727,10 +827,43 @@ def serve_instance(
                 job.link.send(("done", [b[0] for b in group], payload.tobytes(), payload[0].nbytes))
                 served += len(payload)
                 progress(served)
+        clock.report("serving", served)
         device = backend.device.to_dict()
     finally:
         backend.close()
     return {"served": served, "busy_s": round(busy_s, 3), "device": device}
+
+
+class _CpuClock:
+    """This process's CPU time from the start barrier's release to the end of its test: what
+    the coordinator (LoadGen's threads and the dispatch) or a serving worker costs a sample,
+    logged as one JSON line (benchmarks/fleet_dispatch.py reads it)."""
+
+    def __init__(self) -> None:
+        self.queries = 0
+        self._started: tuple[float, float] | None = None
+
+    def started_after(self, barrier: Callable[[], None]) -> Callable[[], None]:
+        """`barrier`, then the clock starts (the timed part of the test begins)."""
+
+        def start() -> None:
+            barrier()
+            self.queries = 0
+            self._started = (time.process_time(), time.monotonic())
+
+        return start
+
+    def report(self, what: str, samples: int) -> dict[str, float] | None:
+        if self._started is None:
+            return None
+        cost = {
+            "samples": samples,
+            "queries": self.queries,
+            "cpu_s": round(time.process_time() - self._started[0], 4),
+            "wall_s": round(time.monotonic() - self._started[1], 4),
+        }
+        log.info("%s cost %s", what, json.dumps(cost))
+        return cost
 
 
 def _run_in_batches(
