@@ -31,6 +31,7 @@ dropped by the coordinator's reply timeout.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import pickle
@@ -457,6 +458,7 @@ class RemoteServing(threading.Thread):
         self._arrays = arrays
         self.remotes: list[_Remote] = []
         self._selector = selectors.DefaultSelector()
+        self.frames = 0  # frames of batches sent
 
     def add(
         self,
@@ -487,6 +489,7 @@ class RemoteServing(threading.Thread):
         self._selector.register(channel, selectors.EVENT_READ, (remote, False))
 
     def run(self) -> None:
+        began = time.thread_time(), time.monotonic()
         try:
             self._serve()
         except BaseException:  # the coordinator must not wait for answers that cannot come
@@ -496,6 +499,13 @@ class RemoteServing(threading.Thread):
             raise
         finally:
             self._selector.close()
+            # this thread's CPU on the driver (benchmarks/cluster_overhead.py reads it)
+            cost = {
+                "frames": self.frames,
+                "cpu_s": round(time.thread_time() - began[0], 4),
+                "wall_s": round(time.monotonic() - began[1], 4),
+            }
+            log.info("remote serving cost %s", json.dumps(cost))
 
     def _serve(self) -> None:
         while not all(r.done for r in self.remotes):
@@ -542,6 +552,7 @@ class RemoteServing(threading.Thread):
                 self._unregister(remote, remote.link)
         if ids:
             self._send(remote, ("serve", ids, rows))
+            self.frames += 1
 
     def _ship(self, remote: _Remote, start: int, stop: int) -> None:
         """Rows start..stop-1 of the shared arrays to the node's mirror, then a sync whose

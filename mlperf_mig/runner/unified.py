@@ -62,6 +62,7 @@ CHUNK_SECONDS = 0.02
 # ids, rows (a range when consecutive), dataset indices (a list, or an array until sent)
 _Batch = tuple[list[int], Sequence[int], Sequence[int] | np.ndarray]
 _POLL_S = 0.5
+_SMALL_BATCH = 16
 _PROGRESS_INTERVAL_S = 0.5
 
 
@@ -203,13 +204,16 @@ class Dispatcher:
         # _pending holds whole batches (to re-send), _queries the submitted samples not yet cut
         self._pending: collections.deque[_Batch] = collections.deque()
         self._queries: collections.deque[_Query] = collections.deque()
+        self._queued = 0  # samples in _queries
         self._inflight: list[dict[int, _Batch]] = [{} for _ in self._links]
         self._outstanding = [0] * len(self._links)
         # the least loaded worker of each weight without a scan of all: per weight a heap of
         # (outstanding, worker), an entry stale once the worker's outstanding work changed
         self._heaps: dict[float, list[tuple[int, int]]] = {}
+        self._members: dict[float, list[int]] = {}
         for worker, weight in enumerate(self._weights):
             self._heaps.setdefault(weight, []).append((0, worker))
+            self._members.setdefault(weight, []).append(worker)
         self._next_stall_check = 0.0
         self.alive = [True] * len(self._links)
         self.served = [0] * len(self._links)
@@ -246,6 +250,7 @@ class Dispatcher:
                 return
             if len(ids):
                 self._queries.append(_Query(ids, rows, indices))
+                self._queued += len(ids)
             self._pump()
 
     def _choose(self, size: int) -> int | None:
@@ -253,8 +258,8 @@ class Dispatcher:
         in their window (ties: the lowest index); None when every window is full. Its cost
         grows with the number of distinct weights, not of workers."""
         best, best_key = None, None
-        for weight, heap in self._heaps.items():
-            worker = self._least_loaded(heap)
+        for weight in self._heaps:
+            worker = self._least_loaded(weight)
             if worker is None:
                 continue
             key = ((self._outstanding[worker] + size) / weight, worker)
@@ -262,8 +267,9 @@ class Dispatcher:
                 best, best_key = worker, key
         return best
 
-    def _least_loaded(self, heap: list[tuple[int, int]]) -> int | None:
+    def _least_loaded(self, weight: float) -> int | None:
         """The worker of one weight with the least outstanding work and room in its window."""
+        heap = self._heaps[weight]
         while heap and (not self.alive[heap[0][1]] or heap[0][0] != self._outstanding[heap[0][1]]):
             heapq.heappop(heap)
         if not heap:
@@ -271,13 +277,14 @@ class Dispatcher:
         worker = heap[0][1]
         if self._outstanding[worker] < self._slots[worker] * self._chunk[worker]:
             return worker
-        # its window is full; another of the same weight may have a larger chunk (rare: scan)
+        if self._largest == self._batch_size:  # windows of one weight are alike: all full
+            return None
+        # chunks differ between workers (Offline): another may have room; once a chunk, not a
+        # query, so the scan costs little
         room = [
             (self._outstanding[w], w)
-            for o, w in heap
-            if o == self._outstanding[w]
-            and self.alive[w]
-            and self._outstanding[w] < self._slots[w] * self._chunk[w]
+            for w in self._members[weight]
+            if self.alive[w] and self._outstanding[w] < self._slots[w] * self._chunk[w]
         ]
         return min(room)[1] if room else None
 
@@ -298,16 +305,11 @@ class Dispatcher:
             if self._pending:
                 size = len(self._pending[0][0])
             else:
-                size = min(self._batch_size, self._queries[0].left)
+                size = min(self._batch_size, self._queued)
             worker = self._choose(size)
             if worker is None:
                 return
-            if self._pending:
-                batch = self._pending.popleft()
-            else:
-                batch = self._queries[0].cut(self._chunk[worker])
-                if not self._queries[0].left:
-                    self._queries.popleft()
+            batch = self._pending.popleft() if self._pending else self._cut(self._chunk[worker])
             batch_id = next(self._ids)
             ids, rows, indices = batch
             if self._rows_only[worker]:
@@ -327,6 +329,30 @@ class Dispatcher:
                 self._waiting_since[worker] = now
             if self._first_send[worker] is None:
                 self._first_send[worker] = now
+
+    def _cut(self, size: int) -> _Batch:
+        """The next `size` submitted samples as one batch: several queued queries (Server's
+        of one sample each, when the windows were full) go out as one message."""
+        query = self._queries[0]
+        if query.left >= size or len(self._queries) == 1:
+            batch = query.cut(size)
+            if not query.left:
+                self._queries.popleft()
+            self._queued -= len(batch[0])
+            return batch
+        ids: list[int] = []
+        rows: list[int] = []
+        indices: list[int] = []
+        while self._queries and len(ids) < size:
+            query = self._queries[0]
+            part_ids, part_rows, part_indices = query.cut(size - len(ids))
+            ids += part_ids
+            rows += part_rows
+            indices += _int_list(part_indices)
+            if not query.left:
+                self._queries.popleft()
+        self._queued -= len(ids)
+        return ids, _row_descriptor(rows), indices
 
     def _resize_chunk(self, worker: int, now: float) -> None:
         """The worker's next chunks: CHUNK_SECONDS of its rate so far, in whole batches, at
@@ -397,6 +423,7 @@ class Dispatcher:
         for batch in reversed(batches):
             if len(batch[0]) > self._batch_size:  # a chunk: cut again for whoever takes it
                 self._queries.appendleft(_Query(batch[0], list(batch[1]), batch[2]))
+                self._queued += len(batch[0])
             else:
                 self._pending.appendleft(batch)
         log.warning("worker %d is gone; re-sending its %d in-flight batches", worker, len(batches))
@@ -410,6 +437,7 @@ class Dispatcher:
             self.failed_samples += len(ids)
             self.completed += len(ids)
             self._complete(ids, b"", 0)
+        self._queued = 0
         while self._queries:
             query = self._queries.popleft()
             ids = query.cut(query.left)[0]
@@ -493,6 +521,11 @@ def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
 
 def _row_descriptor(rows: Sequence[int] | np.ndarray) -> Sequence[int]:
     """A batch's rows as sent: `range(first, last + 1)` when consecutive, else a list."""
+    if len(rows) <= _SMALL_BATCH:  # a Server query or a few: plain Python costs less than numpy
+        small = [int(r) for r in rows]
+        if small and all(b - a == 1 for a, b in itertools.pairwise(small)):
+            return range(small[0], small[-1] + 1)
+        return small
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) and rows[-1] - rows[0] == len(rows) - 1 and bool(np.all(np.diff(rows) == 1)):
         return range(int(rows[0]), int(rows[-1]) + 1)
