@@ -111,6 +111,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="min_duration of each run (s)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    parser.add_argument(
+        "--server-modes",
+        nargs="+",
+        default=["independent", "unified"],
+        choices=["independent", "unified"],
+    )
     args = parser.parse_args()
     reexec_in_namespace()
     serving_log = logging.getLogger("mlperf_mig.cluster.serving")

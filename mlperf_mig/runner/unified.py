@@ -31,6 +31,7 @@ import heapq
 import itertools
 import json
 import logging
+import pickle
 import selectors
 import threading
 import time
@@ -59,10 +60,12 @@ WINDOW_BATCHES = 2
 CHUNK_SAMPLES = 2048
 CHUNK_PAYLOAD_BYTES = 1 << 20
 CHUNK_SECONDS = 0.02
+SERVER_FLUSH_S = 0.001
 # ids, rows (a range when consecutive), dataset indices (a list, or an array until sent)
 _Batch = tuple[list[int], Sequence[int], Sequence[int] | np.ndarray]
 _POLL_S = 0.5
 _SMALL_BATCH = 16
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PROGRESS_INTERVAL_S = 0.5
 
 
@@ -174,12 +177,17 @@ class Dispatcher:
         largest_batch: int | None = None,
         rows_only: Sequence[bool] | None = None,
         mirrors: Sequence[bool] | None = None,
+        flush_s: float | None = None,
     ) -> None:
         """`largest_batch` (at least `batch_size`): the most samples one message may carry when a
         query is large and a worker fast enough (see CHUNK_SECONDS); batch_size when None.
         `rows_only[i]`: worker i reads the shared arrays and is sent rows without sample ids
         or dataset indices (every worker gets all three when None). `mirrors[i]`: worker i
-        reads a copy of them (a cluster node's), which each load must fill (`mirror_samples`)."""
+        reads a copy of them (a cluster node's), which each load must fill (`mirror_samples`).
+        `flush_s`: submitted samples wait up to this long and go out together (`flush`, called
+        by the receiver at least that often): one message a worker a flush, not one a query
+        (Server: a pipe write cost ~30 us on the 2-core test machine, most of a query's cost)."""
+        self.flush_s = flush_s
         self._links = list(links)
         self._rows_only = list(rows_only) if rows_only is not None else [False] * len(self._links)
         self._mirrors = list(mirrors) if mirrors is not None else [False] * len(self._links)
@@ -251,7 +259,14 @@ class Dispatcher:
             if len(ids):
                 self._queries.append(_Query(ids, rows, indices))
                 self._queued += len(ids)
-            self._pump()
+            if self.flush_s is None:
+                self._pump()
+
+    def flush(self) -> None:
+        """Send what was submitted and the windows allow (the receiver calls it)."""
+        if self._queries or self._pending:
+            with self._lock:
+                self._pump()
 
     def _choose(self, size: int) -> int | None:
         """The live worker whose (outstanding + size) / weight is least, among those with room
@@ -317,7 +332,8 @@ class Dispatcher:
             else:
                 message = ("batch", batch_id, ids, rows, _int_list(indices))
             try:
-                self._links[worker].send(message)
+                # plain pickle: a third cheaper than Connection.send's ForkingPickler
+                self._links[worker].send_bytes(pickle.dumps(message, _PICKLE_PROTOCOL))
             except (BrokenPipeError, OSError):
                 self._pending.appendleft(batch)
                 self._mark_dead(worker)
@@ -382,7 +398,8 @@ class Dispatcher:
             now = time.monotonic()
             self._waiting_since[worker] = now if self._outstanding[worker] else None
             self._resize_chunk(worker, now)
-            self._pump()
+            if self.flush_s is None:  # else the receiver flushes after the replies it read
+                self._pump()
         self._complete(ids, blob, item_size)
 
     def check_stalled(self) -> None:
@@ -546,8 +563,9 @@ class _Receiver(threading.Thread):
         with selectors.DefaultSelector() as selector:
             for worker, link in enumerate(self._links):
                 selector.register(link, selectors.EVENT_READ, worker)
+            flush_s = self._dispatcher.flush_s
             while selector.get_map() and not self._stopping.is_set():
-                for key, _ in selector.select(timeout=_POLL_S):
+                for key, _ in selector.select(timeout=flush_s or _POLL_S):
                     worker = key.data
                     link = self._links[worker]
                     try:
@@ -561,6 +579,8 @@ class _Receiver(threading.Thread):
                         self._dispatcher.done(worker, batch_ids, blob, item_size)
                     elif message[0] == "loaded":
                         self._dispatcher.samples_taken(worker)
+                if flush_s is not None:
+                    self._dispatcher.flush()
                 self._dispatcher.check_stalled()
 
     def stop(self) -> None:
@@ -702,6 +722,8 @@ def _coordinate(
         else None,
         rows_only=[i in rows_only for i in range(len(job.links))],
         mirrors=[i in mirrors for i in range(len(job.links))],
+        # Server: queries go out together once a millisecond (the latency bound is 15 ms or more)
+        flush_s=SERVER_FLUSH_S if test.task.loadgen_scenario == "Server" else None,
     )
     # A reply holds at most a worker's window and one batch more. Replies are completed one at
     # a time (by the receiver thread), so one staging buffer and its reused responses serve all.
@@ -711,12 +733,18 @@ def _coordinate(
     for i in range(len(job.links)):
         if i not in targets:
             dispatcher.worker_died(i)
-    receiver = _Receiver(job.links, dispatcher)
 
-    clock = _CpuClock()
+    receiver = _Receiver(job.links, dispatcher)
+    clock = _CpuClock(receiver)
 
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
-        clock.queries += 1
+        began = time.thread_time()
+        _issue(ids, indices)
+        if clock.running:
+            clock.queries += 1
+            clock.issue_s += time.thread_time() - began
+
+    def _issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         if offline:  # batches of consecutive rows: the workers read them as views
             index_array = np.fromiter(indices, dtype=np.int64, count=len(indices))
             rows = library.slots(index_array)
@@ -737,7 +765,10 @@ def _coordinate(
         if mirrors:
             dispatcher.mirror_samples(library.loaded_count, job.ready_timeout_s)
 
+    receiver_cpu: list[float] = []
+
     def stop_serving() -> None:
+        receiver_cpu.append(clock._thread_cpu())  # before the thread ends
         dispatcher.stop_workers()
         receiver.stop()
 
@@ -760,7 +791,7 @@ def _coordinate(
         target_cached=bool(cached_keys),
     )
     progress(dispatcher.completed)
-    clock.report("dispatch", dispatcher.completed)
+    clock.report("dispatch", dispatcher.completed, receiver_cpu[0] if receiver_cpu else None)
     result = test.result(
         dispatcher,
         device=DeviceReport(backend="unified", provider="dispatch", device=",".join(job.names)),
@@ -870,11 +901,24 @@ def serve_instance(
 class _CpuClock:
     """This process's CPU time from the start barrier's release to the end of its test: what
     the coordinator (LoadGen's threads and the dispatch) or a serving worker costs a sample,
-    logged as one JSON line (benchmarks/fleet_dispatch.py reads it)."""
+    logged as one JSON line (benchmarks/fleet_dispatch.py reads it). The coordinator also
+    counts its own code apart (`dispatch_cpu_s`: the issue callbacks, timed each, and the
+    receiver thread): LoadGen's threads wait for a Server query's time partly by spinning,
+    which fills an idle core and is not the dispatch's cost."""
 
-    def __init__(self) -> None:
+    def __init__(self, thread: threading.Thread | None = None) -> None:
         self.queries = 0
-        self._started: tuple[float, float] | None = None
+        self.issue_s = 0.0  # CPU of the issue callbacks (added by them)
+        self._thread = thread  # the receiver, whose CPU clock is read from here
+        self._started: tuple[float, float, float] | None = None
+
+    def _thread_cpu(self) -> float:
+        if self._thread is None or self._thread.ident is None:
+            return 0.0
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(self._thread.ident))
+        except OSError:  # the thread has ended
+            return self._started[2] if self._started else 0.0
 
     def started_after(self, barrier: Callable[[], None]) -> Callable[[], None]:
         """`barrier`, then the clock starts (the timed part of the test begins)."""
@@ -882,21 +926,28 @@ class _CpuClock:
         def start() -> None:
             barrier()
             self.queries = 0
-            self._started = (time.process_time(), time.monotonic())
+            self.issue_s = 0.0
+            self._started = (time.process_time(), time.monotonic(), self._thread_cpu())
 
         return start
 
-    def report(self, what: str, samples: int) -> dict[str, float] | None:
+    @property
+    def running(self) -> bool:
+        return self._started is not None
+
+    def report(self, what: str, samples: int, thread_cpu: float | None = None) -> None:
+        """Log the cost; `thread_cpu`: the receiver's CPU clock read before it ended."""
         if self._started is None:
-            return None
+            return
         cost = {
             "samples": samples,
             "queries": self.queries,
             "cpu_s": round(time.process_time() - self._started[0], 4),
             "wall_s": round(time.monotonic() - self._started[1], 4),
         }
+        if self._thread is not None and thread_cpu is not None:
+            cost["dispatch_cpu_s"] = round(self.issue_s + thread_cpu - self._started[2], 4)
         log.info("%s cost %s", what, json.dumps(cost))
-        return cost
 
 
 def _run_in_batches(

@@ -4,6 +4,7 @@ the batch size."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,9 @@ class RecordingLink:
 
     def send(self, message: tuple[Any, ...]) -> None:
         self.sent.append(message)
+
+    def send_bytes(self, data: bytes) -> None:
+        self.send(pickle.loads(data))
 
     def batches(self) -> list[tuple[Any, ...]]:
         return [m for m in self.sent if m[0] == "batch"]
@@ -243,3 +247,22 @@ def test_a_load_waits_until_every_mirroring_worker_has_the_samples() -> None:
     assert [m for m in links[0].sent if m[0] == "samples"] == [("samples", 0, 64)]
     assert links[1].sent == [("samples", 0, 64)] and links[2].sent == []
     assert dispatcher.alive == [True, False, True]
+
+
+def test_server_queries_wait_for_the_flush_and_go_out_together() -> None:
+    """With a flush interval, submitted queries are not sent one by one: the receiver's flush
+    sends what came meanwhile as one message (a pipe write cost most of a query)."""
+    link = RecordingLink()
+    dispatcher = Dispatcher(
+        [link],  # type: ignore[list-item]  # only send() is used
+        (1.0,),
+        batch_size=BATCH,
+        complete=lambda ids, blob, size: None,
+        rows_only=[True],
+        flush_s=0.001,
+    )
+    for query in range(3):
+        dispatcher.submit([query], [query + 10], [query + 10])
+    assert link.batches() == []
+    dispatcher.flush()
+    assert [list(m[3]) for m in link.batches()] == [[10, 11, 12]]
