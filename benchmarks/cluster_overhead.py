@@ -171,7 +171,7 @@ def server_part(folder: Path, cluster: str, ms: int, common: dict[str, Any], arg
     """The highest VALID Server target over the cluster, in each mode."""
     # unified: the issue's 15 ms bound; independent: the benchmark's own, as before
     bound = {"unified": {"target_latency": SERVER_LATENCY_MS}, "independent": {}}
-    for mode in ("independent", "unified"):
+    for mode in args.server_modes:
         best = 0
         for qps in QPS_STEPS:
             per_instance = qps / 4 if mode == "independent" else qps
