@@ -352,7 +352,7 @@ def _read_message_into(fd: int, view: memoryview) -> None:
 def _reason(exc: BaseException, timeout_s: float) -> str:
     """Why a connection or handshake failed, in a few words."""
     if isinstance(exc, BlockingIOError | TimeoutError):
-        return f"no answer within {timeout_s:g} s"
+        return f"no answer within {timeout_s:.3g} s"
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200] or 'closed'}"
 
 
@@ -418,9 +418,10 @@ def connect_channel(
             f"{who}: the handshake failed ({exc}); another process answers on that port"
         ) from None
     except (EOFError, OSError) as exc:
+        why = "" if isinstance(exc, BlockingIOError | TimeoutError) else f" ({_reason(exc, left)})"
         raise ClusterError(
-            f"{who}: no handshake within {left:.0f} s ({_reason(exc, left)}); the actor may be "
-            "stuck, or something else holds its port"
+            f"{who}: no handshake within {left:.0f} s{why}; the actor may be stuck, or something "
+            "else holds its port"
         ) from None
 
 
