@@ -374,6 +374,9 @@ def handshake(
     """A Connection on `sock` once both ends proved `authkey` within `timeout_s` (each side
     challenges the other, as multiprocessing's Listener and Client do); closed on failure."""
     sock.setblocking(True)
+    # small frames go at once: an answer is two messages, and Nagle's algorithm would hold the
+    # second until the first is acknowledged (tens of milliseconds with delayed ACKs)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     channel = Connection(sock.detach())
     try:
         _set_deadline(channel.fileno(), timeout_s)
