@@ -44,7 +44,6 @@ import time
 from collections.abc import Mapping, Sequence
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
-from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -609,7 +608,7 @@ class RemoteServing(threading.Thread):
             if frame[0] != "synced":  # the model raised on the node
                 self._close(remote, " ".join(str(frame[-1]).split())[:500])
                 return
-            body = ForkingPickler.dumps(("loaded", frame[1]))
+            body = pickle.dumps(("loaded", frame[1]))
         remote.inflight -= 1
         if remote.link is not None:
             try:
