@@ -99,7 +99,11 @@ def driver_cost(folder: Path, name: str) -> str:
     text = f"driver CPU (measured): coordinator {1e6 * dispatch['cpu_s'] / samples:.2f} us a sample"
     relay = found.get("remote serving")
     if relay:
-        text += f", relay thread {1e6 * relay['cpu_s'] / samples:.2f} us a sample"
+        frames = relay["cpu_s"] - relay.get("ship_cpu_s", 0.0)
+        text += (
+            f", relay thread {1e6 * frames / samples:.2f} us a sample (and "
+            f"{relay.get('ship_cpu_s', 0.0):.2f} s copying the samples to the nodes before the test)"
+        )
     return text
 
 

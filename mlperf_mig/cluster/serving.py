@@ -462,6 +462,7 @@ class RemoteServing(threading.Thread):
         self.remotes: list[_Remote] = []
         self._selector = selectors.DefaultSelector()
         self.frames = 0  # frames of batches sent
+        self.ship_cpu_s = 0.0  # this thread's CPU sending samples to the nodes' mirrors
 
     def add(
         self,
@@ -506,6 +507,7 @@ class RemoteServing(threading.Thread):
             cost = {
                 "frames": self.frames,
                 "cpu_s": round(time.thread_time() - began[0], 4),
+                "ship_cpu_s": round(self.ship_cpu_s, 4),  # of cpu_s: samples to the mirrors
                 "wall_s": round(time.monotonic() - began[1], 4),
             }
             log.info("remote serving cost %s", json.dumps(cost))
@@ -560,6 +562,13 @@ class RemoteServing(threading.Thread):
     def _ship(self, remote: _Remote, start: int, stop: int) -> None:
         """Rows start..stop-1 of the shared arrays to the node's mirror, then a sync whose
         answer tells the coordinator they are there."""
+        began = time.thread_time()
+        try:
+            self._ship_rows(remote, start, stop)
+        finally:
+            self.ship_cpu_s += time.thread_time() - began
+
+    def _ship_rows(self, remote: _Remote, start: int, stop: int) -> None:
         row_bytes = sum(a[0].nbytes for a in self._arrays.values()) or 1
         step = max(1, SHIP_FRAME_BYTES // row_bytes)
         names = list(self._arrays)
