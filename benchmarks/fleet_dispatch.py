@@ -15,8 +15,12 @@ MEASURED, for 2, 8 and 56 instances (2 GPUs x 1g.10gb, 8 GPUs x 1g.10gb, 8 GPUs 
     the same two `--server-qps` rates for every count: what is measured is the cost of a query,
     and its latency tail is not asked of this machine (56 worker processes on its cores make the
     tail a scheduling artefact; the run's validity is printed, not judged). The coordinator's
-    CPU-seconds a second are a fixed part (LoadGen's own threads, polling) plus a part a query:
-    fitted from the two rates, `fixed + per_query x QPS`.
+    CPU-seconds a second are a fixed part (wake-ups, LoadGen's own threads) plus a part a query:
+    fitted from the two rates, `fixed + per_query x QPS`, printed as indicative only; the growth
+    and the projection take the cost a query measured at the higher rate (an upper bound). Each
+    line also gives the coordinator's CPU a message (batches sent and replies read) and messages
+    a sample: on this machine the workers share its cores, so at 56 instances each is slow and
+    gets small chunks (more messages a sample), which a host with a core a worker would not see.
     Target: the coordinator's cost per Offline sample and per Server query (the fitted part a
     query) grows at most 1.25x from 2 to 56 instances (a dispatcher whose cost grows with the
     instances is the bug).
@@ -24,8 +28,8 @@ MEASURED, for 2, 8 and 56 instances (2 GPUs x 1g.10gb, 8 GPUs x 1g.10gb, 8 GPUs 
     extra instance, target <= 64 MiB.
 PROJECTED, not measured, from the 56-instance costs, for a host of `--cores` C (default 128)
     whose dispatcher has one core: Offline = min(1e6 / coordinator us per sample, (C - 1) x 1e6 /
-    the workers' us per sample), Server = the QPS at which the fitted coordinator uses
-    `--headroom` (0.8: room for the latency tail) of its core, (headroom - fixed) / per_query.
+    the workers' us per sample), Server = `--headroom` (0.8: room for the latency tail) x 1e6 /
+    the coordinator's us per query.
     Targets: >= 300,000 samples/s and >= 70,007 QPS.
 
 The numbers depend on the machine's load (printed with each); run alone.
@@ -175,6 +179,10 @@ def one_run(
         "coordinator": coordinator,
         "coordinator_us_per_sample": None if coordinator is None else _us(coordinator, "samples"),
         "coordinator_us_per_query": None if coordinator is None else _us(coordinator, "queries"),
+        "coordinator_us_per_message": None if coordinator is None else _us(coordinator, "messages"),
+        "messages_per_sample": None
+        if not coordinator or not coordinator.get("samples")
+        else (coordinator.get("messages") or 0) / coordinator["samples"],
         "workers_us_per_sample": worker_us,
         "peak_mib": memory.peak_mib,
         "load": os.getloadavg()[0],
@@ -189,12 +197,20 @@ def fit(pair: list[dict[str, Any]]) -> dict[str, Any]:
         cost = run["coordinator"]
         if cost and cost["wall_s"] > 0:
             points.append((cost["queries"] / cost["wall_s"], cost["cpu_s"] / cost["wall_s"]))
+    # the growth and the projection take the cost a query measured at the higher rate (the
+    # fixed part spread over its queries: an upper bound); the fit is printed beside it
+    measured = max(pair, key=lambda run: run["target_qps"])["coordinator_us_per_query"]
     if len(points) < 2 or points[0][0] == points[1][0]:
-        return {"runs": pair, "fixed": 0.0, "coordinator_us_per_query": None}
+        return {"runs": pair, "fixed": 0.0, "fitted_us": None, "coordinator_us_per_query": measured}
     (q1, c1), (q2, c2) = points
     per_query = max(0.0, (c2 - c1) / (q2 - q1))
     fixed = max(0.0, c1 - per_query * q1)
-    return {"runs": pair, "fixed": fixed, "coordinator_us_per_query": 1e6 * per_query}
+    return {
+        "runs": pair,
+        "fixed": fixed,
+        "fitted_us": 1e6 * per_query,
+        "coordinator_us_per_query": measured,
+    }
 
 
 def _fmt(value: float | None, spec: str = ",.2f") -> str:
@@ -207,7 +223,8 @@ def _print_run(run: dict[str, Any]) -> None:
     key = f"coordinator_us_per_{per}"
     print(
         f"  MEASURED {run['scenario']:7} {run['instances']:2} instances: coordinator "
-        f"{_fmt(run[key])} us CPU a {per}; workers {_fmt(statistics.mean(workers) if workers else None)}"
+        f"{_fmt(run[key])} us CPU a {per} ({_fmt(run['coordinator_us_per_message'])} us a "
+        f"message, {_fmt(run['messages_per_sample'], '.3f')} messages a sample); workers {_fmt(statistics.mean(workers) if workers else None)}"
         f" us a sample (max {_fmt(max(workers, default=None))}); {run['samples_per_s']:,.0f} "
         f"samples/s at target {run['target_qps']:,.0f} "
         f"({'VALID' if run['valid'] else 'INVALID'}{'' if run['ok'] else ', a worker FAILED'}); "
@@ -256,9 +273,11 @@ def main() -> int:
                 pair.append(run)
                 _print_run(run)
             runs["Server"][count] = fit(pair)
+            fitted = runs["Server"][count]
             print(
-                f"  FITTED  Server  {count:2} instances: coordinator {runs['Server'][count]['fixed']:.3f} "
-                f"CPU-s a second + {runs['Server'][count]['coordinator_us_per_query']:.2f} us a query",
+                f"  FITTED  Server  {count:2} instances: coordinator {fitted['fixed']:.3f} CPU-s a "
+                f"second + {_fmt(fitted['fitted_us'])} us a query (two points on a loaded "
+                "machine: indicative only)",
                 flush=True,
             )
     report: dict[str, Any] = {"runs": runs, "cores": args.cores, "headroom": args.headroom}
@@ -266,7 +285,7 @@ def main() -> int:
     low, high = min(args.counts), max(args.counts)
     for scenario, per, how in (
         ("Offline", "sample", "MEASURED"),
-        ("Server", "query", "FITTED from MEASURED runs,"),
+        ("Server", "query", f"MEASURED at {max(args.server_qps):,.0f} QPS,"),
     ):
         first = runs[scenario][low][f"coordinator_us_per_{per}"]
         last = runs[scenario][high][f"coordinator_us_per_{per}"]
@@ -292,7 +311,7 @@ def main() -> int:
         dispatcher_bound = 1e6 / d_off
         workers_bound = (args.cores - 1) * 1e6 / statistics.mean(workers)
         projected_offline = min(dispatcher_bound, workers_bound)
-        projected_server = max(0.0, args.headroom - server["fixed"]) * 1e6 / d_srv
+        projected_server = args.headroom * 1e6 / d_srv
         report["projected"] = {"offline": projected_offline, "server": projected_server}
         lines += [
             f"PROJECTED (not measured), {high} instances on a {args.cores}-core host, the "
@@ -300,8 +319,8 @@ def main() -> int:
             f"  Offline {projected_offline:,.0f} samples/s (dispatcher {dispatcher_bound:,.0f}, "
             f"workers' harness on {args.cores - 1} cores {workers_bound:,.0f}; target >= "
             f"{OFFLINE_TARGET:,}): {'met' if projected_offline >= OFFLINE_TARGET else 'NOT met'}",
-            f"  Server {projected_server:,.0f} QPS ({args.headroom:.0%} of the dispatcher's core: "
-            f"{server['fixed']:.3f} CPU-s a second fixed, {d_srv:.2f} us a query; target >= "
+            f"  Server {projected_server:,.0f} QPS ({args.headroom:.0%} of the dispatcher's core at "
+            f"{d_srv:.2f} us a query, measured at {max(args.server_qps):,.0f} QPS; target >= "
             f"{SERVER_TARGET:,}): "
             f"{'met' if projected_server >= SERVER_TARGET else 'NOT met'}",
         ]

@@ -226,6 +226,7 @@ class Dispatcher:
         self.alive = [True] * len(self._links)
         self.served = [0] * len(self._links)
         self.completed = 0
+        self.messages = 0  # batches sent and replies read: what a sample costs the dispatch
         self.failed_samples = 0
         self.error: str | None = None
         self._aborted = False
@@ -340,6 +341,7 @@ class Dispatcher:
                 continue
             self._inflight[worker][batch_id] = batch
             self._account(worker, len(ids))
+            self.messages += 1
             now = time.monotonic()
             if self._waiting_since[worker] is None:
                 self._waiting_since[worker] = now
@@ -389,6 +391,7 @@ class Dispatcher:
         with self._lock:
             if not self.alive[worker]:
                 return  # its batches were re-sent to the others when it was given up
+            self.messages += 1
             ids: list[int] = []
             for batch_id in batch_ids:
                 ids.extend(self._inflight[worker].pop(batch_id)[0])
@@ -736,6 +739,11 @@ def _coordinate(
 
     receiver = _Receiver(job.links, dispatcher)
     clock = _CpuClock(receiver)
+    messages_before = [0]
+
+    def barrier() -> None:
+        before_start()
+        messages_before[0] = dispatcher.messages
 
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         began = time.thread_time()
@@ -785,13 +793,18 @@ def _coordinate(
         unload=library.unload,
         abort=lambda exc: dispatcher.abort(f"{type(exc).__name__}: {exc}"),
         calibrated_target=calibrated,
-        before_start=clock.started_after(before_start),
+        before_start=clock.started_after(barrier),
         serving=running(receiver.start, stop_serving),
         performance_count=job.performance_count,
         target_cached=bool(cached_keys),
     )
     progress(dispatcher.completed)
-    clock.report("dispatch", dispatcher.completed, receiver_cpu[0] if receiver_cpu else None)
+    clock.report(
+        "dispatch",
+        dispatcher.completed,
+        receiver_cpu[0] if receiver_cpu else None,
+        dispatcher.messages - messages_before[0],
+    )
     result = test.result(
         dispatcher,
         device=DeviceReport(backend="unified", provider="dispatch", device=",".join(job.names)),
@@ -935,13 +948,17 @@ class _CpuClock:
     def running(self) -> bool:
         return self._started is not None
 
-    def report(self, what: str, samples: int, thread_cpu: float | None = None) -> None:
-        """Log the cost; `thread_cpu`: the receiver's CPU clock read before it ended."""
+    def report(
+        self, what: str, samples: int, thread_cpu: float | None = None, messages: int | None = None
+    ) -> None:
+        """Log the cost; `thread_cpu`: the receiver's CPU clock read before it ended;
+        `messages`: batches sent and replies read."""
         if self._started is None:
             return
         cost = {
             "samples": samples,
             "queries": self.queries,
+            "messages": messages,
             "cpu_s": round(time.process_time() - self._started[0], 4),
             "wall_s": round(time.monotonic() - self._started[1], 4),
         }
