@@ -330,9 +330,11 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     finally:
         kill_all(ray, {**actors, "barrier": barrier})
         # a killed actor (Ctrl-C, hung, a lost barrier) left its scratch folder on its node
-        remove_scratch_folders(
-            ray, {n: slot_node(slots[n]) for n in actors if n not in replied}, token
-        )
+        left = [n for n in actors if n not in replied]
+        remove_scratch_folders(ray, {n: slot_node(slots[n]) for n in left}, token)
+        if (plan.deployment.cluster or "").startswith("local:"):
+            # the emulated nodes are this machine: what a killed node's actor left is here too
+            remove_scratch(token, left)
         display.close()
     return outcomes, interrupted
 
