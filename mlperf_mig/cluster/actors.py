@@ -4,16 +4,21 @@ An instance actor is a fresh Ray worker process pinned to its node (one LoadGen 
 process, as locally). It takes its device variables and CPUs, builds (or reuses) its engine in the
 node's own cache, runs its job in a scratch folder of the node and sends back the result with
 every file the job wrote, paths rewritten to the driver's run folder; a job that raises sends its
-traceback and files the same way. The barrier actor releases every instance's LoadGen test at
+traceback and files the same way. The scratch folder is named by the round (the driver's pid and
+a random token) and the instance, so that the driver can have it removed on the node however the
+round ends (`remove_scratch`: an actor killed on Ctrl-C, a hang or a lost barrier does not
+remove its own). The barrier actor releases every instance's LoadGen test at
 once (the cluster-wide start barrier) and collects progress.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import time
 import traceback
@@ -31,7 +36,11 @@ if TYPE_CHECKING:
     from mlperf_mig.runner.plan import EngineRequest
 
 
+log = logging.getLogger(__name__)
+
 _PROGRESS_INTERVAL_S = 0.5
+SCRATCH_PREFIX = "mlperf-mig-"
+_SCRATCH_SETTLE_S = 0.5  # a killed actor may write a moment longer: removed until it stays gone
 MAX_FILE_BYTES = 256 * 1024 * 1024  # a node's file larger than this stays there (named in the log)
 
 
@@ -101,10 +110,45 @@ def collect_files(folder: Path) -> dict[str, bytes]:
     return files
 
 
+def scratch_folder(token: str, name: str) -> Path:
+    """Instance `name`'s scratch folder of the round `token` in this node's temp folder."""
+    return Path(tempfile.gettempdir()) / f"{SCRATCH_PREFIX}{token}-{name}"
+
+
+def remove_scratch(token: str, names: list[str]) -> list[str]:
+    """Remove the scratch folders the round `token` made on this node for `names` (a Ray task
+    pinned to the node, after their actors were killed); returns those removed. Only a real
+    folder of that name owned by this user is removed, never what a link points to."""
+    removed = []
+    for name in names:
+        folder = scratch_folder(token, name)
+        for _ in range(10):
+            try:
+                info = folder.lstat()
+            except FileNotFoundError:
+                break
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                log.warning("%s is not this run's scratch folder; left as it is", folder)
+                break
+            shutil.rmtree(folder, ignore_errors=True)
+            if str(folder) not in removed:
+                removed.append(str(folder))
+            time.sleep(_SCRATCH_SETTLE_S)
+    return removed
+
+
 class InstanceActor:
     """One instance on its node (a Ray actor): runs one job in its own scratch folder."""
 
-    def __init__(self, name: str, env: Mapping[str, str], cpus: tuple[int, ...] | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        env: Mapping[str, str],
+        cpus: tuple[int, ...] | None,
+        scratch_token: str | None = None,
+    ) -> None:
+        """`scratch_token`: the round's, which names the scratch folder (scratch_folder) so
+        the driver can remove it whatever happens to the actor; None: a fresh random name."""
         from mlperf_mig.emulation.cpu_budget import enter_budget
 
         os.environ.update(env)
@@ -112,7 +156,11 @@ class InstanceActor:
             os.sched_setaffinity(0, cpus)
         enter_budget()  # an emulated instance's CPU quota (local:N), before its threads start
         self.name = name
-        self.folder = Path(tempfile.mkdtemp(prefix=f"mlperf-mig-{name}-"))
+        if scratch_token is None:
+            self.folder = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{name}-"))
+        else:
+            self.folder = scratch_folder(scratch_token, name)
+            self.folder.mkdir(mode=0o700)  # a name already taken is an error, never shared
 
     def run(self, job: RemoteJob, barrier: RayActor, driver_folder: str) -> dict[str, Any]:
         """Build the engine, run the job, and return its outcome with the files it wrote."""

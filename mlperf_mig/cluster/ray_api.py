@@ -20,7 +20,8 @@ RayContext = Any  # ray.get_runtime_context(): the driver's node, job and worker
 
 
 class RayApi(Protocol):
-    """Ray's driver-side calls: start and stop actors, wait for and fetch results, list nodes."""
+    """Ray's driver-side calls: start and stop actors and tasks, wait for and fetch results, list
+    nodes."""
 
     def remote(self, *args: RayArgument, **kwargs: RayArgument) -> RayRemote: ...
 
@@ -33,6 +34,8 @@ class RayApi(Protocol):
     ) -> tuple[list[RayRef], list[RayRef]]: ...
 
     def kill(self, actor: RayActor, /, *, no_restart: bool = True) -> None: ...
+
+    def cancel(self, ref: RayRef, /, *, force: bool = False, recursive: bool = True) -> None: ...
 
     def nodes(self) -> list[dict[str, Any]]: ...
 

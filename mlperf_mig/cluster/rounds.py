@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -31,6 +32,8 @@ from mlperf_mig.cluster.actors import (
     RemoteJob,
     RoundBarrier,
     actor_errors,
+    remove_scratch,
+    scratch_folder,
     write_files,
 )
 from mlperf_mig.cluster.inventory import pinned
@@ -54,6 +57,7 @@ log = logging.getLogger(__name__)
 
 _POLL_S = 0.2
 _BARRIER_CALL_S = 30.0
+_SCRATCH_S = 30.0  # to remove the scratch folders killed actors left
 # Unified over the network: the dispatcher's window of each instance (batches in flight, in
 # proportion to its weight) is this many times a local one's, to cover a call's round trip.
 # Scaling every weight alike leaves the shares of the dispatch unchanged.
@@ -78,8 +82,11 @@ def slot_node(slot: InstanceSlot) -> str:
     return slot.node
 
 
-def start_actor(ray: RayApi, slot: InstanceSlot, env: Mapping[str, str]) -> RayActor:
-    """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost)."""
+def start_actor(
+    ray: RayApi, slot: InstanceSlot, env: Mapping[str, str], scratch_token: str | None = None
+) -> RayActor:
+    """A fresh instance actor pinned to the slot's node (never restarted: a lost one is lost);
+    `scratch_token` names its scratch folder there (actors.scratch_folder)."""
     remote = ray.remote(InstanceActor)
     return remote.options(
         num_cpus=0,
@@ -87,7 +94,48 @@ def start_actor(ray: RayApi, slot: InstanceSlot, env: Mapping[str, str]) -> RayA
         max_concurrency=2,
         scheduling_strategy=pinned(slot_node(slot)),
         name=None,
-    ).remote(slot.name, dict(env), slot.cpus)
+    ).remote(slot.name, dict(env), slot.cpus, scratch_token)
+
+
+def remove_scratch_folders(
+    ray: RayApi, nodes: Mapping[str, str], token: str, timeout_s: float = _SCRATCH_S
+) -> None:
+    """Have each node remove the scratch folders of the round `token` that instances `nodes`
+    (name -> node) left (their actors were killed), waiting at most `timeout_s`; what could not
+    be removed (a node gone with its files) is logged."""
+    by_node: dict[str, list[str]] = {}
+    for name, node in nodes.items():
+        by_node.setdefault(node, []).append(name)
+    if not by_node:
+        return
+    task = ray.remote(remove_scratch)
+    refs = {
+        task.options(num_cpus=0, max_retries=0, scheduling_strategy=pinned(node)).remote(
+            token, names
+        ): node
+        for node, names in by_node.items()
+    }
+    done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    for ref in done:
+        try:
+            for folder in ray.get(ref):
+                log.info("removed the scratch folder %s on node %s", folder, refs[ref])
+        except Exception as exc:  # the node is gone, and its files with it
+            log.warning(
+                "could not remove the scratch folders of %s on node %s: %s",
+                ", ".join(by_node[refs[ref]]),
+                refs[ref],
+                " ".join(str(exc).split())[:300],
+            )
+    for ref in pending:
+        ray.cancel(ref, force=True)
+        log.warning(
+            "node %s did not remove the scratch folders of %s within %.0f s (%s)",
+            refs[ref],
+            ", ".join(by_node[refs[ref]]),
+            timeout_s,
+            scratch_folder(token, by_node[refs[ref]][0]).parent,
+        )
 
 
 def kill_all(ray: RayApi, actors: Mapping[str, RayActor]) -> None:
@@ -246,8 +294,13 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     refs: dict[RayRef, str] = {}
     outcomes: dict[str, WorkerOutcome] = {}
     interrupted = False
+    # names the instances' scratch folders on their nodes: this driver and a random token
+    token = f"{os.getpid()}-{secrets.token_hex(4)}"
+    replied: set[str] = set()  # actors that ended their job (and removed their folder)
 
     def finish(name: str, outcome: WorkerOutcome) -> None:
+        if outcome.status in ("ok", "raised"):
+            replied.add(name)
         outcomes[name] = outcome
         display.event(name, outcome.status)
         if job.on_finish is not None:
@@ -255,7 +308,7 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
 
     try:
         for name, slot in slots.items():
-            actors[name] = start_actor(ray, slot, instance_env(slot))
+            actors[name] = start_actor(ray, slot, instance_env(slot), token)
             remote_job = RemoteJob(
                 name=name,
                 entry=plan.worker_entry or INSTANCE_ENTRY,
@@ -276,6 +329,12 @@ def independent_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                 )
     finally:
         kill_all(ray, {**actors, "barrier": barrier})
+        # a killed actor (Ctrl-C, hung, a lost barrier) left its scratch folder on its node
+        left = [n for n in actors if n not in replied]
+        remove_scratch_folders(ray, {n: slot_node(slots[n]) for n in left}, token)
+        if (plan.deployment.cluster or "").startswith("local:"):
+            # the emulated nodes are this machine: what a killed node's actor left is here too
+            remove_scratch(token, left)
         display.close()
     return outcomes, interrupted
 
@@ -441,13 +500,15 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     authkey = os.urandom(AUTHKEY_BYTES)  # this round's; reaches the actors through Ray only
     try:
         opened = _open_all(ray, job, slots, actors, requests, outcomes, authkey)
-        for name, reply in list(
-            opened.items()
-        ):  # the target (a rate here) as seen over the network
+        nodes = {slot.name: slot.node for slot in slots}
+        for name, reply in list(opened.items()):
+            # every step has a deadline and fails naming the node (serving.py)
+            who = f"instance {name} on node {nodes[name]}"
             try:
-                channels[name] = connect_channel(reply["address"], authkey)
+                channels[name] = connect_channel(reply.get("address"), authkey, node=who)
                 if reply["target"] is not None and plan.loadgen_scenario in ("Offline", "Server"):
-                    rate = round_trip_rate(channels[name], reply["batch_size"])
+                    # the target (a rate here) as seen over the network
+                    rate = round_trip_rate(channels[name], reply["batch_size"], node=who)
                     log.info(
                         "%s: target %.0f on its node, %.0f samples/s from the driver",
                         name,
@@ -455,15 +516,13 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                         rate,
                     )
                     reply["target"] = min(reply["target"], rate)
-            except (
-                OSError,
-                EOFError,
-                RuntimeError,
-            ) as exc:  # its node went away after it opened its model
+            except (ClusterError, OSError, EOFError) as exc:  # its node went away, or stalled
                 outcomes[name] = WorkerOutcome(
                     name=name,
                     status="crashed",
-                    error=f"its data channel failed ({type(exc).__name__}: {exc})",
+                    error=f"its data channel failed: {exc}"
+                    if isinstance(exc, ClusterError)
+                    else f"its data channel failed ({type(exc).__name__}: {exc}) ({who})",
                 )
                 del opened[name]
         for name, reply in opened.items():

@@ -27,8 +27,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import heapq
 import itertools
+import json
 import logging
+import pickle
+import selectors
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -56,9 +60,12 @@ WINDOW_BATCHES = 2
 CHUNK_SAMPLES = 2048
 CHUNK_PAYLOAD_BYTES = 1 << 20
 CHUNK_SECONDS = 0.02
+SERVER_FLUSH_S = 0.001
 # ids, rows (a range when consecutive), dataset indices (a list, or an array until sent)
 _Batch = tuple[list[int], Sequence[int], Sequence[int] | np.ndarray]
 _POLL_S = 0.5
+_SMALL_BATCH = 16
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PROGRESS_INTERVAL_S = 0.5
 
 
@@ -169,13 +176,23 @@ class Dispatcher:
         reply_timeout_s: float | None = None,
         largest_batch: int | None = None,
         rows_only: Sequence[bool] | None = None,
+        mirrors: Sequence[bool] | None = None,
+        flush_s: float | None = None,
     ) -> None:
         """`largest_batch` (at least `batch_size`): the most samples one message may carry when a
         query is large and a worker fast enough (see CHUNK_SECONDS); batch_size when None.
         `rows_only[i]`: worker i reads the shared arrays and is sent rows without sample ids
-        or dataset indices (every worker gets all three when None)."""
+        or dataset indices (every worker gets all three when None). `mirrors[i]`: worker i
+        reads a copy of them (a cluster node's), which each load must fill (`mirror_samples`).
+        `flush_s`: submitted samples wait up to this long and go out together (`flush`, called
+        by the receiver at least that often): one message a worker a flush, not one a query
+        (Server: a pipe write cost ~30 us on the 2-core test machine, most of a query's cost)."""
+        self.flush_s = flush_s
         self._links = list(links)
         self._rows_only = list(rows_only) if rows_only is not None else [False] * len(self._links)
+        self._mirrors = list(mirrors) if mirrors is not None else [False] * len(self._links)
+        self._mirroring: set[int] = set()  # workers yet to take the samples of a load
+        self._mirrored = threading.Condition()
         self._reply_timeout_s = reply_timeout_s
         self._stopped = False
         self._waiting_since: list[float | None] = [None] * len(self._links)
@@ -195,11 +212,21 @@ class Dispatcher:
         # _pending holds whole batches (to re-send), _queries the submitted samples not yet cut
         self._pending: collections.deque[_Batch] = collections.deque()
         self._queries: collections.deque[_Query] = collections.deque()
+        self._queued = 0  # samples in _queries
         self._inflight: list[dict[int, _Batch]] = [{} for _ in self._links]
         self._outstanding = [0] * len(self._links)
+        # the least loaded worker of each weight without a scan of all: per weight a heap of
+        # (outstanding, worker), an entry stale once the worker's outstanding work changed
+        self._heaps: dict[float, list[tuple[int, int]]] = {}
+        self._members: dict[float, list[int]] = {}
+        for worker, weight in enumerate(self._weights):
+            self._heaps.setdefault(weight, []).append((0, worker))
+            self._members.setdefault(weight, []).append(worker)
+        self._next_stall_check = 0.0
         self.alive = [True] * len(self._links)
         self.served = [0] * len(self._links)
         self.completed = 0
+        self.messages = 0  # batches sent and replies read: what a sample costs the dispatch
         self.failed_samples = 0
         self.error: str | None = None
         self._aborted = False
@@ -232,17 +259,59 @@ class Dispatcher:
                 return
             if len(ids):
                 self._queries.append(_Query(ids, rows, indices))
-            self._pump()
+                self._queued += len(ids)
+            if self.flush_s is None:
+                self._pump()
+
+    def flush(self) -> None:
+        """Send what was submitted and the windows allow (the receiver calls it)."""
+        if self._queries or self._pending:
+            with self._lock:
+                self._pump()
 
     def _choose(self, size: int) -> int | None:
-        best, best_load = None, None
-        for i, weight in enumerate(self._weights):
-            if not self.alive[i] or self._outstanding[i] >= self._slots[i] * self._chunk[i]:
+        """The live worker whose (outstanding + size) / weight is least, among those with room
+        in their window (ties: the lowest index); None when every window is full. Its cost
+        grows with the number of distinct weights, not of workers."""
+        best, best_key = None, None
+        for weight in self._heaps:
+            worker = self._least_loaded(weight)
+            if worker is None:
                 continue
-            load = (self._outstanding[i] + size) / weight
-            if best_load is None or load < best_load:
-                best, best_load = i, load
+            key = ((self._outstanding[worker] + size) / weight, worker)
+            if best_key is None or key < best_key:
+                best, best_key = worker, key
         return best
+
+    def _least_loaded(self, weight: float) -> int | None:
+        """The worker of one weight with the least outstanding work and room in its window."""
+        heap = self._heaps[weight]
+        while heap and (not self.alive[heap[0][1]] or heap[0][0] != self._outstanding[heap[0][1]]):
+            heapq.heappop(heap)
+        if not heap:
+            return None
+        worker = heap[0][1]
+        if self._outstanding[worker] < self._slots[worker] * self._chunk[worker]:
+            return worker
+        if self._largest == self._batch_size:  # windows of one weight are alike: all full
+            return None
+        # chunks differ between workers (Offline): another may have room; once a chunk, not a
+        # query, so the scan costs little
+        room = [
+            (self._outstanding[w], w)
+            for w in self._members[weight]
+            if self.alive[w] and self._outstanding[w] < self._slots[w] * self._chunk[w]
+        ]
+        return min(room)[1] if room else None
+
+    def _account(self, worker: int, samples: int) -> None:
+        """Change the worker's outstanding samples by `samples` and record its new load."""
+        self._outstanding[worker] += samples
+        heap = self._heaps[self._weights[worker]]
+        heapq.heappush(heap, (self._outstanding[worker], worker))
+        if len(heap) > 8 * len(self._links) + 64:  # drop the stale entries now and then
+            heap[:] = [(o, w) for o, w in heap if o == self._outstanding[w] and self.alive[w]]
+            heapq.heapify(heap)
 
     def _pump(self) -> None:
         while self._pending or self._queries:
@@ -252,16 +321,11 @@ class Dispatcher:
             if self._pending:
                 size = len(self._pending[0][0])
             else:
-                size = min(self._batch_size, self._queries[0].left)
+                size = min(self._batch_size, self._queued)
             worker = self._choose(size)
             if worker is None:
                 return
-            if self._pending:
-                batch = self._pending.popleft()
-            else:
-                batch = self._queries[0].cut(self._chunk[worker])
-                if not self._queries[0].left:
-                    self._queries.popleft()
+            batch = self._pending.popleft() if self._pending else self._cut(self._chunk[worker])
             batch_id = next(self._ids)
             ids, rows, indices = batch
             if self._rows_only[worker]:
@@ -269,18 +333,44 @@ class Dispatcher:
             else:
                 message = ("batch", batch_id, ids, rows, _int_list(indices))
             try:
-                self._links[worker].send(message)
+                # plain pickle: a third cheaper than Connection.send's ForkingPickler
+                self._links[worker].send_bytes(pickle.dumps(message, _PICKLE_PROTOCOL))
             except (BrokenPipeError, OSError):
                 self._pending.appendleft(batch)
                 self._mark_dead(worker)
                 continue
             self._inflight[worker][batch_id] = batch
-            self._outstanding[worker] += len(ids)
+            self._account(worker, len(ids))
+            self.messages += 1
             now = time.monotonic()
             if self._waiting_since[worker] is None:
                 self._waiting_since[worker] = now
             if self._first_send[worker] is None:
                 self._first_send[worker] = now
+
+    def _cut(self, size: int) -> _Batch:
+        """The next `size` submitted samples as one batch: several queued queries (Server's
+        of one sample each, when the windows were full) go out as one message."""
+        query = self._queries[0]
+        if query.left >= size or len(self._queries) == 1:
+            batch = query.cut(size)
+            if not query.left:
+                self._queries.popleft()
+            self._queued -= len(batch[0])
+            return batch
+        ids: list[int] = []
+        rows: list[int] = []
+        indices: list[int] = []
+        while self._queries and len(ids) < size:
+            query = self._queries[0]
+            part_ids, part_rows, part_indices = query.cut(size - len(ids))
+            ids += part_ids
+            rows += part_rows
+            indices += _int_list(part_indices)
+            if not query.left:
+                self._queries.popleft()
+        self._queued -= len(ids)
+        return ids, _row_descriptor(rows), indices
 
     def _resize_chunk(self, worker: int, now: float) -> None:
         """The worker's next chunks: CHUNK_SECONDS of its rate so far, in whole batches, at
@@ -301,24 +391,27 @@ class Dispatcher:
         with self._lock:
             if not self.alive[worker]:
                 return  # its batches were re-sent to the others when it was given up
+            self.messages += 1
             ids: list[int] = []
             for batch_id in batch_ids:
                 ids.extend(self._inflight[worker].pop(batch_id)[0])
-            self._outstanding[worker] -= len(ids)
+            self._account(worker, -len(ids))
             self.served[worker] += len(ids)
             self.completed += len(ids)
             now = time.monotonic()
             self._waiting_since[worker] = now if self._outstanding[worker] else None
             self._resize_chunk(worker, now)
-            self._pump()
+            if self.flush_s is None:  # else the receiver flushes after the replies it read
+                self._pump()
         self._complete(ids, blob, item_size)
 
     def check_stalled(self) -> None:
         """Drop every worker that has had work in flight and answered nothing for the reply
         timeout (hung, or stopped with SIGSTOP): its batches go to the others."""
-        if self._reply_timeout_s is None:
-            return
         now = time.monotonic()
+        if self._reply_timeout_s is None or now < self._next_stall_check:
+            return
+        self._next_stall_check = now + _POLL_S
         with self._lock:
             for worker, since in enumerate(self._waiting_since):
                 if self.alive[worker] and since is not None and now - since > self._reply_timeout_s:
@@ -344,9 +437,13 @@ class Dispatcher:
         batches = list(self._inflight[worker].values())
         self._inflight[worker].clear()
         self._outstanding[worker] = 0
+        with self._mirrored:
+            self._mirroring.discard(worker)
+            self._mirrored.notify_all()
         for batch in reversed(batches):
             if len(batch[0]) > self._batch_size:  # a chunk: cut again for whoever takes it
                 self._queries.appendleft(_Query(batch[0], list(batch[1]), batch[2]))
+                self._queued += len(batch[0])
             else:
                 self._pending.appendleft(batch)
         log.warning("worker %d is gone; re-sending its %d in-flight batches", worker, len(batches))
@@ -360,12 +457,46 @@ class Dispatcher:
             self.failed_samples += len(ids)
             self.completed += len(ids)
             self._complete(ids, b"", 0)
+        self._queued = 0
         while self._queries:
             query = self._queries.popleft()
             ids = query.cut(query.left)[0]
             self.failed_samples += len(ids)
             self.completed += len(ids)
             self._complete(ids, b"", 0)
+
+    def mirror_samples(self, count: int, timeout_s: float) -> None:
+        """Have every live worker that keeps a copy of the shared arrays take rows 0..count-1
+        (a load just wrote them), and wait until each has them; one that has not within
+        `timeout_s` is given up (its batches go to the others)."""
+        with self._lock:
+            workers = [w for w, m in enumerate(self._mirrors) if m and self.alive[w]]
+            with self._mirrored:
+                self._mirroring.update(workers)
+            for worker in workers:
+                try:
+                    self._links[worker].send(("samples", 0, count))
+                except (BrokenPipeError, OSError):
+                    self._mark_dead(worker)
+        deadline = time.monotonic() + timeout_s
+        with self._mirrored:
+            while self._mirroring and time.monotonic() < deadline:
+                self._mirrored.wait(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+            late = sorted(self._mirroring)
+        for worker in late:
+            log.error(
+                "worker %d did not take the %d loaded samples within %.0f s; dropping it",
+                worker,
+                count,
+                timeout_s,
+            )
+            self.worker_died(worker)
+
+    def samples_taken(self, worker: int) -> None:
+        """Worker `worker` has the samples of the last load (its answer to mirror_samples)."""
+        with self._mirrored:
+            self._mirroring.discard(worker)
+            self._mirrored.notify_all()
 
     def stop_workers(self) -> None:
         """Tell every worker still listening (given up on or not) that the test is over."""
@@ -410,6 +541,11 @@ def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
 
 def _row_descriptor(rows: Sequence[int] | np.ndarray) -> Sequence[int]:
     """A batch's rows as sent: `range(first, last + 1)` when consecutive, else a list."""
+    if len(rows) <= _SMALL_BATCH:  # a Server query or a few: plain Python costs less than numpy
+        small = [int(r) for r in rows]
+        if small and all(b - a == 1 for a, b in itertools.pairwise(small)):
+            return range(small[0], small[-1] + 1)
+        return small
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) and rows[-1] - rows[0] == len(rows) - 1 and bool(np.all(np.diff(rows) == 1)):
         return range(int(rows[0]), int(rows[-1]) + 1)
@@ -417,7 +553,8 @@ def _row_descriptor(rows: Sequence[int] | np.ndarray) -> Sequence[int]:
 
 
 class _Receiver(threading.Thread):
-    """Reads the workers' replies and hands them to the dispatcher; notices dead workers."""
+    """Reads the workers' replies and hands them to the dispatcher; notices dead workers. One
+    selector registered once: a wake-up costs the replies that are ready, not the workers."""
 
     def __init__(self, links: Sequence[Connection], dispatcher: Dispatcher) -> None:
         super().__init__(name="mlperf-mig-receiver", daemon=True)
@@ -426,22 +563,28 @@ class _Receiver(threading.Thread):
         self._stopping = threading.Event()
 
     def run(self) -> None:
-        open_links = dict(enumerate(self._links))
-        while open_links and not self._stopping.is_set():
-            by_link = {id(link): i for i, link in open_links.items()}
-            for ready in wait(list(open_links.values()), timeout=_POLL_S):
-                worker = by_link[id(ready)]
-                link = open_links[worker]  # `ready` as the Connection it is
-                try:
-                    message = link.recv()
-                except (EOFError, OSError):
-                    del open_links[worker]
-                    self._dispatcher.worker_died(worker)
-                    continue
-                if message[0] == "done":
-                    _, batch_ids, blob, item_size = message
-                    self._dispatcher.done(worker, batch_ids, blob, item_size)
-            self._dispatcher.check_stalled()
+        with selectors.DefaultSelector() as selector:
+            for worker, link in enumerate(self._links):
+                selector.register(link, selectors.EVENT_READ, worker)
+            flush_s = self._dispatcher.flush_s
+            while selector.get_map() and not self._stopping.is_set():
+                for key, _ in selector.select(timeout=flush_s or _POLL_S):
+                    worker = key.data
+                    link = self._links[worker]
+                    try:
+                        message = link.recv()
+                    except (EOFError, OSError):
+                        selector.unregister(link)
+                        self._dispatcher.worker_died(worker)
+                        continue
+                    if message[0] == "done":
+                        _, batch_ids, blob, item_size = message
+                        self._dispatcher.done(worker, batch_ids, blob, item_size)
+                    elif message[0] == "loaded":
+                        self._dispatcher.samples_taken(worker)
+                if flush_s is not None:
+                    self._dispatcher.flush()
+                self._dispatcher.check_stalled()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -451,13 +594,15 @@ class _Receiver(threading.Thread):
 # --- coordinator entry -----------------------------------------------------------------------------
 def _collect_targets(
     job: CoordinatorJob, timeout_s: float
-) -> tuple[dict[int, float | None], set[int], dict[int, str]]:
+) -> tuple[dict[int, float | None], set[int], dict[int, str], set[int]]:
     """Each worker's calibrated target (None when it calibrated nothing), sent before it waits
-    at the barrier, the workers that read the shared arrays (rows only), and the cache keys of
-    the targets an earlier run measured (harness/reuse.py); a worker missing from the answer
-    died or did not report in time."""
+    at the barrier, the workers that read the shared arrays (rows only), the cache keys of
+    the targets an earlier run measured (harness/reuse.py), and the workers that read a copy of
+    the shared arrays which each load must fill (a cluster node's); a worker missing from the
+    answer died or did not report in time."""
     targets: dict[int, float | None] = {}
     rows_only: set[int] = set()
+    mirrors: set[int] = set()
     cached: dict[int, str] = {}
     waiting = dict(enumerate(job.links))
     deadline = time.monotonic() + timeout_s
@@ -477,8 +622,10 @@ def _collect_targets(
                     rows_only.add(worker)
                 if len(message) > 3 and isinstance(message[3], str):
                     cached[worker] = message[3]
+                if len(message) > 4 and message[4]:
+                    mirrors.add(worker)
                 del waiting[worker]
-    return targets, rows_only, cached
+    return targets, rows_only, cached, mirrors
 
 
 def _largest_chunk(batch_size: int, payload_bytes: int) -> int:
@@ -529,7 +676,7 @@ def _coordinate(
     from mlperf_mig.harness.sut import ResponsePool, contiguous_order, payload_layout
 
     source = test.source
-    targets, rows_only, cached = _collect_targets(job, job.ready_timeout_s)
+    targets, rows_only, cached, mirrors = _collect_targets(job, job.ready_timeout_s)
     calibrated = (
         combined_target(test.task.loadgen_scenario, list(targets.values()))
         if test.calibrates
@@ -577,6 +724,9 @@ def _coordinate(
         if offline
         else None,
         rows_only=[i in rows_only for i in range(len(job.links))],
+        mirrors=[i in mirrors for i in range(len(job.links))],
+        # Server: queries go out together once a millisecond (the latency bound is 15 ms or more)
+        flush_s=SERVER_FLUSH_S if test.task.loadgen_scenario == "Server" else None,
     )
     # A reply holds at most a worker's window and one batch more. Replies are completed one at
     # a time (by the receiver thread), so one staging buffer and its reused responses serve all.
@@ -586,9 +736,23 @@ def _coordinate(
     for i in range(len(job.links)):
         if i not in targets:
             dispatcher.worker_died(i)
+
     receiver = _Receiver(job.links, dispatcher)
+    clock = _CpuClock(receiver)
+    messages_before = [0]
+
+    def barrier() -> None:
+        before_start()
+        messages_before[0] = dispatcher.messages
 
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
+        began = time.thread_time()
+        _issue(ids, indices)
+        if clock.running:
+            clock.queries += 1
+            clock.issue_s += time.thread_time() - began
+
+    def _issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         if offline:  # batches of consecutive rows: the workers read them as views
             index_array = np.fromiter(indices, dtype=np.int64, count=len(indices))
             rows = library.slots(index_array)
@@ -602,7 +766,17 @@ def _coordinate(
             return
         dispatcher.submit(ids, library.slots(indices), indices)
 
+    def load(indices: Sequence[int]) -> None:
+        # generated samples come from the cache folder when an earlier run kept them (a copy
+        # into the shared arrays; harness/reuse.py); a node's copy takes them before the test
+        WorkCache.for_cache_dir(test.task.cache_dir).load_samples(library, indices, source)
+        if mirrors:
+            dispatcher.mirror_samples(library.loaded_count, job.ready_timeout_s)
+
+    receiver_cpu: list[float] = []
+
     def stop_serving() -> None:
+        receiver_cpu.append(clock._thread_cpu())  # before the thread ends
         dispatcher.stop_workers()
         receiver.stop()
 
@@ -615,20 +789,22 @@ def _coordinate(
     test.run(
         issue=issue,
         flush=lambda: None,
-        # generated samples come from the cache folder when an earlier run kept them (a copy
-        # into the shared arrays; harness/reuse.py)
-        load=lambda indices: WorkCache.for_cache_dir(test.task.cache_dir).load_samples(
-            library, indices, source
-        ),
+        load=load,
         unload=library.unload,
         abort=lambda exc: dispatcher.abort(f"{type(exc).__name__}: {exc}"),
         calibrated_target=calibrated,
-        before_start=before_start,
+        before_start=clock.started_after(barrier),
         serving=running(receiver.start, stop_serving),
         performance_count=job.performance_count,
         target_cached=bool(cached_keys),
     )
     progress(dispatcher.completed)
+    clock.report(
+        "dispatch",
+        dispatcher.completed,
+        receiver_cpu[0] if receiver_cpu else None,
+        dispatcher.messages - messages_before[0],
+    )
     result = test.result(
         dispatcher,
         device=DeviceReport(backend="unified", provider="dispatch", device=",".join(job.names)),
@@ -716,7 +892,8 @@ def serve_instance(
         # rows only: this worker reads the shared arrays; the key of a cached target, which the
         # coordinator drops if the layout's test finds it wrong
         job.link.send(("target", target, True, key_digest(inputs) if cached and inputs else None))
-        before_start()
+        clock = _CpuClock()
+        clock.started_after(before_start)()
         stop = False
         while not stop:
             batches, stop = _next_batches(job.link, job.batch_size)
@@ -727,10 +904,67 @@ def serve_instance(
                 job.link.send(("done", [b[0] for b in group], payload.tobytes(), payload[0].nbytes))
                 served += len(payload)
                 progress(served)
+        clock.report("serving", served)
         device = backend.device.to_dict()
     finally:
         backend.close()
     return {"served": served, "busy_s": round(busy_s, 3), "device": device}
+
+
+class _CpuClock:
+    """This process's CPU time from the start barrier's release to the end of its test: what
+    the coordinator (LoadGen's threads and the dispatch) or a serving worker costs a sample,
+    logged as one JSON line (benchmarks/fleet_dispatch.py reads it). The coordinator also
+    counts its own code apart (`dispatch_cpu_s`: the issue callbacks, timed each, and the
+    receiver thread): LoadGen's threads wait for a Server query's time partly by spinning,
+    which fills an idle core and is not the dispatch's cost."""
+
+    def __init__(self, thread: threading.Thread | None = None) -> None:
+        self.queries = 0
+        self.issue_s = 0.0  # CPU of the issue callbacks (added by them)
+        self._thread = thread  # the receiver, whose CPU clock is read from here
+        self._started: tuple[float, float, float] | None = None
+
+    def _thread_cpu(self) -> float:
+        if self._thread is None or self._thread.ident is None:
+            return 0.0
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(self._thread.ident))
+        except OSError:  # the thread has ended
+            return self._started[2] if self._started else 0.0
+
+    def started_after(self, barrier: Callable[[], None]) -> Callable[[], None]:
+        """`barrier`, then the clock starts (the timed part of the test begins)."""
+
+        def start() -> None:
+            barrier()
+            self.queries = 0
+            self.issue_s = 0.0
+            self._started = (time.process_time(), time.monotonic(), self._thread_cpu())
+
+        return start
+
+    @property
+    def running(self) -> bool:
+        return self._started is not None
+
+    def report(
+        self, what: str, samples: int, thread_cpu: float | None = None, messages: int | None = None
+    ) -> None:
+        """Log the cost; `thread_cpu`: the receiver's CPU clock read before it ended;
+        `messages`: batches sent and replies read."""
+        if self._started is None:
+            return
+        cost = {
+            "samples": samples,
+            "queries": self.queries,
+            "messages": messages,
+            "cpu_s": round(time.process_time() - self._started[0], 4),
+            "wall_s": round(time.monotonic() - self._started[1], 4),
+        }
+        if self._thread is not None and thread_cpu is not None:
+            cost["dispatch_cpu_s"] = round(self.issue_s + thread_cpu - self._started[2], 4)
+        log.info("%s cost %s", what, json.dumps(cost))
 
 
 def _run_in_batches(

@@ -1,26 +1,38 @@
 """A node's serving actor and the driver's serving thread, without Ray: what a node runs for one
-merged batch, and the data channel between them."""
+frame, its copy of the samples, and the data channel between them, also against hostile peers
+(a port scanner's probe, a peer that sends nothing, a model that stalls)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import socket
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from multiprocessing import Pipe
-from multiprocessing.connection import AuthenticationError
+from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 import pytest
 
+from mlperf_mig.cluster import serving
 from mlperf_mig.cluster.serving import (
     AUTHKEY_BYTES,
     RemoteServing,
     ServeActor,
     connect_channel,
+    receive_reply,
     round_trip_rate,
 )
 from mlperf_mig.engines.backends.null.backend import NullBackend
+from mlperf_mig.errors import ClusterError
+from mlperf_mig.harness.samples import input_layouts
 from mlperf_mig.workloads.resnet50 import RESNET50
+
+KEY = b"k" * AUTHKEY_BYTES
 
 
 class RecordingBackend(NullBackend):
@@ -45,86 +57,247 @@ class FailingBackend(NullBackend):
         raise RuntimeError("device lost")
 
 
-def test_a_merged_batch_runs_in_calls_of_at_most_the_engines_batch() -> None:
-    """Ten samples merged from several batches run as calls of 4, 4 and 2 on an engine whose
-    largest batch is 4, and come back as ten payloads in order."""
-    actor = ServeActor("i0", {}, None, capacity=16)
-    backend = RecordingBackend()
-    actor._backend, actor._benchmark, actor._batch_size = backend, RESNET50, 4
-    (layout,) = RESNET50.inputs
-    new = {i: {layout.name: np.zeros(layout.shape[1:], dtype=layout.dtype)} for i in range(10)}
-    ids, payload, item_bytes = actor.serve(list(range(10)), list(range(10)), new)
-    assert backend.calls == [4, 4, 2]
-    assert ids == list(range(10)) and len(payload) == 10 * item_bytes
+class StalledBackend(NullBackend):
+    """Never answers until released (a model stalled on its node)."""
+
+    def __init__(self) -> None:
+        super().__init__(RESNET50)
+        self.release = threading.Event()
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.release.wait()
+        return super().run(feeds)
 
 
-def _actor(backend: NullBackend | None = None) -> ServeActor:
-    actor = ServeActor("i0", {}, None, capacity=64)
+def _answer(channel: Connection) -> tuple[Any, ...]:
+    """The node's next answer (its kind, then the answer: serving.send_reply)."""
+    kind, body = receive_reply(channel)
+    answer = pickle.loads(body)
+    assert answer[0].encode() == kind
+    return answer
+
+
+def _actor(backend: NullBackend | None = None, capacity: int = 64) -> ServeActor:
+    actor = ServeActor("i0", {}, None, capacity=capacity)
     actor._backend, actor._benchmark, actor._batch_size = (
         backend or NullBackend(RESNET50),
         RESNET50,
         4,
     )
+    actor._prepare()
     return actor
 
 
-def _new_samples(indices: list[int]) -> dict[int, dict[str, np.ndarray]]:
-    (layout,) = RESNET50.inputs
-    return {i: {layout.name: np.zeros(layout.shape[1:], dtype=layout.dtype)} for i in indices}
+@pytest.fixture(name="threads_left")
+def fixture_threads_left() -> Iterator[None]:
+    """No channel thread of a test outlives it by more than a moment (no process is started)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = [
+            t for t in set(threading.enumerate()) - before if t.is_alive() and "-channel" in t.name
+        ]
+        if not left:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"threads left: {left}")
+
+
+def test_a_frame_runs_in_calls_of_at_most_the_engines_batch() -> None:
+    """Ten rows of two batches run as calls of 4, 4 and 2 on an engine whose largest batch is
+    4, and come back as ten payloads under both batch ids."""
+    backend = RecordingBackend()
+    actor = _actor(backend, capacity=16)
+    ids, payload, item_bytes = actor.serve([7, 8], [range(0, 6), [9, 8, 7, 6]])
+    assert backend.calls == [4, 4, 2]
+    assert ids == [7, 8] and len(payload) == 10 * item_bytes
+
+
+def test_consecutive_rows_reach_the_model_as_views_of_the_mirror() -> None:
+    """A batch of consecutive rows runs on a view of the node's copy of the samples (no copy
+    per sample); scattered rows are gathered into the reused buffer."""
+    seen: list[np.ndarray] = []
+
+    class Keeping(NullBackend):
+        def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            seen.append(next(iter(feeds.values())))
+            return super().run(feeds)
+
+    actor = _actor(Keeping(RESNET50), capacity=16)
+    actor.serve([1], [range(4, 8)])
+    actor.serve([2], [[1, 3, 5, 7]])
+    (mirror,) = actor._library.buffers.values()
+    assert np.shares_memory(seen[0], mirror)
+    assert not np.shares_memory(seen[1], mirror)
 
 
 def test_data_channel_serves_frames_to_the_key_holder() -> None:
     """A frame of batches sent over the actor's data channel comes back as one reply with every
     batch id and a payload per sample; the round trip measures a rate."""
-    key = b"k" * AUTHKEY_BYTES
-    channel = connect_channel(_actor().listen(key, host="127.0.0.1"), key)
-    with channel:
-        channel.send(("serve", [7, 8], [0, 1, 2], _new_samples([0, 1, 2])))
-        kind, ids, payload, item_bytes = channel.recv()
+    with connect_channel(_actor().listen(KEY, host="127.0.0.1"), KEY) as channel:
+        channel.send(("serve", [7, 8], [range(0, 2), [5]]))
+        kind, ids, payload, item_bytes = _answer(channel)
         assert (kind, ids, len(payload)) == ("done", [7, 8], 3 * item_bytes)
         assert round_trip_rate(channel, 4, batches=4) > 0
 
 
-def test_data_channel_refuses_a_wrong_key_and_still_serves_the_driver() -> None:
-    """A connection without the round's key is refused; the driver's still gets the channel."""
-    key = b"k" * AUTHKEY_BYTES
-    address = _actor().listen(key, host="127.0.0.1")
-    with pytest.raises(AuthenticationError):
-        connect_channel(address, b"x" * AUTHKEY_BYTES)
-    with connect_channel(address, key) as channel:
+def test_data_channel_refuses_a_wrong_key_and_still_serves_the_driver(
+    threads_left: None,
+) -> None:
+    """A connection without the round's key is refused in one line naming the node; the
+    driver's still gets the channel."""
+    address = _actor().listen(KEY, host="127.0.0.1")
+    with pytest.raises(ClusterError, match=r"instance i0 on node n1.*handshake failed"):
+        connect_channel(address, b"x" * AUTHKEY_BYTES, node="instance i0 on node n1")
+    with connect_channel(address, KEY) as channel:
         channel.send(("feeds", 4))
-        assert channel.recv() == ("ran", 4)
+        assert _answer(channel) == ("ran", 4)
 
 
 def test_model_error_is_answered_on_the_channel() -> None:
     """A model that raises answers ("error", why) instead of leaving the driver waiting."""
-    key = b"k" * AUTHKEY_BYTES
-    with connect_channel(_actor(FailingBackend()).listen(key, host="127.0.0.1"), key) as channel:
-        channel.send(("serve", [1], [0], _new_samples([0])))
-        kind, why = channel.recv()
+    with connect_channel(_actor(FailingBackend()).listen(KEY, host="127.0.0.1"), KEY) as channel:
+        channel.send(("serve", [1], [range(0, 1)]))
+        kind, why = _answer(channel)
         assert kind == "error" and "device lost" in why
 
 
-def test_remote_serving_forwards_batches_and_closes_the_pipe_of_a_dead_channel() -> None:
-    """The driver's serving thread answers the coordinator's batches over the channel; when the
-    channel closes (the actor died) it closes that instance's pipe, so its batches go elsewhere."""
-    key = b"k" * AUTHKEY_BYTES
-    actor = _actor()
-    channel = connect_channel(actor.listen(key, host="127.0.0.1"), key)
-    (layout,) = RESNET50.inputs
-    arrays = {layout.name: np.zeros((8, *layout.shape[1:]), dtype=layout.dtype)}
+def _relay(
+    actor: ServeActor, arrays: Mapping[str, np.ndarray]
+) -> tuple[RemoteServing, socket.socket, object]:
+    channel = connect_channel(actor.listen(KEY, host="127.0.0.1"), KEY)
     coordinator, served = Pipe()
-    serving = RemoteServing(arrays)
-    serving.add("i0", None, served, {"target": 10.0, "batch_size": 4}, capacity=8, channel=channel)
-    serving.start()
-    assert coordinator.recv() == ("target", 10.0)
-    coordinator.send(("batch", 3, [100, 101], range(0, 2), [5, 6]))
-    kind, ids, payload, item_bytes = coordinator.recv()
-    assert (kind, ids, len(payload)) == ("done", [3], 2 * item_bytes)
-    assert serving.remotes[0].inflight == 0
-    # the actor's side goes away: the driver's end reads end-of-file
+    relay = RemoteServing(arrays)
+    relay.add("i0", None, served, {"target": 10.0, "batch_size": 4}, capacity=8, channel=channel)
+    return relay, channel, coordinator
+
+
+def test_remote_serving_mirrors_samples_then_serves_rows_in_one_frame() -> None:
+    """The driver's serving thread copies the loaded rows to the node before answering
+    "loaded", then sends everything the coordinator queued as one frame, answered once; when
+    the channel closes (the actor died) it closes that instance's pipe."""
+    (layout,) = input_layouts(RESNET50)
+    values = np.arange(8 * int(np.prod(layout.shape)), dtype=np.float32) % 251
+    arrays = {layout.name: values.astype(layout.dtype).reshape((8, *layout.shape))}
+    backend = RecordingBackend()
+    actor = _actor(backend, capacity=8)
+    relay, channel, coordinator = _relay(actor, arrays)
+    assert coordinator.recv() == ("target", 10.0, True, None, True)
+    coordinator.send(("samples", 0, 8))
+    relay.start()
+    assert coordinator.recv() == ("loaded", 8)
+    np.testing.assert_array_equal(actor._library.buffers[layout.name], arrays[layout.name])
+    for batch in range(3):  # queued together: one frame
+        coordinator.send(("batch", batch, None, range(batch, batch + 1), None))
+    kind, ids, *_ = coordinator.recv()
+    if ids != [0, 1, 2]:  # the relay woke before the last two were queued: at most two frames
+        ids += coordinator.recv()[1]
+    assert (kind, sorted(ids)) == ("done", [0, 1, 2])
+    assert relay.remotes[0].inflight == 0
     socket.socket(fileno=os.dup(channel.fileno())).shutdown(socket.SHUT_RDWR)
-    serving.join(timeout=10)
-    assert not serving.is_alive() and serving.remotes[0].done
+    relay.join(timeout=10)
+    assert not relay.is_alive() and relay.remotes[0].done
     with pytest.raises(EOFError):
         coordinator.recv()
+
+
+# --- issue 33 item 4: the data channel survives what a network sends ----------------------------
+def _probe(address: tuple[str, int], data: bytes) -> bytes:
+    """What a port scanner or monitoring probe does: connect, send `data`, read what comes."""
+    with socket.create_connection(address, timeout=5) as probe:
+        if data:
+            probe.sendall(data)
+        probe.settimeout(5)
+        chunks = []
+        try:
+            while chunk := probe.recv(4096):
+                chunks.append(chunk)
+        except OSError:
+            pass
+        return b"".join(chunks)
+
+
+def test_an_http_probe_is_dropped_and_the_listener_keeps_accepting(
+    caplog: pytest.LogCaptureFixture, threads_left: None
+) -> None:
+    """A `GET /` and a connect-and-close are dropped (each logged with the peer) and the driver
+    still gets its channel and is served."""
+    address = _actor().listen(KEY, host="127.0.0.1")
+    with caplog.at_level(logging.WARNING, logger="mlperf_mig.cluster.serving"):
+        _probe(address, b"GET / HTTP/1.1\r\nHost: node\r\n\r\n")
+        _probe(address, b"")
+        with connect_channel(address, KEY) as channel:
+            channel.send(("feeds", 4))
+            assert _answer(channel) == ("ran", 4)
+    dropped = [r.getMessage() for r in caplog.records if "dropped a data channel" in r.message]
+    assert len(dropped) == 2 and all("127.0.0.1" in m for m in dropped)
+
+
+def test_the_listener_gives_up_after_a_bounded_number_of_failures(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, threads_left: None
+) -> None:
+    """After MAX_REFUSED failed handshakes the listener closes with one error line, so a
+    scanner cannot keep a node's thread busy for ever."""
+    monkeypatch.setattr(serving, "MAX_REFUSED", 3)
+    address = _actor().listen(KEY, host="127.0.0.1")
+    with caplog.at_level(logging.WARNING, logger="mlperf_mig.cluster.serving"):
+        for _ in range(3):
+            _probe(address, b"GET / HTTP/1.1\r\n\r\n")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            r.levelno == logging.ERROR for r in caplog.records
+        ):
+            time.sleep(0.05)
+    assert any("3 connections failed the handshake" in r.message for r in caplog.records)
+    with pytest.raises(ClusterError, match="could not connect"):
+        connect_channel(address, KEY, timeout_s=2)
+
+
+# --- issue 33 item 5: every driver step on the channel has a deadline ---------------------------
+def test_a_silent_peer_does_not_hold_the_listener(
+    monkeypatch: pytest.MonkeyPatch, threads_left: None
+) -> None:
+    """A peer that connects first and sends nothing is dropped at the node's handshake deadline;
+    the driver, behind it, still gets its channel."""
+    monkeypatch.setattr(serving, "HANDSHAKE_TIMEOUT_S", 0.5)
+    address = _actor().listen(KEY, host="127.0.0.1")
+    with socket.create_connection(address):  # silent
+        began = time.monotonic()
+        with connect_channel(address, KEY, timeout_s=10) as channel:
+            channel.send(("feeds", 4))
+            assert _answer(channel) == ("ran", 4)
+    assert time.monotonic() - began < 5
+
+
+def test_a_listener_that_never_speaks_fails_the_driver_in_time_naming_the_node() -> None:
+    """The driver's connect to a port that accepts but never speaks (no challenge) fails at
+    its deadline in one line naming the node."""
+    with socket.create_server(("127.0.0.1", 0)) as mute:
+        began = time.monotonic()
+        with pytest.raises(ClusterError, match=r"instance i3 on node n2.*no handshake within"):
+            connect_channel(mute.getsockname(), KEY, node="instance i3 on node n2", timeout_s=1)
+        assert time.monotonic() - began < 5
+
+
+def test_a_closed_port_fails_the_driver_naming_the_node() -> None:
+    """Nothing listening at the address: one line naming the node and what to check."""
+    with socket.create_server(("127.0.0.1", 0)) as gone:
+        address = gone.getsockname()
+    with pytest.raises(ClusterError, match=r"instance i1 on node n0.*could not connect"):
+        connect_channel(address, KEY, node="instance i1 on node n0", timeout_s=2)
+
+
+def test_a_stalled_model_fails_the_round_trip_measurement_in_time(threads_left: None) -> None:
+    """A node whose model stalls while the driver measures its round trip fails the measurement
+    at its deadline, naming the node, instead of hanging the driver."""
+    backend = StalledBackend()
+    channel = connect_channel(_actor(backend).listen(KEY, host="127.0.0.1"), KEY)
+    try:
+        began = time.monotonic()
+        with pytest.raises(ClusterError, match=r"instance i0 on node n7.*within 1 s"):
+            round_trip_rate(channel, 4, node="instance i0 on node n7", timeout_s=1)
+        assert time.monotonic() - began < 5
+    finally:
+        backend.release.set()
+        channel.close()

@@ -2,7 +2,8 @@
 
 The run lives in a private network namespace with only `lo` (as root: `unshare -n`), as the other
 Ray tests do. Ray replaces the driver's SIGTERM handler when it starts; the run must still exit
-143 with its results written, print no stack dump, and leave no Ray process behind. Every process
+143 with its results written, print no stack dump, and leave no Ray process behind, nor any
+instance's scratch folder in the nodes' temp folder (issue 33 item 8). Every process
 of the run carries a tag in its environment (Ray's processes inherit the driver's), which is how
 the test finds what is left.
 """
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -56,7 +58,8 @@ def _tagged(tag: str) -> list[str]:
 def test_sigterm_stops_a_local_cluster_run_with_its_results_and_no_process_left(
     tmp_path: Path,
 ) -> None:
-    """SIGTERM in the timed test of a local:2 run: exit 143, results.json, no stack dump, no Ray process left."""
+    """SIGTERM in the timed test of a local:2 run: exit 143, results.json, no stack dump, no Ray
+    process and no scratch folder left."""
     tag = uuid.uuid4().hex
     out = tmp_path / "run"
     run = subprocess.Popen(
@@ -124,3 +127,5 @@ def test_sigterm_stops_a_local_cluster_run_with_its_results_and_no_process_left(
         time.sleep(0.1)
         left = _tagged(tag)
     assert left == []
+    # the actors were killed at the barrier; their folders (named by the driver's pid) are gone
+    assert sorted(Path(tempfile.gettempdir()).glob(f"mlperf-mig-{run.pid}-*")) == []

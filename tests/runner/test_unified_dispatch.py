@@ -4,6 +4,7 @@ the batch size."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,9 @@ class RecordingLink:
 
     def send(self, message: tuple[Any, ...]) -> None:
         self.sent.append(message)
+
+    def send_bytes(self, data: bytes) -> None:
+        self.send(pickle.loads(data))
 
     def batches(self) -> list[tuple[Any, ...]]:
         return [m for m in self.sent if m[0] == "batch"]
@@ -180,3 +184,85 @@ def test_a_dead_workers_chunk_is_cut_again_for_the_others(clock: Clock) -> None:
     assert len(links[1].batches()) > before and max(len(m[2]) for m in links[1].batches()) <= BATCH
     assert len(served) == len(set(served)) == 200 - BATCH  # all but worker 0's one answered batch
     assert dispatcher.completed == 200
+
+
+def _fleet(
+    weights: list[float], *, mirrors: list[bool] | None = None
+) -> tuple[Dispatcher, list[RecordingLink]]:
+    links = [RecordingLink() for _ in weights]
+    dispatcher = Dispatcher(
+        links,  # type: ignore[arg-type]  # only send() is used
+        weights,
+        batch_size=BATCH,
+        complete=lambda ids, blob, size: None,
+        rows_only=[True] * len(weights),
+        mirrors=mirrors,
+    )
+    return dispatcher, links
+
+
+def test_each_query_goes_to_the_least_loaded_capacity_among_many_workers() -> None:
+    """With 56 workers of two weights, every one-sample query goes where (outstanding + 1) /
+    weight is least (ties: the lowest index), as a scan of every worker would choose."""
+    weights = [1.0] * 28 + [2.0] * 28
+    dispatcher, links = _fleet(weights)
+    outstanding = [0] * len(weights)
+    for query in range(300):
+        room = [w for w in range(len(weights)) if outstanding[w] < round(2 * weights[w]) * BATCH]
+        expected = min(room, key=lambda w: ((outstanding[w] + 1) / weights[w], w))
+        dispatcher.submit([query], [query % 8], [query % 8])
+        sent = [
+            w for w, link in enumerate(links) if link.batches() and link.batches()[-1][1] == query
+        ]
+        assert sent == [expected]
+        outstanding[expected] += 1
+        if query % 3 == 0:  # the worker answers now and then
+            dispatcher.done(expected, [query], b"", 0)
+            outstanding[expected] -= 1
+
+
+def test_queries_queued_behind_full_windows_go_out_as_one_message() -> None:
+    """Server queries that wait for a window (one sample each) are sent together when it opens:
+    one message of several samples, not one a query."""
+    dispatcher, (link,) = _fleet([1.0])
+    window = 2 * BATCH  # samples: two batches' worth
+    for query in range(window + 3):
+        dispatcher.submit([query], [query], [query])
+    assert [len(m[3]) for m in link.batches()] == [1] * window
+    dispatcher.done(0, [link.batches()[0][1]], b"", 0)
+    assert len(link.batches()) == window + 1
+    assert list(link.batches()[-1][3]) == [window, window + 1, window + 2]
+
+
+def test_a_load_waits_until_every_mirroring_worker_has_the_samples() -> None:
+    """mirror_samples asks each worker that keeps a copy of the shared arrays (a cluster node)
+    to take the loaded rows and returns once each answered; one that does not answer in time is
+    given up, and its share goes to the others."""
+    dispatcher, links = _fleet([1.0, 1.0, 1.0], mirrors=[True, True, False])
+    links[0].send = lambda message: (  # type: ignore[method-assign]
+        RecordingLink.send(links[0], message),
+        dispatcher.samples_taken(0) if message[0] == "samples" else None,
+    )
+    dispatcher.mirror_samples(64, timeout_s=0.5)
+    assert [m for m in links[0].sent if m[0] == "samples"] == [("samples", 0, 64)]
+    assert links[1].sent == [("samples", 0, 64)] and links[2].sent == []
+    assert dispatcher.alive == [True, False, True]
+
+
+def test_server_queries_wait_for_the_flush_and_go_out_together() -> None:
+    """With a flush interval, submitted queries are not sent one by one: the receiver's flush
+    sends what came meanwhile as one message (a pipe write cost most of a query)."""
+    link = RecordingLink()
+    dispatcher = Dispatcher(
+        [link],  # type: ignore[list-item]  # only send() is used
+        (1.0,),
+        batch_size=BATCH,
+        complete=lambda ids, blob, size: None,
+        rows_only=[True],
+        flush_s=0.001,
+    )
+    for query in range(3):
+        dispatcher.submit([query], [query + 10], [query + 10])
+    assert link.batches() == []
+    dispatcher.flush()
+    assert [list(m[3]) for m in link.batches()] == [[10, 11, 12]]
