@@ -166,7 +166,7 @@ def _coordinate(
     from mlperf_mig.runner.unified import _collect_targets, attach_samples, combined_target
 
     source = test.source
-    targets, _rows_only, _cached = _collect_targets(job, job.ready_timeout_s)
+    targets, _rows_only, _cached, _mirrors = _collect_targets(job, job.ready_timeout_s)
     calibrated = (
         combined_target(test.task.loadgen_scenario, list(targets.values()))
         if test.calibrates
