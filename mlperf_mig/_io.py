@@ -134,6 +134,8 @@ JSON_LIMITS: dict[str, int] = {
     "index": 16 << 20,  # repeats.json, sweep.json
     "store": 4 << 20,  # the cache's capacity and speed stores
     "record": 1 << 16,  # a cache record or sidecar: a key, a digest and a number
+    # LoadGen's mlperf_log_accuracy.json: hex payloads, e.g. BERT's 10,833 x 3 KiB x 2 = 66 MB
+    "log": 1 << 30,
 }
 # Deeper than anything this tool writes (results.json: 7 levels); a deeper file is refused
 # in one line instead of a RecursionError.

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from mlperf_mig._io import read_json
 from mlperf_mig.errors import DatasetError
 
 DETAIL_LOG = "mlperf_log_detail.txt"
@@ -62,10 +63,10 @@ def read_accuracy_log(path: str | os.PathLike[str]) -> list[tuple[int, bytes]]:
     if log.is_dir():
         log = log / ACCURACY_LOG
     try:
-        entries = json.loads(log.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        entries = read_json(log, "log", error=DatasetError)
+        return [(int(e["qsl_idx"]), bytes.fromhex(e["data"])) for e in entries]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DatasetError(f"cannot read LoadGen accuracy log {str(log)!r}: {exc}") from None
-    return [(int(e["qsl_idx"]), bytes.fromhex(e["data"])) for e in entries]
 
 
 @attrs.frozen(kw_only=True)
@@ -87,7 +88,7 @@ def read_token_log(path: str | os.PathLike[str]) -> list[TokenEntry]:
     if log.is_dir():
         log = log / ACCURACY_LOG
     try:
-        records = json.loads(log.read_text(encoding="utf-8"))
+        records = read_json(log, "log", error=DatasetError)
         entries = []
         for record in records:
             first = record.get("token_data")

@@ -11,7 +11,6 @@ failed query and to every query whose answer was not recorded, as the driver did
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import attrs
 import pynvml
 
+from mlperf_mig._io import read_json
 from mlperf_mig.errors import DataFileError
 from mlperf_mig.registry.nvml_state import (
     ATTRIBUTE_FIELDS,
@@ -67,7 +67,7 @@ class RecordedNvml:
         """Read a recorded state; DataFileError names the file when it is not one."""
         file = Path(path)
         try:
-            state = json.loads(file.read_text(encoding="utf-8"))
+            state = read_json(file, "results")
         except (OSError, ValueError) as exc:
             raise DataFileError(
                 f"{file}: not a readable NVML state ({exc}); record it again"

@@ -7,7 +7,6 @@ The writer runs the same log rules on its inputs before it writes anything.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig._io import refuse_links_below
+from mlperf_mig._io import read_json, refuse_links_below
 from mlperf_mig.errors import SubmissionError, UntrustedPathError
 from mlperf_mig.harness.compliance import audit_setting_problems
 from mlperf_mig.harness.logs import parse_detail_log
@@ -116,7 +115,7 @@ def _system_description(
     path: Path, division: str, submitter: str
 ) -> tuple[dict[str, Any] | None, list[Finding]]:
     try:
-        description = json.loads(path.read_text(encoding="utf-8"))
+        description = read_json(path, "store")
     except (OSError, ValueError) as exc:
         return None, [(path, f"not a readable JSON file ({exc})")]
     if not isinstance(description, dict):
@@ -354,7 +353,7 @@ def _test01_accuracy_fallback(folder: Path, model: str) -> Iterator[Finding]:
 
 def _measurements(folder: Path) -> list[str]:
     try:
-        data = json.loads((folder / "measurements.json").read_text(encoding="utf-8"))
+        data = read_json(folder / "measurements.json", "store")
     except (OSError, ValueError) as exc:
         return [f"not a readable JSON file ({exc})"]
     if not isinstance(data, dict):

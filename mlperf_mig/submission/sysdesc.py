@@ -9,7 +9,6 @@ and says so in hw_notes.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -19,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from mlperf_mig._io import read_json
 from mlperf_mig._paths import data_dir
 from mlperf_mig._version import __version__
 from mlperf_mig.errors import SubmissionError
@@ -63,7 +63,7 @@ class HostDescription:
     @classmethod
     def from_file(cls, path: Path) -> HostDescription:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path, "store")
             description = cls(
                 name=str(data["name"]),
                 match=dict(data["match"]),
@@ -99,7 +99,7 @@ def load_overrides(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = read_json(Path(path), "store")
     except (OSError, ValueError) as exc:
         raise SubmissionError(
             f"overrides file {str(path)!r} cannot be read as JSON ({exc}); pass a JSON object "

@@ -23,7 +23,6 @@ missing system-description value, is reported in one SubmissionError before a fi
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -42,6 +41,7 @@ from mlperf_mig._io import (
     current_umask,
     ensure_writable_dir,
     inside,
+    read_json,
     refuse_links_below,
     safe_name,
     write_failed,
@@ -149,7 +149,7 @@ class ResultSource:
     def settings(self) -> dict[str, Any]:
         """The run's LoadGen setting overrides, as its plan.json records them ({} without one)."""
         try:
-            plan = json.loads((self.run_dir / "plan.json").read_text(encoding="utf-8"))
+            plan = read_json(self.run_dir / "plan.json", "results")
         except (OSError, ValueError):
             return {}
         overrides = plan.get("overrides") if isinstance(plan, dict) else None

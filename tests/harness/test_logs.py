@@ -100,3 +100,27 @@ def test_result_pickles() -> None:
     """Results cross process boundaries by pickle."""
     result = _result()
     assert pickle.loads(pickle.dumps(result)) == result
+
+
+def test_an_accuracy_log_that_is_a_link_or_a_fifo_is_one_line(tmp_path):
+    """The accuracy log is read back with the bounded reader: a link or a FIFO is refused in one
+    line naming the file, without following or waiting on it (issue 33 item 1)."""
+    import os
+
+    import pytest
+
+    from mlperf_mig.errors import DatasetError
+    from mlperf_mig.harness.logs import read_accuracy_log, read_token_log
+
+    target = tmp_path / "elsewhere.json"
+    target.write_text("[]")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "mlperf_log_accuracy.json").symlink_to(target)
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "mlperf_log_accuracy.json")
+    for folder, what in ((linked, "symbolic link"), (fifo, "not a regular file")):
+        for reader in (read_accuracy_log, read_token_log):
+            with pytest.raises(DatasetError, match=what):
+                reader(folder)

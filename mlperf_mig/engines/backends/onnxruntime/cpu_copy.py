@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mlperf_mig._io import atomic_write_json, ensure_writable_dir
+from mlperf_mig._io import atomic_write_json, ensure_writable_dir, read_json
 from mlperf_mig.engines import cache
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def _made_from(engine_path: Path) -> dict[str, Any]:
     import onnxruntime as ort
 
     try:
-        sidecar = json.loads(cache.sidecar_path(engine_path).read_text(encoding="utf-8"))
+        sidecar = read_json(cache.sidecar_path(engine_path), "record")
         engine_sha256 = sidecar["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         engine_sha256 = cache.sha256_file(engine_path)
@@ -126,7 +126,7 @@ def _file_record(path: Path) -> dict[str, Any]:
 
 def _invalid_reason(folder: Path, made_from: dict[str, Any]) -> str | None:
     try:
-        manifest = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
+        manifest = read_json(folder / MANIFEST_NAME, "store")
     except (OSError, ValueError):
         return "no readable manifest"
     if not isinstance(manifest, dict) or manifest.get("made_from") != made_from:
