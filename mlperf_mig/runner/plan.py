@@ -478,9 +478,12 @@ def memory_fit_notes(
 
     notes: list[str] = []
     seen: set[tuple[str, str]] = set()
-    for part in deployment.parts:
+    parts = deployment.parts
+    for part in parts:
         gpu = part.layout.gpu
         for slot in deployment.slots:
+            if len(parts) > 1 and slot.gpu_index != part.index:
+                continue  # a slice of another GPU of the fleet
             if (gpu.name, slot.profile) in seen:
                 continue
             seen.add((gpu.name, slot.profile))
