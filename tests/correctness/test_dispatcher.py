@@ -4,6 +4,7 @@ the samples of its batches in their order, and that a dead worker's batches are 
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from mlperf_mig.runner.unified import Dispatcher, _groups, _rows_of
@@ -20,6 +21,10 @@ class RecordingLink:
     def send(self, message: tuple[Any, ...]) -> None:
         self.sent.append(message)
 
+    def send_bytes(self, data: bytes) -> None:
+        """What the dispatcher sends batches with: a message pickled by itself."""
+        self.sent.append(pickle.loads(data))
+
     def batches(self) -> list[tuple[int, list[int]]]:
         """(batch id, sample ids) of every batch sent here."""
         return [(m[1], m[2]) for m in self.sent if m[0] == "batch"]
@@ -29,7 +34,7 @@ def _dispatcher(weights: tuple[float, ...]) -> tuple[Dispatcher, list[RecordingL
     links = [RecordingLink() for _ in weights]
     completed: list[Any] = []
     dispatcher = Dispatcher(
-        links,  # type: ignore[arg-type]  # only send() is used
+        links,  # type: ignore[arg-type]  # only send() and send_bytes() are used
         weights,
         batch_size=BATCH,
         complete=lambda ids, blob, size: completed.append((list(ids), blob, size)),
