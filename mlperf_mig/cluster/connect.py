@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
-INSTALL_HINT = "pip install -e '.[cluster]'"  # as the README says it
+INSTALL_HINT = "pip install -e '.[cluster]'"  # as the manual (docs/systems.md) says it
 # Environment of every Ray process that `local:N` starts: loopback only, no usage statistics.
 # Ray resolves "127.0.0.1" to the machine's first address unless it believes clusters are off
 # (ray._private.services.get_node_ip_address), so that switch keeps the driver on loopback too.

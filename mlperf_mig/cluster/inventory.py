@@ -55,7 +55,10 @@ def describe_this_node() -> dict[str, Any]:
         python_version=platform.python_version(),
         cpus=cpus,
         devices=node_inventory(detection),
-        message=detection.message,
+        # a lost GPU is said, not left out without a word (the other GPUs still count)
+        message="; ".join(
+            m for m in (detection.message, *(g.problem for g in detection.gpus if g.lost)) if m
+        ),
         replayed=bool(replay),
     ).to_dict()
 

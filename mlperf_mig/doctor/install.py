@@ -1,6 +1,6 @@
 """The GPU install: the commands per driver CUDA version, the installed wheels, the backends.
 
-The commands are the README's "On a GPU" section (a test keeps the two equal). TensorRT's
+The commands are the manual's docs/real-gpu.md install section (a test keeps the two equal). TensorRT's
 library wheels come from NVIDIA's package index; `tensorrt-cu12` / `tensorrt-cu13` pin the
 CUDA major that the bare `tensorrt` metapackage leaves to its newest release (CUDA 13).
 onnxruntime-gpu on PyPI is built for CUDA 12 up to 1.26 and for CUDA 13 from 1.27 on (its
@@ -39,7 +39,7 @@ _TENSORRT_CU_RE = re.compile(r"^tensorrt[-_]cu(?P<major>\d+)$", re.I)
 
 
 def install_command(cuda_major: int | None) -> str:
-    """The README's install command for a driver of CUDA major `cuda_major` (the newest known
+    """The manual's (docs/real-gpu.md) install command for a driver of CUDA major `cuda_major` (the newest known
     one for a newer driver, which runs older CUDA majors too)."""
     if cuda_major is None or cuda_major not in INSTALL_COMMANDS:
         known = [m for m in sorted(INSTALL_COMMANDS) if cuda_major is None or m <= cuda_major]

@@ -76,7 +76,7 @@ class NodeInventory:
     )
     message: str = attrs.field(
         default="", validator=_TEXT
-    )  # why the node has no GPU device (discovery's words)
+    )  # why the node has no GPU device, and each lost GPU's problem (discovery's words)
     replayed: bool = attrs.field(default=False, validator=_v.instance_of(bool))
 
     @property

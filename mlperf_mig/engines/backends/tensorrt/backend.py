@@ -55,7 +55,7 @@ ImportModule = Callable[[str], ModuleType]
 
 # Precision lives in the ONNX graph (fp16 graph, Q/DQ INT8 graph); MLPerf submitters run INT8.
 TENSORRT_PRECISIONS: tuple[str, ...] = ("int8", "fp16", "fp32")
-# The wheels depend on the driver's CUDA major: the README's "On a GPU" gives one command per
+# The wheels depend on the driver's CUDA major: docs/real-gpu.md gives one command per
 # major, and `mlperf-mig doctor` prints the one for this machine's driver.
 _INSTALL_HINT = "install it for the driver's CUDA: `mlperf-mig doctor` prints the command"
 
