@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # matplotlib (the plot extra) is imported where a chart is dr
     from matplotlib.figure import Figure
 
 CHART_NAME = "throughput"
-PLOT_INSTALL = "pip install -e '.[plot]'"  # matplotlib, as the manual (docs/studies.md) says to install it
+PLOT_INSTALL = "pip install -e '.[plot]'"  # matplotlib, as docs/studies.md says to install it
 ERROR_BAR_NOTE = "error bars: 95% confidence interval of the mean total (Student's t)"
 RANGE_BAR_NOTE = (
     "error bars of layouts with 2 repeats: min-max of the totals (too few for an interval)"
