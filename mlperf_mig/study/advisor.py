@@ -133,18 +133,60 @@ def _p99_ms(result: InstanceResult | None, source: str, field: str) -> float | N
 
 
 def _checked_run(run: RunResult) -> list[tuple[str, float | None, float | None]]:
-    """(profile, throughput, p99 ms) of each instance of `run`, each value checked, and the
-    layout's LoadGen throughput (unified) checked too."""
+    """(profile, rate, p99 ms) of each instance of `run`, each value checked, and the layout's
+    LoadGen throughput (unified) checked too. The rate is samples/s, or tokens/s for a workload
+    that generates tokens (what its layouts are ranked by)."""
     source = str(Path(run.outdir) / RESULTS_FILE)
     _measure(result_throughput(run.layout_result), source, "layout_result.throughput")
+    tokens = _generates_tokens(run)
     return [
         (
             instance.profile,
-            _measure(instance.throughput, source, f"instances[{k}].performance.throughput"),
+            _measure(
+                _token_rate(run, instance) if tokens else instance.throughput,
+                source,
+                f"instances[{k}].performance.{'tokens' if tokens else 'throughput'}",
+            ),
             _p99_ms(instance.performance, source, f"instances[{k}].performance"),
         )
         for k, instance in enumerate(run.instances)
     ]
+
+
+def _generates_tokens(run: RunResult) -> bool:
+    """Whether `run` measured tokens (a generative workload): its results carry token figures."""
+    results = [i.performance for i in run.instances] + [run.layout_result]
+    return any(r is not None and r.tokens is not None for r in results)
+
+
+def _token_rate(run: RunResult, instance: Any) -> float | None:
+    """An instance's tokens/s: its own LoadGen's (independent), or its share of the unified
+    LoadGen's tokens/s by the samples it served."""
+    own = instance.performance
+    if own is not None and own.tokens is not None:
+        return own.tokens.tokens_per_second
+    layout = run.layout_result
+    if (
+        layout is None
+        or layout.tokens is None
+        or layout.tokens.tokens_per_second is None
+        or not layout.throughput
+        or instance.throughput is None
+    ):
+        return None
+    return instance.throughput * layout.tokens.tokens_per_second / layout.throughput
+
+
+def _run_total(run: RunResult) -> float | None:
+    """What a run's layout is ranked by: its total samples/s, or tokens/s for a generative
+    workload (the sum of the instances', or the unified LoadGen's)."""
+    if not _generates_tokens(run):
+        return run.total_throughput
+    layout = run.layout_result
+    if layout is not None and layout.tokens is not None:
+        return layout.tokens.tokens_per_second
+    rates = [_token_rate(run, i) for i in run.instances]
+    return None if any(r is None for r in rates) else sum(r for r in rates if r is not None)
 
 
 def _instance_powers(run: RunResult) -> tuple[float | None, list[float | None]]:
@@ -214,9 +256,8 @@ def measurements_from(
                 f"earlier run, not their own ({', '.join(reused[:8])}"
                 f"{', ...' if len(reused) > 8 else ''}): their numbers repeat that target"
             )
-        measured[runs[0].layout] = tuple(
-            r.total_throughput for r in runs if r.total_throughput is not None
-        )
+        totals = [_run_total(r) for r in runs]
+        measured[runs[0].layout] = tuple(t for t in totals if t is not None)
         if runs[0].scenario is not None:
             scenarios[runs[0].layout] = runs[0].scenario
         full = sum(i.compute_slices for i in runs[0].instances) == compute_slices
@@ -255,7 +296,7 @@ def measurements_from(
         gpu=first.gpu,
         benchmark=first.benchmark,
         loadgen_scenario=first.loadgen_scenario,
-        unit=first.throughput_unit,
+        unit="tokens/s" if _generates_tokens(first) else first.throughput_unit,
         emulated=first.emulated,
         profiles=profiles,
         labels=tuple(labels),
