@@ -191,8 +191,11 @@ def test_remote_serving_mirrors_samples_then_serves_rows_in_one_frame() -> None:
     for batch in range(3):  # queued together: one frame
         coordinator.send(("batch", batch, None, range(batch, batch + 1), None))
     kind, ids, *_ = coordinator.recv()
-    if ids != [0, 1, 2]:  # the relay woke before the last two were queued: at most two frames
+    replies = 1
+    while sorted(ids) != [0, 1, 2] and replies < 3:
+        # the relay woke between the coordinator's sends (a busy machine): one frame a wake-up
         ids += coordinator.recv()[1]
+        replies += 1
     assert (kind, sorted(ids)) == ("done", [0, 1, 2])
     assert relay.remotes[0].inflight == 0
     socket.socket(fileno=os.dup(channel.fileno())).shutdown(socket.SHUT_RDWR)
