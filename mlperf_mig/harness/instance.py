@@ -35,7 +35,12 @@ from mlperf_mig.harness.sut import (
     InlineSUT,
 )
 from mlperf_mig.harness.task import InstanceTask
-from mlperf_mig.harness.token_sut import TokenCompleter, TokenStreamSUT, generation_target
+from mlperf_mig.harness.token_sut import (
+    TokenCompleter,
+    TokenStreamSUT,
+    first_prompts,
+    generation_target,
+)
 from mlperf_mig.workloads import Workload
 from mlperf_mig.workloads.generation import ModelFreeGenerator, TokenGenerator
 from mlperf_mig.workloads.samples import SampleSource
@@ -189,11 +194,7 @@ def _run_token_test(
     try:
         target = None
         if test.calibrates:
-            warm = SampleLibrary.allocate(
-                layouts, capacity=min(batch_size_of(task), source.total_count),
-                total_count=source.total_count,
-            )  # fmt: skip
-            warm.load(range(warm.capacity), source)
+            warm = first_prompts(source, layouts, batch_size_of(task))
             target = generation_target(
                 generator, warm, task.loadgen_scenario, batch_size=batch_size_of(task)
             )

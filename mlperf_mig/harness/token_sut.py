@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mlperf_mig.harness.samples import SampleLibrary
+from mlperf_mig.harness.samples import InputLayout, SampleLibrary
 from mlperf_mig.harness.settings import LoadGenModule
 from mlperf_mig.workloads.generation import MIN_NEW_TOKENS, TokenEvent, TokenGenerator
+from mlperf_mig.workloads.samples import SampleSource
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +254,17 @@ class TokenStreamSUT:
         self.aborted = True
         running, self._running = sorted(self._running), set()
         self.completer.empty(running, message)
+
+
+def first_prompts(
+    source: SampleSource, layouts: Sequence[InputLayout], count: int
+) -> SampleLibrary:
+    """A small library of the source's first `count` prompts (what calibration generates)."""
+    library = SampleLibrary.allocate(
+        layouts, capacity=min(count, source.total_count), total_count=source.total_count
+    )
+    library.load(range(library.capacity), source)
+    return library
 
 
 def generate_all(generator: TokenGenerator, prompts: Sequence[np.ndarray], first: int = 0) -> int:

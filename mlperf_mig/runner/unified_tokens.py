@@ -226,9 +226,14 @@ def serve_instance(
     the requests the coordinator sends, stepped while any is running."""
     from mlperf_mig.harness import datasets
     from mlperf_mig.harness.instance import batch_size_of, open_generator, open_task_backend
-    from mlperf_mig.harness.samples import SampleLibrary, input_layouts
+    from mlperf_mig.harness.samples import input_layouts
     from mlperf_mig.harness.settings import merge_settings
-    from mlperf_mig.harness.token_sut import PROMPT_IDS, PROMPT_LENGTH, generation_target
+    from mlperf_mig.harness.token_sut import (
+        PROMPT_IDS,
+        PROMPT_LENGTH,
+        first_prompts,
+        generation_target,
+    )
     from mlperf_mig.runner.unified import attach_samples
 
     task = job.task
@@ -243,12 +248,7 @@ def serve_instance(
         target = None
         if settings.calibrates:
             source = datasets.open_source(task)
-            warm = SampleLibrary.allocate(
-                input_layouts(benchmark),
-                capacity=min(batch_size_of(task), source.total_count),
-                total_count=source.total_count,
-            )
-            warm.load(range(warm.capacity), source)
+            warm = first_prompts(source, input_layouts(benchmark), batch_size_of(task))
             target = generation_target(
                 generator, warm, task.loadgen_scenario, batch_size=batch_size_of(task)
             )
