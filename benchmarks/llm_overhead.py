@@ -39,7 +39,8 @@ def _session(tmp: Path) -> Any:
     import onnx
     import onnxruntime as ort
 
-    from mlperf_mig.workloads.llama3_1_8b.decoder import TINY, build_decoder
+    from mlperf_mig.workloads.llama3_1_8b.decoder import build_decoder
+    from mlperf_mig.workloads.llama3_1_8b.shape import TINY
 
     path = tmp / "tiny.onnx"
     if not path.exists():
@@ -70,7 +71,8 @@ def _prompts(count: int) -> list[np.ndarray]:
 def bare_generate(run: Any, prompts: list[np.ndarray], new_tokens: int) -> tuple[int, list[float]]:
     """Greedy generation of one batch: left-padded prefill, then one run a token; the tokens
     made and each prompt's time to its first token (s)."""
-    from mlperf_mig.workloads.llama3_1_8b.decoder import TINY, past_key, past_value
+    from mlperf_mig.workloads.llama3_1_8b.decoder import past_key, past_value
+    from mlperf_mig.workloads.llama3_1_8b.shape import TINY
 
     batch = len(prompts)
     width = max(len(p) for p in prompts)
@@ -134,8 +136,8 @@ def part_harness(args: argparse.Namespace, tmp: Path, scenario: str) -> dict[str
         TokenCompleter,
         TokenStreamSUT,
     )  # fmt: skip
-    from mlperf_mig.workloads.llama3_1_8b.decoder import TINY
     from mlperf_mig.workloads.llama3_1_8b.generate import KvCacheGenerator
+    from mlperf_mig.workloads.llama3_1_8b.shape import TINY
 
     prompts = _prompts(args.prompts)
     width = max(len(p) for p in prompts)
@@ -200,8 +202,8 @@ def part_memory(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     import onnxruntime  # noqa: F401 - the baseline holds the library, as a worker does
 
     before = _rss_kib()
-    from mlperf_mig.workloads.llama3_1_8b.decoder import TINY
     from mlperf_mig.workloads.llama3_1_8b.generate import KvCacheGenerator
+    from mlperf_mig.workloads.llama3_1_8b.shape import TINY
 
     generator = KvCacheGenerator(_run_fn(_session(tmp)), TINY, max_new_tokens=args.new_tokens,
                                  max_batch=args.batch)  # fmt: skip

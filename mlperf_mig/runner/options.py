@@ -564,7 +564,14 @@ class RunOptions:
         None, check=_count, doc="use the first N samples of the dataset."
     )
     batch_size: int | None = option(
-        None, check=_count, doc="batch size of every instance (default: the engine recipe's)."
+        None,
+        check=_count,
+        doc="batch size of every instance (default: the engine recipe's).",
+        flag=Flag(
+            name="--batch-size",
+            type=count_of("the batch size of every instance", 8),
+            help="batch size of every instance (default: the engine recipe's per profile)",
+        ),
     )
     model_path: str | None = option(
         None,

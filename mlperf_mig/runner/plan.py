@@ -515,11 +515,14 @@ def memory_fit_notes(
                         memory_gib=p.memory_gib,
                     ).holds  # type: ignore[union-attr]
                 ]  # fmt: skip
+                smaller = (
+                    "" if options.precision in ("fp8", "int8", "int4") else " or --precision fp8"
+                )
                 raise WorkloadError(
                     f"{bench} ({options.variant}, {options.precision or 'default precision'}) does "
                     f"not fit a {slot.profile} slice of {gpu.name}: {fit.text()}; profiles that "
-                    f"hold it: {', '.join(holding) or 'none'} (or a smaller batch_size= or "
-                    "--precision fp8)"
+                    f"hold it: {', '.join(holding) or 'none'} (or a --batch-size below {batch}"
+                    f"{smaller})"
                 )
             notes.append(f"fit: {slot.profile} holds {bench} {options.variant}: {fit.text()}")
     return tuple(notes)

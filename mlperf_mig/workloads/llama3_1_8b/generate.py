@@ -37,12 +37,12 @@ from mlperf_mig.workloads.llama3_1_8b.decoder import (
     INPUT_IDS,
     LOGITS,
     POSITION_IDS,
-    DecoderShape,
     past_key,
     past_value,
     present_key,
     present_value,
 )
+from mlperf_mig.workloads.llama3_1_8b.shape import DecoderShape
 
 RunGraph = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 

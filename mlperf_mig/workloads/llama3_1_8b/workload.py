@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 # Bytes a weight takes at each precision, and a KV-cache value (bf16: what vLLM keeps by default).
-BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 KV_BYTES = 2
 RUNTIME_OVERHEAD_GIB = 1.5  # inferred: CUDA context, activations, allocator slack
 
@@ -88,7 +87,8 @@ class Llama31(Workload):
         act_amax: Mapping[str, float] | None = None,
     ) -> tuple[onnx.ModelProto, list[str]]:
         """The generated decoder (`tiny` only: the 8B shape is never generated on a CPU)."""
-        from mlperf_mig.workloads.llama3_1_8b.decoder import TINY, build_decoder
+        from mlperf_mig.workloads.llama3_1_8b.decoder import build_decoder
+        from mlperf_mig.workloads.llama3_1_8b.shape import TINY
 
         if variant != "tiny":
             raise WorkloadError(
@@ -115,15 +115,15 @@ class Llama31(Workload):
         max_batch: int,
     ) -> TokenGenerator:
         """Greedy generation with a KV cache over the decoder graph (generate.py)."""
-        from mlperf_mig.workloads.llama3_1_8b.decoder import FULL, TINY
         from mlperf_mig.workloads.llama3_1_8b.generate import KvCacheGenerator
+        from mlperf_mig.workloads.llama3_1_8b.shape import FULL, TINY
 
         shape = TINY if variant == "tiny" else FULL
         return KvCacheGenerator(run, shape, max_new_tokens=max_new_tokens, max_batch=max_batch)
 
     def check_tokenizer(self, path: str, *, variant: str, vocab_size: int | None) -> None:
         """The tokenizer loads (tokenizer.py) and has the model's vocabulary."""
-        from mlperf_mig.workloads.llama3_1_8b.decoder import FULL, TINY
+        from mlperf_mig.workloads.llama3_1_8b.shape import FULL, TINY
         from mlperf_mig.workloads.llama3_1_8b.tokenizer import check_vocabulary, load_tokenizer
 
         if vocab_size is None:
@@ -132,7 +132,7 @@ class Llama31(Workload):
 
     def end_token_ids(self, variant: str) -> tuple[int, ...]:
         """The end ids of the decoder `variant` (tiny's or Llama 3.1's)."""
-        from mlperf_mig.workloads.llama3_1_8b.decoder import FULL, TINY
+        from mlperf_mig.workloads.llama3_1_8b.shape import FULL, TINY
 
         return (TINY if variant == "tiny" else FULL).end_ids
 
@@ -142,23 +142,24 @@ class Llama31(Workload):
         """Weights at `precision` (default bf16 for the 8B shape, fp32 for tiny), a KV cache of
         2 bytes a value for `batch` requests of the longest prompt plus the new tokens, and
         RUNTIME_OVERHEAD_GIB (inferred: CUDA context and activations)."""
-        from mlperf_mig.workloads.llama3_1_8b.decoder import (
+        from mlperf_mig.workloads.llama3_1_8b.shape import (
             FULL,
             TINY,
+            WEIGHT_BYTES,
             kv_cache_bytes,
             weight_bytes,
         )
 
         shape = TINY if variant == "tiny" else FULL
         chosen = precision or ("fp32" if variant == "tiny" else "bf16")
-        if chosen not in BYTES_PER_PARAM:
+        if chosen not in WEIGHT_BYTES:
             raise WorkloadError(
                 f"{self.name}: precision {chosen!r} is not one the plan can size; expected one "
-                f"of {', '.join(BYTES_PER_PARAM)}"
+                f"of {', '.join(WEIGHT_BYTES)}"
             )
         tokens = PROMPT_TOKENS + MAX_NEW_TOKENS
         return MemoryFit(
-            weights_bytes=int(weight_bytes(shape, BYTES_PER_PARAM[chosen])),
+            weights_bytes=weight_bytes(shape, chosen),
             kv_cache_bytes=int(kv_cache_bytes(shape, batch * tokens, KV_BYTES)),
             overhead_bytes=int(RUNTIME_OVERHEAD_GIB * 2**30) if variant != "tiny" else 0,
             batch=batch,

@@ -9,7 +9,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from mlperf_mig.workloads.llama3_1_8b.decoder import TINY, build_decoder
+from mlperf_mig.workloads.llama3_1_8b.decoder import build_decoder
+from mlperf_mig.workloads.llama3_1_8b.shape import TINY
 
 RunGraph = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 

@@ -14,16 +14,18 @@ from onnx import numpy_helper
 
 from mlperf_mig.errors import WorkloadError
 from mlperf_mig.workloads.llama3_1_8b.decoder import (
-    FULL,
-    TINY,
-    DecoderShape,
     build_decoder,
-    kv_cache_bytes,
     past_key,
     past_value,
     present_key,
     present_value,
     rope_frequencies,
+)
+from mlperf_mig.workloads.llama3_1_8b.shape import (
+    FULL,
+    TINY,
+    DecoderShape,
+    kv_cache_bytes,
     weight_bytes,
 )
 
@@ -204,8 +206,23 @@ def test_full_shape_is_not_generated_on_the_cpu() -> None:
 def test_full_shape_has_llama_3_1_8b_parameters() -> None:
     """The full shape counts Llama-3.1-8B's 8,030,261,248 weights: about 16 GB in BF16."""
     assert FULL.parameters == 8_030_261_248
-    assert 15.5e9 < weight_bytes(FULL, 2) < 16.5e9
-    assert weight_bytes(FULL, 1) == FULL.parameters
+    assert weight_bytes(FULL, "bf16") == 2 * FULL.parameters
+    assert 15.5e9 < weight_bytes(FULL, "bf16") < 16.5e9
+
+
+def test_fp8_quantizes_the_linear_weights_only() -> None:
+    """FP8 halves the layers' linear weights; the embeddings, LM head and norms stay 16-bit, so
+    the 8B model is about 9.1 GB in FP8, not 8.0."""
+    others = FULL.parameters - FULL.linear_parameters
+    assert FULL.linear_parameters < FULL.parameters
+    assert weight_bytes(FULL, "fp8") == FULL.linear_parameters + 2 * others
+    assert round(weight_bytes(FULL, "fp8") / 1e9, 1) == 9.1
+    assert weight_bytes(TINY, "fp32") == 4 * TINY.parameters
+
+
+def test_weight_bytes_refuses_a_precision_it_cannot_size() -> None:
+    with pytest.raises(ValueError, match="'int3' cannot be sized; expected one of fp32"):
+        weight_bytes(FULL, "int3")
 
 
 def test_full_kv_cache_is_128_kib_per_token() -> None:

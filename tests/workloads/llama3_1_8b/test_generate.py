@@ -11,8 +11,8 @@ import pytest
 from mlperf_mig.errors import WorkloadError
 from mlperf_mig.workloads.generation import MIN_NEW_TOKENS, TokenEvent
 from mlperf_mig.workloads.llama3_1_8b import generate
-from mlperf_mig.workloads.llama3_1_8b.decoder import TINY
 from mlperf_mig.workloads.llama3_1_8b.generate import KvCacheGenerator
+from mlperf_mig.workloads.llama3_1_8b.shape import TINY
 
 RunGraph = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 

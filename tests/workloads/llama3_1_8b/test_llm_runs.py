@@ -177,18 +177,22 @@ def test_a_dataset_record_without_output_is_one_line(tmp_path: Path) -> None:
 
 def test_a_slice_that_cannot_hold_the_model_is_refused_naming_those_that_can() -> None:
     """A replayed H200 with 7x1g.18gb: 8B BF16 with a batch of 16 full-length requests needs
-    22.7 GiB, more than a 1g.18gb's 16; FP8 fits."""
+    22.7 GiB, more than a 1g.18gb's 16. FP8 (embeddings and head kept in 16 bits) needs 16.2 GiB
+    at that batch, so it is refused with the batch hint alone; at batch 8 it fits."""
     state = str(FIXTURES / "h200-7x1g.json")
     code, out = _cli("--scenario", "7x1g.18gb", "--nvml-state", state, "--backend", "onnxruntime")
     assert code == 2 and "Traceback" not in out
     assert "does not fit a 1g.18gb slice of H200-SXM5-141GB" in out
     assert "profiles that hold it: 2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb, 1g.35gb" in out
-    code, out = _cli(
-        "--scenario", "7x1g.18gb", "--nvml-state", state, "--backend", "onnxruntime",
-        "--precision", "fp8",
-    )  # fmt: skip
+    assert "(or a --batch-size below 16 or --precision fp8)" in out
+    fp8 = ("--scenario", "7x1g.18gb", "--nvml-state", state, "--backend", "onnxruntime",
+           "--precision", "fp8")  # fmt: skip
+    code, out = _cli(*fp8)
+    assert code == 2 and "(or a --batch-size below 16)" in out, out
+    code, out = _cli(*fp8, "--batch-size", "8")
     assert code == 0, out
     assert "fit: 1g.18gb holds llama3.1-8b-edge full" in out
+    assert "(batch 8 x 3200 tokens)" in out
 
 
 def test_the_verdict_checks_every_rouge_and_gen_len() -> None:

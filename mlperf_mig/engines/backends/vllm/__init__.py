@@ -8,7 +8,7 @@ worker needs), `VllmModel` (dummy or user weights) and `load_generator` (a Token
 
 from mlperf_mig.engines.backends.vllm.backend import VllmBackend, generate_batch, slice_settings
 from mlperf_mig.engines.backends.vllm.generator import VllmGenerator, import_vllm, load_generator
-from mlperf_mig.engines.backends.vllm.model import LLAMA_3_1_8B, LlamaShape, VllmModel
+from mlperf_mig.engines.backends.vllm.model import VllmModel, shape_from_config
 from mlperf_mig.engines.backends.vllm.settings import (
     VLLM_PRECISIONS,
     VllmSettings,
@@ -23,9 +23,7 @@ BACKEND = VllmBackend
 
 __all__ = [
     "BACKEND",
-    "LLAMA_3_1_8B",
     "VLLM_PRECISIONS",
-    "LlamaShape",
     "VllmBackend",
     "VllmGenerator",
     "VllmModel",
@@ -36,6 +34,7 @@ __all__ = [
     "import_vllm",
     "load_generator",
     "settings_for_profile",
+    "shape_from_config",
     "slice_settings",
     "vllm_settings",
     "worker_environment",

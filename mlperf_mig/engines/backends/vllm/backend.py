@@ -25,7 +25,7 @@ import numpy as np
 
 from mlperf_mig.engines.backend import Backend, DeviceReport, InstallStatus
 from mlperf_mig.engines.backends.vllm.generator import VllmGenerator, load_generator
-from mlperf_mig.engines.backends.vllm.model import LlamaShape, VllmModel
+from mlperf_mig.engines.backends.vllm.model import VllmModel
 from mlperf_mig.engines.backends.vllm.settings import (
     DEFAULT_MAX_MODEL_LEN,
     VLLM_PRECISIONS,
@@ -38,6 +38,7 @@ from mlperf_mig.engines.backends.vllm.settings import (
 )
 from mlperf_mig.errors import PlacementError, WorkloadError
 from mlperf_mig.workloads import Workload
+from mlperf_mig.workloads.llama3_1_8b.shape import DecoderShape
 
 if TYPE_CHECKING:
     from mlperf_mig.engines.spec import EngineSpec
@@ -129,7 +130,7 @@ def installed_version() -> str | None:
 
 def slice_settings(
     spec: EngineSpec,
-    shape: LlamaShape,
+    shape: DecoderShape,
     *,
     max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     max_num_seqs: int | None = None,

@@ -1,12 +1,13 @@
-"""What vLLM loads: the shape of a Llama decoder, and the folder it reads it from.
+"""What vLLM loads: a Llama decoder's folder, and the shape (shape.DecoderShape) it describes.
 
 Without user weights, vLLM's dummy load format (random weights, no download) runs on a generated
 folder holding only the config.json of Llama-3.1-8B-Instruct, the MLPerf llama3.1-8b model: a
 performance run needs the shape, never the 16 GB of weights. With user weights, `--model` names a
 Hugging Face folder whose files are checked before a worker starts.
 
-The shape also sizes what a slice must hold (settings.py): weights at a precision, and the KV cache
-per token (reference/llm.md section 4: 8B BF16 is about 16 GB, its KV cache 128 KiB per token).
+The shape is the workload's own (workloads/llama3_1_8b/shape.py): the plan's fit and vLLM's
+settings (settings.py) size the same weights and KV cache from it (reference/llm.md section 4: 8B
+BF16 is about 16 GB, its KV cache 128 KiB per token).
 """
 
 from __future__ import annotations
@@ -23,114 +24,97 @@ import attrs
 from mlperf_mig._io import atomic_write_json, read_small_text
 from mlperf_mig.engines.cache import cache_root
 from mlperf_mig.errors import ModelFileError
+from mlperf_mig.workloads.llama3_1_8b.shape import FULL, DecoderShape, RopeScaling
 
 CONFIG_NAME = "config.json"
 TOKENIZER_NAME = "tokenizer.json"
 WEIGHTS_PATTERN = "*.safetensors"
 GENERATION_CONFIG_NAME = "generation_config.json"
-# Bytes of one weight per precision; vLLM's fp8 (online or a pre-quantized checkpoint) keeps the
-# embeddings and the output head in the activation dtype (16 bits).
-WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-ACTIVATION_BYTES = 2  # bf16 / fp16 activations and KV cache ("auto" cache dtype)
 CONFIG_LIMIT = 1 << 20  # a config.json is a few KiB
 
 
-def _positive(_instance: object, attribute: attrs.Attribute, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be positive, got {value}")
-
-
-@attrs.frozen(kw_only=True)
-class LlamaShape:
-    """The sizes of a Llama-architecture decoder (what vLLM's LlamaForCausalLM builds)."""
-
-    hidden_size: int = attrs.field(validator=_positive)
-    num_hidden_layers: int = attrs.field(validator=_positive)
-    num_attention_heads: int = attrs.field(validator=_positive)
-    num_key_value_heads: int = attrs.field(validator=_positive)
-    intermediate_size: int = attrs.field(validator=_positive)
-    vocab_size: int = attrs.field(validator=_positive)
-    tie_word_embeddings: bool = False
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def embedding_parameters(self) -> int:
-        """The token embedding and the output head (one matrix when tied)."""
-        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-
-    @property
-    def layer_parameters(self) -> int:
-        """Every decoder layer's linear weights and norms (what fp8 quantizes, but the norms)."""
-        kv_width = self.num_key_value_heads * self.head_dim
-        attention = self.hidden_size * (self.hidden_size + 2 * kv_width) + self.hidden_size**2
-        mlp = 3 * self.hidden_size * self.intermediate_size
-        return self.num_hidden_layers * (attention + mlp + 2 * self.hidden_size)
-
-    @property
-    def parameters(self) -> int:
-        return self.embedding_parameters + self.layer_parameters + self.hidden_size
-
-    def weight_bytes(self, precision: str) -> int:
-        """Bytes of the weights on the device at `precision` (bf16, fp16 or fp8)."""
-        per_weight = WEIGHT_BYTES[precision]
-        return (
-            self.embedding_parameters + self.hidden_size
-        ) * ACTIVATION_BYTES + self.layer_parameters * per_weight
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of every layer for one token: 128 KiB for Llama-3.1-8B."""
-        return (
-            2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * ACTIVATION_BYTES
+def shape_from_config(config: Mapping[str, Any], source: str) -> DecoderShape:
+    """The decoder shape a Hugging Face Llama config.json describes; ModelFileError in one line
+    naming the bad field. The end ids are the config's `eos_token_id` (one id or a list, the
+    first taken as the tokenizer's end token)."""
+    sizes = {
+        field: _config_int(config, key, source)
+        for field, key in (
+            ("hidden", "hidden_size"),
+            ("layers", "num_hidden_layers"),
+            ("heads", "num_attention_heads"),
+            ("intermediate", "intermediate_size"),
+            ("vocab_size", "vocab_size"),
+            ("max_positions", "max_position_embeddings"),
+            ("bos_token_id", "bos_token_id"),
         )
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any], source: str) -> LlamaShape:
-        """The shape a Hugging Face config.json describes; ModelFileError naming the bad field."""
-        fields: dict[str, Any] = {}
-        for name in (
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "vocab_size",
-        ):
-            fields[name] = _config_int(config, name, source)
-        fields["num_key_value_heads"] = (
-            _config_int(config, "num_key_value_heads", source)
-            if "num_key_value_heads" in config
-            else fields["num_attention_heads"]
+    }
+    sizes["kv_heads"] = (
+        _config_int(config, "num_key_value_heads", source)
+        if "num_key_value_heads" in config
+        else sizes["heads"]
+    )
+    sizes["head_dim"] = (
+        _config_int(config, "head_dim", source)
+        if config.get("head_dim") is not None
+        else sizes["hidden"] // sizes["heads"]
+    )
+    end_ids = _eos_ids(config.get("eos_token_id"), source)
+    if not end_ids:
+        raise ModelFileError(f"{source}: eos_token_id is missing; expected a token id or a list")
+    tied = config.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ModelFileError(f"{source}: tie_word_embeddings is {tied!r}, not true or false")
+    try:
+        return DecoderShape(
+            **sizes,
+            rope_theta=_config_float(config, "rope_theta", source, default=10000.0),
+            rope_scaling=_rope_scaling(config.get("rope_scaling"), source),
+            rms_epsilon=_config_float(config, "rms_norm_eps", source, default=1e-5),
+            eos_token_id=end_ids[0],
+            stop_token_ids=end_ids[1:],
+            tied_embeddings=tied,
         )
-        tied = config.get("tie_word_embeddings", False)
-        if not isinstance(tied, bool):
-            raise ModelFileError(f"{source}: tie_word_embeddings is {tied!r}, not true or false")
-        try:
-            return cls(**fields, tie_word_embeddings=tied)
-        except ValueError as exc:
-            raise ModelFileError(f"{source}: {exc}") from None
+    except ValueError as exc:
+        raise ModelFileError(f"{source}: {exc}") from None
 
 
 def _config_int(config: Mapping[str, Any], name: str, source: str) -> int:
     value = config.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelFileError(f"{source}: {name} is {value!r}; expected a positive integer")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ModelFileError(f"{source}: {name} is {value!r}; expected a non-negative integer")
     return value
 
 
-# Llama-3.1-8B-Instruct, the model of MLPerf's llama3.1-8b (its config.json, shape and rope).
-LLAMA_3_1_8B = LlamaShape(
-    hidden_size=4096,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    intermediate_size=14336,
-    vocab_size=128256,
-)
-LLAMA_3_1_8B_EOS = (128001, 128008, 128009)
-_LLAMA_3_1_8B_EXTRA: dict[str, Any] = {
+def _config_float(config: Mapping[str, Any], name: str, source: str, *, default: float) -> float:
+    value = config.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ModelFileError(f"{source}: {name} is {value!r}; expected a positive number")
+    return float(value)
+
+
+def _rope_scaling(value: object, source: str) -> RopeScaling | None:
+    """Llama 3.1's rope scaling (`rope_type` "llama3"); None when the config has none."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or value.get("rope_type") != "llama3":
+        raise ModelFileError(
+            f"{source}: rope_scaling is {value!r}; expected null or Llama 3.1's "
+            '(rope_type "llama3")'
+        )
+    try:
+        return RopeScaling(
+            factor=float(value["factor"]),
+            low_freq_factor=float(value["low_freq_factor"]),
+            high_freq_factor=float(value["high_freq_factor"]),
+            original_max_positions=int(value["original_max_position_embeddings"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"{source}: rope_scaling lacks or mistypes {exc}") from None
+
+
+# The fields of Llama-3.1-8B-Instruct's config.json that the shape does not carry.
+_LLAMA_CONFIG_EXTRA: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "attention_bias": False,
@@ -138,35 +122,39 @@ _LLAMA_3_1_8B_EXTRA: dict[str, Any] = {
     "mlp_bias": False,
     "hidden_act": "silu",
     "initializer_range": 0.02,
-    "rms_norm_eps": 1e-05,
-    "bos_token_id": 128000,
-    "eos_token_id": list(LLAMA_3_1_8B_EOS),
-    "max_position_embeddings": 131072,
-    "rope_theta": 500000.0,
-    "rope_scaling": {
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-        "rope_type": "llama3",
-    },
     "pretraining_tp": 1,
     "torch_dtype": "bfloat16",
     "use_cache": True,
 }
 
 
-def llama_config(shape: LlamaShape = LLAMA_3_1_8B) -> dict[str, Any]:
-    """A config.json for LlamaForCausalLM of `shape` with Llama-3.1-8B-Instruct's other fields."""
+def llama_config(shape: DecoderShape = FULL) -> dict[str, Any]:
+    """A config.json for LlamaForCausalLM of `shape` (default Llama-3.1-8B-Instruct's)."""
+    scaling = shape.rope_scaling
     return {
-        **_LLAMA_3_1_8B_EXTRA,
-        "hidden_size": shape.hidden_size,
-        "num_hidden_layers": shape.num_hidden_layers,
-        "num_attention_heads": shape.num_attention_heads,
-        "num_key_value_heads": shape.num_key_value_heads,
-        "intermediate_size": shape.intermediate_size,
+        **_LLAMA_CONFIG_EXTRA,
+        "hidden_size": shape.hidden,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "intermediate_size": shape.intermediate,
         "vocab_size": shape.vocab_size,
-        "tie_word_embeddings": shape.tie_word_embeddings,
+        "max_position_embeddings": shape.max_positions,
+        "rms_norm_eps": shape.rms_epsilon,
+        "rope_theta": shape.rope_theta,
+        "rope_scaling": None
+        if scaling is None
+        else {
+            "factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_positions,
+            "rope_type": "llama3",
+        },
+        "bos_token_id": shape.bos_token_id,
+        "eos_token_id": list(shape.end_ids),
+        "tie_word_embeddings": shape.tied_embeddings,
     }
 
 
@@ -175,7 +163,7 @@ class VllmModel:
     """A folder vLLM loads: generated (config only, dummy weights) or the user's weights."""
 
     folder: Path
-    shape: LlamaShape
+    shape: DecoderShape
     dummy: bool  # random weights: vLLM's load_format "dummy"
     eos_token_ids: tuple[int, ...]  # where generation stops (empty: never before max tokens)
 
@@ -185,7 +173,7 @@ class VllmModel:
 
     @classmethod
     def generated(
-        cls, shape: LlamaShape = LLAMA_3_1_8B, *, cache_dir: str | os.PathLike[str] | None = None
+        cls, shape: DecoderShape = FULL, *, cache_dir: str | os.PathLike[str] | None = None
     ) -> VllmModel:
         """The generated folder of `shape` in the engine cache (written once, atomically).
 
@@ -212,7 +200,7 @@ class VllmModel:
         eos_source = _read_json(generation) if generation.is_file() else config
         return cls(
             folder=path,
-            shape=LlamaShape.from_config(config, source),
+            shape=shape_from_config(config, source),
             dummy=False,
             eos_token_ids=_eos_ids(
                 eos_source.get("eos_token_id", config.get("eos_token_id")), source

@@ -32,8 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from mlperf_mig.engines.backends.vllm.model import LLAMA_3_1_8B, WEIGHT_BYTES, LlamaShape
 from mlperf_mig.errors import BackendUnavailableError, PlacementError, PrecisionError
+from mlperf_mig.workloads.llama3_1_8b.shape import (
+    FULL,
+    WEIGHT_BYTES,
+    DecoderShape,
+    kv_cache_bytes,
+    weight_bytes,
+)
 
 if TYPE_CHECKING:
     from mlperf_mig.registry.model import Profile
@@ -64,6 +70,7 @@ RUNTIME_RESERVE = GIB // 2
 # Never more of a large slice: vLLM refuses to start when the budget exceeds the free memory.
 MAX_UTILIZATION = 0.95
 LOGITS_BYTES = 4  # the sampler works on fp32 logits
+ACTIVATION_BYTES = 2  # bf16 / fp16 activations and KV cache (vLLM's "auto" cache dtype)
 
 
 @attrs.frozen(kw_only=True)
@@ -117,11 +124,11 @@ def check_precision(precision: str) -> None:
         )
 
 
-def activation_bytes(shape: LlamaShape, *, batched_tokens: int, seqs: int) -> int:
+def activation_bytes(shape: DecoderShape, *, batched_tokens: int, seqs: int) -> int:
     """The peak activations of one step: per scheduled token its hidden state, attention
     projections and the MLP's gate and up halves; per sequence its fp32 logits and probabilities."""
-    per_token = 3 * shape.hidden_size + 2 * shape.intermediate_size
-    per_token += (shape.num_attention_heads + 2 * shape.num_key_value_heads) * shape.head_dim
+    per_token = 3 * shape.hidden + 2 * shape.intermediate
+    per_token += (shape.heads + 2 * shape.kv_heads) * shape.head_dim
     return batched_tokens * per_token * 2 + seqs * shape.vocab_size * LOGITS_BYTES * 2
 
 
@@ -129,7 +136,7 @@ def vllm_settings(
     *,
     memory_gib: float,
     compute_slices: int,
-    shape: LlamaShape = LLAMA_3_1_8B,
+    shape: DecoderShape = FULL,
     precision: str = "bf16",
     max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     max_num_seqs: int | None = None,
@@ -154,8 +161,8 @@ def vllm_settings(
     # vLLM schedules at most max_num_batched_tokens a step, and each running sequence takes one
     tokens = max(tokens, seqs)
     memory = int(memory_gib * GIB)
-    weights = shape.weight_bytes(precision)
-    per_token = shape.kv_bytes_per_token
+    weights = weight_bytes(shape, precision)
+    per_token = kv_cache_bytes(shape, 1, ACTIVATION_BYTES)
     inside = weights + activation_bytes(shape, batched_tokens=tokens, seqs=seqs) + RUNTIME_RESERVE
     one_sequence = per_token * max_model_len
 
@@ -205,7 +212,7 @@ def settings_for_profile(
     profile: Profile,
     *,
     gpu: str = "",
-    shape: LlamaShape = LLAMA_3_1_8B,
+    shape: DecoderShape = FULL,
     precision: str = "bf16",
     max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     max_num_seqs: int | None = None,

@@ -200,9 +200,9 @@ _REAL_ENGINE = textwrap.dedent(
     """
     import json, sys
     from mlperf_mig.engines.backends.vllm import (
-        LlamaShape, VllmModel, apply_worker_environment, bind_slice, load_generator,
-        vllm_settings,
+        VllmModel, apply_worker_environment, bind_slice, load_generator, vllm_settings,
     )
+    from mlperf_mig.workloads.llama3_1_8b.shape import DecoderShape
     import numpy as np
 
     apply_worker_environment()
@@ -210,8 +210,9 @@ _REAL_ENGINE = textwrap.dedent(
     import torch
 
     free, total = torch.cuda.mem_get_info()
-    shape = LlamaShape(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, intermediate_size=512, vocab_size=1024)
+    shape = DecoderShape(vocab_size=1024, hidden=256, layers=2, heads=4, kv_heads=2, head_dim=64,
+                         intermediate=512, max_positions=1024, rope_theta=10000.0,
+                         bos_token_id=0, eos_token_id=1)
     model = VllmModel.generated(shape, cache_dir=sys.argv[1])
     settings = vllm_settings(memory_gib=total / 2**30, compute_slices=1, shape=shape,
                              max_model_len=512, max_num_seqs=4)

@@ -15,10 +15,11 @@ from mlperf_mig.engines.backends.vllm.generator import (
     import_vllm,
     load_generator,
 )
-from mlperf_mig.engines.backends.vllm.model import LLAMA_3_1_8B, VllmModel
+from mlperf_mig.engines.backends.vllm.model import VllmModel
 from mlperf_mig.engines.backends.vllm.settings import vllm_settings
 from mlperf_mig.errors import BackendUnavailableError, WorkloadError
 from mlperf_mig.workloads.generation import MIN_NEW_TOKENS, TokenEvent
+from mlperf_mig.workloads.llama3_1_8b.shape import FULL
 
 
 def _settings(**options: Any) -> Any:
@@ -221,4 +222,4 @@ def test_import_without_vllm_says_how_to_install(monkeypatch: pytest.MonkeyPatch
 
 def test_generated_model_is_the_8b_shape(dummy_model: VllmModel) -> None:
     """Without user weights the engine loads dummy weights of Llama-3.1-8B's shape."""
-    assert dummy_model.dummy and dummy_model.shape == LLAMA_3_1_8B
+    assert dummy_model.dummy and dummy_model.shape == FULL

@@ -7,13 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mlperf_mig.engines.backends.vllm.model import (
-    LLAMA_3_1_8B,
-    LlamaShape,
-    VllmModel,
-    llama_config,
-)
+from mlperf_mig.engines.backends.vllm.model import VllmModel, llama_config, shape_from_config
 from mlperf_mig.errors import ModelFileError
+from mlperf_mig.workloads.llama3_1_8b.shape import FULL, TINY
 
 
 def _user_folder(folder: Path, *, config: dict | None = None, files: tuple[str, ...] = ()) -> Path:
@@ -49,8 +45,38 @@ def test_generated_folder_is_in_the_cache_and_reused(tmp_path: Path) -> None:
 
 
 def test_config_round_trips_the_shape() -> None:
-    """A config.json written for a shape reads back as that shape."""
-    assert LlamaShape.from_config(llama_config(), "config.json") == LLAMA_3_1_8B
+    """A config.json written for a shape reads back as that shape (rope, end ids and all)."""
+    assert shape_from_config(llama_config(), "config.json") == FULL
+    assert shape_from_config(llama_config(TINY), "config.json") == TINY
+
+
+def test_the_published_config_reads_as_the_8b_shape() -> None:
+    """Llama-3.1-8B-Instruct's own config.json (end ids in its order, no head_dim) gives the
+    8B sizes and the same end ids."""
+    config = {**llama_config(), "eos_token_id": [128001, 128008, 128009]}
+    del config["head_dim"]
+    shape = shape_from_config(config, "config.json")
+    assert shape.parameters == FULL.parameters and shape.head_dim == 128
+    assert sorted(shape.end_ids) == sorted(FULL.end_ids) and shape.rope_scaling == FULL.rope_scaling
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("rope_scaling", {"rope_type": "yarn"}, "rope_scaling is .*expected null or Llama 3.1's"),
+        ("rope_scaling", {"rope_type": "llama3"}, "rope_scaling lacks or mistypes 'factor'"),
+        ("eos_token_id", None, "eos_token_id is missing"),
+        ("rope_theta", "big", "rope_theta is 'big'; expected a positive number"),
+        ("num_attention_heads", 5, "5 query heads cannot share 8 KV heads"),
+    ],
+)
+def test_a_config_the_shape_cannot_take_is_one_line(
+    field: str, value: object, message: str
+) -> None:
+    config = {**llama_config(), field: value}
+    with pytest.raises(ModelFileError, match=message) as caught:
+        shape_from_config(config, "config.json")
+    assert "\n" not in str(caught.value) and str(caught.value).startswith("config.json: ")
 
 
 def test_missing_files_are_named_in_one_line(tmp_path: Path) -> None:
@@ -76,7 +102,7 @@ def test_user_folder_gives_its_shape_and_eos(tmp_path: Path) -> None:
     )
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [128001, 128009]}))
     model = VllmModel.from_dir(folder)
-    assert not model.dummy and model.load_format == "auto" and model.shape == LLAMA_3_1_8B
+    assert not model.dummy and model.load_format == "auto" and model.shape == FULL
     assert model.eos_token_ids == (128001, 128009)
 
 
@@ -91,4 +117,4 @@ def test_a_bad_config_field_is_named(tmp_path: Path) -> None:
 def test_grouped_query_heads_default_to_the_attention_heads() -> None:
     """A config without num_key_value_heads has one KV head per attention head."""
     config = {k: v for k, v in llama_config().items() if k != "num_key_value_heads"}
-    assert LlamaShape.from_config(config, "c").num_key_value_heads == 32
+    assert shape_from_config(config, "c").kv_heads == 32

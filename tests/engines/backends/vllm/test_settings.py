@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from mlperf_mig.engines.backends.vllm.model import LLAMA_3_1_8B, LlamaShape
 from mlperf_mig.engines.backends.vllm.settings import (
     CONTEXT_RESERVE,
     CUDA_GRAPH_RESERVE,
@@ -24,22 +23,24 @@ from mlperf_mig.engines.backends.vllm.settings import (
 from mlperf_mig.errors import BackendUnavailableError, PlacementError, PrecisionError
 from mlperf_mig.registry import default_catalog
 from mlperf_mig.registry.model import Profile
+from mlperf_mig.workloads.llama3_1_8b.shape import FULL, DecoderShape, kv_cache_bytes, weight_bytes
 
 
 def _profile(gpu: str, name: str) -> Profile:
     return default_catalog().get(gpu).profile(name)
 
 
-def test_8b_kv_cache_is_128_kib_per_token() -> None:
-    """Llama-3.1-8B's KV cache: 32 layers x 8 KV heads x 128 x K and V x 2 bytes per token."""
-    assert LLAMA_3_1_8B.kv_bytes_per_token == 128 * 1024
-
-
-def test_8b_weights_are_about_16_gb_in_bf16_and_half_in_fp8() -> None:
-    """8.03B parameters: about 16 GB in BF16; fp8 halves all but the embeddings and the head."""
-    assert round(LLAMA_3_1_8B.parameters / 1e9, 2) == 8.03
-    assert round(LLAMA_3_1_8B.weight_bytes("bf16") / 1e9, 1) == 16.1
-    assert round(LLAMA_3_1_8B.weight_bytes("fp8") / 1e9, 1) == 9.1
+def test_vllm_sizes_the_workloads_own_shape() -> None:
+    """vLLM's settings size the weights and the KV cache of the workload's 8B shape exactly as
+    the plan's fit does (one shape, one rule): 16.1 GB in BF16, 9.1 GB in FP8, 128 KiB a token."""
+    bf16 = vllm_settings(memory_gib=80.0, compute_slices=7)
+    fp8 = vllm_settings(memory_gib=80.0, compute_slices=7, precision="fp8")
+    assert (
+        bf16.weight_bytes == weight_bytes(FULL, "bf16")
+        and round(bf16.weight_bytes / 1e9, 1) == 16.1
+    )
+    assert fp8.weight_bytes == weight_bytes(FULL, "fp8") and round(fp8.weight_bytes / 1e9, 1) == 9.1
+    assert bf16.kv_bytes_per_token == kv_cache_bytes(FULL, 1, 2) == 128 * 1024
 
 
 def test_bf16_does_not_fit_an_h200_1g_18gb() -> None:
@@ -111,9 +112,7 @@ def test_utilization_is_capped_on_large_slices() -> None:
 def test_kv_cache_gets_the_budget_less_weights_and_activations() -> None:
     """kv_cache_tokens is (budget - weights - activations - runtime reserve) / KV per token."""
     s = vllm_settings(memory_gib=32.0, compute_slices=1)
-    acts = activation_bytes(
-        LLAMA_3_1_8B, batched_tokens=s.max_num_batched_tokens, seqs=s.max_num_seqs
-    )
+    acts = activation_bytes(FULL, batched_tokens=s.max_num_batched_tokens, seqs=s.max_num_seqs)
     budget = int(s.gpu_memory_utilization * 32 * GIB)
     kv = budget - s.weight_bytes - acts - RUNTIME_RESERVE
     assert abs(s.kv_cache_tokens - kv // s.kv_bytes_per_token) <= 1
@@ -121,18 +120,23 @@ def test_kv_cache_gets_the_budget_less_weights_and_activations() -> None:
 
 def test_eager_only_where_graphs_leave_no_room_for_a_sequence() -> None:
     """CUDA graphs stay on; eager mode is chosen only when their reserve is what does not fit."""
-    shape = LlamaShape(
-        hidden_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        intermediate_size=1024,
+    shape = DecoderShape(
         vocab_size=1000,
+        hidden=512,
+        layers=4,
+        heads=8,
+        kv_heads=8,
+        head_dim=64,
+        intermediate=1024,
+        max_positions=1 << 17,
+        rope_theta=10000.0,
+        bos_token_id=0,
+        eos_token_id=1,
     )
     options = {"shape": shape, "compute_slices": 1, "max_model_len": 1 << 16, "max_num_seqs": 1}
-    inside = shape.weight_bytes("bf16") + RUNTIME_RESERVE
+    inside = weight_bytes(shape, "bf16") + RUNTIME_RESERVE
     inside += activation_bytes(shape, batched_tokens=2048, seqs=1)
-    needed = inside + shape.kv_bytes_per_token * (1 << 16) + CONTEXT_RESERVE
+    needed = inside + kv_cache_bytes(shape, 1 << 16, 2) + CONTEXT_RESERVE
     roomy = vllm_settings(memory_gib=(needed + CUDA_GRAPH_RESERVE + GIB) / GIB, **options)
     tight = vllm_settings(memory_gib=(needed + CUDA_GRAPH_RESERVE // 2) / GIB, **options)
     assert not roomy.enforce_eager and tight.enforce_eager
