@@ -242,3 +242,28 @@ def test_numbers_in_other_digits_or_not_finite_are_refused(
     err = capsys.readouterr().err.strip()
     assert caught.value.code == 2 and "\n" not in err and "digits 0-9" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_batch_size_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """--batch-size 0 names the option and the range, before any worker starts."""
+    err = _one_line_error(
+        capsys, ["run", "--scenario", "7", "--backend", "null", "--batch-size", "0"]
+    )
+    assert "batch_size must be a whole number from 1" in err and "got int 0" in err
+
+
+def test_batch_size_flag_reaches_the_plan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`plan --batch-size 3` plans a batch of 3 for every instance (the recipe's otherwise)."""
+    import mlperf_mig.api
+
+    real_plan = mlperf_mig.api.plan
+    planned = []
+    monkeypatch.setattr(
+        mlperf_mig.api, "plan", lambda **kw: planned.append(real_plan(**kw)) or planned[-1]
+    )
+    assert cli.main(["plan", "--scenario", "7", "--backend", "null", "--batch-size", "3"]) == 0
+    assert planned[0].batch_size == 3
+    assert cli.main(["plan", "--scenario", "7", "--backend", "null"]) == 0
+    assert planned[1].batch_size is None
