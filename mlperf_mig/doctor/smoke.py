@@ -24,6 +24,10 @@ from typing import Any
 import attrs
 import numpy as np
 
+from mlperf_mig._io import finite_number, read_json
+from mlperf_mig._text import printable
+from mlperf_mig.errors import DataFileError
+
 log = logging.getLogger(__name__)
 
 
@@ -96,8 +100,46 @@ def run_child(
     if done.returncode != 0:
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         return None, None, (lines[-1] if lines else f"exit code {done.returncode}")
-    summary = json.loads((outdir / "smoke.json").read_text(encoding="utf-8"))
-    return summary, np.load(outdir / "softmax.npy"), None
+    try:
+        summary, outputs = read_child_output(outdir)
+    except (DataFileError, FileNotFoundError) as exc:
+        return None, None, f"the child's output is unusable: {exc}"
+    return summary, outputs, None
+
+
+def read_child_output(outdir: Path) -> tuple[dict[str, Any], np.ndarray]:
+    """What a smoke child left in `outdir`, checked like any file read back: smoke.json (bounded,
+    no link followed) with a finite samples/s and printable texts, and softmax.npy, a float32
+    array of BATCH rows read without pickles. DataFileError in one line naming what is wrong."""
+    path = outdir / "smoke.json"
+    value = read_json(path, "results", fix="run doctor again")
+    speed = value.get("samples_per_s") if isinstance(value, dict) else None
+    texts = [value.get(k) for k in ("validity", "ran_on")] if isinstance(value, dict) else []
+    if not (finite_number(speed) and speed >= 0) or not all(isinstance(t, str) for t in texts):
+        raise DataFileError(
+            f"{str(path)!r} lacks a finite samples_per_s and the texts validity and ran_on; "
+            "run doctor again"
+        )
+    summary = {
+        "samples_per_s": float(speed),
+        "validity": printable(texts[0]),
+        "ran_on": printable(texts[1]),
+    }
+    array_path = outdir / "softmax.npy"
+    if array_path.is_symlink() or not array_path.is_file():
+        raise DataFileError(f"{str(array_path)!r} is not a regular file; run doctor again")
+    try:
+        outputs = np.load(array_path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataFileError(
+            f"{str(array_path)!r} is not a NumPy array ({exc}); run doctor again"
+        ) from None
+    if outputs.dtype != np.float32 or outputs.ndim != 2 or outputs.shape[0] != BATCH:
+        raise DataFileError(
+            f"{str(array_path)!r} holds {outputs.dtype} {outputs.shape}, not float32 rows of "
+            f"{BATCH} samples; run doctor again"
+        )
+    return summary, outputs
 
 
 def smoke_all(devices: Sequence[SmokeDevice], gpu_backends: Sequence[str]) -> list[SmokeResult]:
@@ -127,6 +169,13 @@ def _result(
     match, diff = None, None
     if compared is not None:
         outputs, reference = compared
+        if outputs.shape != reference.shape:
+            return SmokeResult(
+                device=device.label,
+                backend=backend,
+                ok=False,
+                error=f"outputs of shape {outputs.shape}, the CPU reference's {reference.shape}",
+            )
         diff = float(np.max(np.abs(outputs - reference)))
         match = bool(np.allclose(outputs, reference, rtol=RTOL, atol=ATOL))
     return SmokeResult(

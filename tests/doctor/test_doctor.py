@@ -19,7 +19,8 @@ from mlperf_mig.doctor.install import (
     wheel_problems,
 )
 from mlperf_mig.doctor.reconcile import MATCHES, FieldDifference
-from mlperf_mig.doctor.smoke import SmokeDevice, _result, run_child
+from mlperf_mig.doctor.smoke import SmokeDevice, _result, read_child_output, run_child
+from mlperf_mig.errors import DataFileError
 from mlperf_mig.registry import RecordedNvml, default_catalog, detect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,6 +205,66 @@ def test_a_child_that_fails_is_one_error_line(tmp_path: Path) -> None:
         "no-such-backend", SmokeDevice(label="CPU", gpu=None, profile=None, uuid=None), tmp_path
     )
     assert summary is None and outputs is None and "unknown backend 'no-such-backend'" in error
+
+
+def _child_output(folder: Path, summary: object, outputs: np.ndarray | None) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "smoke.json").write_text(json.dumps(summary))
+    if outputs is not None:
+        np.save(folder / "softmax.npy", outputs)
+    return folder
+
+
+GOOD_SUMMARY = {"samples_per_s": 12.5, "validity": "VALID", "ran_on": "CPUExecutionProvider cpu"}
+GOOD_OUTPUTS = np.full((8, 1001), 1 / 1001, dtype=np.float32)
+
+
+def test_a_childs_output_is_read_back_checked(tmp_path: Path) -> None:
+    """A well-formed smoke.json and softmax.npy read back; control characters in the child's
+    texts are escaped before they reach a terminal."""
+    summary = {**GOOD_SUMMARY, "ran_on": "CPU\x1b[2J"}
+    read, outputs = read_child_output(_child_output(tmp_path / "c", summary, GOOD_OUTPUTS))
+    assert read["samples_per_s"] == 12.5 and "\x1b" not in read["ran_on"]
+    assert outputs.shape == (8, 1001)
+
+
+@pytest.mark.parametrize(
+    ("summary", "outputs", "message"),
+    [
+        ({**GOOD_SUMMARY, "samples_per_s": "fast"}, GOOD_OUTPUTS, "lacks a finite samples_per_s"),
+        ({**GOOD_SUMMARY, "ran_on": 3}, GOOD_OUTPUTS, "the texts validity and ran_on"),
+        ([1, 2], GOOD_OUTPUTS, "lacks a finite samples_per_s"),
+        (GOOD_SUMMARY, None, "softmax.npy' is not a regular file"),
+        (GOOD_SUMMARY, np.zeros((3, 4), dtype=np.float64), "not float32 rows of 8 samples"),
+        (GOOD_SUMMARY, np.array([{"a": 1}] * 8, dtype=object), "is not a NumPy array"),
+    ],
+)
+def test_a_damaged_child_output_is_one_line(
+    tmp_path: Path, summary: object, outputs: np.ndarray | None, message: str
+) -> None:
+    folder = _child_output(tmp_path / "c", summary, outputs)
+    with pytest.raises(DataFileError, match=message) as caught:
+        read_child_output(folder)
+    assert "\n" not in str(caught.value) and "run doctor again" in str(caught.value)
+
+
+def test_a_linked_child_output_is_not_followed(tmp_path: Path) -> None:
+    """smoke.json as a symbolic link out of the child's folder is refused, not read."""
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps(GOOD_SUMMARY))
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "smoke.json").symlink_to(outside)
+    np.save(folder / "softmax.npy", GOOD_OUTPUTS)
+    with pytest.raises(DataFileError, match="symbolic link"):
+        read_child_output(folder)
+
+
+def test_outputs_of_another_shape_fail_without_an_exception() -> None:
+    """A device whose outputs have another shape than the reference fails with that reason."""
+    target = SmokeDevice(label="GPU 0", gpu="A100-SXM4-80GB", profile=None, uuid="GPU-x")
+    result = _result(target, "tensorrt", GOOD_SUMMARY, None, (GOOD_OUTPUTS[:, :1000], GOOD_OUTPUTS))
+    assert not result.ok and "shape (8, 1000), the CPU reference's (8, 1001)" in result.line()
 
 
 # --- the CLI ----------------------------------------------------------------------------------
