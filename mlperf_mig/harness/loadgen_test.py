@@ -351,7 +351,8 @@ def task_result(
         )
     return InstanceResult(
         benchmark=benchmark.name,
-        loadgen_scenario=task.loadgen_scenario,
+        # what the run is reported and filed under (Interactive for the interactive variant)
+        loadgen_scenario=benchmark.mlperf_scenario(task.loadgen_scenario),
         mode=task.mode,
         valid=valid,
         validity=validity,

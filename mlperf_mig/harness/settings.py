@@ -31,6 +31,7 @@ from mlperf_mig._paths import data_dir, optional_path_text
 from mlperf_mig.errors import DataFileError, SettingsError
 from mlperf_mig.workloads import Workload, workloads
 from mlperf_mig.workloads.generation import MIN_NEW_TOKENS
+from mlperf_mig.workloads.workload import INTERACTIVE
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ LoadGenModule = Any  # the mlperf_loadgen module (imported where a test runs, ne
 LoadGenTestSettings = Any  # an lg.TestSettings
 
 LOADGEN_SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+# What a user may ask a run for: LoadGen's scenarios, and MLPerf's Interactive (a Server test
+# under the workload's interactive conf model name; Workload.run_as)
+MLPERF_SCENARIOS = (*LOADGEN_SCENARIOS, INTERACTIVE)
 PRESETS = ("quick", "submission")
 TARGET_KEYS = {
     "Offline": "target_qps",
@@ -115,6 +119,18 @@ def normalize_loadgen_scenario(name: str) -> str:
             return scenario
     raise SettingsError(
         f"unknown LoadGen scenario {name!r}; expected one of {', '.join(LOADGEN_SCENARIOS)} "
+        "(the MIG layout is chosen with scenario=1-8, not here)"
+    )
+
+
+def normalize_scenario(name: str) -> str:
+    """The canonical name of the MLPerf scenario a user asks for ('interactive' ->
+    'Interactive'): one of LoadGen's, or Interactive, which the workload runs as a Server test."""
+    for scenario in MLPERF_SCENARIOS:
+        if name.strip().lower() == scenario.lower():
+            return scenario
+    raise SettingsError(
+        f"unknown LoadGen scenario {name!r}; expected one of {', '.join(MLPERF_SCENARIOS)} "
         "(the MIG layout is chosen with scenario=1-8, not here)"
     )
 
@@ -312,11 +328,17 @@ def _parse_conf_line(line: str, origin: str) -> tuple[str, str, str, float] | No
     if len(parts) != 3:
         raise SettingsError(f"{origin}: key {tokens[0]!r} is not 'model.Scenario.key'")
     model, scenario, key = parts
-    conf_models = tuple(w.conf_model_name for w in workloads())
+    conf_models = tuple(name for w in workloads() for name in w.conf_model_names())
     if model not in (*conf_models, "*"):
         raise SettingsError(
             f"{origin}: model {model!r} is not one LoadGen knows here (it would fall back to "
             f"wildcard defaults); use one of {', '.join(conf_models)} or '*'"
+        )
+    if scenario == INTERACTIVE:
+        raise SettingsError(
+            f"{origin}: LoadGen has no Interactive scenario (it would ignore the line); an "
+            "Interactive run reads the Server lines of the interactive model name, e.g. "
+            "llama3_1-8b-interactive.Server.target_qps"
         )
     if scenario not in (*LOADGEN_SCENARIOS, "*"):
         raise SettingsError(

@@ -201,10 +201,10 @@ def _given_baseline(
     baseline: RunResult | str | os.PathLike[str], plan: RunPlan
 ) -> tuple[float | None, str | None]:
     other = baseline if isinstance(baseline, RunResult) else RunResult.load(baseline)
-    if (other.benchmark, other.loadgen_scenario) != (plan.benchmark.name, plan.loadgen_scenario):
+    if (other.benchmark, other.loadgen_scenario) != (plan.benchmark.name, plan.mlperf_scenario):
         raise SettingsError(
             f"baseline is {other.benchmark} {other.loadgen_scenario} but this run is "
-            f"{plan.benchmark} {plan.loadgen_scenario} (LoadGen scenario); pass a baseline of the same"
+            f"{plan.benchmark} {plan.mlperf_scenario} (LoadGen scenario); pass a baseline of the same"
         )
     if other.settings_key != plan.settings_key:
         log.warning("the baseline run used other settings than this run; the change is indicative")
@@ -408,7 +408,7 @@ def _assemble(
         partitioning=plan.deployment.partitioning,
         mode=plan.mode,
         benchmark=plan.benchmark.name,
-        loadgen_scenario=plan.loadgen_scenario,
+        loadgen_scenario=plan.mlperf_scenario,
         backend=plan.backend,
         device=_device_of(runs, performance),
         precision=_precision(rounds.specs, plan),

@@ -31,7 +31,7 @@ from mlperf_mig.placement.choose import place
 from mlperf_mig.placement.deployment import Deployment, InstanceSlot, without_cpu_budgets
 from mlperf_mig.placement.host import fit_host
 from mlperf_mig.runner.options import RunOptions, check_setting
-from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL
+from mlperf_mig.runner.results import EMULATED_LABEL, SHARED_LABEL, scenario_words
 from mlperf_mig.runner.supervisor import Timeouts
 from mlperf_mig.workloads import Workload
 
@@ -124,6 +124,12 @@ class RunPlan(Report):
         return self.deployment.slots
 
     @property
+    def mlperf_scenario(self) -> str:
+        """The scenario the run is reported and filed under: `loadgen_scenario`, or Interactive
+        for the Server test of a workload's interactive variant."""
+        return self.benchmark.mlperf_scenario(self.loadgen_scenario)
+
+    @property
     def layout(self) -> str:
         """The layout; over several GPUs the system's (`8x[7x1g.10gb]`, see placement/deployment.py)."""
         from mlperf_mig.placement.deployment import system_layout
@@ -147,7 +153,7 @@ class RunPlan(Report):
         """Digest of every setting except the layout: runs with equal keys are comparable."""
         fields = {
             "benchmark": self.benchmark.name,
-            "loadgen_scenario": self.loadgen_scenario,
+            "loadgen_scenario": self.mlperf_scenario,
             "mode": self.mode,
             "backend": self.backend,
             "precision": self.precision,
@@ -217,7 +223,8 @@ class RunPlan(Report):
         parts = self.deployment.parts
         where = f"{len(parts)} GPUs ({self.gpu})" if len(parts) > 1 else self.gpu
         return (
-            f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {scenario}MIG layout "
+            f"{self.benchmark} {scenario_words(self.mlperf_scenario)}, "
+            f"{scenario}MIG layout "
             f"{self.layout} on {where} ({self.deployment.partitioning}), {self.mode} mode, "
             f"{len(self.slots)} instance{'s' if len(self.slots) != 1 else ''}"
         )
@@ -239,6 +246,8 @@ class RunPlan(Report):
             lines.append(
                 f"note: Server target {target:.4g} QPS per instance from {self.target_from}"
             )
+        if self.mlperf_scenario != self.loadgen_scenario:
+            lines.append(f"note: {self.scenario_note()}")
         lines.extend(f"note: {note}" for note in self.host_notes)
         if self.deployment.emulated:
             lines.append(f"note: {EMULATED_LABEL}")
@@ -254,6 +263,17 @@ class RunPlan(Report):
             )
         return lines
 
+    def scenario_note(self) -> str:
+        """How the MLPerf scenario runs in LoadGen (Interactive: a Server test under the
+        interactive conf model name, with its limits)."""
+        bench = self.benchmark
+        limits = bench.token_limits_ms()
+        held = f", held to p99 TTFT {limits[0]:g} ms and TPOT {limits[1]:g} ms" if limits else ""
+        return (
+            f"{self.mlperf_scenario} runs as LoadGen's {self.loadgen_scenario} scenario under the "
+            f"conf model name {bench.conf_model_name}{held}"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         from mlperf_mig.placement.deployment import parts_to_dicts
 
@@ -265,7 +285,7 @@ class RunPlan(Report):
             "partitioning": self.deployment.partitioning,
             "mode": self.mode,
             "benchmark": self.benchmark.name,
-            "loadgen_scenario": self.loadgen_scenario,
+            "loadgen_scenario": self.mlperf_scenario,
             "backend": self.backend,
             "precision": self.precision,
             "variant": self.variant,
@@ -374,12 +394,13 @@ def make_plan(options: RunOptions) -> RunPlan:
     from mlperf_mig import registry
     from mlperf_mig.engines import backend_class, resolve_backend
     from mlperf_mig.engines.cache import cache_root
-    from mlperf_mig.harness.settings import PRESETS, normalize_loadgen_scenario
+    from mlperf_mig.harness.settings import PRESETS, normalize_scenario
     from mlperf_mig.workloads import get_workload
 
-    bench = get_workload(options.benchmark)  # the workload is resolved here, once
-    lg_scenario = normalize_loadgen_scenario(options.loadgen_scenario)
-    bench.check_scenario(lg_scenario)
+    # the workload is resolved here, once; Interactive is a Server test of its interactive variant
+    bench, lg_scenario = get_workload(options.benchmark).run_as(
+        normalize_scenario(options.loadgen_scenario)
+    )
     if bench.generates_tokens and options.cluster is not None and options.mode == "unified":
         raise WorkloadError(
             f"{bench} over a cluster runs in independent mode only (the cluster's data channel "

@@ -119,6 +119,16 @@ def result_p99_ms(result: InstanceResult | None) -> float | None:
     return None if p99 is None else p99 / 1e6
 
 
+def scenario_words(scenario: str) -> str:
+    """A run's scenario as titles show it: 'Server (LoadGen scenario)', or for MLPerf's
+    Interactive, which LoadGen runs as Server, 'Interactive (MLPerf scenario, LoadGen Server)'."""
+    from mlperf_mig.harness.settings import LOADGEN_SCENARIOS
+
+    if scenario in LOADGEN_SCENARIOS:
+        return f"{scenario} (LoadGen scenario)"
+    return f"{scenario} (MLPerf scenario, LoadGen Server)"
+
+
 TOKEN_COLUMNS = ("tokens/s", "p90 ms", "TTFT p99 ms", "TPOT p99 ms")
 
 
@@ -257,12 +267,12 @@ class InstanceRun:
 def _check_names(fields: Mapping[str, Any], source: str) -> None:
     """The values of a results.json that become folder names (a submission's scenario folder, an
     instance's logs) are checked like user input: a file copied from elsewhere may say anything."""
-    from mlperf_mig.harness.settings import LOADGEN_SCENARIOS
+    from mlperf_mig.harness.settings import MLPERF_SCENARIOS
     from mlperf_mig.workloads import workload_names
 
     allowed = {
         "benchmark": workload_names(),
-        "loadgen_scenario": LOADGEN_SCENARIOS,
+        "loadgen_scenario": MLPERF_SCENARIOS,
         "mode": ("independent", "unified"),
         "partitioning": ("mig", "vgpu", "shared", "emulated"),
     }
@@ -592,7 +602,8 @@ class RunResult(LayoutResult):
         units = [r.throughput_unit for r in results if r is not None]
         if units:
             return units[0]
-        return "scheduled samples/s" if self.loadgen_scenario == "Server" else "samples/s"
+        server = self.loadgen_scenario in ("Server", "Interactive")
+        return "scheduled samples/s" if server else "samples/s"
 
     @property
     def total_throughput(self) -> float | None:
@@ -816,7 +827,7 @@ class RunResult(LayoutResult):
         where = f"{len(self.gpus)} GPUs ({self.gpu})" if self.multi_gpu else self.gpu
         where = f"{where} [emulated]" if self.emulated else where
         return (
-            f"{self.benchmark} {self.loadgen_scenario} (LoadGen scenario), {what}MIG layout "
+            f"{self.benchmark} {scenario_words(self.loadgen_scenario)}, {what}MIG layout "
             f"{self.layout} on {where}, {self.mode} mode, backend {self.backend} ({self.device})"
         )
 
@@ -896,11 +907,11 @@ class RunResult(LayoutResult):
         return {"tokens/s": sum(r for r in rates if r is not None)}
 
     def token_notes(self) -> list[str]:
-        """The TTFT/TPOT verdicts of runs held to token limits (Server)."""
+        """The TTFT/TPOT verdicts of runs held to token limits (Server, Interactive)."""
         verdicts = [token_verdicts(i.name, i.performance) for i in self.instances]
         verdicts.append(token_verdicts("layout (unified)", self.layout_result))
         found = [v for v in verdicts if v]
-        return [f"token limits (p99): {'; '.join(found)}"] if found else []
+        return [f"{self.loadgen_scenario} token limits (p99): {'; '.join(found)}"] if found else []
 
     def _with_telemetry(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each instance's mean activity (`util %`) and each GPU subtotal's samples/J."""

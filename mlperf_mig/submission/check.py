@@ -216,7 +216,7 @@ def _system_results(
                     scenario,
                     (
                         f"unknown scenario folder {scenario.name!r}; expected one of "
-                        f"{', '.join(rules.SCENARIOS)} (LoadGen scenario names, case as written)"
+                        f"{', '.join(rules.SCENARIOS)} (MLPerf scenario names, case as written)"
                     ),
                 )
                 continue
@@ -238,16 +238,22 @@ def _required_scenarios(
             f"{model} is not a closed-division benchmark for system_type {system_type!r}",
         )
         return
+    optional = rules.checker_model(model).scenarios_optional(key)
     missing = [s for s in required if s not in present]
+    if set(rules.ONE_OF_SCENARIOS) <= set(optional) and not set(rules.ONE_OF_SCENARIOS) & set(
+        present
+    ):
+        missing.append(f"(one of) {' or '.join(rules.ONE_OF_SCENARIOS)}")
     if missing:
         yield benchmark, f"closed division needs the scenarios {', '.join(missing)} as well"
+    allowed = (*required, *optional)
     for scenario in present:
-        if scenario not in required:
+        if scenario not in allowed:
             yield (
                 benchmark / scenario,
                 (
                     f"{scenario} is not a closed-division scenario of {model} for system_type "
-                    f"{system_type!r} (the checker allows {', '.join(required)})"
+                    f"{system_type!r} (the checker allows {', '.join(allowed)})"
                 ),
             )
 
@@ -402,8 +408,15 @@ def performance_problems(
 ) -> list[str]:
     """What checks/performance_check.py would reject in a performance detail log."""
     problems = []
-    if detail.scenario != scenario:
-        problems.append(f"the log is a {detail.scenario} run but the folder says {scenario}")
+    if detail.scenario != rules.log_scenario(scenario):
+        problems.append(
+            f"the log is a {detail.scenario} run but the folder says {scenario}"
+            + (
+                f" (its logs are a {rules.log_scenario(scenario)} run)"
+                if scenario in rules.LOG_SCENARIO
+                else ""
+            )
+        )
     if detail.test_mode == "AccuracyOnly":
         problems.append("the log is an accuracy run; performance/run_1 needs a performance run")
     problems += error_problems(detail)

@@ -23,7 +23,12 @@ VALID_DIVISIONS = ("closed", "open", "network")
 WRITABLE_DIVISIONS = ("closed", "open")
 VALID_STATUSES = ("available", "preview", "rdi")
 VALID_SYSTEM_TYPES = ("datacenter", "edge", "datacenter,edge", "edge,datacenter")
-SCENARIOS = ("SingleStream", "MultiStream", "Offline", "Server")
+# Scenario folder names: LoadGen's scenarios, and Interactive, whose logs are a Server run
+# (under the interactive conf model name; the checker maps the pair, performance_check.py)
+SCENARIOS = ("SingleStream", "MultiStream", "Offline", "Server", "Interactive")
+LOG_SCENARIO = {"Interactive": "Server"}  # folder -> the effective_scenario its logs must have
+# loader.py check_scenarios: where both are optional scenarios, one of them is required
+ONE_OF_SCENARIOS = ("Interactive", "Server")
 EARLY_STOPPING_SCENARIOS = ("SingleStream", "MultiStream", "Server")
 
 # LoadGen's built-in mlperf.conf seeds, per checker version (constants.py MODEL_CONFIG[v]["seeds"]).
@@ -208,6 +213,11 @@ def short_run_settings(model: str) -> dict[str, float]:
         "performance_sample_count_override": checker_model(model).performance_sample_count,
         "target_qps": 0.1,
     }
+
+
+def log_scenario(folder: str) -> str:
+    """The LoadGen scenario the logs of scenario folder `folder` must say (Interactive: Server)."""
+    return LOG_SCENARIO.get(folder, folder)
 
 
 def _models() -> dict[str, tuple[CheckerModel, Workload]]:

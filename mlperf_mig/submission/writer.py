@@ -612,8 +612,17 @@ def _system_descriptions(
 
 
 def _system_type(members: list[ResultSource]) -> str:
-    """ResNet50 and BERT are edge benchmarks; a Server result needs the datacenter suite too."""
-    return "datacenter,edge" if any(m.scenario == "Server" for m in members) else "edge"
+    """ResNet50 and BERT are edge benchmarks; a Server or Interactive result, or a benchmark of
+    the datacenter suite alone (llama3.1-8b), needs the datacenter suite too."""
+    datacenter = any(
+        m.scenario in ("Server", "Interactive")
+        or rules.checker_model(rules.benchmark_folders()[m.benchmark_folder]).scenarios_required(
+            "edge"
+        )
+        is None
+        for m in members
+    )
+    return "datacenter,edge" if datacenter else "edge"
 
 
 def _loadgen_version(source: ResultSource) -> str:

@@ -74,6 +74,10 @@ class TensorSpec:
 ONE_ANSWER = "one answer"  # one payload per sample, at once (ResNet50, BERT)
 TOKEN_STREAM = "token stream"  # int32 token ids, the first reported as soon as it exists (LLMs)
 LOADGEN_SCENARIOS = ("Offline", "Server", "SingleStream", "MultiStream")
+# MLPerf's Interactive scenario is no LoadGen scenario: a Server run under the workload's
+# interactive conf model name (tighter TTFT and TPOT limits), filed in an Interactive/ folder.
+INTERACTIVE = "Interactive"
+SERVER = "Server"
 
 
 @attrs.frozen(kw_only=True)
@@ -122,12 +126,18 @@ class CheckerModel:
     # the samples an accuracy run must cover (the checker's accuracy-sample-count and its
     # dataset_check); None: not checked by mlperf-mig for this model
     accuracy_sample_count: int | None = None
+    # closed division: the scenarios each system type may add (the checker's optional scenarios;
+    # where Server and Interactive both are, one of them is required)
+    optional_scenarios: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def min_queries(self, loadgen_scenario: str) -> int | None:
         return dict(self.min_query_count).get(loadgen_scenario)
 
     def scenarios_required(self, system_type: str) -> tuple[str, ...] | None:
         return dict(self.required_scenarios).get(system_type)
+
+    def scenarios_optional(self, system_type: str) -> tuple[str, ...]:
+        return dict(self.optional_scenarios).get(system_type, ())
 
 
 @attrs.frozen(kw_only=True)
@@ -204,8 +214,12 @@ class Workload(abc.ABC):
     # ONNX Runtime's CPU provider computes int8 fast for this graph (BERT: its Q/DQ matmuls fuse
     # into integer GEMMs; ResNet50's Q/DQ convolutions run slower than fp32 on the CPU).
     int8_on_cpu: bool = False
-    # The LoadGen scenarios MLPerf allows the workload (llama3.1-8b-edge: SingleStream, Offline).
+    # The scenarios MLPerf allows the workload (llama3.1-8b-edge: SingleStream, Offline), in
+    # LoadGen's names, and Interactive where MLPerf has it (llama3.1-8b).
     loadgen_scenarios: tuple[str, ...] = LOADGEN_SCENARIOS
+    # The MLPerf scenario this workload's LoadGen Server runs are reported and filed under:
+    # Server, or Interactive for the variant that `run_as(INTERACTIVE)` gives.
+    server_scenario: str = SERVER
 
     def __str__(self) -> str:
         return self.name  # how messages, file names and tables name it
@@ -222,6 +236,41 @@ class Workload(abc.ABC):
                 f"{self.name} is not run in the {loadgen_scenario} scenario; MLPerf runs it in "
                 f"{', '.join(self.loadgen_scenarios)}: pass --loadgen-scenario with one of them"
             )
+
+    def run_as(self, scenario: str) -> tuple[Workload, str]:
+        """The workload and the LoadGen scenario that run MLPerf scenario `scenario`, refused in
+        one line where MLPerf does not run the workload in it: Interactive is LoadGen's Server
+        run by the workload's interactive variant (its conf model name and token limits)."""
+        self.check_scenario(scenario)
+        if scenario != INTERACTIVE:
+            return self, scenario
+        return self.interactive_variant(), SERVER
+
+    def interactive_variant(self) -> Workload:
+        """The workload as its Interactive scenario runs it (`run_as`); only a workload that
+        lists Interactive among its scenarios has one."""
+        raise WorkloadError(
+            f"{self.name} has no Interactive scenario; MLPerf runs it in "
+            f"{', '.join(self.loadgen_scenarios)}"
+        )
+
+    def mlperf_scenario(self, loadgen_scenario: str) -> str:
+        """The MLPerf scenario a LoadGen test of this workload is reported and filed under: the
+        LoadGen scenario itself, but Interactive for the interactive variant's Server test."""
+        return self.server_scenario if loadgen_scenario == SERVER else loadgen_scenario
+
+    def token_limits_ms(self) -> tuple[float, float] | None:
+        """The p99 TTFT and TPOT limits (ms) of its Server test; None: none (a workload that
+        generates no tokens, or one without a Server run)."""
+        return None
+
+    def conf_model_names(self) -> tuple[str, ...]:
+        """Every conf model name a user.conf of this workload may use (llama3.1-8b: also
+        llama3_1-8b-interactive)."""
+        names = [self.conf_model_name]
+        if INTERACTIVE in self.loadgen_scenarios:
+            names.append(self.interactive_variant().conf_model_name)
+        return tuple(names)
 
     def input_names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.inputs)

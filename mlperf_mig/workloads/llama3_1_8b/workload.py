@@ -37,6 +37,8 @@ from mlperf_mig.workloads.llama3_1_8b.rouge import (
     AccuracyTargets,
 )
 from mlperf_mig.workloads.workload import (
+    INTERACTIVE,
+    SERVER,
     CheckerModel,
     MemoryFit,
     ReferenceScript,
@@ -65,6 +67,30 @@ class Llama31(Workload):
     # p99 limits of the Server scenario (ms), None: the workload has no Server run
     ttft_limit_ms: float | None = None
     tpot_limit_ms: float | None = None
+    # the Interactive scenario's conf model name and p99 limits (ms; LoadGen's mlperf.conf sets
+    # the same under that name); None: the workload has no Interactive run
+    interactive_conf_model_name: str | None = None
+    interactive_ttft_limit_ms: float | None = None
+    interactive_tpot_limit_ms: float | None = None
+
+    def token_limits_ms(self) -> tuple[float, float] | None:
+        if self.ttft_limit_ms is None or self.tpot_limit_ms is None:
+            return None
+        return self.ttft_limit_ms, self.tpot_limit_ms
+
+    def interactive_variant(self) -> Workload:
+        """The Interactive run: LoadGen's Server under the interactive conf model name, held
+        to the Interactive limits, reported and filed as Interactive."""
+        if self.interactive_conf_model_name is None:
+            return super().interactive_variant()
+        return attrs.evolve(
+            self,
+            conf_model_name=self.interactive_conf_model_name,
+            loadgen_scenarios=(SERVER,),
+            server_scenario=INTERACTIVE,
+            ttft_limit_ms=self.interactive_ttft_limit_ms,
+            tpot_limit_ms=self.interactive_tpot_limit_ms,
+        )
 
     def settings_path(self) -> Path:
         """Its LoadGen presets and targets ship in the workload folder."""
@@ -264,7 +290,8 @@ class Llama31(Workload):
 
 def _checker(name: str, samples: int, targets: AccuracyTargets, *,
              min_queries: tuple[tuple[str, int], ...], scenarios: tuple[str, ...],
-             server_bound_ns: int | None) -> CheckerModel:  # fmt: skip
+             optional: tuple[str, ...] = (), server_bound_ns: int | None) -> CheckerModel:  # fmt: skip
+    system_type = "edge" if name.endswith("edge") else "datacenter"
     return CheckerModel(
         name=name,
         folders=(name,),
@@ -272,7 +299,11 @@ def _checker(name: str, samples: int, targets: AccuracyTargets, *,
         offline_min_samples=samples,
         min_query_count=min_queries,
         server_latency_bound_ns=server_bound_ns,
-        required_scenarios=(("edge" if name.endswith("edge") else "datacenter", scenarios),),
+        # the checker's "datacenter,edge" lists hold both variants with the same scenarios
+        required_scenarios=((system_type, scenarios), ("datacenter,edge", scenarios)),
+        optional_scenarios=(
+            ((system_type, optional), ("datacenter,edge", optional)) if optional else ()
+        ),
         accuracy_target=targets.rouge1 * ROUGE_SHARE,
         accuracy_pattern=r".*'rouge1':\s+'?([\d.]+)'?.*",
         accuracy_delta_percent=0.0,
@@ -316,15 +347,19 @@ LLAMA = Llama31(
             TARGETS,
             min_queries=(("SingleStream", 1024), ("Server", 270336), ("Offline", 1)),
             scenarios=("Offline",),
+            optional=(INTERACTIVE, SERVER),
             server_bound_ns=20_000_000_000,
         ),
     ),
     reference_script=_REFERENCE,
     response=RESPONSE,
-    loadgen_scenarios=("Offline", "Server"),
+    loadgen_scenarios=("Offline", SERVER, INTERACTIVE),
     targets=TARGETS,
     ttft_limit_ms=2000.0,
     tpot_limit_ms=100.0,
+    interactive_conf_model_name="llama3_1-8b-interactive",
+    interactive_ttft_limit_ms=500.0,
+    interactive_tpot_limit_ms=30.0,
 )
 
 LLAMA_EDGE = Llama31(
