@@ -48,7 +48,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--loadgen-scenario",
         required=True,
-        help="Offline, Server, SingleStream or MultiStream (the MLPerf scenario, not a MIG layout)",
+        help="Offline, Server, SingleStream, MultiStream or Interactive (llama3.1-8b: a Server "
+        "test under llama3_1-8b-interactive); the MLPerf scenario, not a MIG layout",
     )
     parser.add_argument(
         "--backend",
@@ -326,9 +327,13 @@ def _check_input(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from mlperf_mig.harness import InstanceTask, SettingsSpec, run_instance
+    from mlperf_mig.harness.settings import normalize_scenario
     from mlperf_mig.workloads import get_workload
 
-    args.benchmark = get_workload(args.benchmark)  # resolved once: from here on the workload
+    # resolved once: from here on the workload (Interactive: its variant's LoadGen Server test)
+    args.benchmark, args.loadgen_scenario = get_workload(args.benchmark).run_as(
+        normalize_scenario(args.loadgen_scenario)
+    )
     _check_input(args)
     engine = _engine(args)
     requested = _requested(args, engine)
