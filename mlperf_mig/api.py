@@ -207,11 +207,11 @@ def check_baseline(baseline: object, the_plan: RunPlan) -> RunResult | None:
         )
     if (baseline.benchmark, baseline.loadgen_scenario) != (
         the_plan.benchmark.name,
-        the_plan.loadgen_scenario,
+        the_plan.mlperf_scenario,
     ):
         raise SettingsError(
             f"baseline is {baseline.benchmark} {baseline.loadgen_scenario} but this run is "
-            f"{the_plan.benchmark} {the_plan.loadgen_scenario} (LoadGen scenario); pass a baseline "
+            f"{the_plan.benchmark} {the_plan.mlperf_scenario} (LoadGen scenario); pass a baseline "
             "of the same"
         )
     return baseline

@@ -424,11 +424,13 @@ class RunOptions:
     loadgen_scenario: str = option(
         "Offline",
         check=_text,
-        doc="the MLPerf LoadGen scenario: Offline, Server, SingleStream or MultiStream.",
+        doc="the MLPerf LoadGen scenario: Offline, Server, SingleStream or MultiStream; or "
+        "Interactive (llama3.1-8b: a Server test under llama3_1-8b-interactive, p99 TTFT 500 ms, "
+        "TPOT 30 ms).",
         flag=Flag(
             name="--loadgen-scenario",
-            help="MLPerf LoadGen scenario: Offline, Server, SingleStream, MultiStream (default "
-            "Offline)",
+            help="MLPerf LoadGen scenario: Offline, Server, SingleStream, MultiStream, or "
+            "Interactive (llama3.1-8b: Server under its interactive limits) (default Offline)",
         ),
     )
     mode: str = option(

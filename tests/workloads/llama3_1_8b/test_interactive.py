@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import mlperf_mig
+from mlperf_mig.api import check_baseline
 from mlperf_mig.errors import SettingsError, WorkloadError
 from mlperf_mig.harness.settings import SettingsSpec, read_user_conf, resolve_settings
 from mlperf_mig.submission import check, rules
@@ -194,6 +195,14 @@ def test_an_interactive_run_reports_interactive_with_its_limits(tmp_path: Path, 
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["loadgen_scenario"] == "Interactive"
     assert mlperf_mig.RunResult.load(tmp_path / "run").loadgen_scenario == "Interactive"
+    # a baseline is a run of the same scenario: Interactive's, not Server's
+    plans = {
+        s: mlperf_mig.plan("1g.10gb", benchmark="llama3.1-8b", loadgen_scenario=s, backend="null")
+        for s in ("Interactive", "Server")
+    }
+    assert check_baseline(result, plans["Interactive"]) is result
+    with pytest.raises(SettingsError, match=r"baseline is llama3\.1-8b Interactive but this run"):
+        check_baseline(result, plans["Server"])
 
 
 @pytest.mark.slow
