@@ -26,6 +26,8 @@ def _benchmark_help(default: str) -> str:
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register `advise` and `capacity` on the `mlperf-mig` parser."""
+    from mlperf_mig.study.advisor import OBJECTIVES
+
     _capacity_command(subparsers)
     parser = subparsers.add_parser(
         "advise", help="rank every valid MIG layout of the GPU from per-profile measurements"
@@ -43,8 +45,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--objective",
         default="throughput",
-        choices=("throughput", "instances", "capacity", "p99", "samples_per_joule"),
-        help="what to rank by (samples_per_joule: GPU board energy from the runs' telemetry, not wall power)",
+        choices=tuple(OBJECTIVES),
+        help="what to rank by (samples_per_joule, or tokens_per_joule for an LLM: GPU board energy "
+        "from the runs' telemetry, not wall power)",
     )
     parser.add_argument(
         "--min-instances",
