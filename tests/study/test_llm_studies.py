@@ -105,8 +105,9 @@ def test_a_repeated_layout_shows_each_instances_tokens_ttft_and_tpot(
         _mean([_tokens(r) for r in study.runs]), 1e-3
     )
     notes = study.notes()
-    assert any(n.startswith("repeat-1: token limits (p99):") and "TTFT" in n for n in notes)
-    assert any(n.startswith("repeat-2: token limits (p99):") for n in notes)
+    for repeat in ("repeat-1", "repeat-2"):  # each repeat's own verdicts, named
+        verdicts = [n for n in notes if n.startswith(f"{repeat}: ") and "token limits (p99)" in n]
+        assert len(verdicts) == 1 and "TTFT" in verdicts[0] and "TPOT" in verdicts[0]
     summary = json.loads(Path(study.outdir, "repeats.json").read_text())["summary"]
     assert summary["total_tokens_per_s"]["mean"] == pytest.approx(
         _mean([_tokens(r) for r in study.runs])
