@@ -70,6 +70,14 @@ SHORT_RUN_PREFIXES = ("TTFT early stopping:", "TPOT early stopping:")
 START_HALVINGS = 4
 
 
+def _qps(value: float | None) -> str:
+    """A target as messages write it: 4 significant digits ('50', '1235'), whole from 10,000
+    ('60,000', never '6e+04')."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if value < 9999.5 else f"{value:,.0f}"  # .4g writes 1e+04 from there
+
+
 def _short_run_reason(reason: str) -> bool:
     """Whether `reason` is one that a quick preset's short run cannot avoid: duration, query
     count, early stopping (TTFT's and TPOT's too). The limits themselves are judged from the p99s."""
@@ -246,13 +254,13 @@ class CapacityResult:
         labels = []
         if not self.bracket_closed and self.failed_qps is None:
             labels.append(
-                f"PARTIAL: every probe passed, up to {self.passed_qps:.4g} QPS; the capacity is at "
+                f"PARTIAL: every probe passed, up to {_qps(self.passed_qps)} QPS; the capacity is at "
                 "least this (raise max_steps)"
             )
         elif not self.bracket_closed:
             labels.append(
-                f"PARTIAL: the probes ran out before the bracket was narrowed: {self.passed_qps:.4g} "
-                f"QPS passed, {self.failed_qps:.4g} QPS failed, wider than the tolerance; the capacity "
+                f"PARTIAL: the probes ran out before the bracket was narrowed: {_qps(self.passed_qps)} "
+                f"QPS passed, {_qps(self.failed_qps)} QPS failed, wider than the tolerance; the capacity "
                 "lies between them (raise max_steps or tolerance)"
             )
         if not self.confirmed:
@@ -601,7 +609,7 @@ def _start(search: _Search, start: float) -> tuple[float, float | None]:
     while not (first := search.probe(start)).passed:
         if halvings == 0 or not search.steps_left:
             raise SettingsError(
-                f"capacity search: the lowest target, {start:.4g} QPS, already fails the "
+                f"capacity search: the lowest target, {_qps(start)} QPS, already fails the "
                 f"{search.loadgen_scenario} test on {search.profile} ({first.summary()}); pass a "
                 "lower low_qps (--low-qps)"
             )

@@ -315,3 +315,12 @@ def test_a_real_search_of_llama_on_the_null_backend_reports_tokens(tmp_path: Pat
         assert probe.tokens_per_s is not None and probe.tokens_per_s > 0
     assert result.tokens_per_s == result.probes[-1].tokens_per_s
     assert "completed tokens/s" in result.title() and "bound" not in result.table()
+
+
+def test_a_high_lowest_target_is_written_in_full(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """60,000 QPS reads '60,000 QPS' in the message, never '6e+04'."""
+    service = TokenService(ttft_ms_per_qps=0.4, tpot_ms_per_qps=0.015)
+    with pytest.raises(SettingsError, match="the lowest target, 60,000 QPS, already fails"):
+        _search(monkeypatch, tmp_path, service, low_qps=60000.0, preset="quick")
