@@ -481,6 +481,13 @@ class _Search:
     extra: dict[str, float]  # the caller's LoadGen settings, under the search's own
     measure: Measure  # the public run and plan, handed in by the face
     probes: list[Probe] = attrs.Factory(list)
+    # the scenario as the runs report it ('Server', 'Interactive'), once one ran
+    reported_scenario: str | None = None
+
+    @property
+    def scenario_name(self) -> str:
+        """The scenario searched, as the runs report it (else as the caller wrote it)."""
+        return self.reported_scenario or self.loadgen_scenario
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> _Search:
@@ -521,7 +528,9 @@ class _Search:
             **self.common,
         )
         quick = self.common["preset"] != "submission"
-        return _probe(_one_run(result), target, confirm=confirm, quick=quick)
+        run = _one_run(result)
+        self.reported_scenario = run.loadgen_scenario
+        return _probe(run, target, confirm=confirm, quick=quick)
 
     def server(self, target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
         """One Server run at `target`, recorded; a probe failed by a latency over its limit is
@@ -547,7 +556,16 @@ class _Search:
 def _check_server_test(values: Mapping[str, Any], common: Mapping[str, Any]) -> None:
     """`loadgen_scenario` runs LoadGen's Server test (Server, or MLPerf's Interactive where the
     workload has it), else one line; the plan also checks the profile, GPU and workload."""
+    from mlperf_mig.workloads import get_workload
+
     scenario = values["loadgen_scenario"]
+    workload = get_workload(values["benchmark"])
+    if "Server" not in workload.loadgen_scenarios:
+        raise SettingsError(
+            f"capacity searches a Server target QPS, and MLPerf runs {workload} in "
+            f"{', '.join(workload.loadgen_scenarios)} only: it has no Server test to search "
+            "(`mlperf-mig run` measures those scenarios)"
+        )
     planned = {k: v for k, v in common.items() if k != "progress"}
     # a target of its own, so that the check takes no cached target (a bad cache entry is what
     # a new search replaces)
@@ -610,7 +628,7 @@ def _start(search: _Search, start: float) -> tuple[float, float | None]:
         if halvings == 0 or not search.steps_left:
             raise SettingsError(
                 f"capacity search: the lowest target, {_qps(start)} QPS, already fails the "
-                f"{search.loadgen_scenario} test on {search.profile} ({first.summary()}); pass a "
+                f"{search.scenario_name} test on {search.profile} ({first.summary()}); pass a "
                 "lower low_qps (--low-qps)"
             )
         high, start, halvings = start, start / 2, halvings - 1
@@ -684,7 +702,7 @@ def _result(
         key=plan_key(the_plan, search.profile),
         passed_qps=low,
         failed_qps=high,
-        loadgen_scenario=search.loadgen_scenario,
+        loadgen_scenario=search.scenario_name,
         tokens_per_s=search.probes[-1].tokens_per_s,
     )
 

@@ -64,7 +64,10 @@ class StandInServer:
             tokens=None,
         )  # fmt: skip
         instance = SimpleNamespace(performance=performance, error=None)
-        return SimpleNamespace(instances=[instance], ok=True, all_valid=valid, outdir=str(outdir))
+        return SimpleNamespace(
+            instances=[instance], ok=True, all_valid=valid, outdir=str(outdir),
+            loadgen_scenario=loadgen_scenario,
+        )  # fmt: skip
 
     def server_calls(self) -> list[dict[str, Any]]:
         return [c for c in self.calls if c["scenario"] == "Server"]

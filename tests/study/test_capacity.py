@@ -49,7 +49,11 @@ class KnownService:
         )
         instance = SimpleNamespace(performance=performance, error=None)
         return SimpleNamespace(
-            ok=True, all_valid=p99 <= BOUND_NS, instances=[instance], outdir=str(outdir)
+            ok=True,
+            all_valid=p99 <= BOUND_NS,
+            instances=[instance],
+            outdir=str(outdir),
+            loadgen_scenario=loadgen_scenario,
         )
 
 

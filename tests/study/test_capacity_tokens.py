@@ -84,7 +84,11 @@ class TokenService:
         )
         instance = SimpleNamespace(performance=performance, error=None)
         return SimpleNamespace(
-            ok=True, all_valid=not reasons, instances=[instance], outdir=str(outdir)
+            ok=True,
+            all_valid=not reasons,
+            instances=[instance],
+            outdir=str(outdir),
+            loadgen_scenario=loadgen_scenario,
         )
 
 
@@ -324,3 +328,17 @@ def test_a_high_lowest_target_is_written_in_full(
     service = TokenService(ttft_ms_per_qps=0.4, tpot_ms_per_qps=0.015)
     with pytest.raises(SettingsError, match="the lowest target, 60,000 QPS, already fails"):
         _search(monkeypatch, tmp_path, service, low_qps=60000.0, preset="quick")
+
+
+def test_a_workload_without_a_server_test_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """llama3.1-8b-edge has no Server test: `capacity` says so in one line, exit 2, nothing runs."""
+    service = TokenService(ttft_ms_per_qps=0.4, tpot_ms_per_qps=0.015)
+    monkeypatch.setattr(api, "run", service)
+    argv = ["capacity", "--benchmark", "llama3.1-8b-edge", "--backend", "null", "--variant",
+            "tiny", "--outdir", str(tmp_path / "search")]  # fmt: skip
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "llama3.1-8b-edge in SingleStream, Offline only" in err
+    assert service.targets == [] and not (tmp_path / "search").exists()
