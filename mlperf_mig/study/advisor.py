@@ -42,7 +42,12 @@ from mlperf_mig.runner.results import (
     result_throughput,
 )
 from mlperf_mig.runner.stats import Summary, summarize
-from mlperf_mig.study.tokens import generates_tokens, instance_tokens_per_s, total_tokens_per_s
+from mlperf_mig.study.tokens import (
+    TOKENS_PER_S,
+    generates_tokens,
+    instance_tokens_per_s,
+    total_tokens_per_s,
+)
 
 if TYPE_CHECKING:
     from mlperf_mig.harness.result import InstanceResult
@@ -58,7 +63,6 @@ OBJECTIVES = {
     "tokens_per_joule": "most predicted tokens per joule, for a workload that generates tokens "
     "(GPU board energy, not wall power; per-instance power is an estimate)",
 }
-TOKENS_UNIT = "tokens/s"  # the rate of a workload that generates tokens (what it is ranked by)
 # the energy objective of each kind of workload, and its label: work per joule in the unit
 # layouts are ranked by (samples, or tokens for a workload that generates them)
 ENERGY_OBJECTIVES = {"samples_per_joule": "samples/J", "tokens_per_joule": "tokens/J"}
@@ -66,7 +70,7 @@ ENERGY_OBJECTIVES = {"samples_per_joule": "samples/J", "tokens_per_joule": "toke
 
 def energy_objective(unit: str) -> str:
     """The energy objective of measurements in `unit`: tokens_per_joule for tokens/s."""
-    return "tokens_per_joule" if unit == TOKENS_UNIT else "samples_per_joule"
+    return "tokens_per_joule" if unit == TOKENS_PER_S else "samples_per_joule"
 
 
 def energy_label(unit: str) -> str:
@@ -89,7 +93,7 @@ def check_energy_objective(objective: str, unit: str, benchmark: str) -> None:
     generates tokens; else one line naming the right one."""
     wanted = energy_objective(unit)
     if objective in ENERGY_OBJECTIVES and objective != wanted:
-        kind = "generates tokens" if unit == TOKENS_UNIT else "generates no tokens"
+        kind = "generates tokens" if unit == TOKENS_PER_S else "generates no tokens"
         raise SettingsError(
             f"objective {objective!r} ranks {ENERGY_OBJECTIVES[objective]}, but {benchmark} "
             f"{kind} (its layouts are predicted in {unit}): pass objective {wanted!r} "
@@ -303,7 +307,7 @@ def measurements_from(
         gpu=first.gpu,
         benchmark=first.benchmark,
         loadgen_scenario=first.loadgen_scenario,
-        unit=TOKENS_UNIT if generates_tokens(first) else first.throughput_unit,
+        unit=TOKENS_PER_S if generates_tokens(first) else first.throughput_unit,
         emulated=first.emulated,
         profiles=profiles,
         labels=tuple(labels),

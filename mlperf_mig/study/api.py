@@ -11,7 +11,6 @@ import attrs
 from mlperf_mig.errors import SettingsError
 from mlperf_mig.runner.results import LayoutResult
 from mlperf_mig.study.advisor import (
-    TOKENS_UNIT,
     Advice,
     advise_from,
     check_constraints,
@@ -20,6 +19,7 @@ from mlperf_mig.study.advisor import (
     measurements_from,
 )
 from mlperf_mig.study.measure import Measure
+from mlperf_mig.study.tokens import TOKENS_PER_S
 from mlperf_mig.workloads import get_workload
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def advise(
     check_ranking(objective, top)  # before a measuring sweep, not after it
     if from_dir is None:
         workload = get_workload(benchmark or "resnet50")
-        unit = TOKENS_UNIT if workload.generates_tokens else "samples/s"
+        unit = TOKENS_PER_S if workload.generates_tokens else "samples/s"
         check_energy_objective(objective, unit, workload.name)
     report: LayoutResult | SweepResult
     if from_dir is None:
