@@ -12,8 +12,22 @@ from mlperf_mig._cli_args import decimal_number, whole_number
 EXIT_OK = 0
 
 
+def _benchmark_help(default: str) -> str:
+    """'resnet50, bert, llama3.1-8b or llama3.1-8b-edge (default ...)': the workload table's."""
+    from mlperf_mig.workloads import workload_names
+
+    *most, last = workload_names()
+    return (
+        f"{', '.join(most)} or {last} (default {default})"
+        if most
+        else f"{last} (default {default})"
+    )
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register `advise` and `capacity` on the `mlperf-mig` parser."""
+    from mlperf_mig.study.advisor import OBJECTIVES
+
     _capacity_command(subparsers)
     parser = subparsers.add_parser(
         "advise", help="rank every valid MIG layout of the GPU from per-profile measurements"
@@ -26,15 +40,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="a sweep (or run) folder to read measurements from; without it the "
         "study's layouts 1-8 are measured first",
     )
-    parser.add_argument(
-        "--benchmark", default=None, help="resnet50 or bert (default: the folder's)"
-    )
+    parser.add_argument("--benchmark", default=None, help=_benchmark_help("the folder's"))
     parser.add_argument("--gpu", default=None, help="the GPU (default: the folder's)")
     parser.add_argument(
         "--objective",
         default="throughput",
-        choices=("throughput", "instances", "capacity", "p99", "samples_per_joule"),
-        help="what to rank by (samples_per_joule: GPU board energy from the runs' telemetry, not wall power)",
+        choices=tuple(OBJECTIVES),
+        help="what to rank by (samples_per_joule, or tokens_per_joule for an LLM: GPU board energy "
+        "from the runs' telemetry, not wall power)",
     )
     parser.add_argument(
         "--min-instances",
@@ -107,10 +120,15 @@ def _capacity_command(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "capacity",
-        help="the highest Server target QPS of one instance of a profile within the latency bound",
+        help="the highest Server target QPS of one instance of a profile within the latency "
+        "limits (a sample's p99 bound; an LLM's TTFT and TPOT limits)",
     )
+    parser.add_argument("--benchmark", default="resnet50", help=_benchmark_help("resnet50"))
     parser.add_argument(
-        "--benchmark", default="resnet50", help="resnet50 or bert (default resnet50)"
+        "--loadgen-scenario",
+        default="Server",
+        help="the Server test searched: Server, or MLPerf's Interactive where the workload has it "
+        "(a Server test under tighter TTFT and TPOT limits) (default Server)",
     )
     parser.add_argument("--profile", default="1g.10gb", help="the MIG profile (default 1g.10gb)")
     parser.add_argument(
@@ -161,6 +179,7 @@ def _capacity(args: argparse.Namespace) -> int:
         preset=args.preset,
         variant=args.variant,
         emulate=args.emulate,
+        loadgen_scenario=args.loadgen_scenario,
         **flag_values(args, SEARCH_OPTIONS),
         settings=parse_overrides(args.set),
         outdir=args.outdir,

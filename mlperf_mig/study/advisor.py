@@ -42,6 +42,12 @@ from mlperf_mig.runner.results import (
     result_throughput,
 )
 from mlperf_mig.runner.stats import Summary, summarize
+from mlperf_mig.study.tokens import (
+    TOKENS_PER_S,
+    generates_tokens,
+    instance_tokens_per_s,
+    total_tokens_per_s,
+)
 
 if TYPE_CHECKING:
     from mlperf_mig.harness.result import InstanceResult
@@ -54,12 +60,47 @@ OBJECTIVES = {
     "p99": "lowest predicted worst p99 latency of any instance (then throughput)",
     "samples_per_joule": "most predicted samples per joule (GPU board energy, not wall power; "
     "per-instance power is an estimate)",
+    "tokens_per_joule": "most predicted tokens per joule, for a workload that generates tokens "
+    "(GPU board energy, not wall power; per-instance power is an estimate)",
 }
-ENERGY_NOTE = (
-    "samples/J predicted = predicted total / (the GPU's idle power + each instance's estimated "
-    "power above idle, from its share of the board energy in the measured runs); GPU board energy, "
-    "not wall power (CPU package energy for emulated runs)"
-)
+# the energy objective of each kind of workload, and its label: work per joule in the unit
+# layouts are ranked by (samples, or tokens for a workload that generates them)
+ENERGY_OBJECTIVES = {"samples_per_joule": "samples/J", "tokens_per_joule": "tokens/J"}
+
+
+def energy_objective(unit: str) -> str:
+    """The energy objective of measurements in `unit`: tokens_per_joule for tokens/s."""
+    return "tokens_per_joule" if unit == TOKENS_PER_S else "samples_per_joule"
+
+
+def energy_label(unit: str) -> str:
+    """'tokens/J' for measurements in tokens/s, else 'samples/J'."""
+    return ENERGY_OBJECTIVES[energy_objective(unit)]
+
+
+def energy_note(unit: str) -> str:
+    """What the predicted work per joule is, in the label of `unit`'s workload."""
+    return (
+        f"{energy_label(unit)} predicted = predicted total ({unit}) / (the GPU's idle power + each "
+        "instance's estimated power above idle, from its share of the board energy in the "
+        "measured runs); GPU board energy, not wall power (CPU package energy for emulated runs)"
+    )
+
+
+def check_energy_objective(objective: str, unit: str, benchmark: str) -> None:
+    """An energy objective must be the one of `benchmark`'s kind (its measurements in `unit`):
+    samples_per_joule for a workload that answers samples, tokens_per_joule for one that
+    generates tokens; else one line naming the right one."""
+    wanted = energy_objective(unit)
+    if objective in ENERGY_OBJECTIVES and objective != wanted:
+        kind = "generates tokens" if unit == TOKENS_PER_S else "generates no tokens"
+        raise SettingsError(
+            f"objective {objective!r} ranks {ENERGY_OBJECTIVES[objective]}, but {benchmark} "
+            f"{kind} (its layouts are predicted in {unit}): pass objective {wanted!r} "
+            f"(--objective {wanted})"
+        )
+
+
 EMULATED_ADVICE = (
     "emulated advice: predicted from CPU partitions standing in for MIG slices, not from a GPU"
 )
@@ -138,12 +179,12 @@ def _checked_run(run: RunResult) -> list[tuple[str, float | None, float | None]]
     that generates tokens (what its layouts are ranked by)."""
     source = str(Path(run.outdir) / RESULTS_FILE)
     _measure(result_throughput(run.layout_result), source, "layout_result.throughput")
-    tokens = _generates_tokens(run)
+    tokens = generates_tokens(run)
     return [
         (
             instance.profile,
             _measure(
-                _token_rate(run, instance) if tokens else instance.throughput,
+                instance_tokens_per_s(run, instance) if tokens else instance.throughput,
                 source,
                 f"instances[{k}].performance.{'tokens' if tokens else 'throughput'}",
             ),
@@ -153,40 +194,10 @@ def _checked_run(run: RunResult) -> list[tuple[str, float | None, float | None]]
     ]
 
 
-def _generates_tokens(run: RunResult) -> bool:
-    """Whether `run` measured tokens (a generative workload): its results carry token figures."""
-    results = [i.performance for i in run.instances] + [run.layout_result]
-    return any(r is not None and r.tokens is not None for r in results)
-
-
-def _token_rate(run: RunResult, instance: Any) -> float | None:
-    """An instance's tokens/s: its own LoadGen's (independent), or its share of the unified
-    LoadGen's tokens/s by the samples it served."""
-    own = instance.performance
-    if own is not None and own.tokens is not None:
-        return own.tokens.tokens_per_second
-    layout = run.layout_result
-    if (
-        layout is None
-        or layout.tokens is None
-        or layout.tokens.tokens_per_second is None
-        or not layout.throughput
-        or instance.throughput is None
-    ):
-        return None
-    return instance.throughput * layout.tokens.tokens_per_second / layout.throughput
-
-
 def _run_total(run: RunResult) -> float | None:
     """What a run's layout is ranked by: its total samples/s, or tokens/s for a generative
     workload (the sum of the instances', or the unified LoadGen's)."""
-    if not _generates_tokens(run):
-        return run.total_throughput
-    layout = run.layout_result
-    if layout is not None and layout.tokens is not None:
-        return layout.tokens.tokens_per_second
-    rates = [_token_rate(run, i) for i in run.instances]
-    return None if any(r is None for r in rates) else sum(r for r in rates if r is not None)
+    return total_tokens_per_s(run) if generates_tokens(run) else run.total_throughput
 
 
 def _instance_powers(run: RunResult) -> tuple[float | None, list[float | None]]:
@@ -296,7 +307,7 @@ def measurements_from(
         gpu=first.gpu,
         benchmark=first.benchmark,
         loadgen_scenario=first.loadgen_scenario,
-        unit="tokens/s" if _generates_tokens(first) else first.throughput_unit,
+        unit=TOKENS_PER_S if generates_tokens(first) else first.throughput_unit,
         emulated=first.emulated,
         profiles=profiles,
         labels=tuple(labels),
@@ -325,7 +336,9 @@ class Prediction:
     capacity: float | None
     sources: tuple[str, ...]
     layout_obj: Layout = attrs.field(eq=False, repr=False)
-    samples_per_joule: float | None = None  # an estimate (ENERGY_NOTE); None without energy data
+    # work per joule, in the measurements' unit (samples, or tokens): an estimate (energy_note);
+    # None without energy data
+    per_joule: float | None = None
     lone_inputs: tuple[str, ...] = ()  # profiles whose rate comes from lone runs only
     lone_half: float = 0.0  # the part of `half` from the validation's error for lone runs
 
@@ -334,7 +347,8 @@ class Prediction:
         """The low end of the predicted total (its rank under the throughput objective)."""
         return self.total - (self.half or 0.0)
 
-    def row(self, rank: int) -> dict[str, Any]:
+    def row(self, rank: int, energy: str = "samples/J") -> dict[str, Any]:
+        """The table's row; `energy`: the label of `per_joule` (samples/J or tokens/J)."""
         return {
             "rank": rank,
             "layout": self.layout,
@@ -343,7 +357,7 @@ class Prediction:
             + ("" if self.half is None else f" ± {self.half:,.2f}"),
             "worst p99 ms": self.worst_p99_ms,
             "capacity": self.capacity,
-            "samples/J": self.samples_per_joule,
+            energy: self.per_joule,
             "from": "; ".join(self.sources),
         }
 
@@ -402,8 +416,9 @@ class Estimator:
         values = measure.power_in_layout or measure.power_alone
         return sum(values) / len(values) if values else None
 
-    def samples_per_joule(self, layout: Layout, total: float) -> float | None:
-        """Predicted total over the GPU's idle power plus each instance's power above idle."""
+    def per_joule(self, layout: Layout, total: float) -> float | None:
+        """Predicted total over the GPU's idle power plus each instance's power above idle: work
+        per joule in the measurements' unit (samples or tokens)."""
         idle = self._m.idle_power_w
         powers = [self.power(p.name) for p in layout.profiles]
         known = [p for p in powers if p is not None]
@@ -439,7 +454,7 @@ class Estimator:
             layout=str(layout),
             instances=len(rates),
             total=total,
-            samples_per_joule=self.samples_per_joule(layout, total),
+            per_joule=self.per_joule(layout, total),
             half=_sum_of_all(halves, lone_half),
             lone_inputs=tuple(dict.fromkeys(n for n, _ in lone)),
             lone_half=lone_half,
@@ -547,8 +562,8 @@ def _rank_key(objective: str) -> RankKey:
         return lambda p: (-p.instances, -p.total, inferred(p), p.layout)
     if objective == "capacity":
         return lambda p: (-(p.capacity or 0.0), inferred(p), p.layout)
-    if objective == "samples_per_joule":
-        return lambda p: (-(p.samples_per_joule or 0.0), -p.total, inferred(p), p.layout)
+    if objective in ENERGY_OBJECTIVES:
+        return lambda p: (-(p.per_joule or 0.0), -p.total, inferred(p), p.layout)
     return lambda p: (p.worst_p99_ms, -p.total, inferred(p), p.layout)
 
 
@@ -578,15 +593,21 @@ class Advice(Report):
     def winner(self) -> Prediction:
         return self.ranking[0]
 
+    @property
+    def energy_label(self) -> str:
+        """The label of the predicted work per joule: samples/J, or tokens/J for a workload that
+        generates tokens."""
+        return energy_label(self.unit)
+
     def rows(self) -> list[dict[str, Any]]:
-        return [p.row(k) for k, p in enumerate(self.ranking[: self.top], 1)]
+        return [p.row(k, self.energy_label) for k, p in enumerate(self.ranking[: self.top], 1)]
 
     def columns(self) -> list[str]:
         columns = ["rank", "layout", "instances", "predicted total", "worst p99 ms"]
         if self.objective == "capacity":
             columns.append("capacity")
-        if self.objective == "samples_per_joule":
-            columns.append("samples/J")
+        if self.objective in ENERGY_OBJECTIVES:
+            columns.append(self.energy_label)
         return [*columns, "from"]
 
     def title(self) -> str:
@@ -627,8 +648,8 @@ class Advice(Report):
             notes.append(
                 f"{len(self.skipped)} layout(s) not predicted: {next(iter(self.skipped.values()))}"
             )
-        if self.objective == "samples_per_joule":
-            notes.append(ENERGY_NOTE)
+        if self.objective in ENERGY_OBJECTIVES:
+            notes.append(energy_note(self.unit))
         return notes + [f"note: {label}" for label in self.labels]
 
     def validation_rows(self) -> list[dict[str, Any]]:
@@ -663,11 +684,13 @@ class Advice(Report):
             "gpu": self.gpu,
             "benchmark": self.benchmark,
             "objective": self.objective,
+            "unit": self.unit,
             "constraints": attrs.asdict(self.constraints),
             "considered": self.considered,
             "predicted": self.predicted,
             "ranking": [
-                p.row(k) | {"total": p.total, "half": p.half} for k, p in enumerate(self.ranking, 1)
+                p.row(k, self.energy_label) | {"total": p.total, "half": p.half}
+                for k, p in enumerate(self.ranking, 1)
             ],
             "placements": list(self.placements),
             "mig_parted": self.mig_parted,
@@ -761,12 +784,13 @@ def advise_from(
             "objective 'capacity' needs Server capacity measurements; run `mlperf-mig capacity` "
             "per profile first, or pick objective throughput"
         )
-    if objective == "samples_per_joule" and not (
+    check_energy_objective(objective, measurements.unit, measurements.benchmark)
+    if objective in ENERGY_OBJECTIVES and not (
         measurements.idle_power_w
         and any(m.power_alone or m.power_in_layout for m in measurements.profiles.values())
     ):
         raise SettingsError(
-            "objective 'samples_per_joule' needs runs whose telemetry measured energy (GPU board "
+            f"objective {objective!r} needs runs whose telemetry measured energy (GPU board "
             "energy over the timed window and idle power: a GPU with an energy counter, or RAPL "
             "for emulated runs); these runs have none: run with telemetry on such a machine, or "
             "pick objective throughput"
@@ -787,8 +811,8 @@ def advise_from(
         allowed = [p for p in allowed if p.capacity is not None]
     if objective == "p99":
         allowed = [p for p in allowed if p.worst_p99_ms is not None]
-    if objective == "samples_per_joule":
-        allowed = [p for p in allowed if p.samples_per_joule is not None]
+    if objective in ENERGY_OBJECTIVES:
+        allowed = [p for p in allowed if p.per_joule is not None]
     if not allowed:
         raise SettingsError(
             f"no valid layout of {gpu.name} meets the constraints ({constraints.text()}): "

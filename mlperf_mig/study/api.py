@@ -14,10 +14,12 @@ from mlperf_mig.study.advisor import (
     Advice,
     advise_from,
     check_constraints,
+    check_energy_objective,
     check_ranking,
     measurements_from,
 )
 from mlperf_mig.study.measure import Measure
+from mlperf_mig.study.tokens import TOKENS_PER_S
 from mlperf_mig.workloads import get_workload
 
 if TYPE_CHECKING:
@@ -50,9 +52,10 @@ def advise(
     from_dir:         a sweep, repeated-run or run folder to read the per-profile measurements
                       from; without it the study's layouts 1-8 are measured first (a sweep into
                       `outdir` with `variant`, `backend`, `preset`, `repeats`, no accuracy run).
-    objective:        "throughput" (total), "instances", "capacity" (Server), "p99" (worst) or
-                      "samples_per_joule" (from the runs' telemetry: GPU board energy, not wall
-                      power; per-instance power is an estimate).
+    objective:        "throughput" (total), "instances", "capacity" (Server), "p99" (worst),
+                      "samples_per_joule", or "tokens_per_joule" for a workload that generates
+                      tokens (from the runs' telemetry: GPU board energy, not wall power;
+                      per-instance power is an estimate).
     min_instances, max_instances, profiles_allowed, max_p99_ms: constraints on the layouts.
     top:              how many layouts the table shows.
     The validation (each measured multi-instance layout predicted from the single-profile ones,
@@ -61,6 +64,10 @@ def advise(
     from mlperf_mig import registry
 
     check_ranking(objective, top)  # before a measuring sweep, not after it
+    if from_dir is None:
+        workload = get_workload(benchmark or "resnet50")
+        unit = TOKENS_PER_S if workload.generates_tokens else "samples/s"
+        check_energy_objective(objective, unit, workload.name)
     report: LayoutResult | SweepResult
     if from_dir is None:
         report = measure.sweep(

@@ -1,13 +1,18 @@
-"""Server capacity of one MIG profile: the highest target QPS that stays within the latency bound.
+"""Server capacity of one MIG profile: the highest target QPS that stays within the latency limits.
 
 A bracketing search over short Server runs of one instance of the profile (the rest of the GPU
 idle): from a starting target (a quarter of a short Offline run's throughput, halved while it
-fails, or `low_qps`, where a failure ends the search) the target doubles while a probe passes and is then bisected (geometric means) until the bracket is
-within `tolerance`. A probe passes when its p99 latency is within the benchmark's Server bound
-and LoadGen logged no error; a short probe cannot satisfy LoadGen's early-stopping and duration
-rules, so its own verdict is not used. The answer is then confirmed by one run of the chosen
-length (`confirm_ms`, default the preset's) judged by LoadGen's full verdict; if that run is
-INVALID the target steps down by the tolerance and is confirmed again (twice at most). A probe
+fails, or `low_qps`, where a failure ends the search) the target doubles while a probe passes and
+is then bisected (geometric means) until the bracket is within `tolerance`. A probe passes when
+LoadGen logged no error and the p99 latencies the run is held to are within their limits: a
+sample's p99 within the benchmark's Server bound, or, for a workload that generates tokens, p99
+time to first token (TTFT) and time per output token (TPOT) within the limits LoadGen logged for
+that test (Server 2000/100 ms for llama3.1-8b; MLPerf's Interactive, a Server test under the
+interactive conf model name, 500/30 ms: both read from the run, never assumed). A short probe
+cannot satisfy LoadGen's early-stopping and duration rules, so its own verdict is not used. The
+answer is then confirmed by one run of the chosen length (`confirm_ms`, default the preset's)
+judged by LoadGen's full verdict and the same limits; if that run fails the target steps down by
+the tolerance and is confirmed again (twice at most). A probe
 that fails is run again at the same target: a short probe's p99 moves with the machine's load, and
 when the repeat passes the probe is inconclusive (with the spread of the two p99s), counted as a
 failure so that the answer stays on the safe side, and labelled. A search
@@ -25,7 +30,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import attrs
 
@@ -44,9 +49,12 @@ from mlperf_mig.runner.options import (
     options_doc,
     run_options,
 )
-from mlperf_mig.runner.results import EMULATED_LABEL, LayoutResult, RunResult
+from mlperf_mig.runner.results import EMULATED_LABEL, LayoutResult, RunResult, result_p99_ms
 from mlperf_mig.study.capacity_cache import plan_key
 from mlperf_mig.study.measure import Measure
+
+if TYPE_CHECKING:
+    from mlperf_mig.harness.result import InstanceResult
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +65,85 @@ SHORT_RUN_REASONS = (
     MIN_DURATION_REASON,
     "min query count not met",
 )
-QUICK_CONFIRM_LABEL = (
-    "confirmed by the latency bound: a quick-preset run is too short for LoadGen's early-stopping "
-    "and duration rules (preset='submission' confirms with LoadGen's full verdict)"
-)
+# LoadGen's TTFT and TPOT early-stopping verdicts, as harness/result.py words them
+SHORT_RUN_PREFIXES = ("TTFT early stopping:", "TPOT early stopping:")
 START_HALVINGS = 4
+
+
+def _qps(value: float | None) -> str:
+    """A target as messages write it: 4 significant digits ('50', '1235'), whole from 10,000
+    ('60,000', never '6e+04')."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if value < 9999.5 else f"{value:,.0f}"  # .4g writes 1e+04 from there
+
+
+def _short_run_reason(reason: str) -> bool:
+    """Whether `reason` is one that a quick preset's short run cannot avoid: duration, query
+    count, early stopping (TTFT's and TPOT's too). The limits themselves are judged from the p99s."""
+    return reason in SHORT_RUN_REASONS or reason.startswith(SHORT_RUN_PREFIXES)
+
+
+@attrs.frozen(kw_only=True)
+class LatencyLimit:
+    """One p99 latency a Server run is held to, and its limit (ms), as the run logged them: a
+    sample's latency (`what` "") against the benchmark's bound, or a token workload's time to
+    first token ("TTFT") or time per output token ("TPOT") against LoadGen's limit."""
+
+    what: str
+    p99_ms: float | None
+    limit_ms: float | None  # None: the run's log holds none
+
+    @property
+    def name(self) -> str:
+        """'p99', 'TTFT p99' or 'TPOT p99'."""
+        return f"{self.what} p99".strip()
+
+    @property
+    def limit_name(self) -> str:
+        """'bound' (a sample's latency), 'TTFT limit' or 'TPOT limit'."""
+        return f"{self.what} limit" if self.what else "bound"
+
+    @property
+    def within(self) -> bool:
+        return (
+            self.p99_ms is not None and self.limit_ms is not None and self.p99_ms <= self.limit_ms
+        )
+
+    def text(self) -> str:
+        """'TTFT p99 2,412.00 ms over its 2000 ms limit', within it, or what is missing."""
+        if self.p99_ms is None:
+            return f"no {self.name} measured"
+        word = "limit" if self.what else "bound"
+        if self.limit_ms is None:
+            return f"{self.name} {self.p99_ms:,.2f} ms, no {self.limit_name} in the run's log"
+        side = "within" if self.within else "over"
+        return f"{self.name} {self.p99_ms:,.2f} ms {side} its {self.limit_ms:g} ms {word}"
+
+
+def _ms(ns: float | None) -> float | None:
+    """Nanoseconds as milliseconds; None (and LoadGen's 0, "no limit") as None."""
+    return ns / 1e6 if ns else None
+
+
+def _limits(result: InstanceResult | None) -> tuple[LatencyLimit, ...]:
+    """The p99 latencies a Server run is held to, with the limits its log holds: a token
+    workload's TTFT and TPOT (the Server or Interactive limits of that test), any other
+    workload's sample latency against its target latency."""
+    if result is None:
+        return ()
+    tokens = result.tokens
+    if tokens is None:
+        bound = _ms(result.effective_settings.get("target_latency_ns"))
+        return (LatencyLimit(what="", p99_ms=result_p99_ms(result), limit_ms=bound),)
+    return (
+        LatencyLimit(
+            what="TTFT", p99_ms=_ms(tokens.ttft_ns.get("99.00")), limit_ms=_ms(tokens.ttft_limit_ns)
+        ),
+        LatencyLimit(
+            what="TPOT", p99_ms=_ms(tokens.tpot_ns.get("99.00")), limit_ms=_ms(tokens.tpot_limit_ns)
+        ),
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -70,30 +152,53 @@ class Probe:
 
     target_qps: float
     passed: bool
-    p99_ms: float | None
-    bound_ms: float | None
+    p99_ms: float | None  # a sample's p99 latency, shown for every workload
+    limits: tuple[LatencyLimit, ...]  # what the run was judged by
     reasons: tuple[str, ...]
     folder: str
+    tokens_per_s: float | None = None  # completed tokens/s (a workload that generates tokens)
     confirm: bool = False
     # a failing probe whose repeat passed: the machine's noise decides it, not the target;
-    # counted as a failure (the capacity stays on the safe side), `spread` of the two p99s
+    # counted as a failure (the capacity stays on the safe side), `spread` of the two p99s of
+    # the latency that failed it (`spread_of`)
     inconclusive: bool = False
     spread: float | None = None
+    spread_of: str = "p99"
+
+    @property
+    def generates_tokens(self) -> bool:
+        """Whether the run was judged by token latencies (TTFT, TPOT)."""
+        return any(limit.what for limit in self.limits)
+
+    def over(self) -> LatencyLimit | None:
+        """The first measured latency over its limit (None: none was)."""
+        return next((x for x in self.limits if x.p99_ms is not None and not x.within), None)
+
+    def latency(self, name: str) -> float | None:
+        """The p99 (ms) of the latency called `name` ('p99', 'TTFT p99', 'TPOT p99')."""
+        return next((x.p99_ms for x in self.limits if x.name == name), None)
+
+    def summary(self) -> str:
+        """Every latency against its limit, then any other reason: what decided the probe."""
+        texts = [limit.text() for limit in self.limits]
+        return "; ".join([*texts, *(r for r in self.reasons if r not in texts)])
 
     def row(self) -> dict[str, Any]:
         verdict = "pass" if self.passed else "fail"
         if self.inconclusive:
             verdict = "inconclusive" + (
-                "" if self.spread is None else f" (p99 spread {self.spread:.0%})"
+                "" if self.spread is None else f" ({self.spread_of} spread {self.spread:.0%})"
             )
-        return {
+        row: dict[str, Any] = {
             "run": "confirm" if self.confirm else "probe",
             "target QPS": self.target_qps,
+            "tokens/s": self.tokens_per_s,
             "p99 ms": self.p99_ms,
-            "bound ms": self.bound_ms,
-            "verdict": verdict,
-            "why": "; ".join(self.reasons) or None,
         }
+        for limit in self.limits:
+            row[f"{limit.name} ms"] = limit.p99_ms
+            row[f"{limit.limit_name} ms"] = limit.limit_ms
+        return row | {"verdict": verdict, "why": "; ".join(self.reasons) or None}
 
 
 @attrs.frozen(kw_only=True)
@@ -115,34 +220,71 @@ class CapacityResult:
     passed_qps: float | None = None  # the highest probe target that passed
     failed_qps: float | None = None  # the lowest probe target that failed
     cache_note: str | None = None  # whether the answer was cached, once that was tried
+    # the scenario searched: Server, or MLPerf's Interactive (LoadGen's Server, tighter limits)
+    loadgen_scenario: str = "Server"
+    # a token workload's completed tokens/s in the run at the answer (the last confirming run)
+    tokens_per_s: float | None = None
 
     @property
     def partial(self) -> bool:
         return not (self.confirmed and self.bracket_closed)
 
+    @property
+    def generates_tokens(self) -> bool:
+        """Whether the runs were judged by token latencies (TTFT and TPOT)."""
+        return any(p.generates_tokens for p in self.probes)
+
+    def _judged_by(self) -> str:
+        """'the TTFT and TPOT limits' of a token workload's test, else 'the latency bound'."""
+        return "the TTFT and TPOT limits" if self.generates_tokens else "the latency bound"
+
+    def limits_text(self) -> str | None:
+        """'p99 TTFT <= 2000 ms and TPOT <= 100 ms', the limits the last run was held to as its
+        log holds them (a token workload's; None for others)."""
+        last = next((p for p in reversed(self.probes) if p.generates_tokens), None)
+        if last is None:
+            return None
+        held = [
+            f"{x.what} <= {'?' if x.limit_ms is None else f'{x.limit_ms:g}'} ms"
+            for x in last.limits
+        ]
+        return f"p99 {' and '.join(held)}"
+
     def labels(self) -> list[str]:
         labels = []
         if not self.bracket_closed and self.failed_qps is None:
             labels.append(
-                f"PARTIAL: every probe passed, up to {self.passed_qps:.4g} QPS; the capacity is at "
+                f"PARTIAL: every probe passed, up to {_qps(self.passed_qps)} QPS; the capacity is at "
                 "least this (raise max_steps)"
             )
         elif not self.bracket_closed:
             labels.append(
-                f"PARTIAL: the probes ran out before the bracket was narrowed: {self.passed_qps:.4g} "
-                f"QPS passed, {self.failed_qps:.4g} QPS failed, wider than the tolerance; the capacity "
+                f"PARTIAL: the probes ran out before the bracket was narrowed: {_qps(self.passed_qps)} "
+                f"QPS passed, {_qps(self.failed_qps)} QPS failed, wider than the tolerance; the capacity "
                 "lies between them (raise max_steps or tolerance)"
             )
         if not self.confirmed:
             labels.append(
-                "PARTIAL: the confirming run was INVALID at every step down; not confirmed"
+                f"PARTIAL: the confirming run was INVALID or over {self._judged_by()} at every step "
+                "down; not confirmed"
+            )
+        limits = self.limits_text()
+        if limits is not None:
+            labels.append(
+                f"{self.loadgen_scenario} test of a token workload: each run is judged by {limits} "
+                "(the limits LoadGen logged for this test), the confirming run by LoadGen's verdict "
+                "too; tokens/s: completed tokens per second"
             )
         if self.confirmed and self.preset != "submission":
-            labels.append(QUICK_CONFIRM_LABEL)
+            labels.append(
+                f"confirmed by {self._judged_by()}: a quick-preset run is too short for LoadGen's "
+                "early-stopping and duration rules (preset='submission' confirms with LoadGen's "
+                "full verdict)"
+            )
         noisy = [p for p in self.probes if p.inconclusive]
         if noisy:
             spreads = [p.spread for p in noisy if p.spread is not None]
-            spread = f", p99 spread up to {max(spreads):.0%}" if spreads else ""
+            spread = f", spread of the failing p99 up to {max(spreads):.0%}" if spreads else ""
             labels.append(
                 f"{len(noisy)} probe(s) inconclusive: failed, then passed when repeated at the same "
                 f"target{spread}: the machine's noise, not the target, decided them; counted as "
@@ -154,17 +296,29 @@ class CapacityResult:
 
     def title(self) -> str:
         where = f"{self.gpu} [emulated]" if self.emulated else self.gpu
+        tokens = (
+            "" if self.tokens_per_s is None else f", {self.tokens_per_s:,.1f} completed tokens/s"
+        )
         return (
-            f"Server capacity of {self.profile} on {where}, {self.benchmark}, backend {self.backend}: "
-            f"{self.qps:,.1f} QPS"
+            f"{self.loadgen_scenario} capacity of {self.profile} on {where}, {self.benchmark}, "
+            f"backend {self.backend}: {self.qps:,.1f} QPS{tokens}"
         )
 
+    def columns(self) -> list[str]:
+        """The probe table's columns: a sample's p99 and its bound, or for a token workload its
+        tokens/s, a sample's p99, and TTFT's and TPOT's p99 each with its limit."""
+        measured = next((p for p in self.probes if p.limits), None)
+        limits = [] if measured is None else measured.limits
+        judged = [c for x in limits for c in (f"{x.name} ms", f"{x.limit_name} ms")]
+        if self.generates_tokens:
+            judged = ["tokens/s", "p99 ms", *judged]
+        return ["run", "target QPS", *(judged or ["p99 ms", "bound ms"]), "verdict", "why"]
+
     def table(self) -> str:
-        columns = ["run", "target QPS", "p99 ms", "bound ms", "verdict", "why"]
         return "\n".join(
             [
                 self.title(),
-                text_table([p.row() for p in self.probes], columns),
+                text_table([p.row() for p in self.probes], self.columns()),
                 *(f"note: {label}" for label in self.labels()),
                 *([self.cache_note] if self.cache_note else []),
             ]
@@ -189,8 +343,8 @@ class CapacityResult:
                 log.warning("capacity %s: %s", self.profile, note)
             else:
                 note = (
-                    f"cached as {self.key!r} in {str(path)!r}; later Server runs of {self.profile} "
-                    "layouts use it as their target"
+                    f"cached as {self.key!r} in {str(path)!r}; later {self.loadgen_scenario} runs "
+                    f"of {self.profile} layouts use it as their target"
                 )
         return attrs.evolve(self, cache_note=note)
 
@@ -209,35 +363,33 @@ def _one_run(result: LayoutResult) -> RunResult:
 
 
 def _probe(run: RunResult, target: float, *, confirm: bool, quick: bool) -> Probe:
-    from mlperf_mig.runner.results import result_p99_ms
-
     instance = run.instances[0]
     result = instance.performance
-    p99 = result_p99_ms(result)
-    bound_ns = None if result is None else result.effective_settings.get("target_latency_ns")
-    bound = None if not bound_ns else bound_ns / 1e6
+    limits = _limits(result)
     errors = () if result is None else (result.error,) if result.error else ()
-    within = run.ok and not errors and p99 is not None and bound is not None and p99 <= bound
+    within = run.ok and not errors and bool(limits) and all(x.within for x in limits)
     reasons: tuple[str, ...] = errors or (
-        () if within else (f"p99 {p99:.2f} ms over the bound" if p99 is not None else "no latency",)
+        () if within else tuple(x.text() for x in limits if not x.within) or ("no latency",)
     )
     passed = within
     if confirm:
         logged = () if result is None else tuple(result.invalid_reasons)
-        short = all(r in SHORT_RUN_REASONS for r in logged)
-        # the full verdict, except that a quick preset's run is too short for LoadGen's
-        # early-stopping and duration rules: there the latency bound alone decides (labelled)
-        passed = (run.ok and run.all_valid) or (within and short and quick)
+        short = all(_short_run_reason(r) for r in logged)
+        # LoadGen's full verdict and the limits, except that a quick preset's run is too short
+        # for LoadGen's early-stopping and duration rules: there the limits alone decide (labelled)
+        passed = within and ((run.ok and run.all_valid) or (short and quick))
         reasons = logged + tuple(r for r in reasons if r not in logged)
     if not run.ok:
         reasons = (instance.error or "the run failed",)
+    tokens = None if result is None else result.tokens
     return Probe(
         target_qps=target,
         passed=passed,
-        p99_ms=p99,
-        bound_ms=bound,
+        p99_ms=result_p99_ms(result),
+        limits=limits,
         reasons=reasons,
         folder=run.outdir,
+        tokens_per_s=None if tokens is None else tokens.tokens_per_second,
         confirm=confirm,
     )
 
@@ -322,12 +474,20 @@ class _Search:
     """One search under way: its options, where its runs go, and the probes so far."""
 
     profile: str
+    loadgen_scenario: str  # Server, or MLPerf's Interactive (a Server test, tighter limits)
     options: SearchOptions
     root: Path
     common: dict[str, Any]  # the run options every run of the search takes
     extra: dict[str, float]  # the caller's LoadGen settings, under the search's own
     measure: Measure  # the public run and plan, handed in by the face
     probes: list[Probe] = attrs.Factory(list)
+    # the scenario as the runs report it ('Server', 'Interactive'), once one ran
+    reported_scenario: str | None = None
+
+    @property
+    def scenario_name(self) -> str:
+        """The scenario searched, as the runs report it (else as the caller wrote it)."""
+        return self.reported_scenario or self.loadgen_scenario
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> _Search:
@@ -342,8 +502,10 @@ class _Search:
         common |= {"accuracy": False, "cache_dir": cache_dir, "progress": values["progress"]}
         run_options({**common, "settings": values["settings"]})  # checked as `run` checks them
         check_progress(values["progress"])
+        _check_server_test(values, common)
         return cls(
             profile=values["profile"],
+            loadgen_scenario=values["loadgen_scenario"],
             options=options,
             root=Path(outdir) if outdir is not None else default_outdir("capacity"),
             common=common,
@@ -360,19 +522,22 @@ class _Search:
         overrides = {**self.extra, "target_qps": target, **duration_setting}
         result = self.measure.run(
             [self.profile],
-            loadgen_scenario="Server",
+            loadgen_scenario=self.loadgen_scenario,
             outdir=self.root / folder,
             settings=overrides,
             **self.common,
         )
         quick = self.common["preset"] != "submission"
-        return _probe(_one_run(result), target, confirm=confirm, quick=quick)
+        run = _one_run(result)
+        self.reported_scenario = run.loadgen_scenario
+        return _probe(run, target, confirm=confirm, quick=quick)
 
     def server(self, target: float, folder: str, duration: int | None, *, confirm: bool) -> Probe:
-        """One Server run at `target`, recorded; a failed probe is run again once."""
+        """One Server run at `target`, recorded; a probe failed by a latency over its limit is
+        run again once."""
         probe = self._once(target, folder, duration, confirm=confirm)
-        if not confirm and not probe.passed and probe.p99_ms is not None:
-            # a short probe's p99 moves with the machine's load: a failure is measured again
+        if not confirm and not probe.passed and probe.over() is not None:
+            # a short probe's p99s move with the machine's load: a failure is measured again
             # before the search relies on it, and two that disagree are inconclusive
             again = self._once(target, f"{folder}-again", duration, confirm=False)
             if again.passed:
@@ -388,15 +553,47 @@ class _Search:
         return self.server(target, folder, self.options.probe_ms, confirm=False)
 
 
+def _check_server_test(values: Mapping[str, Any], common: Mapping[str, Any]) -> None:
+    """`loadgen_scenario` runs LoadGen's Server test (Server, or MLPerf's Interactive where the
+    workload has it), else one line; the plan also checks the profile, GPU and workload."""
+    from mlperf_mig.workloads import get_workload
+
+    scenario = values["loadgen_scenario"]
+    workload = get_workload(values["benchmark"])
+    if "Server" not in workload.loadgen_scenarios:
+        raise SettingsError(
+            f"capacity searches a Server target QPS, and MLPerf runs {workload} in "
+            f"{', '.join(workload.loadgen_scenarios)} only: it has no Server test to search "
+            "(`mlperf-mig run` measures those scenarios)"
+        )
+    planned = {k: v for k, v in common.items() if k != "progress"}
+    # a target of its own, so that the check takes no cached target (a bad cache entry is what
+    # a new search replaces)
+    settings = {**dict(values["settings"] or {}), "target_qps": values["low_qps"] or 1.0}
+    the_plan = values["measure"].plan(
+        [values["profile"]], loadgen_scenario=scenario, settings=settings, **planned
+    )
+    if the_plan.loadgen_scenario != "Server":
+        raise SettingsError(
+            f"capacity searches a Server target QPS: loadgen_scenario {scenario!r} runs LoadGen's "
+            f"{the_plan.loadgen_scenario} test, which has no target QPS; pass Server (--loadgen-"
+            "scenario Server), or MLPerf's Interactive where the workload has it"
+        )
+
+
 def _inconclusive(probe: Probe, again: Probe) -> Probe:
-    """A failed probe whose repeat passed: counted as a failure, with the spread of the two."""
+    """A failed probe whose repeat passed: counted as a failure, with the spread of the two p99s
+    of the latency that failed it."""
+    over = probe.over()
+    name = "p99" if over is None else over.name
     return attrs.evolve(
         probe,
         inconclusive=True,
-        spread=relative_spread([probe.p99_ms, again.p99_ms]),
+        spread=relative_spread([probe.latency(name), again.latency(name)]),
+        spread_of=name,
         reasons=(
             *probe.reasons,
-            f"passed when repeated (p99 {again.p99_ms:.2f} ms, {again.folder})",
+            f"passed when repeated ({name} {again.latency(name) or 0.0:,.2f} ms, {again.folder})",
         ),
     )
 
@@ -430,9 +627,9 @@ def _start(search: _Search, start: float) -> tuple[float, float | None]:
     while not (first := search.probe(start)).passed:
         if halvings == 0 or not search.steps_left:
             raise SettingsError(
-                f"capacity search: the lowest target, {start:.4g} QPS, already fails on "
-                f"{search.profile} (p99 {first.p99_ms} ms, bound {first.bound_ms} ms; "
-                f"{'; '.join(first.reasons)}); pass a lower low_qps (--low-qps)"
+                f"capacity search: the lowest target, {_qps(start)} QPS, already fails the "
+                f"{search.scenario_name} test on {search.profile} ({first.summary()}); pass a "
+                "lower low_qps (--low-qps)"
             )
         high, start, halvings = start, start / 2, halvings - 1
     return start, high
@@ -488,7 +685,7 @@ def _result(
     }
     common = {k: v for k, v in search.common.items() if k != "progress"}
     the_plan = search.measure.plan(
-        [search.profile], loadgen_scenario="Server", settings=last, **common
+        [search.profile], loadgen_scenario=search.loadgen_scenario, settings=last, **common
     )
     return CapacityResult(
         benchmark=the_plan.benchmark.name,
@@ -505,6 +702,8 @@ def _result(
         key=plan_key(the_plan, search.profile),
         passed_qps=low,
         failed_qps=high,
+        loadgen_scenario=search.scenario_name,
+        tokens_per_s=search.probes[-1].tokens_per_s,
     )
 
 
@@ -518,6 +717,7 @@ def capacity(
     preset: str = "quick",
     variant: str = "full",
     emulate: bool = False,
+    loadgen_scenario: str = "Server",
     low_qps: float | None = None,
     probe_ms: int = 2000,
     confirm_ms: int | None = None,
@@ -531,8 +731,10 @@ def capacity(
     measure: Measure,
 ) -> CapacityResult:
     """The highest Server target QPS of one instance of `profile` that stays within the
-    benchmark's latency bound (the module describes the search); `settings`: further LoadGen
-    settings for every run. Runs go to `outdir`/probe-<k>/ and confirm-<k>/. A complete answer is
+    benchmark's latency limits (the module describes the search): a sample's p99 within the
+    Server bound, or a token workload's p99 TTFT and TPOT within the limits of its test.
+    `loadgen_scenario`: Server, or MLPerf's Interactive where the workload has it (a Server test
+    under tighter TTFT and TPOT limits). `settings`: further LoadGen settings for every run. Runs go to `outdir`/probe-<k>/ and confirm-<k>/. A complete answer is
     cached in the engine cache (`store=False`: not yet; `CapacityResult.store` does it, as the CLI
     does once it has printed the answer); the result's `cache_note` says whether it was.
     """

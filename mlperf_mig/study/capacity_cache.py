@@ -1,7 +1,9 @@
 """Cached Server capacities: the highest VALID Server target QPS found per profile.
 
 `mlperf_mig.capacity` (study/capacity.py) writes one entry per (GPU or its emulation, profile,
-benchmark, backend, precision, preset, model variant) to the capacity cache file
+benchmark, backend, precision, preset, model variant, and the conf model name where a Server test
+runs under another one than the workload's own: MLPerf's Interactive, `llama3_1-8b-interactive`,
+tighter TTFT and TPOT limits) to the capacity cache file
 (runner/capacity_store.py: versioned, locked, read back as untrusted input); a later Server run of
 a layout whose instances are all of one profile uses the entry as its target QPS (recorded as
 `target_source: "capacity cache"`), and a Server sweep reports each layout's capacity as the sum
@@ -18,6 +20,7 @@ import attrs
 from mlperf_mig.runner.capacity_store import cache_file, read_capacities
 from mlperf_mig.runner.options import RunOptions
 from mlperf_mig.runner.plan import RunPlan, make_plan
+from mlperf_mig.workloads import Workload, get_workload
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +35,21 @@ def capacity_key(
     precision: str | None,
     preset: str,
     variant: str,
+    conf_model_name: str | None = None,
 ) -> str:
+    """The entry's key; `conf_model_name` only for a Server test under another conf model name
+    than the workload's own (its limits differ, so its capacity does: Interactive)."""
     where = f"{gpu} [emulated]" if emulated else gpu
-    return "|".join([where, profile, benchmark, backend, precision or "default", preset, variant])
+    parts = [where, profile, benchmark, backend, precision or "default", preset, variant]
+    return "|".join(parts + ([f"conf={conf_model_name}"] if conf_model_name else []))
+
+
+def _other_conf_name(workload: Workload) -> str | None:
+    """The conf model name a plan's workload runs its Server test under, where it is not the
+    workload's own (MLPerf's Interactive); None for the workload's own tests, whose keys stay as
+    they were before Interactive existed."""
+    own = get_workload(workload.name).conf_model_name
+    return None if workload.conf_model_name == own else workload.conf_model_name
 
 
 def plan_key(plan: RunPlan, profile: str) -> str:
@@ -48,6 +63,7 @@ def plan_key(plan: RunPlan, profile: str) -> str:
         precision=plan.precision,
         preset=plan.preset,
         variant=plan.variant,
+        conf_model_name=_other_conf_name(plan.benchmark),
     )
 
 

@@ -19,6 +19,7 @@ memory bandwidth are shared, not a GPU, and every table says so.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -52,6 +53,7 @@ from mlperf_mig.runner.results import (
     LayoutResult,
     RunResult,
     gpu_subtotals_text,
+    token_cells,
 )
 from mlperf_mig.runner.stats import (
     CHANGE_NOTE,
@@ -64,6 +66,16 @@ from mlperf_mig.runner.stats import (
 )
 from mlperf_mig.study.overall import OverallProgress
 from mlperf_mig.study.report_html import write_report
+from mlperf_mig.study.tokens import (
+    TOKENS_PER_J,
+    TOKENS_PER_S,
+    generates_tokens,
+    instance_token_cells,
+    instance_tokens_per_s,
+    run_token_values,
+    token_columns,
+    total_tokens_per_s,
+)
 
 log = logging.getLogger(__name__)
 
@@ -557,8 +569,23 @@ class RepeatedRun(LayoutResult):
             "vs MIG scenario 1": None if change is None else change.text(),
             PER_GPU_COLUMN: self._per_gpu_means() if self.first.multi_gpu else None,
             "samples/J": self._summary_text([r.samples_per_joule for r in self.runs if r.ok]),
+            **self._token_summaries(run_token_values),
             **({} if reused is None else {REUSED_COLUMN: reused}),
         }
+
+    def _token_summaries(
+        self, cells_of: Callable[[RunResult], Mapping[str, float | None]]
+    ) -> dict[str, str | None]:
+        """Each token figure's mean and 95% interval (min-max below 3) over the runs, the
+        figures of a run given by `cells_of`; {} for a workload that generates no tokens."""
+        per_run = [cells_of(r) for r in self.runs if r.ok]
+        columns = dict.fromkeys(c for cells in per_run for c in cells)
+        return {c: self._summary_text([cells.get(c) for cells in per_run]) for c in columns}
+
+    @property
+    def generates_tokens(self) -> bool:
+        """Whether the runs measured tokens (tokens/s, TTFT, TPOT)."""
+        return any(generates_tokens(r) for r in self.runs)
 
     def _reused_cell(self) -> str | None:
         """'6 of 12' instance runs with a reused target, for a sweep's table; None: none."""
@@ -597,6 +624,7 @@ class RepeatedRun(LayoutResult):
                 "util %": self._summary_text(
                     [r.utilisation(instance.name) for r in self.runs if r.ok]
                 ),
+                **self._token_summaries(functools.partial(instance_token_cells, index=index)),
             }
             if self.isolation:
                 for what, column in (
@@ -622,6 +650,8 @@ class RepeatedRun(LayoutResult):
                 "throughput": None if total is None else total.text(),
                 "min-max": None if total is None else f"{total.min:,.2f}-{total.max:,.2f}",
                 "samples/J": self._summary_text([r.samples_per_joule for r in self.runs if r.ok]),
+                **self._token_summaries(_total_token_cells),
+                **self._token_summaries(_tokens_per_joule),
             }
         )
         return rows
@@ -651,6 +681,10 @@ class RepeatedRun(LayoutResult):
             columns.append("util %")
         if any(r.samples_per_joule is not None for r in self.runs):
             columns.append("samples/J")
+        if any(r.tokens_per_joule is not None for r in self.runs):
+            columns.append(TOKENS_PER_J)
+        at = columns.index("p99 ms") + 1
+        columns[at:at] = token_columns(self.instance_rows())
         if self.isolation:
             columns += ["vs alone: throughput", "vs alone: p99"]
         return columns
@@ -678,6 +712,17 @@ class RepeatedRun(LayoutResult):
                 + "; ".join(dict.fromkeys(i.util_metric for t in measured for i in t.instances))
                 + f"; samples/J from {measured[0].energy_label}"
             )
+        if self.generates_tokens:
+            lines.append(
+                "note: tokens/s (Offline: generated; else completed), TTFT and TPOT p99 (ms) over "
+                "the repeats as throughput is"
+            )
+            lines += [
+                f"{Path(r.outdir).name}: {note}"
+                for r in self.runs
+                if r.ok
+                for note in r.token_notes()
+            ]
         changes = self.changes()
         if changes:
             lines.append(f"note: {CHANGE_NOTE}")
@@ -740,7 +785,26 @@ class RepeatedRun(LayoutResult):
                     }
                     for i in range(len(self.first.instances))
                 ],
+                **self._token_summary_data(),
             },
+        }
+
+    def _token_summary_data(self) -> dict[str, Any]:
+        """repeats.json's summary of tokens/s (each instance's, the total), for a workload that
+        generates tokens; {} otherwise."""
+        if not self.generates_tokens:
+            return {}
+
+        def tokens_of(values: Iterable[float | None]) -> dict[str, Any] | None:
+            return _dict(self._summarize([v for v in values if v is not None]))
+
+        ok = [r for r in self.runs if r.ok]
+        return {
+            "total_tokens_per_s": tokens_of(total_tokens_per_s(r) for r in ok),
+            "instance_tokens_per_s": [
+                tokens_of(instance_tokens_per_s(r, r.instances[i]) for r in ok)
+                for i in range(len(self.first.instances))
+            ],
         }
 
     def save(self) -> Path:
@@ -776,6 +840,19 @@ class RepeatedRun(LayoutResult):
             baseline_totals=baseline_totals,
             baseline_source=baseline_source,
         )
+
+
+def _total_token_cells(run: RunResult) -> dict[str, float | None]:
+    """The total row's token figures of a run: the unified LoadGen's (tokens/s, TTFT, TPOT), or
+    the instances' tokens/s added up; {} for a run without tokens."""
+    if run.layout_result is not None and run.layout_result.tokens is not None:
+        return token_cells(run.layout_result)
+    return {TOKENS_PER_S: total_tokens_per_s(run)} if generates_tokens(run) else {}
+
+
+def _tokens_per_joule(run: RunResult) -> dict[str, float | None]:
+    """A run's tokens/J (the total row's); {} for a run without tokens."""
+    return {TOKENS_PER_J: run.tokens_per_joule} if generates_tokens(run) else {}
 
 
 def _dict(value: Summary | Change | None) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from mlperf_mig.errors import MlperfMigError, OutputDirError
 from mlperf_mig.runner.results import LayoutResult, RunResult
 from mlperf_mig.study.advisor import Advice, advise_from, measurements_from
 from mlperf_mig.study.chart import PLOT_INSTALL, Bar, chart_bar, draw_bars, figure_svg, gpu_bars
+from mlperf_mig.study.tokens import TOKENS_PER_J, generates_tokens
 from mlperf_mig.telemetry.figure import draw_timeseries, series_for_figure
 
 if TYPE_CHECKING:
@@ -188,7 +189,8 @@ def _figures(layouts: Sequence[LayoutResult]) -> str:
         parts.append(f"<h2>Figure 2: change against MIG scenario 1</h2>{two}")
     energy = _energy_figure(layouts)
     if energy is not None:
-        parts.append(f"<h2>Figure 3: samples per joule per layout</h2>{energy}")
+        what = _work_per_joule(layouts)[0]
+        parts.append(f"<h2>Figure 3: {what} per joule per layout</h2>{energy}")
     return "".join(parts) + _timeseries_figures(layouts)
 
 
@@ -215,10 +217,20 @@ def _gpu_figures(layouts: Sequence[LayoutResult]) -> list[str]:
     return figures
 
 
-def _samples_per_joule(layout: LayoutResult) -> tuple[float, str] | None:
-    """A layout's samples per joule (the mean over its repeats) and the energy it rests on."""
+def _work_per_joule(layouts: Sequence[LayoutResult]) -> tuple[str, str]:
+    """('tokens', 'tokens/J') for a workload that generates tokens, else ('samples',
+    'samples/J'): what Figure 3 counts per joule."""
+    if any(generates_tokens(r) for layout in layouts for r in layout.runs):
+        return "tokens", TOKENS_PER_J
+    return "samples", "samples/J"
+
+
+def _per_joule(layout: LayoutResult, tokens: bool) -> tuple[float, str] | None:
+    """A layout's samples (or `tokens`) per joule, the mean over its repeats, and the energy it
+    rests on."""
     runs = layout.runs
-    values = [r.samples_per_joule for r in runs if r.samples_per_joule is not None]
+    found = [r.tokens_per_joule if tokens else r.samples_per_joule for r in runs]
+    values = [v for v in found if v is not None]
     telemetry = runs[0].telemetry
     if not values or telemetry is None:
         return None
@@ -226,23 +238,25 @@ def _samples_per_joule(layout: LayoutResult) -> tuple[float, str] | None:
 
 
 def _energy_figure(layouts: Sequence[LayoutResult]) -> str | None:
-    """Samples per joule of every layout that measured energy (None when none did)."""
+    """Samples (or tokens) per joule of every layout that measured energy (None when none did)."""
+    what, label = _work_per_joule(layouts)
     points = [
         (_layout_name(layout), found)
         for layout in layouts
-        if (found := _samples_per_joule(layout)) is not None
+        if (found := _per_joule(layout, what == "tokens")) is not None
     ]
     if not points:
         return None
+    rate = "total tokens/s" if what == "tokens" else "throughput"
 
     def draw(figure: Figure) -> None:
         axes = figure.add_subplot()
         axes.bar(range(len(points)), [p[1][0] for p in points], color="#4C72B0")
         axes.set_xticks(range(len(points)), [p[0] for p in points], fontsize=9)
-        axes.set_ylabel("samples per joule", fontsize=9)
+        axes.set_ylabel(f"{what} per joule", fontsize=9)
         labels = sorted({p[1][1] for p in points})
         axes.set_title(
-            f"samples/J: throughput / mean power over the timed window ({'; '.join(labels)})",
+            f"{label}: {rate} / mean power over the timed window ({'; '.join(labels)})",
             fontsize=9,
         )
 

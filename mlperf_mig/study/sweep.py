@@ -66,6 +66,13 @@ from mlperf_mig.study.repeats import (
     study_plans,
 )
 from mlperf_mig.study.report_html import write_report
+from mlperf_mig.study.tokens import (
+    TOKEN_LATENCIES,
+    TOKENS_PER_J,
+    TOKENS_PER_S,
+    generates_tokens,
+    run_token_values,
+)
 
 log = logging.getLogger(__name__)
 CHART_SVG_LIMIT = 4_000_000  # bytes of the chart shown inline in a notebook
@@ -95,6 +102,15 @@ _STUDY_COLUMNS = (
     "unit",
     "all valid",
     "vs MIG scenario 1",
+)
+
+
+# a generative workload's columns: the layout's tokens/s and its worst p99 TTFT and TPOT
+SWEEP_TOKEN_COLUMNS = (TOKENS_PER_S, *TOKEN_LATENCIES)
+TOKENS_NOTE = (
+    "tokens/s: the layout's total (Offline: generated; else completed tokens per second); TTFT "
+    "and TPOT p99 ms: the worst instance's (unified: the one LoadGen's); tokens/J: total tokens/s "
+    "/ mean power over the common timed window"
 )
 
 
@@ -139,18 +155,27 @@ class SweepResult(Report):
         return sum(known) if values and len(known) == len(values) else None
 
     def rows(self) -> list[dict[str, Any]]:
-        rows = [layout.summary_row() for layout in self.layouts]
+        rows = [
+            layout.summary_row() | ({} if self.studies else run_token_values(layout.first))
+            for layout in self.layouts
+        ]
         if self.capacities:
             for row, layout in zip(rows, self.layouts):
                 row["capacity QPS (sum)"] = self.capacity_of(layout)
         return rows
 
     def columns(self) -> tuple[str, ...]:
-        columns = _STUDY_COLUMNS if self.studies else _COLUMNS
+        columns: tuple[str, ...] = _STUDY_COLUMNS if self.studies else _COLUMNS
         if any(run.multi_gpu for run in self.runs):  # each GPU's subtotal
             columns = (*columns, PER_GPU_COLUMN)
+        rows = self.rows()
+        tokens = [c for c in SWEEP_TOKEN_COLUMNS if any(r.get(c) is not None for r in rows)]
+        at = columns.index("unit") + 1
+        columns = (*columns[:at], *tokens, *columns[at:])
         if any(run.samples_per_joule is not None for run in self.runs):  # telemetry measured energy
             columns = (*columns, "samples/J")
+        if any(run.tokens_per_joule is not None for run in self.runs):
+            columns = (*columns, TOKENS_PER_J)
         if any(study.reused_targets() for study in self.studies):
             columns = (*columns, REUSED_COLUMN)
         return (*columns, "capacity QPS (sum)") if self.capacities else columns
@@ -176,6 +201,8 @@ class SweepResult(Report):
             notes.append(
                 f"samples/J: total throughput / mean power over the common timed window ({'; '.join(labels)})"
             )
+        if any(generates_tokens(run) for run in self.runs):
+            notes.append(TOKENS_NOTE)
         if self.studies:
             notes.append(self.studies[0].interval_note())
             notes.append(f"vs MIG scenario 1: the mean total over scenario 1's; {CHANGE_NOTE}")

@@ -61,9 +61,13 @@ class StandInServer:
             latency_ns={"50.00": 1e6, "90.00": 2e6, "99.00": 5e6 if within else 50e6, "99.90": 60e6},
             effective_settings={"target_latency_ns": BOUND_NS}, error=None,
             invalid_reasons=() if valid else ("99th percentile latency over the bound",),
+            tokens=None,
         )  # fmt: skip
         instance = SimpleNamespace(performance=performance, error=None)
-        return SimpleNamespace(instances=[instance], ok=True, all_valid=valid, outdir=str(outdir))
+        return SimpleNamespace(
+            instances=[instance], ok=True, all_valid=valid, outdir=str(outdir),
+            loadgen_scenario=loadgen_scenario,
+        )  # fmt: skip
 
     def server_calls(self) -> list[dict[str, Any]]:
         return [c for c in self.calls if c["scenario"] == "Server"]
@@ -77,7 +81,8 @@ def fixture_stand_in(monkeypatch: pytest.MonkeyPatch) -> Any:
         server = StandInServer(knee, **kwargs)
         monkeypatch.setattr("mlperf_mig.api.run", server)
         the_plan = SimpleNamespace(benchmark=RESNET50, gpu="A100-SXM4-80GB", backend="null",
-                                   deployment=SimpleNamespace(emulated=True))  # fmt: skip
+                                   deployment=SimpleNamespace(emulated=True),
+                                   loadgen_scenario="Server")  # fmt: skip
         monkeypatch.setattr("mlperf_mig.api.plan", lambda *args, **kwargs: the_plan)
         monkeypatch.setattr(capacity_module, "plan_key", lambda plan, profile: "stand-in")
         return server

@@ -45,10 +45,15 @@ class KnownService:
             effective_settings={"target_latency_ns": BOUND_NS},
             error=None,
             invalid_reasons=() if p99 <= BOUND_NS else ("Reduce target QPS to improve latency.",),
+            tokens=None,
         )
         instance = SimpleNamespace(performance=performance, error=None)
         return SimpleNamespace(
-            ok=True, all_valid=p99 <= BOUND_NS, instances=[instance], outdir=str(outdir)
+            ok=True,
+            all_valid=p99 <= BOUND_NS,
+            instances=[instance],
+            outdir=str(outdir),
+            loadgen_scenario=loadgen_scenario,
         )
 
 
@@ -216,12 +221,16 @@ def test_search_options_are_checked_before_any_run(
 
 def test_capacity_parameters_are_the_declared_options() -> None:
     """capacity's search options and the run options it passes on take the declared type and
-    default, and its docstring lists the search options."""
+    default (the LoadGen scenario's default is Server: the search runs Server tests), and its
+    docstring lists the search options."""
     parameters = inspect.signature(capacity).parameters
-    passed_on = [o for o in RUN_OPTIONS if o.name in parameters and o.name != "outdir"]
+    own_default = {"outdir", "loadgen_scenario"}
+    passed_on = [o for o in RUN_OPTIONS if o.name in parameters and o.name not in own_default]
     for declared in (*SEARCH_OPTIONS, *passed_on):
         parameter = parameters[declared.name]
         assert (parameter.annotation, parameter.default) == (declared.accepts, declared.default)
+    scenario = parameters["loadgen_scenario"]
+    assert (scenario.annotation, scenario.default) == ("str", "Server")
     assert all(f"{o.name}:" in (capacity.__doc__ or "") for o in SEARCH_OPTIONS)
 
 
