@@ -1,4 +1,4 @@
-"""mlperf-mig: MLPerf Inference ResNet50 and BERT on NVIDIA MIG partitions.
+"""mlperf-mig: MLPerf Inference (ResNet50, BERT, Llama 3.1 8B) on NVIDIA MIG partitions.
 
 Notebook API: `run(scenario=7)`, `sweep(scenarios=range(1, 9))`, `plan(scenario=7)`; the CLI is
 `mlperf-mig`. "scenario" is one of the seed study's eight MIG layouts; the MLPerf LoadGen scenario

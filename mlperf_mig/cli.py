@@ -43,7 +43,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="mlperf-mig",
-        description="Run MLPerf Inference ResNet50 and BERT on NVIDIA MIG partitions and compare layouts.",
+        description="Run MLPerf Inference (ResNet50, BERT, Llama 3.1 8B) on NVIDIA MIG partitions and compare layouts.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -14,14 +14,9 @@ EXIT_OK = 0
 
 def _benchmark_help(default: str) -> str:
     """'resnet50, bert, llama3.1-8b or llama3.1-8b-edge (default ...)': the workload table's."""
-    from mlperf_mig.workloads import workload_names
+    from mlperf_mig.workloads import workload_names_text
 
-    *most, last = workload_names()
-    return (
-        f"{', '.join(most)} or {last} (default {default})"
-        if most
-        else f"{last} (default {default})"
-    )
+    return f"{workload_names_text()} (default {default})"
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

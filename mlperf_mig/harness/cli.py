@@ -39,7 +39,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "harness",
         help="run one LoadGen test on this machine (one instance, no MIG) and print the result",
         description=(
-            "Run one MLPerf LoadGen test of ResNet50 or BERT in this process: settings from a "
+            "Run one MLPerf LoadGen test of a workload in this process: settings from a "
             "preset, a user.conf and --set overrides; MLPerf logs under OUTDIR/<mode>/; the "
             "result parsed from mlperf_log_detail.txt."
         ),

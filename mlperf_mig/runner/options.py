@@ -40,6 +40,7 @@ from mlperf_mig._io import check_output_path
 from mlperf_mig.errors import ClusterError, SettingsError
 from mlperf_mig.placement.cluster_address import parse_cluster
 from mlperf_mig.placement.deployment import ScenarioSpec
+from mlperf_mig.workloads import workload_names_text
 
 if TYPE_CHECKING:
     from mlperf_mig.registry.nvml_state import NvmlModule
@@ -415,11 +416,8 @@ class RunOptions:
     benchmark: str = option(
         "resnet50",
         check=_text,
-        doc='"resnet50", "bert", "llama3.1-8b" or "llama3.1-8b-edge".',
-        flag=Flag(
-            name="--benchmark",
-            help="resnet50, bert, llama3.1-8b or llama3.1-8b-edge (default resnet50)",
-        ),
+        doc=f"the workload: {workload_names_text()}.",
+        flag=Flag(name="--benchmark", help=f"{workload_names_text()} (default resnet50)"),
     )
     loadgen_scenario: str = option(
         "Offline",

@@ -248,7 +248,7 @@ def src_readme() -> str:
             "# mlperf-mig",
             "",
             f"The results of this submission were produced with mlperf-mig {__version__}, a "
-            "harness that runs MLPerf Inference ResNet50 and BERT on every instance of an NVIDIA "
+            "harness that runs MLPerf Inference (ResNet50, BERT, Llama 3.1 8B) on every instance of an NVIDIA "
             "MIG layout (TensorRT on GPUs, ONNX Runtime as the fallback), with mlcommons-loadgen "
             f"{loadgen} on Python {platform.python_version()}.",
             "",

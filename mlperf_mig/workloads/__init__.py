@@ -27,6 +27,7 @@ __all__ = [
     "Workload",
     "get_workload",
     "workload_names",
+    "workload_names_text",
     "workloads",
 ]
 
@@ -63,6 +64,12 @@ def workloads() -> tuple[Workload, ...]:
 def workload_names() -> tuple[str, ...]:
     """The names of every workload (aliases left out)."""
     return tuple(w.name for w in workloads())
+
+
+def workload_names_text() -> str:
+    """The names as help texts list them: 'resnet50, bert, llama3.1-8b or llama3.1-8b-edge'."""
+    *most, last = workload_names()
+    return f"{', '.join(most)} or {last}" if most else last
 
 
 def get_workload(name: str | Workload) -> Workload:
