@@ -206,8 +206,10 @@ class TokenStreamSUT:
         self._thread.join()
 
     def _loop(self) -> None:
+        generator, report = self._generator, self._report
         while True:
-            self._admit()
+            if self._queue:
+                self._admit()
             if not self._running:
                 if self._stopping and not self._queue:
                     return
@@ -215,11 +217,11 @@ class TokenStreamSUT:
                 self._wakeup.clear()
                 continue
             try:
-                events = self._generator.step()
+                events = generator.step()
             except Exception as exc:
                 self._fail_running(f"{self._name} failed: {type(exc).__name__}: {exc}")
                 continue
-            self._report(events)
+            report(events)
 
     def _admit(self) -> None:
         """Hand every queued prompt to the generator (or complete it empty after an abort)."""
@@ -241,10 +243,15 @@ class TokenStreamSUT:
                 self.completer.empty(left, f"{type(exc).__name__}: {exc}")
 
     def _report(self, events: Sequence[TokenEvent]) -> None:
-        self.completer.first_tokens([e for e in events if e.first])
+        """First tokens and finished outputs to LoadGen (once a step: the cheap case, a step
+        without either, costs two passes over the events)."""
+        completer = self.completer
+        if completer.needs_first_token:
+            completer.first_tokens([e for e in events if e.first])
         done = [e for e in events if e.finished]
-        self.completer.finished(done, self._name)
-        self._running.difference_update(e.request for e in done)
+        if done:
+            completer.finished(done, self._name)
+            self._running.difference_update(e.request for e in done)
         if self.aborted and self._running:
             self._fail_running("the run was aborted")
 
