@@ -200,7 +200,6 @@ class TokenStreamSUT:
         self._thread.join()
 
     def _loop(self) -> None:
-        generator, report = self._generator, self._report
         while True:
             if self._queue:
                 self._admit()
@@ -211,11 +210,11 @@ class TokenStreamSUT:
                 self._wakeup.clear()
                 continue
             try:
-                events = generator.step()
+                events = self._generator.step()
             except Exception as exc:
                 self._fail_running(f"{self._name} failed: {type(exc).__name__}: {exc}")
                 continue
-            report(events)
+            self._report(events)
 
     def _admit(self) -> None:
         """Hand every queued prompt to the generator (or complete it empty after an abort)."""
@@ -237,8 +236,8 @@ class TokenStreamSUT:
                 self.completer.empty(left, f"{type(exc).__name__}: {exc}")
 
     def _report(self, events: Sequence[TokenEvent]) -> None:
-        """First tokens and finished outputs to LoadGen (once a step: the cheap case, a step
-        without either, costs two passes over the events)."""
+        """A step's first tokens (outside Offline) and finished outputs to LoadGen: most steps
+        have neither, and cost one pass over their events (two outside Offline)."""
         completer = self.completer
         if completer.needs_first_token:
             completer.first_tokens([e for e in events if e.first])
