@@ -27,6 +27,7 @@ import numpy as np
 
 from mlperf_mig.engines.backend import Backend
 from mlperf_mig.errors import WorkloadError
+from mlperf_mig.harness.progress import CompletionCounter
 from mlperf_mig.harness.samples import SampleLibrary
 from mlperf_mig.harness.settings import LoadGenModule
 from mlperf_mig.workloads.workload import ONE_ANSWER, Workload
@@ -35,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 LoadGenResponse = Any  # an lg.QuerySampleResponse (mlperf_loadgen ships no type information)
 
-PROGRESS_INTERVAL_S = 0.5
 OFFLINE_COMPLETION_SAMPLES = 512
 OFFLINE_COMPLETION_INTERVAL_S = 0.05  # a slow backend completes every batch
 
@@ -193,14 +193,17 @@ class BatchRunner:
         self._pool = ResponsePool(lg, self._staging)
         self._staged = 0
         self._last_flush = time.monotonic()
-        self._progress = progress
-        self._last_progress = time.monotonic()
-        self.completed = 0
+        self._counter = CompletionCounter(progress)
         self.failed_samples = 0
         self.error: str | None = None
         self.aborted = False
         self._round: np.ndarray | None = None  # Offline: one round's payloads, by row
         self._rows: np.ndarray | None = None  # Offline: 0..loaded-1
+
+    @property
+    def completed(self) -> int:
+        """Samples completed so far (what the LoadGen test reports)."""
+        return self._counter.completed
 
     def abort(self, exc: Exception) -> None:
         """Fail the run and complete every further sample at once, without the backend."""
@@ -285,7 +288,7 @@ class BatchRunner:
             np.take(payloads, chunk, axis=0, out=self._staging[:count])
             self._pool.set_ids(0, ids[base + start : base + start + count])
             self._lg.QuerySamplesComplete(self._pool.first(count))
-            self._count(count)
+            self._counter.add(count)
         self._last_flush = time.monotonic()
 
     def _complete_rows(
@@ -308,7 +311,7 @@ class BatchRunner:
             self._staging[:count] = payloads[first + start : first + start + count]
             self._pool.set_ids(0, chunk)
             self._lg.QuerySamplesComplete(self._pool.first(count))
-            self._count(count)
+            self._counter.add(count)
         self._last_flush = time.monotonic()
 
     def _round_payloads(self, loaded: int) -> np.ndarray:
@@ -381,7 +384,7 @@ class BatchRunner:
         count, self._staged = self._staged, 0
         self._lg.QuerySamplesComplete(self._pool.first(count))
         self._last_flush = time.monotonic()
-        self._count(count)
+        self._counter.add(count)
 
     def _record_error(self, exc: Exception, count: int) -> None:
         if self.error is None:
@@ -396,16 +399,7 @@ class BatchRunner:
         response = self._lg.QuerySampleResponse
         self._lg.QuerySamplesComplete([response(qid, 0, 0) for qid in ids])
         self._last_flush = time.monotonic()
-        self._count(len(ids))
-
-    def _count(self, count: int) -> None:
-        self.completed += count
-        if self._progress is None:
-            return
-        now = time.monotonic()
-        if now - self._last_progress >= PROGRESS_INTERVAL_S:
-            self._last_progress = now
-            self._progress(self.completed)
+        self._counter.add(len(ids))
 
 
 class InlineSUT:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from mlperf_mig.harness.progress import CompletionCounter
 from mlperf_mig.harness.samples import InputLayout, SampleLibrary
 from mlperf_mig.harness.settings import LoadGenModule
 from mlperf_mig.workloads.generation import MIN_NEW_TOKENS, TokenEvent, TokenGenerator
@@ -31,7 +32,6 @@ from mlperf_mig.workloads.samples import SampleSource
 
 logger = logging.getLogger(__name__)
 
-PROGRESS_INTERVAL_S = 0.5
 PROMPT_IDS = "input_ids"  # the sample library's padded prompt rows
 PROMPT_LENGTH = "input_length"  # and each prompt's length
 
@@ -49,12 +49,15 @@ class TokenCompleter:
         self._lg = lg
         self.needs_first_token = needs_first_token
         self._first_sent: set[int] = set()
-        self._progress = progress
-        self._last_progress = time.monotonic()
-        self.completed = 0
+        self._counter = CompletionCounter(progress)
         self.failed_samples = 0
         self.tokens = 0
         self.error: str | None = None
+
+    @property
+    def completed(self) -> int:
+        """Samples completed so far (what the LoadGen test reports)."""
+        return self._counter.completed
 
     def record_error(self, message: str, count: int) -> None:
         if self.error is None:
@@ -103,7 +106,7 @@ class TokenCompleter:
         )  # LoadGen copies the outputs inside the call
         self._first_sent.difference_update(e.request for e in events)
         self.tokens += sum(len(out) for out in outputs)
-        self._count(len(events))
+        self._counter.add(len(events))
 
     def _output(self, event: TokenEvent, generator: str) -> np.ndarray:
         tokens = event.tokens
@@ -131,16 +134,7 @@ class TokenCompleter:
             self._lg.FirstTokenComplete([response(r, 0, 0, 0) for r in pending])
         self._lg.QuerySamplesComplete([response(r, 0, 0, 0) for r in requests])
         self._first_sent.difference_update(requests)
-        self._count(len(requests))
-
-    def _count(self, count: int) -> None:
-        self.completed += count
-        if self._progress is None:
-            return
-        now = time.monotonic()
-        if now - self._last_progress >= PROGRESS_INTERVAL_S:
-            self._last_progress = now
-            self._progress(self.completed)
+        self._counter.add(len(requests))
 
 
 class TokenStreamSUT:
@@ -207,7 +201,8 @@ class TokenStreamSUT:
 
     def _loop(self) -> None:
         while True:
-            self._admit()
+            if self._queue:
+                self._admit()
             if not self._running:
                 if self._stopping and not self._queue:
                     return
@@ -241,10 +236,15 @@ class TokenStreamSUT:
                 self.completer.empty(left, f"{type(exc).__name__}: {exc}")
 
     def _report(self, events: Sequence[TokenEvent]) -> None:
-        self.completer.first_tokens([e for e in events if e.first])
+        """A step's first tokens (outside Offline) and finished outputs to LoadGen: most steps
+        have neither, and cost one pass over their events (two outside Offline)."""
+        completer = self.completer
+        if completer.needs_first_token:
+            completer.first_tokens([e for e in events if e.first])
         done = [e for e in events if e.finished]
-        self.completer.finished(done, self._name)
-        self._running.difference_update(e.request for e in done)
+        if done:
+            completer.finished(done, self._name)
+            self._running.difference_update(e.request for e in done)
         if self.aborted and self._running:
             self._fail_running("the run was aborted")
 

@@ -12,6 +12,7 @@ import pytest
 
 from mlperf_mig.engines.backends.known_answer import KnownAnswerBackend, expected_payload
 from mlperf_mig.engines.backends.null import NullBackend
+from mlperf_mig.harness import progress as progress_module
 from mlperf_mig.harness import sut as sut_module
 from mlperf_mig.harness.samples import SampleLibrary, input_layouts
 from mlperf_mig.harness.sut import (
@@ -71,7 +72,7 @@ class FailingBackend(NullBackend):
 
 
 def _runner(
-    benchmark: Workload, lg: RecordingLoadGen, *, backend=None, batch_size: int = 4
+    benchmark: Workload, lg: RecordingLoadGen, *, backend=None, batch_size: int = 4, progress=None
 ) -> BatchRunner:
     library = SampleLibrary.allocate(input_layouts(benchmark), capacity=8, total_count=16)
     library.load(
@@ -79,7 +80,11 @@ def _runner(
         SyntheticSource(benchmark=benchmark, total_count=16, performance_count=8),
     )
     return BatchRunner(
-        lg=lg, backend=backend or NullBackend(benchmark), library=library, batch_size=batch_size
+        lg=lg,
+        backend=backend or NullBackend(benchmark),
+        library=library,
+        batch_size=batch_size,
+        progress=progress,
     )
 
 
@@ -91,6 +96,17 @@ def test_offline_completes_every_sample_in_batches() -> None:
     sut.issue(ids, [8 + i % 8 for i in range(20)])
     assert lg.completed_ids() == ids
     assert [len(call) for call in lg.calls] == [4, 4, 4, 4, 4]
+
+
+def test_completions_are_reported_to_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch runner tells its progress callback the completed count (here after every
+    batch: an interval of 0)."""
+    monkeypatch.setattr(progress_module, "PROGRESS_INTERVAL_S", 0.0)
+    reports: list[int] = []
+    sut = InlineSUT(_runner(RESNET50, RecordingLoadGen(), progress=reports.append), offline=False)
+    sut.issue([100, 101, 102], [8, 9, 10])
+    sut.issue([103], [11])
+    assert reports == [3, 4]
 
 
 def test_backend_error_still_completes_every_sample() -> None:

@@ -10,6 +10,7 @@ import threading
 import numpy as np
 import pytest
 
+from mlperf_mig.harness import progress as progress_module
 from mlperf_mig.harness.samples import InputLayout, SampleLibrary
 from mlperf_mig.harness.token_sut import (
     PROMPT_IDS,
@@ -105,6 +106,21 @@ def test_every_request_gets_its_first_token_then_its_whole_output(scenario):
     else:
         assert {k: v.tolist() for k, v in lg.first.items()} == {100: [5], 101: [9], 102: [3]}
     assert sut.completed == 3 and sut.error is None and completer.tokens == 12
+
+
+def test_completions_are_reported_to_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The completer tells its progress callback the completed count (here after every
+    completion call: an interval of 0)."""
+    monkeypatch.setattr(progress_module, "PROGRESS_INTERVAL_S", 0.0)
+    reports: list[int] = []
+    completer = TokenCompleter(TokenLoadGen(), needs_first_token=False, progress=reports.append)
+    tokens = np.array([1, 2], dtype=np.int32)
+    done = [
+        TokenEvent(request=r, token=2, first=False, finished=True, tokens=tokens) for r in (1, 2)
+    ]
+    completer.finished(done, "test")
+    completer.empty([3], "test failure")
+    assert reports == [2, 3]
 
 
 class SkipsFirstToken(ModelFreeGenerator):

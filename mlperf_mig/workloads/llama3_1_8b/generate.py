@@ -25,6 +25,7 @@ kernels may differ with the batch, which greedy decoding does not see but in nea
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -54,27 +55,30 @@ PREFILL_LOGITS_BYTES = 1 << 30
 
 
 class _Batch:
-    """The running requests, one row each, and their cache."""
+    """The running requests, one row each, their cache and the inputs of their next decode.
+
+    A decode step of a small model runs in tens of microseconds, so its bookkeeping is a few
+    numpy calls: the outputs are Python lists (one append a row), the next `input_ids` is the
+    argmax itself ([rows, 1]), and the mask and positions of the coming decodes are laid out
+    ahead in two buffers that each decode takes views of."""
 
     def __init__(
         self,
         *,
-        requests: np.ndarray,
+        requests: list[int],
         lengths: np.ndarray,
         tokens: np.ndarray,
         mask: np.ndarray,
         cache: list[np.ndarray],
         max_new_tokens: int,
     ) -> None:
-        rows = len(requests)
-        self.requests = requests  # int64 [rows]: the ids the SUT passed to `add`
-        self.positions = lengths.astype(np.int64)  # [rows]: where the next fed token goes
-        self.made = np.zeros(rows, dtype=np.int64)  # [rows]: tokens generated
-        self.outputs = np.zeros((rows, max_new_tokens), dtype=np.int32)
+        self.requests = requests  # the ids the SUT passed to `add`, by row
+        self.outputs: list[list[int]] = [[] for _ in requests]  # each row's tokens so far
         self.cache = cache  # per layer: key, value [rows, kv_heads, cached, head_dim]
-        self.youngest = 0  # the fewest tokens a row has made: min(made)
-        self.set_mask(mask)
-        self.record(tokens)
+        self.last = tokens  # int64 [rows, 1]: each row's latest token, the next decode's input
+        self.youngest = 0  # the fewest tokens a row has made
+        self._ahead = max_new_tokens  # decodes laid out ahead by `lay_out`
+        self.lay_out(mask, lengths.astype(np.int64).reshape(-1, 1))
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -84,60 +88,68 @@ class _Batch:
         """int64 [rows, cached]: 1 where the cache holds a token of the row."""
         return self._mask[:, : self.cached]
 
-    def set_mask(self, mask: np.ndarray) -> None:
-        # the columns right of the cached ones are 1 already: a decode, which appends a token
-        # to every row, only widens the view (each row decodes fewer than max_new_tokens times
-        # between two calls here, which every finish or admission makes)
-        self.cached = mask.shape[1]
-        self._mask = np.ones((len(mask), self.cached + self.outputs.shape[1]), dtype=np.int64)
+    @property
+    def positions(self) -> np.ndarray:
+        """int64 [rows, 1]: the position of each row's next token."""
+        decoded = self.cached - self._laid
+        return self._positions[:, decoded : decoded + 1]
+
+    def lay_out(self, mask: np.ndarray, positions: np.ndarray) -> None:
+        """Lay out the inputs of the next decodes from the current `mask` and `positions`: the
+        mask buffer has ones right of the cached columns (every decode appends a token to every
+        row) and the positions buffer counts on from `positions`. Each row decodes fewer than
+        max_new_tokens times between two calls here, which every finish or admission makes;
+        `decode_inputs` lays out again if it must."""
+        self.cached = self._laid = mask.shape[1]
+        self._mask = np.ones((len(mask), self.cached + self._ahead), dtype=np.int64)
         self._mask[:, : self.cached] = mask
+        self._positions = positions + np.arange(self._ahead + 1)
 
-    def grow(self) -> np.ndarray:
-        """The mask with a column of ones appended (the decode's new token)."""
+    def decode_inputs(self) -> tuple[np.ndarray, np.ndarray]:
+        """`position_ids` and `attention_mask` of the next decode (views); the mask's new
+        column is counted as cached from now on."""
         if self.cached == self._mask.shape[1]:
-            self.set_mask(self.mask)
+            self.lay_out(self.mask, self.positions)
+        positions = self.positions
         self.cached += 1
-        return self.mask
+        return positions, self._mask[:, : self.cached]
 
-    def record(self, tokens: np.ndarray) -> None:
-        """Append each row's new token (int64 [rows]) to its output."""
-        self.outputs[np.arange(len(self)), self.made] = tokens
-        self.made += 1
-        self.youngest += 1
-        self.last = tokens  # [rows]: each row's latest token, the one the next decode feeds
+    def made(self) -> np.ndarray:
+        """int64 [rows]: the tokens each row has made."""
+        return np.fromiter(map(len, self.outputs), dtype=np.int64, count=len(self.outputs))
 
     def extend(self, other: _Batch) -> None:
         """Append `other`'s rows; the shorter cache is left-padded with masked columns."""
         width = max(self.cached, other.cached)
-        self.requests = np.concatenate([self.requests, other.requests])
-        self.positions = np.concatenate([self.positions, other.positions])
-        self.made = np.concatenate([self.made, other.made])
+        self.requests = self.requests + other.requests
+        self.outputs = self.outputs + other.outputs
         self.youngest = min(self.youngest, other.youngest)
         self.last = np.concatenate([self.last, other.last])
-        self.outputs = np.concatenate([self.outputs, other.outputs])
         self.cache = [
             np.concatenate([_left_pad(mine, width), _left_pad(theirs, width)])
             for mine, theirs in zip(self.cache, other.cache)
         ]
-        self.set_mask(np.concatenate([_left_pad(self.mask, width), _left_pad(other.mask, width)]))
+        self.lay_out(
+            np.concatenate([_left_pad(self.mask, width), _left_pad(other.mask, width)]),
+            np.concatenate([self.positions, other.positions]),
+        )
 
     def keep(self, rows: np.ndarray) -> None:
-        """Keep the rows where `rows` is true; drop the cache columns no kept row uses."""
-        self.requests = self.requests[rows]
-        self.positions = self.positions[rows]
-        self.made = self.made[rows]
-        self.youngest = int(self.made.min())
+        """Keep the rows where `rows` (bool) is true; drop the cache columns no kept row uses."""
+        kept = rows.tolist()
+        self.requests = [r for r, k in zip(self.requests, kept) if k]
+        self.outputs = [out for out, k in zip(self.outputs, kept) if k]
+        self.youngest = min(map(len, self.outputs))
         self.last = self.last[rows]
-        self.outputs = self.outputs[rows]
         mask = self.mask[rows]
         used = mask.any(axis=0)
         start = int(used.argmax()) if used.any() else mask.shape[1]
         self.cache = [layer[rows][:, :, start:] for layer in self.cache]
-        self.set_mask(mask[:, start:])
+        self.lay_out(mask[:, start:], self.positions[rows])
 
 
 def _greedy(logits: np.ndarray) -> np.ndarray:
-    """int64 [rows]: the index of each row's largest logit."""
+    """int64 [rows, 1]: the index of each row's largest logit (`logits` [rows, 1, vocab])."""
     return logits.argmax(axis=-1).astype(np.int64, copy=False)
 
 
@@ -193,11 +205,10 @@ class KvCacheGenerator:
         self._shape = shape
         self._max_new_tokens = max_new_tokens
         self._end_ids = np.array(end_ids, dtype=np.int64)
-        self._ends = np.zeros(shape.vocab_size, dtype=bool)  # by token id: does it end a request
-        self._ends[self._end_ids] = True
+        self._end_set = frozenset(end_ids)
         self._max_batch = max_batch
         self._cache_dtype = np.dtype(cache_dtype)
-        self._queued: list[tuple[int, np.ndarray]] = []
+        self._queued: collections.deque[tuple[int, np.ndarray]] = collections.deque()
         self._batch: _Batch | None = None
         self._requests: set[int] = set()  # queued or running
         layers = range(shape.layers)
@@ -240,37 +251,38 @@ class KvCacheGenerator:
                 f"request {request} is already queued or running; each request needs its own id"
             )
         self._requests.add(request)
-        self._queued.append((request, ids.astype(np.int64)))
+        self._queued.append((int(request), ids.astype(np.int64)))
 
     def step(self) -> list[TokenEvent]:
         """Decode one token for every running request, then prefill the queued prompts that fit;
         the events of this step, running requests first, then the new ones in queue order."""
+        batch = self._batch
         events: list[TokenEvent] = []
-        finished: list[np.ndarray] = []  # by row of the batch after this step's merge
-        if self._batch is not None:
-            self._decode(self._batch)
-            finished.append(self._finished(self._batch))
-            events += self._events(self._batch, finished[-1])
-        free = self._max_batch - (len(self._batch) if self._batch is not None else 0)
+        finished: list[int] = []  # rows of the batch after this step's merge
+        if batch is not None:
+            self._decode(batch)
+            self._advance(batch, events, finished)
+            free = self._max_batch - len(batch)
+        else:
+            free = self._max_batch
         if self._queued and free > 0:
-            admitted, self._queued = self._queued[:free], self._queued[free:]
+            admitted = [self._queued.popleft() for _ in range(min(free, len(self._queued)))]
             for group in self._prefill_groups(admitted):
                 joining = self._prefill(group)
-                finished.append(self._finished(joining))
-                events += self._events(joining, finished[-1])
-                if self._batch is None:
-                    self._batch = joining
+                first_row = len(batch) if batch is not None else 0
+                self._advance(joining, events, finished, first_row)
+                if batch is None:
+                    batch = self._batch = joining
                 else:
-                    self._batch.extend(joining)
-        if self._batch is not None:
-            done = finished[0] if len(finished) == 1 else np.concatenate(finished)
-            ended = np.count_nonzero(done)
-            if ended == len(done):
+                    batch.extend(joining)
+        if finished and batch is not None:
+            if len(finished) == len(batch):
                 self._batch = None
-            elif ended:
-                self._batch.keep(~done)
-            if ended:
-                self._requests.difference_update(e.request for e in events if e.finished)
+            else:
+                kept = np.ones(len(batch), dtype=bool)
+                kept[finished] = False
+                batch.keep(kept)
+            self._requests.difference_update(e.request for e in events if e.finished)
         return events
 
     def close(self) -> None:
@@ -282,18 +294,17 @@ class KvCacheGenerator:
     # -- internals -----------------------------------------------------------------------------
 
     def _decode(self, batch: _Batch) -> None:
-        feeds = {
-            INPUT_IDS: batch.last[:, None],
-            POSITION_IDS: batch.positions[:, None],
-            ATTENTION_MASK: batch.grow(),
-        }
-        feeds.update(self._cache_feeds(batch.cache))
+        """One run of the batch; each row's new token becomes its `last`."""
+        feeds = dict(zip(self._past_names, batch.cache))
+        feeds[INPUT_IDS] = batch.last
+        feeds[POSITION_IDS], feeds[ATTENTION_MASK] = batch.decode_inputs()
         outputs = self._run(feeds)
-        batch.cache = self._presents(outputs)
-        batch.positions = batch.positions + 1
-        logits = outputs[LOGITS][:, -1]
-        batch.record(
-            self._choose(logits, batch.made) if batch.youngest < MIN_NEW_TOKENS else _greedy(logits)
+        batch.cache = list(map(outputs.__getitem__, self._present_names))
+        logits = outputs[LOGITS]  # [rows, 1, vocab]: one new token a row
+        batch.last = (
+            _greedy(logits)
+            if batch.youngest >= MIN_NEW_TOKENS
+            else self._choose(logits, batch.made())
         )
 
     def _prefill_groups(
@@ -324,54 +335,52 @@ class KvCacheGenerator:
             ids[row, width - len(prompt) :] = prompt
         s = self._shape
         empty = np.zeros((len(admitted), s.kv_heads, 0, s.head_dim), dtype=self._cache_dtype)
-        feeds = {
-            INPUT_IDS: ids,
-            POSITION_IDS: np.maximum(columns - padding, 0),
-            ATTENTION_MASK: mask,
-        }
-        feeds.update(self._cache_feeds([empty] * (2 * s.layers)))
+        feeds = dict(zip(self._past_names, [empty] * (2 * s.layers)))
+        feeds[INPUT_IDS] = ids
+        feeds[POSITION_IDS] = np.maximum(columns - padding, 0)
+        feeds[ATTENTION_MASK] = mask
         outputs = self._run(feeds)
-        made = np.zeros(len(admitted), dtype=np.int64)
         return _Batch(
-            requests=np.array([request for request, _ in admitted], dtype=np.int64),
+            requests=[request for request, _ in admitted],
             lengths=lengths,
-            tokens=self._choose(outputs[LOGITS][:, -1], made),
+            tokens=self._choose(outputs[LOGITS][:, -1:], np.zeros(len(admitted))),
             mask=mask,
-            cache=self._presents(outputs),
+            cache=list(map(outputs.__getitem__, self._present_names)),
             max_new_tokens=self._max_new_tokens,
         )
 
-    def _cache_feeds(self, cache: list[np.ndarray]) -> dict[str, np.ndarray]:
-        return dict(zip(self._past_names, cache))
-
-    def _presents(self, outputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return [outputs[name] for name in self._present_names]
-
     def _choose(self, logits: np.ndarray, made: np.ndarray) -> np.ndarray:
-        """The greedy token of each row of `logits` [rows, vocab]; end tokens are out of reach
-        of rows with fewer than MIN_NEW_TOKENS tokens made."""
+        """The greedy token of each row of `logits` [rows, 1, vocab] ([rows, 1]); end tokens are
+        out of reach of rows with fewer than MIN_NEW_TOKENS tokens `made`."""
         early = made < MIN_NEW_TOKENS
-        if np.count_nonzero(early):
-            logits = np.array(logits, copy=True)
-            logits[np.ix_(early, self._end_ids)] = -np.inf
-        return _greedy(logits)
+        if not np.count_nonzero(early):
+            return _greedy(logits)
+        last = np.array(logits[:, -1], copy=True)  # [rows, vocab]
+        last[np.ix_(early, self._end_ids)] = -np.inf
+        return _greedy(last[:, None])
 
-    def _finished(self, batch: _Batch) -> np.ndarray:
-        """bool [rows]: the rows whose latest token ends them."""
-        return self._ends[batch.last] | (batch.made >= self._max_new_tokens)
-
-    def _events(self, batch: _Batch, finished: np.ndarray) -> list[TokenEvent]:
-        """One event per row of `batch` for the token its latest run made."""
-        rows = zip(
-            batch.requests.tolist(), batch.last.tolist(), batch.made.tolist(), finished.tolist()
-        )
-        return [
-            TokenEvent(
-                request=request,
-                token=token,
-                first=made == 1,
-                finished=done,
-                tokens=batch.outputs[row, :made].copy() if done else None,
+    def _advance(
+        self, batch: _Batch, events: list[TokenEvent], finished: list[int], first_row: int = 0
+    ) -> None:
+        """Append each row's new token (`batch.last`) to its output and its event to `events`;
+        the rows it ends go to `finished` (numbered from `first_row`)."""
+        ends, limit = self._end_set, self._max_new_tokens
+        tokens = batch.last.ravel().tolist()
+        for row, (request, token, output) in enumerate(
+            zip(batch.requests, tokens, batch.outputs), first_row
+        ):
+            output.append(token)
+            made = len(output)
+            done = made >= limit or token in ends
+            events.append(
+                TokenEvent(
+                    request=request,
+                    token=token,
+                    first=made == 1,
+                    finished=done,
+                    tokens=np.array(output, dtype=np.int32) if done else None,
+                )
             )
-            for row, (request, token, made, done) in enumerate(rows)
-        ]
+            if done:
+                finished.append(row)
+        batch.youngest += 1

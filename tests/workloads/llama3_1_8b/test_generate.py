@@ -241,3 +241,26 @@ def test_a_half_precision_cache_is_fed_as_such(tiny_run: RunGraph) -> None:
     outputs, _ = _generate(_generator(half_run, cache_dtype=np.float16), _prompts(), {0: [0]})
     assert dtypes == {np.dtype(np.float16)}
     assert len(outputs[0]) == 16
+
+
+def test_decode_inputs_run_on_past_the_columns_laid_out_ahead() -> None:
+    """A batch's positions and mask go on counting when its decodes outrun the columns laid
+    out ahead (max_new_tokens of them), left padding kept."""
+    batch = generate._Batch(
+        requests=[7, 8],
+        lengths=np.array([3, 1]),
+        tokens=np.zeros((2, 1), dtype=np.int64),
+        mask=np.array([[1, 1, 1], [0, 0, 1]]),
+        cache=[],
+        max_new_tokens=2,
+    )
+    inputs = [batch.decode_inputs() for _ in range(5)]
+    assert [positions.ravel().tolist() for positions, _ in inputs] == [
+        [3, 1],
+        [4, 2],
+        [5, 3],
+        [6, 4],
+        [7, 5],
+    ]
+    assert inputs[-1][1].tolist() == [[1] * 8, [0, 0] + [1] * 6]
+    assert inputs[0][1].tolist() == [[1, 1, 1, 1], [0, 0, 1, 1]]  # an earlier view is unchanged
