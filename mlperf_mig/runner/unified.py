@@ -379,19 +379,20 @@ class Dispatcher:
         of one sample each, when the windows were full) go out as one message."""
         query = self._queries[0]
         if query.left >= size or len(self._queries) == 1:
-            batch = query.cut(size)
+            part_ids, part_rows, part_indices = query.take(size)
             if not query.left:
                 self._queries.popleft()
-            self._queued -= len(batch[0])
-            return batch
+            self._queued -= len(part_ids)
+            return _int_list(part_ids), _row_descriptor(part_rows), part_indices
+        # the rows' descriptor is made once for the message, not once a query
         ids: list[int] = []
         rows: list[int] = []
         indices: list[int] = []
         while self._queries and len(ids) < size:
             query = self._queries[0]
-            part_ids, part_rows, part_indices = query.cut(size - len(ids))
-            ids += part_ids
-            rows += part_rows
+            part_ids, part_rows, part_indices = query.take(size - len(ids))
+            ids += _int_list(part_ids)
+            rows += _int_list(part_rows)
             indices += _int_list(part_indices)
             if not query.left:
                 self._queries.popleft()
@@ -567,21 +568,24 @@ class _Query:
         indices: Sequence[int] | np.ndarray,
     ) -> None:
         self._ids = ids
-        self._rows = np.asarray(rows, dtype=np.int64)
+        # a list stays a list (a Server query: plain Python costs less than numpy)
+        self._rows = rows if isinstance(rows, list) else np.asarray(rows, dtype=np.int64)
         self._indices = indices
         self._next = 0
         self.left = len(ids)
 
-    def cut(self, size: int) -> _Batch:
-        """The next `size` samples (fewer at the end) as one batch."""
+    def take(self, size: int) -> tuple[Any, Any, Any]:
+        """The next `size` samples (fewer at the end): their ids, rows and dataset indices,
+        as slices of what was submitted."""
         start, end = self._next, self._next + size
         self._next = min(end, len(self._rows))
         self.left = len(self._rows) - self._next
-        return (
-            _int_list(self._ids[start:end]),
-            _row_descriptor(self._rows[start:end]),
-            self._indices[start:end],
-        )
+        return self._ids[start:end], self._rows[start:end], self._indices[start:end]
+
+    def cut(self, size: int) -> _Batch:
+        """The next `size` samples (fewer at the end) as one batch."""
+        ids, rows, indices = self.take(size)
+        return _int_list(ids), _row_descriptor(rows), indices
 
 
 def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
@@ -747,6 +751,7 @@ def _coordinate(
     import mlperf_loadgen as lg
 
     from mlperf_mig.engines.backend import DeviceReport
+    from mlperf_mig.errors import DatasetError
     from mlperf_mig.harness.instance import target_was_wrong
     from mlperf_mig.harness.loadgen_test import running
     from mlperf_mig.harness.reuse import WorkCache
@@ -843,14 +848,26 @@ def _coordinate(
                 index_array[order],
             )
             return
-        dispatcher.submit(ids, library.slots(indices), indices)
+        try:  # a Server query (one sample, mostly): its row without numpy
+            query_rows = [row_of[index] for index in indices]
+        except KeyError:
+            raise DatasetError("LoadGen issued a sample that is not loaded") from None
+        dispatcher.submit(ids, query_rows, indices)
+
+    row_of: dict[int, int] = {}  # the loaded samples' rows, by dataset index
 
     def load(indices: Sequence[int]) -> None:
         # generated samples come from the cache folder when an earlier run kept them (a copy
         # into the shared arrays; harness/reuse.py); a node's copy takes them before the test
         WorkCache.for_cache_dir(test.task.cache_dir).load_samples(library, indices, source)
+        row_of.update(zip(indices, library.slots(list(indices)).tolist()))
         if mirrors:
             dispatcher.mirror_samples(library.loaded_count, job.ready_timeout_s)
+
+    def unload(indices: Sequence[int]) -> None:
+        library.unload(indices)
+        for index in indices:
+            row_of.pop(index, None)
 
     receiver_cpu: list[float] = []
 
@@ -869,7 +886,7 @@ def _coordinate(
         issue=issue,
         flush=lambda: None,
         load=load,
-        unload=library.unload,
+        unload=unload,
         abort=lambda exc: dispatcher.abort(f"{type(exc).__name__}: {exc}"),
         calibrated_target=calibrated,
         before_start=clock.started_after(barrier),
@@ -1051,6 +1068,7 @@ class _CpuClock:
         }
         if self._thread is not None and thread_cpu is not None:
             cost["dispatch_cpu_s"] = round(self.issue_s + thread_cpu - self._started[2], 4)
+            cost["issue_cpu_s"] = round(self.issue_s, 4)  # of it, the issue callbacks'
         if mirror_cpu_s:
             cost["mirror_cpu_s"] = round(mirror_cpu_s, 4)
         log.info("%s cost %s", what, json.dumps(cost))
