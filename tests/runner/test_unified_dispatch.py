@@ -343,3 +343,12 @@ def test_server_queries_wait_for_the_flush_and_go_out_together() -> None:
     assert link.batches() == []
     dispatcher.flush()
     assert [list(m[3]) for m in link.batches()] == [[10, 11, 12]]
+
+
+def test_the_issue_cpu_is_the_timed_callbacks_scaled_to_every_query() -> None:
+    """The coordinator times one issue callback in ISSUE_TIMED_EVERY; the cost line's issue CPU
+    is theirs scaled to every query (none timed: none known)."""
+    clock = unified._CpuClock()
+    assert clock.issue_s == 0.0
+    clock.queries, clock.issue_timed, clock.issue_timed_s = 32, 2, 0.002
+    assert clock.issue_s == pytest.approx(0.032)
