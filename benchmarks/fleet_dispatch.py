@@ -220,16 +220,20 @@ def _fmt(value: float | None, spec: str = ",.2f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def _split(run: dict[str, Any]) -> str:
+def _split(run: dict[str, Any], per: str) -> str:
     """The coordinator's CPU in two parts: LoadGen's threads (its process CPU less the
     dispatch's, a wall second: they poll and spin at a rate of their own, so on a machine where
-    more instances make the run slower they cost more a sample) and the dispatch's a sample."""
+    more instances make the run slower they cost more a sample) and the dispatch's a sample
+    or query (`per`)."""
     cost = run["coordinator"]
-    if not cost or "dispatch_cpu_s" not in cost or not cost.get("wall_s") or not cost["samples"]:
+    count = cost.get({"sample": "samples", "query": "queries"}[per]) if cost else None
+    if not cost or "dispatch_cpu_s" not in cost or not cost.get("wall_s") or not count:
         return ""
     loadgen = (cost["cpu_s"] - cost["dispatch_cpu_s"]) / cost["wall_s"]
-    dispatch = 1e6 * cost["dispatch_cpu_s"] / cost["samples"]
-    return f" (LoadGen's threads {loadgen:.3f} CPU-s a second, the dispatch {dispatch:.2f} us a sample)"
+    dispatch = 1e6 * cost["dispatch_cpu_s"] / count
+    return (
+        f" (LoadGen's threads {loadgen:.3f} CPU-s a second, the dispatch {dispatch:.2f} us a {per})"
+    )
 
 
 def _print_run(run: dict[str, Any]) -> None:
@@ -238,7 +242,7 @@ def _print_run(run: dict[str, Any]) -> None:
     key = f"coordinator_us_per_{per}"
     print(
         f"  MEASURED {run['scenario']:7} {run['instances']:2} instances: coordinator "
-        f"{_fmt(run[key])} us CPU a {per}{_split(run)} ({_fmt(run['coordinator_us_per_message'])} us a "
+        f"{_fmt(run[key])} us CPU a {per}{_split(run, per)} ({_fmt(run['coordinator_us_per_message'])} us a "
         f"message, {_fmt(run['messages_per_sample'], '.3f')} messages a sample); workers {_fmt(statistics.mean(workers) if workers else None)}"
         f" us a sample (max {_fmt(max(workers, default=None))}); {run['samples_per_s']:,.0f} "
         f"samples/s at target {run['target_qps']:,.0f} "
