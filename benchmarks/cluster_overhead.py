@@ -11,8 +11,8 @@
    BERT's sample sizes: `--benchmark resnet50`, `--benchmark bert`).
 4. The driver's cost (measured, with every unified run): CPU microseconds per sample of the
    coordinator (its process's CPU time from the start barrier's release: LoadGen's threads and
-   the dispatch; its `dispatch cost` log line) and of the driver's relay thread (RemoteServing:
-   frames to and from the nodes' data channels; its `remote serving cost` log line).
+   the dispatch, which speaks to the nodes' data channels itself; its `dispatch cost` log line),
+   and the CPU it took to copy the samples to the nodes before the test.
 
 `--parts` picks what runs (skew, offline, server; all by default). The numbers depend on the
 machine's load, printed with each; run alone.
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import re
 import shutil
@@ -43,7 +42,7 @@ SERVER_LATENCY_MS = 15
 QPS_STEPS = (2_000, 5_000, 10_000, 20_000, 30_000, 40_000, 60_000)
 _IN_NAMESPACE = "MLPERF_MIG_BENCH_NETNS"
 PARTS = ("skew", "offline", "server")
-_COST = re.compile(r" (dispatch|remote serving) cost (\{.*\})$")
+_COST = re.compile(r" (dispatch) cost (\{.*\})$")
 
 
 def reexec_in_namespace() -> None:
@@ -59,36 +58,20 @@ def _load() -> str:
     return "load average " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-class _CostLines(logging.Handler):
-    """Keeps the cost lines the driver's relay thread logs (RemoteServing)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if " cost " in record.getMessage():
-            self.lines.append(" " + record.getMessage())
-
-
-_RELAY = _CostLines()
-
-
 def one_run(folder: Path, name: str, **options: Any) -> Any:
     import mlperf_mig
 
-    _RELAY.lines.clear()
     return mlperf_mig.run(
         outdir=folder / name, accuracy=False, progress=False, backend="null", **options
     )
 
 
 def driver_cost(folder: Path, name: str) -> str:
-    """The driver's CPU a sample in the last unified run: the coordinator's and the relay's."""
+    """The driver's CPU a sample in the last unified run: the coordinator's."""
     log = folder / name / "layout" / "worker.log"
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     found = {}
-    for line in [*lines, *_RELAY.lines]:
+    for line in lines:
         match = _COST.search(line)
         if match:
             found[match.group(1)] = json.loads(match.group(2))
@@ -97,13 +80,8 @@ def driver_cost(folder: Path, name: str) -> str:
         return "driver CPU: n/a (no dispatch cost logged)"
     samples = dispatch["samples"]
     text = f"driver CPU (measured): coordinator {1e6 * dispatch['cpu_s'] / samples:.2f} us a sample"
-    relay = found.get("remote serving")
-    if relay:
-        frames = relay["cpu_s"] - relay.get("ship_cpu_s", 0.0)
-        text += (
-            f", relay thread {1e6 * frames / samples:.2f} us a sample (and "
-            f"{relay.get('ship_cpu_s', 0.0):.2f} s copying the samples to the nodes before the test)"
-        )
+    if dispatch.get("mirror_cpu_s"):
+        text += f" (and {dispatch['mirror_cpu_s']:.2f} s copying the samples to the nodes before the test)"
     return text
 
 
@@ -123,9 +101,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     reexec_in_namespace()
-    serving_log = logging.getLogger("mlperf_mig.cluster.serving")
-    serving_log.setLevel(logging.INFO)
-    serving_log.addHandler(_RELAY)
     from mlperf_mig.cluster.connect import cluster_scope
     from mlperf_mig.runner.supervisor import stop_signals
 

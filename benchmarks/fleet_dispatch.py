@@ -18,9 +18,12 @@ MEASURED, for 2, 8 and 56 instances (2 GPUs x 1g.10gb, 8 GPUs x 1g.10gb, 8 GPUs 
     CPU-seconds a second are a fixed part (wake-ups, LoadGen's own threads) plus a part a query:
     fitted from the two rates, `fixed + per_query x QPS`, printed as indicative only; the growth
     and the projection take the cost a query measured at the higher rate (an upper bound). Each
-    line also gives the coordinator's CPU a message (batches sent and replies read) and messages
-    a sample: on this machine the workers share its cores, so at 56 instances each is slow and
-    gets small chunks (more messages a sample), which a host with a core a worker would not see.
+    line also gives the coordinator's CPU a message (batches sent and replies read), messages a
+    sample (chunks are sized from the layout's rate, so they do not shrink as instances are
+    added), and the coordinator's CPU in two parts: LoadGen's threads a wall second (they poll
+    at a rate of their own: where 56 instances on this machine's cores make the run slower,
+    they cost more a sample, which a host with a core a worker would not see) and the
+    dispatch's a sample.
     Target: the coordinator's cost per Offline sample and per Server query (the fitted part a
     query) grows at most 1.25x from 2 to 56 instances (a dispatcher whose cost grows with the
     instances is the bug).
@@ -217,13 +220,29 @@ def _fmt(value: float | None, spec: str = ",.2f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def _split(run: dict[str, Any], per: str) -> str:
+    """The coordinator's CPU in two parts: LoadGen's threads (its process CPU less the
+    dispatch's, a wall second: they poll and spin at a rate of their own, so on a machine where
+    more instances make the run slower they cost more a sample) and the dispatch's a sample
+    or query (`per`)."""
+    cost = run["coordinator"]
+    count = cost.get({"sample": "samples", "query": "queries"}[per]) if cost else None
+    if not cost or "dispatch_cpu_s" not in cost or not cost.get("wall_s") or not count:
+        return ""
+    loadgen = (cost["cpu_s"] - cost["dispatch_cpu_s"]) / cost["wall_s"]
+    dispatch = 1e6 * cost["dispatch_cpu_s"] / count
+    return (
+        f" (LoadGen's threads {loadgen:.3f} CPU-s a second, the dispatch {dispatch:.2f} us a {per})"
+    )
+
+
 def _print_run(run: dict[str, Any]) -> None:
     workers = run["workers_us_per_sample"]
     per = "sample" if run["scenario"] == "Offline" else "query"
     key = f"coordinator_us_per_{per}"
     print(
         f"  MEASURED {run['scenario']:7} {run['instances']:2} instances: coordinator "
-        f"{_fmt(run[key])} us CPU a {per} ({_fmt(run['coordinator_us_per_message'])} us a "
+        f"{_fmt(run[key])} us CPU a {per}{_split(run, per)} ({_fmt(run['coordinator_us_per_message'])} us a "
         f"message, {_fmt(run['messages_per_sample'], '.3f')} messages a sample); workers {_fmt(statistics.mean(workers) if workers else None)}"
         f" us a sample (max {_fmt(max(workers, default=None))}); {run['samples_per_s']:,.0f} "
         f"samples/s at target {run['target_qps']:,.0f} "

@@ -5,8 +5,8 @@ LoadGen, all released together by the barrier actor once every instance has load
 samples (LoadGen's first load callback has run); each records when its node released it, and the
 spread of those instants is the run's start skew. Unified mode is LoadGen over the network (as
 MLPerf's network division does): the coordinator runs on the driver as locally, and each instance
-is an actor on its node behind the driver's RemoteServing thread, which speaks the local serving
-protocol (serving.py).
+is an actor on its node whose data channel the coordinator's process is handed, to speak the local
+serving protocol over it (serving.py).
 
 Every ending returns one outcome per instance, as the local supervisor does: ok, raised, crashed
 (the actor or its node died), hung (missed its deadline, killed) or interrupted (Ctrl-C, SIGTERM).
@@ -47,7 +47,8 @@ from mlperf_mig.runner.rounds import IndependentRounds, OnFinish, UnifiedRounds
 from mlperf_mig.runner.supervisor import WorkerOutcome
 
 if TYPE_CHECKING:
-    from mlperf_mig.cluster.serving import _Remote
+    from multiprocessing.connection import Connection
+
     from mlperf_mig.engines import EngineSpec
     from mlperf_mig.harness.task import InstanceTask
     from mlperf_mig.runner.plan import EngineRequest
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 _POLL_S = 0.2
 _BARRIER_CALL_S = 30.0
 _SCRATCH_S = 30.0  # to remove the scratch folders killed actors left
+_CLOSE_S = 60.0  # for the serving actors to close their models after a unified test
 # Unified over the network: the dispatcher's window of each instance (batches in flight, in
 # proportion to its weight) is this many times a local one's, to cover a call's round trip.
 # Scaling every weight alike leaves the shares of the dispatch unchanged.
@@ -454,16 +456,11 @@ def start_skew_ms(outcomes: Mapping[str, WorkerOutcome]) -> float | None:
 
 
 def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
-    """The layout's one LoadGen on the driver, dispatching to serving actors on the nodes."""
+    """The layout's one LoadGen on the driver, dispatching to serving actors on the nodes over
+    their data channels, which the coordinator's process is handed (no relay on the driver)."""
     import ray
 
-    from mlperf_mig.cluster.serving import (
-        AUTHKEY_BYTES,
-        RemoteServing,
-        ServeActor,
-        connect_channel,
-        round_trip_rate,
-    )
+    from mlperf_mig.cluster.serving import AUTHKEY_BYTES, ServeActor, connect_channel
     from mlperf_mig.engines import EngineSpec
     from mlperf_mig.runner.jobs import (
         COORDINATOR_ENTRY,
@@ -473,7 +470,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         instance_task,
         sample_capacity,
     )
-    from mlperf_mig.runner.unified import CoordinatorJob, SharedSamples, attach_samples
+    from mlperf_mig.runner.unified import CoordinatorJob, SharedSamples
     from mlperf_mig.runner.worker import WorkerJob
 
     plan = job.plan
@@ -496,7 +493,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         for slot in slots
     }
     outcomes: dict[str, WorkerOutcome] = {}
-    channels: dict[str, Any] = {}  # each actor's data channel (cluster/serving.py)
+    channels: dict[str, Connection] = {}  # each actor's data channel (cluster/serving.py)
     authkey = os.urandom(AUTHKEY_BYTES)  # this round's; reaches the actors through Ray only
     try:
         opened = _open_all(ray, job, slots, actors, requests, outcomes, authkey)
@@ -506,16 +503,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
             who = f"instance {name} on node {nodes[name]}"
             try:
                 channels[name] = connect_channel(reply.get("address"), authkey, node=who)
-                if reply["target"] is not None and plan.loadgen_scenario in ("Offline", "Server"):
-                    # the target (a rate here) as seen over the network
-                    rate = round_trip_rate(channels[name], reply["batch_size"], node=who)
-                    log.info(
-                        "%s: target %.0f on its node, %.0f samples/s from the driver",
-                        name,
-                        reply["target"],
-                        rate,
-                    )
-                    reply["target"] = min(reply["target"], rate)
+                _measure_round_trip(plan, layout_task, name, reply, opened, channels, capacity, who)
             except (ClusterError, OSError, EOFError) as exc:  # its node went away, or stalled
                 outcomes[name] = WorkerOutcome(
                     name=name,
@@ -532,10 +520,16 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         round_ = SupervisedRound(
             plan, job.mode, [LAYOUT_FOLDER], job.stream, on_finish=job.on_finish
         )
+        links = [channels.get(slot.name) or _closed_link(round_) for slot in slots]
+        # the instances' targets as the driver measured them: rows only, no cached target,
+        # and a copy of the samples to fill at each load (runner/unified.py)
+        preset = tuple(
+            ("target", opened[slot.name]["target"], True, None, True)
+            if slot.name in opened
+            else None
+            for slot in slots
+        )
         with SharedSamples(layouts, capacity) as samples:
-            pipes = [round_.supervisor.context.Pipe() for _ in slots]
-            arrays, _blocks = attach_samples(samples.specs)  # the blocks keep the mappings alive
-            serving = RemoteServing(arrays)
             coordinator = WorkerJob(
                 name=LAYOUT_FOLDER,
                 entry=COORDINATOR_ENTRY,
@@ -543,38 +537,27 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
                     task=layout_task,
                     samples=samples.specs,
                     performance_count=performance_count,
-                    links=tuple(a for a, _ in pipes),
+                    links=tuple(links),
                     names=tuple(s.name for s in slots),
                     weights=tuple(REMOTE_WINDOW_SCALE * float(s.compute_slices) for s in slots),
                     batch_size=batch_size,
                     synthetic_weights=plan.model_path is None,
                     ready_timeout_s=plan.timeouts.ready_s,
                     reply_timeout_s=plan.timeouts.run_s / 2,  # as locally: a silent node is dropped
+                    preset_targets=preset,
                 ),
                 log_path=str(job.outdir / LAYOUT_FOLDER / "worker.log"),
             )
 
-            def start_serving() -> None:
-                for a, _ in pipes:
-                    a.close()
-                for slot, (_, b) in zip(slots, pipes):
-                    serving.add(
-                        slot.name,
-                        actors[slot.name],
-                        b,
-                        opened.get(slot.name),
-                        capacity,
-                        channels.get(slot.name),
-                    )
-                serving.start()
+            def handed_over() -> None:  # the coordinator has its own ends now
+                for link in links:
+                    link.close()
 
-            outcomes.update(round_.run([coordinator], after_start=start_serving))
-            if serving.is_alive():
-                serving.join(timeout=60)
-            for remote in serving.remotes:
-                if remote.name not in outcomes:
-                    outcomes[remote.name] = _serving_outcome(remote, round_.interrupted)
-            del arrays, _blocks
+            outcomes.update(round_.run([coordinator], after_start=handed_over))
+        for name, outcome in _close_serving(
+            ray, {n: actors[n] for n in opened}, round_.interrupted
+        ).items():
+            outcomes.setdefault(name, outcome)
         return outcomes, round_.interrupted
     except KeyboardInterrupt:
         for slot in slots:
@@ -588,6 +571,95 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
             with contextlib.suppress(OSError):
                 channel.close()
         kill_all(ray, actors)
+
+
+def _measure_round_trip(
+    plan: RunPlan,
+    layout_task: InstanceTask,
+    name: str,
+    reply: dict[str, Any],
+    opened: Mapping[str, Mapping[str, Any]],
+    channels: Mapping[str, Connection],
+    capacity: int,
+    who: str,
+) -> None:
+    """Lower the instance's target (a rate: Offline, Server) to what the driver sees over its
+    data channel: frames of rows of the node's copy of the samples, of the size the dispatcher
+    will send it (a chunk in Offline, a batch in Server)."""
+    import numpy as np
+
+    from mlperf_mig.cluster.serving import round_trip_rate
+    from mlperf_mig.harness.sut import payload_layout
+    from mlperf_mig.runner.unified import chunk_samples, largest_chunk
+
+    if reply["target"] is None or plan.loadgen_scenario not in ("Offline", "Server"):
+        return
+    batch_size = int(reply["batch_size"])
+    rows = batch_size
+    if plan.loadgen_scenario == "Offline":
+        shape, dtype = payload_layout(layout_task.benchmark)
+        largest = largest_chunk(batch_size, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        layout_rate = sum(float(r["target"] or 0.0) for r in opened.values())
+        rows = chunk_samples(layout_rate, 1.0, batch_size, largest)
+    rate = round_trip_rate(channels[name], min(rows, capacity), node=who)
+    log.info(
+        "%s: target %.0f on its node, %.0f samples/s from the driver (frames of %d rows)",
+        name,
+        reply["target"],
+        rate,
+        min(rows, capacity),
+    )
+    reply["target"] = min(reply["target"], rate)
+
+
+def _closed_link(round_: Any) -> Connection:
+    """A link whose other end is closed: the coordinator counts its instance lost at once."""
+    link, other = round_.supervisor.context.Pipe()
+    other.close()
+    return link
+
+
+def _close_serving(
+    ray: RayApi, actors: Mapping[str, RayActor], interrupted: bool
+) -> dict[str, WorkerOutcome]:
+    """Each serving actor closes its model once the coordinator is done: how it ended, as a
+    local serving worker's outcome (a model that raised while serving says what it raised)."""
+    from ray import exceptions
+
+    if interrupted:
+        return {
+            name: WorkerOutcome(name=name, status="interrupted", error=interrupted_error())
+            for name in actors
+        }
+    refs = {actor.close.remote(): name for name, actor in actors.items()}
+    done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=_CLOSE_S)
+    outcomes = {}
+    for ref in done:
+        name = refs[ref]
+        try:
+            value = dict(ray.get(ref))
+        except actor_errors() as exc:
+            outcomes[name] = WorkerOutcome(
+                name=name, status="crashed", error=f"its actor or node died ({type(exc).__name__})"
+            )
+            continue
+        except exceptions.RayTaskError as exc:  # its model failed to close
+            cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+            outcomes[name] = WorkerOutcome(
+                name=name, status="raised", error=f"{type(cause).__name__}: {cause}"
+            )
+            continue
+        error = value.pop("error", None)
+        if error:
+            outcomes[name] = WorkerOutcome(name=name, status="raised", error=error, value=value)
+        else:
+            outcomes[name] = WorkerOutcome(name=name, status="ok", value=value)
+    for ref in pending:
+        name = refs[ref]
+        outcomes[name] = WorkerOutcome(
+            name=name, status="hung", error=f"its model did not close within {_CLOSE_S:g} s"
+        )
+    return outcomes
 
 
 def _open_all(
@@ -637,14 +709,3 @@ def _open_all(
             error=f"did not open its model within {plan.timeouts.ready_s:g} s; killed",
         )
     return opened
-
-
-def _serving_outcome(remote: _Remote, interrupted: bool) -> WorkerOutcome:
-    """How one instance's serving actor ended, as a local serving worker's outcome."""
-    if remote.value is not None:
-        return WorkerOutcome(name=remote.name, status="ok", value=remote.value)
-    if interrupted:
-        return WorkerOutcome(name=remote.name, status="interrupted", error=interrupted_error())
-    return WorkerOutcome(
-        name=remote.name, status="crashed", error=remote.error or "it stopped answering"
-    )

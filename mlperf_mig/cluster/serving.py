@@ -1,8 +1,9 @@
 """Unified mode across nodes: LoadGen on the driver, the instances' models on their nodes.
 
-The coordinator (LoadGen, QSL and dispatching SUT) runs on the driver exactly as in a local
-unified run and speaks the local serving protocol over one pipe per instance. At the other ends
-of the pipes one thread on the driver (RemoteServing) stands in for the local serving workers.
+The coordinator (LoadGen, QSL and dispatching SUT) runs in its own process on the driver exactly
+as in a local unified run, and speaks the local serving protocol (runner/unified.py) to each
+remote instance straight over that instance's data channel: no relay between them, so a query
+costs the coordinator one write a flush and one read a reply, as a local worker's pipe does.
 
 Ray places the instances' actors, starts and stops them and reports a dead one; batches do not
 travel as Ray calls (one actor call per batch capped a cluster round at ~35k samples/s, a tenth
@@ -12,31 +13,30 @@ length-prefixed pickles, both ends proving a key the driver made for the round, 
 Ray, so nothing else can talk to it). A connection that fails the handshake (a port scanner, an
 HTTP probe, a peer that sends nothing) is dropped and logged and the listener keeps accepting, up
 to MAX_REFUSED of them; every step the driver takes on a channel before the test (connect,
-handshake, the round-trip measurement) has a deadline and fails in one line naming the node.
+handshake, the round-trip measurement) has a deadline and fails in one line naming the node. The
+driver then hands the connected channels to the coordinator's process (as it hands a local
+worker's pipe) and keeps no copy, so a coordinator that dies closes them.
 
 A node keeps a copy of the coordinator's shared sample arrays (its mirror): when LoadGen loads
-samples, the coordinator asks each remote instance to take rows 0..n-1 and waits for the answer,
-before the timed part of the test, so batches carry rows only (a `range` when consecutive), as
-to a local worker that reads the shared arrays, and are chunked as for one (unified.py). The
-node runs a frame's rows as views of its mirror where they are consecutive, in calls of its
-engine's batch size, and answers a frame with one reply. RemoteServing sends everything an
-instance's pipe holds as one frame, forwards replies as they come, and the coordinator's LoadGen
-thread only ever writes to a local pipe. On the node a reader thread drains the socket into a
-queue and a server thread runs the model and answers, so neither side's writes can block on the
-other's. A channel that closes (the actor or its node died) closes the instance's pipe, and the
-coordinator re-sends its in-flight batches to the others, as locally; a node that goes silent is
-dropped by the coordinator's reply timeout.
+samples, the coordinator sends each remote instance rows 0..n-1 and waits for its answer, before
+the timed part of the test, so batches carry rows only (a `range` when consecutive), as to a
+local worker that reads the shared arrays, and are chunked as for one. The node runs everything
+queued as one frame: its rows as views of its mirror where they are consecutive, in calls of its
+engine's batch size, answered with one reply. On the node a reader thread drains the socket into
+a queue and a server thread runs the model and answers, so neither side's writes can block on
+the other's. A channel that closes (the actor or its node died) or a model that raises (answered
+as an error) loses the instance, and the coordinator re-sends its in-flight batches to the
+others, as locally; a node that goes silent is dropped by the coordinator's reply timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import itertools
 import logging
 import os
 import pickle
 import queue
-import selectors
 import socket
 import struct
 import threading
@@ -53,14 +53,12 @@ from mlperf_mig.errors import ClusterError
 
 if TYPE_CHECKING:
     from mlperf_mig._io import JsonData
-    from mlperf_mig.cluster.ray_api import RayActor, RayApi
     from mlperf_mig.harness.task import InstanceTask
     from mlperf_mig.runner.plan import EngineRequest
 
 log = logging.getLogger(__name__)
 
-_POLL_S = 0.2
-_CLOSE_TIMEOUT_S = 60.0
+_NOTHING = object()  # no frame held back (ServeActor._answer)
 AUTHKEY_BYTES = 32
 # the node: a connection must prove the key within this, and after this many connections that
 # did not the listener gives up (logged): a scanner cannot keep the driver out for long, nor
@@ -72,8 +70,6 @@ MAX_REFUSED = 64
 # measurement before the test
 CONNECT_TIMEOUT_S = 30.0
 ROUND_TRIP_TIMEOUT_S = 60.0
-# samples go to a node in frames of about this size (a ResNet50 sample is 588 KiB)
-SHIP_FRAME_BYTES = 8 << 20
 
 
 class ServeActor:
@@ -98,6 +94,7 @@ class ServeActor:
         self._payloads: np.ndarray | None = None  # a frame's payloads, grown to the largest frame
         self.served = 0
         self.busy_s = 0.0
+        self.error: str | None = None  # what the model raised while serving
 
     def open(
         self, task: InstanceTask, engine_request: EngineRequest | None, authkey: bytes | None = None
@@ -204,16 +201,17 @@ class ServeActor:
             self.serve_channel(channel)
 
     def serve_channel(self, channel: Connection) -> None:
-        """Answer the driver's frames until it closes the channel:
+        """Answer the coordinator's frames (the local serving protocol, runner/unified.py) until
+        it stops or closes the channel:
         ("samples", first row, count, input names), then one raw message per input, writes
         rows of the mirror (read by the reader thread, no answer);
-        ("sync", n) -> ("synced", n), after every frame before it;
-        ("serve", batch ids, rows of each batch) -> ("done", batch ids, payload bytes, item size);
-        ("feeds", n) runs n samples of zeros -> ("ran", n);
-        a frame that fails -> ("error", why)."""
+        ("sync", n) -> ("loaded", n), after every frame before it;
+        ("batch", batch id, None, rows, None), with every other batch queued behind it ->
+        ("done", batch ids, payload bytes, item size), one reply for all of them;
+        ("stop",) ends serving; a frame that fails -> ("error", why), and serving ends."""
         inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
-        def read() -> None:  # always drain the socket, so the driver's writes never wait on ours
+        def read() -> None:  # always drain the socket, so the coordinator never waits on ours
             try:
                 while True:
                     frame = channel.recv()
@@ -228,35 +226,53 @@ class ServeActor:
                 inbox.put(None)
 
         threading.Thread(target=read, name=f"{self.name}-reader", daemon=True).start()
-        while (frame := inbox.get()) is not None:
-            reply: tuple[Any, ...] | None = None
+        try:
+            self._answer(channel, inbox)
+        finally:  # wakes the reader (a close alone does not end a read blocked on the socket)
+            with contextlib.suppress(OSError):
+                socket.socket(fileno=os.dup(channel.fileno())).shutdown(socket.SHUT_RDWR)
+
+    def _answer(self, channel: Connection, inbox: queue.SimpleQueue[Any]) -> None:
+        """The server thread: answer each frame from the reader in order, every batch queued at
+        the time as one frame."""
+        held: Any = _NOTHING  # a frame taken from the queue behind a run of batches
+        while True:
+            frame = inbox.get() if held is _NOTHING else held
+            held = _NOTHING
+            if frame is None or frame[0] == "stop":
+                return
+            reply: tuple[Any, ...]
             try:
-                if frame[0] == "serve":
-                    reply = ("done", *self.serve(frame[1], frame[2]))
+                if frame[0] == "batch":
+                    batches = [frame]
+                    while True:  # what else is queued goes with it: one run, one reply
+                        try:
+                            held = inbox.get_nowait()
+                        except queue.Empty:
+                            held = _NOTHING
+                            break
+                        if held is None or held[0] != "batch":
+                            break
+                        batches.append(held)
+                        held = _NOTHING
+                    reply = ("done", *self.serve([b[1] for b in batches], [b[3] for b in batches]))
+                elif frame[0] == "sync":
+                    reply = ("loaded", frame[1])
                 elif frame[0] == "failed":
                     reply = ("error", frame[1])
-                elif frame[0] == "sync":
-                    reply = ("synced", frame[1])
-                elif frame[0] == "feeds":
-                    reply = ("ran", self.run_feeds(self._zeros(int(frame[1]))))
                 else:
                     reply = ("error", f"unknown frame {frame[0]!r}")
             except Exception as exc:
                 reply = ("error", f"{type(exc).__name__}: {exc}")
-            if reply is None:
-                continue
+            if reply[0] == "error":
+                self.error = self.error or str(reply[1])
+                log.error("%s: %s", self.name, reply[1])
             try:
-                send_reply(channel, reply)
+                channel.send_bytes(pickle.dumps(reply, pickle.HIGHEST_PROTOCOL))
             except OSError:
                 return
-
-    def _zeros(self, count: int) -> dict[str, np.ndarray]:
-        from mlperf_mig.harness.samples import input_layouts
-
-        return {
-            lay.name: np.zeros((count, *lay.shape), dtype=lay.dtype)
-            for lay in input_layouts(self._benchmark)
-        }
+            if reply[0] == "error":  # the coordinator drops this instance: nothing more to serve
+                return
 
     def take_samples(
         self, channel: Connection, first: int, count: int, names: Sequence[str]
@@ -298,29 +314,17 @@ class ServeActor:
         self.served += len(all_rows)
         return batch_ids, payload.tobytes(), payload[0].nbytes
 
-    def run_feeds(self, feeds: dict[str, np.ndarray]) -> int:
-        """Run the model on `feeds` and count the samples (timing the path over the network)."""
-        self._backend.run(feeds)
-        return len(next(iter(feeds.values())))
-
     def close(self) -> dict[str, Any]:
-        """Close the model; what a local serving worker reports."""
+        """Close the model; what a local serving worker reports, and the error its model raised
+        while serving (None: none)."""
         device = self._backend.device.to_dict()
         self._backend.close()
-        return {"served": self.served, "busy_s": round(self.busy_s, 3), "device": device}
-
-
-def send_reply(channel: Connection, reply: tuple[Any, ...]) -> None:
-    """A node's answer: its kind, then the answer itself (two messages), so that the driver
-    forwards a "done" answer to the coordinator as it came, without unpickling its payload."""
-    channel.send_bytes(reply[0].encode())
-    channel.send(reply)
-
-
-def receive_reply(channel: Connection) -> tuple[bytes, bytes]:
-    """A node's answer as sent by send_reply: its kind and the pickled answer."""
-    kind = channel.recv_bytes(64)
-    return kind, channel.recv_bytes()
+        return {
+            "served": self.served,
+            "busy_s": round(self.busy_s, 3),
+            "device": device,
+            "error": self.error,
+        }
 
 
 def _read_exactly(fd: int, view: memoryview) -> None:
@@ -427,279 +431,50 @@ def connect_channel(
         ) from None
 
 
-@attrs.define
-class _Remote:
-    """The driver's record of one instance's serving actor."""
-
-    name: str
-    actor: RayActor
-    link: Connection | None
-    batch_size: int
-    capacity: int
-    channel: Connection | None = None  # the data channel to the actor
-    inflight: int = 0  # frames sent, not answered
-    stopping: bool = False
-    value: dict[str, Any] | None = None
-    error: str | None = None
-    done: bool = False
-
-
-class RemoteServing(threading.Thread):
-    """The driver's stand-in for the instances' serving workers: one pipe per instance on one
-    side (the local serving protocol), the instances' data channels on the other.
-
-    One thread moves every frame: it sends what an instance's pipe holds as one frame to its
-    actor (samples to mirror, batches to serve), sends the replies back on the instance's pipe,
-    and closes the pipe of an instance whose channel closed (its actor or node died), so that
-    the coordinator re-sends its batches to the others. Ray is called only to close an actor's
-    model at the end. Each wake-up costs what is ready, not the number of instances (one
-    selector, registered once).
-    """
-
-    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
-        super().__init__(name="mlperf-mig-remote-serving", daemon=True)
-        self._arrays = arrays
-        self.remotes: list[_Remote] = []
-        self._selector = selectors.DefaultSelector()
-        self.frames = 0  # frames of batches sent
-        self.ship_cpu_s = 0.0  # this thread's CPU sending samples to the nodes' mirrors
-
-    def add(
-        self,
-        name: str,
-        actor: RayActor,
-        link: Connection,
-        opened: Mapping[str, Any] | None,
-        capacity: int,
-        channel: Connection | None = None,
-    ) -> None:
-        """An instance, with what its actor's open() answered and its data channel (None: it
-        never opened)."""
-        remote = _Remote(
-            name=name,
-            actor=actor,
-            link=link,
-            batch_size=opened["batch_size"] if opened else 1,
-            capacity=max(1, capacity),
-            channel=channel,
-        )
-        self.remotes.append(remote)
-        if opened is None or channel is None:
-            self._close(remote, None)
-            return
-        # rows only, no cached target, and a mirror to fill at each load (unified.py)
-        link.send(("target", opened["target"], True, None, True))
-        self._selector.register(link, selectors.EVENT_READ, (remote, True))
-        self._selector.register(channel, selectors.EVENT_READ, (remote, False))
-
-    def run(self) -> None:
-        began = time.thread_time(), time.monotonic()
-        try:
-            self._serve()
-        except BaseException:  # the coordinator must not wait for answers that cannot come
-            log.exception("remote serving failed; closing every instance's pipe")
-            for remote in self.remotes:
-                self._close(remote, "the driver's remote serving failed (see the log)")
-            raise
-        finally:
-            self._selector.close()
-            # this thread's CPU on the driver (benchmarks/cluster_overhead.py reads it)
-            cost = {
-                "frames": self.frames,
-                "cpu_s": round(time.thread_time() - began[0], 4),
-                "ship_cpu_s": round(self.ship_cpu_s, 4),  # of cpu_s: samples to the mirrors
-                "wall_s": round(time.monotonic() - began[1], 4),
-            }
-            log.info("remote serving cost %s", json.dumps(cost))
-
-    def _serve(self) -> None:
-        while not all(r.done for r in self.remotes):
-            ready = self._selector.select(timeout=_POLL_S) if self._selector.get_map() else ()
-            for key, _ in ready:
-                remote, is_pipe = key.data
-                if remote.done:
-                    continue
-                if is_pipe:
-                    self._receive(remote)
-                else:
-                    self._reply(remote)
-            for remote in self.remotes:
-                if remote.stopping and not remote.inflight and not remote.done:
-                    self._finish(remote)
-            if not ready and not self._selector.get_map():
-                time.sleep(_POLL_S / 10)  # only instances waiting for their actor to close
-
-    def _receive(self, remote: _Remote) -> None:
-        """Everything the instance's pipe holds, in order: batches go out as one frame."""
-        assert remote.link is not None
-        ids: list[int] = []
-        rows: list[Sequence[int]] = []
-        try:
-            while True:
-                message = remote.link.recv()
-                if message[0] == "batch":
-                    ids.append(message[1])
-                    rows.append(message[3])
-                elif message[0] == "samples":
-                    if ids:  # batches before a load go before its samples
-                        self._send(remote, ("serve", ids, rows))
-                        ids, rows = [], []
-                    self._ship(remote, int(message[1]), int(message[2]))
-                elif message[0] == "stop":
-                    self._unregister(remote, remote.link)
-                    remote.stopping = True
-                    break
-                if remote.link is None or not remote.link.poll():
-                    break
-        except (EOFError, OSError):
-            remote.stopping = True
-            if remote.link is not None:
-                self._unregister(remote, remote.link)
-        if ids:
-            self._send(remote, ("serve", ids, rows))
-            self.frames += 1
-
-    def _ship(self, remote: _Remote, start: int, stop: int) -> None:
-        """Rows start..stop-1 of the shared arrays to the node's mirror, then a sync whose
-        answer tells the coordinator they are there."""
-        began = time.thread_time()
-        try:
-            self._ship_rows(remote, start, stop)
-        finally:
-            self.ship_cpu_s += time.thread_time() - began
-
-    def _ship_rows(self, remote: _Remote, start: int, stop: int) -> None:
-        row_bytes = sum(a[0].nbytes for a in self._arrays.values()) or 1
-        step = max(1, SHIP_FRAME_BYTES // row_bytes)
-        names = list(self._arrays)
-        for first in range(start, stop, step):
-            count = min(stop, first + step) - first
-            if not self._send(remote, ("samples", first, count, names), counted=False):
-                return
-            for name in names:  # raw, as the node reads them into its mirror
-                if not self._send_raw(remote, self._arrays[name][first : first + count]):
-                    return
-        if self._send(remote, ("sync", stop - start)):
-            log.info("%s: sent rows %d..%d of the samples to its node", remote.name, start, stop)
-
-    def _send(self, remote: _Remote, frame: tuple[Any, ...], counted: bool = True) -> bool:
-        """Send a frame on the channel (`counted`: one answer is due); False when it closed."""
-        if remote.channel is None:
-            return False
-        try:
-            remote.channel.send(frame)
-        except OSError:
-            self._close(remote, "its data channel closed (its actor or node died)")
-            return False
-        remote.inflight += counted
-        return True
-
-    def _send_raw(self, remote: _Remote, data: np.ndarray) -> bool:
-        """Send an array's bytes as one message; False when the channel closed."""
-        if remote.channel is None:
-            return False
-        try:
-            remote.channel.send_bytes(np.ascontiguousarray(data).data.cast("B"))
-        except OSError:
-            self._close(remote, "its data channel closed (its actor or node died)")
-            return False
-        return True
-
-    def _reply(self, remote: _Remote) -> None:
-        assert remote.channel is not None
-        try:
-            kind, body = receive_reply(remote.channel)
-        except (EOFError, OSError):
-            self._close(remote, "its data channel closed (its actor or node died)")
-            return
-        if kind != b"done":  # a "done" goes to the coordinator as it came (no copy of payloads)
-            frame = pickle.loads(body)
-            if frame[0] != "synced":  # the model raised on the node
-                self._close(remote, " ".join(str(frame[-1]).split())[:500])
-                return
-            body = pickle.dumps(("loaded", frame[1]))
-        remote.inflight -= 1
-        if remote.link is not None:
-            try:
-                remote.link.send_bytes(body)
-            except OSError:
-                self._close(remote, "the coordinator went away")
-
-    def _finish(self, remote: _Remote) -> None:
-        from ray import exceptions
-
-        from mlperf_mig.cluster.actors import actor_errors
-
-        if remote.error is None:
-            ray = _ray()
-            try:
-                remote.value = ray.get(remote.actor.close.remote(), timeout=_CLOSE_TIMEOUT_S)
-            except actor_errors() as exc:
-                remote.error = f"its actor or node died ({type(exc).__name__})"
-            except exceptions.GetTimeoutError:
-                remote.error = f"its model did not close within {_CLOSE_TIMEOUT_S:g} s"
-        self._close(remote, remote.error)
-
-    def _unregister(self, remote: _Remote, end: Connection) -> None:
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            self._selector.unregister(end)
-
-    def _close(self, remote: _Remote, error: str | None) -> None:
-        """Close the instance's pipe (its batches go to the others) and channel; count it done."""
-        remote.error = remote.error or error
-        for end in (remote.link, remote.channel):
-            if end is not None:
-                self._unregister(remote, end)
-                with contextlib.suppress(OSError):
-                    end.close()
-        remote.link = remote.channel = None
-        remote.inflight = 0
-        remote.done = True
-
-
 def round_trip_rate(
     channel: Connection,
-    batch_size: int,
+    rows: int,
     *,
-    batches: int = 16,
+    frames: int = 16,
     window: int = 2,
     node: str = "the actor",
     timeout_s: float | None = None,
 ) -> float:
-    """Samples/s of an actor as the driver sees it over its data channel: batches of zeros
-    (made on the node) sent `window` at a time. The node's own target ignores the network; the
-    layout's target must not. ClusterError naming `node` when the measurement does not end
-    within `timeout_s` (a stalled model) or the actor cannot run a batch."""
+    """Samples/s of an actor as the driver sees it over its data channel: frames of `rows`
+    consecutive rows of its copy of the samples (zeros before the first load), sent `window`
+    at a time and answered with their payloads, as the test sends them. The node's own target
+    ignores the network; the layout's target must not. ClusterError naming `node` when the
+    measurement does not end within `timeout_s` (a stalled model) or the model raises."""
     if timeout_s is None:
         timeout_s = ROUND_TRIP_TIMEOUT_S
     deadline = time.monotonic() + timeout_s
+    sent = itertools.count()
 
-    def answer() -> None:
+    def send() -> None:
+        frame = ("batch", next(sent), None, range(rows), None)
+        channel.send_bytes(pickle.dumps(frame, pickle.HIGHEST_PROTOCOL))
+
+    def answer() -> int:
+        """The number of frames the node's next reply answers (it may join queued ones)."""
         if not channel.poll(max(0.0, deadline - time.monotonic())):
             raise ClusterError(
-                f"{node}: its model answered no batch of zeros within {timeout_s:g} s while "
-                "the driver measured its round trip; the model may be stalled on its node"
+                f"{node}: its model answered no frame within {timeout_s:g} s while the driver "
+                "measured its round trip; the model may be stalled on its node"
             )
-        frame = pickle.loads(receive_reply(channel)[1])
-        if frame[0] != "ran":
-            raise ClusterError(f"{node}: the actor could not run a batch of zeros: {frame[-1]}")
+        reply = channel.recv()
+        if reply[0] != "done":
+            raise ClusterError(f"{node}: the actor could not run a frame of rows: {reply[-1]}")
+        return len(reply[1])
 
-    channel.send(("feeds", batch_size))
-    answer()  # the first batch allocates on the node
+    send()
+    answer()  # the first frame allocates on the node
     began = time.perf_counter()
     pending = 0
-    for _ in range(batches):
-        channel.send(("feeds", batch_size))
+    for _ in range(frames):
+        send()
         pending += 1
-        if pending >= window:
-            answer()
-            pending -= 1
-    for _ in range(pending):
-        answer()
-    return batches * batch_size / (time.perf_counter() - began)
-
-
-def _ray() -> RayApi:
-    import ray
-
-    return ray
+        while pending >= window:
+            pending -= answer()
+    while pending > 0:
+        pending -= answer()
+    return frames * rows / (time.perf_counter() - began)

@@ -35,7 +35,7 @@ import pickle
 import selectors
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
@@ -54,13 +54,20 @@ WINDOW_BATCHES = 2
 # one message, one reply and one QuerySamplesComplete per chunk instead of per batch (a round
 # trip cost the coordinator ~0.3 ms on the 2-core test machine, as much as LoadGen's own work
 # for 256 samples; null backend, layout 7: 440k samples/s with 256-sample messages, ~800k with
-# chunks of 2048). A chunk holds at most CHUNK_SECONDS of the worker's measured rate, so a slow
-# backend still completes every batch on its own (latencies and progress stay as fine-grained
-# as its batches).
+# chunks of 2048). A chunk holds what the whole layout completes in CHUNK_SECONDS, scaled by the
+# worker's weight against the mean: sized by the worker's own rate, chunks shrank as instances
+# were added (56 instances sharing the same rate got 56x smaller chunks, and the coordinator's
+# messages a sample grew with the instance count). A slow layout still completes every batch on
+# its own (latencies and progress stay as fine-grained as its batches), and as the query runs
+# out chunks shrink to each worker's share of what is left, so that the last ones end together.
 CHUNK_SAMPLES = 2048
 CHUNK_PAYLOAD_BYTES = 1 << 20
 CHUNK_SECONDS = 0.02
 SERVER_FLUSH_S = 0.001
+ISSUE_TIMED_EVERY = 16  # the coordinator times one issue callback in this many (_CpuClock)
+# samples go to a worker's copy of the shared arrays (a cluster node's) in messages of about
+# this size (a ResNet50 sample is 588 KiB)
+MIRROR_FRAME_BYTES = 8 << 20
 # ids, rows (a range when consecutive), dataset indices (a list, or an array until sent)
 _Batch = tuple[list[int], Sequence[int], Sequence[int] | np.ndarray]
 _POLL_S = 0.5
@@ -150,6 +157,10 @@ class CoordinatorJob:
     synthetic_weights: bool
     ready_timeout_s: float
     reply_timeout_s: float | None = None  # a worker silent this long with work in flight is dropped
+    # the target message ("target", ...) of each link already known to the runner (a cluster
+    # node's, measured by the driver before the coordinator started), None for a link whose
+    # worker sends its own; empty: every worker sends its own
+    preset_targets: tuple[tuple[Any, ...] | None, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -178,12 +189,14 @@ class Dispatcher:
         rows_only: Sequence[bool] | None = None,
         mirrors: Sequence[bool] | None = None,
         flush_s: float | None = None,
+        arrays: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         """`largest_batch` (at least `batch_size`): the most samples one message may carry when a
         query is large and a worker fast enough (see CHUNK_SECONDS); batch_size when None.
         `rows_only[i]`: worker i reads the shared arrays and is sent rows without sample ids
         or dataset indices (every worker gets all three when None). `mirrors[i]`: worker i
-        reads a copy of them (a cluster node's), which each load must fill (`mirror_samples`).
+        reads a copy of them (a cluster node's), which each load fills from `arrays` (the
+        shared sample arrays, `mirror_samples`).
         `flush_s`: submitted samples wait up to this long and go out together (`flush`, called
         by the receiver at least that often): one message a worker a flush, not one a query
         (Server: a pipe write cost ~30 us on the 2-core test machine, most of a query's cost)."""
@@ -192,6 +205,8 @@ class Dispatcher:
         self._rows_only = list(rows_only) if rows_only is not None else [False] * len(self._links)
         self._mirrors = list(mirrors) if mirrors is not None else [False] * len(self._links)
         self._mirroring: set[int] = set()  # workers yet to take the samples of a load
+        self._arrays = arrays or {}
+        self.mirror_cpu_s = 0.0  # CPU sending loaded samples to the workers' copies
         self._mirrored = threading.Condition()
         self._reply_timeout_s = reply_timeout_s
         self._stopped = False
@@ -202,7 +217,9 @@ class Dispatcher:
         # batches a worker may hold; the window in samples is that many of its current chunk
         self._slots = [max(1, round(WINDOW_BATCHES * w)) for w in self._weights]
         self._chunk = [batch_size] * len(self._links)
-        self._first_send: list[float | None] = [None] * len(self._links)
+        self._first_send: float | None = None  # of the query being chunked
+        self._mean_weight = sum(self._weights) / max(1, len(self._weights))
+        self._live_weight = sum(self._weights)
         # the most samples one reply can hold: a window of the largest chunks, and one more
         self.largest_reply = max(self._slots, default=0) * self._largest + self._largest
         self._batch_size = batch_size
@@ -325,7 +342,7 @@ class Dispatcher:
             worker = self._choose(size)
             if worker is None:
                 return
-            batch = self._pending.popleft() if self._pending else self._cut(self._chunk[worker])
+            batch = self._pending.popleft() if self._pending else self._cut(self._cut_size(worker))
             batch_id = next(self._ids)
             ids, rows, indices = batch
             if self._rows_only[worker]:
@@ -345,27 +362,38 @@ class Dispatcher:
             now = time.monotonic()
             if self._waiting_since[worker] is None:
                 self._waiting_since[worker] = now
-            if self._first_send[worker] is None:
-                self._first_send[worker] = now
+            if self._first_send is None:
+                self._first_send = now
+
+    def _cut_size(self, worker: int) -> int:
+        """Samples of the worker's next message: its chunk, or while fewer samples are queued
+        than a chunk for every worker, its share of them (whole batches, at least one)."""
+        chunk = self._chunk[worker]
+        if chunk == self._batch_size:
+            return chunk
+        share = self._queued * self._weights[worker] / max(self._live_weight, 1e-9)
+        batches = -(-int(share) // self._batch_size)
+        return max(self._batch_size, min(chunk, batches * self._batch_size))
 
     def _cut(self, size: int) -> _Batch:
         """The next `size` submitted samples as one batch: several queued queries (Server's
         of one sample each, when the windows were full) go out as one message."""
         query = self._queries[0]
         if query.left >= size or len(self._queries) == 1:
-            batch = query.cut(size)
+            part_ids, part_rows, part_indices = query.take(size)
             if not query.left:
                 self._queries.popleft()
-            self._queued -= len(batch[0])
-            return batch
+            self._queued -= len(part_ids)
+            return _int_list(part_ids), _row_descriptor(part_rows), part_indices
+        # the rows' descriptor is made once for the message, not once a query
         ids: list[int] = []
         rows: list[int] = []
         indices: list[int] = []
         while self._queries and len(ids) < size:
             query = self._queries[0]
-            part_ids, part_rows, part_indices = query.cut(size - len(ids))
-            ids += part_ids
-            rows += part_rows
+            part_ids, part_rows, part_indices = query.take(size - len(ids))
+            ids += _int_list(part_ids)
+            rows += _int_list(part_rows)
             indices += _int_list(part_indices)
             if not query.left:
                 self._queries.popleft()
@@ -373,18 +401,21 @@ class Dispatcher:
         return ids, _row_descriptor(rows), indices
 
     def _resize_chunk(self, worker: int, now: float) -> None:
-        """The worker's next chunks: CHUNK_SECONDS of its rate so far, in whole batches, at
-        least one batch and at most `largest_batch`. Only a worker that reads the shared arrays
-        gets chunks: it splits them into backend calls of its batch size (a cluster node's
-        actor runs what it is sent in one call)."""
-        first = self._first_send[worker]
+        """The worker's next chunks: CHUNK_SECONDS of the layout's rate so far, scaled by the
+        worker's weight against the mean, in whole batches, at least one batch and at most
+        `largest_batch`. Only a worker that reads the shared arrays (or a copy) gets chunks: it
+        splits them into backend calls of its batch size."""
+        first = self._first_send
         if not self._rows_only[worker] or self._largest == self._batch_size:
             return
         if first is None or now <= first:
             return
-        rate = self.served[worker] / (now - first)
-        batches = int(rate * CHUNK_SECONDS) // self._batch_size
-        self._chunk[worker] = max(self._batch_size, min(self._largest, batches * self._batch_size))
+        self._chunk[worker] = chunk_samples(
+            self.completed / (now - first),
+            self._weights[worker] / self._mean_weight,
+            self._batch_size,
+            self._largest,
+        )
 
     def done(self, worker: int, batch_ids: Sequence[int], blob: bytes, item_size: int) -> None:
         """A worker's reply: complete its samples with LoadGen and send more work."""
@@ -433,6 +464,7 @@ class Dispatcher:
         if not self.alive[worker]:
             return
         self.alive[worker] = False
+        self._live_weight -= self._weights[worker]
         self._waiting_since[worker] = None
         batches = list(self._inflight[worker].values())
         self._inflight[worker].clear()
@@ -466,18 +498,22 @@ class Dispatcher:
             self._complete(ids, b"", 0)
 
     def mirror_samples(self, count: int, timeout_s: float) -> None:
-        """Have every live worker that keeps a copy of the shared arrays take rows 0..count-1
-        (a load just wrote them), and wait until each has them; one that has not within
-        `timeout_s` is given up (its batches go to the others)."""
+        """Send rows 0..count-1 of the shared arrays (a load just wrote them) to every live
+        worker that keeps a copy of them, and wait until each says it has them; one that has not
+        within `timeout_s` is given up (its batches go to the others). LoadGen loads samples
+        only when no query is in flight, so no batch is sent meanwhile."""
         with self._lock:
             workers = [w for w, m in enumerate(self._mirrors) if m and self.alive[w]]
             with self._mirrored:
                 self._mirroring.update(workers)
+            began = time.thread_time()
             for worker in workers:
                 try:
-                    self._links[worker].send(("samples", 0, count))
+                    send_rows(self._links[worker], self._arrays, 0, count)
+                    self._links[worker].send(("sync", count))
                 except (BrokenPipeError, OSError):
                     self._mark_dead(worker)
+            self.mirror_cpu_s += time.thread_time() - began
         deadline = time.monotonic() + timeout_s
         with self._mirrored:
             while self._mirroring and time.monotonic() < deadline:
@@ -507,6 +543,22 @@ class Dispatcher:
                     link.send(("stop",))
 
 
+def send_rows(link: Connection, arrays: Mapping[str, np.ndarray], start: int, stop: int) -> None:
+    """Rows start..stop-1 of the shared arrays to a worker that keeps a copy of them: for each
+    part of about MIRROR_FRAME_BYTES, ("samples", first row, count, input names), then the
+    rows of each input as one raw message (the worker reads them straight into its copy)."""
+    names = list(arrays)
+    row_bytes = sum(a[0].nbytes for a in arrays.values()) or 1
+    step = max(1, MIRROR_FRAME_BYTES // row_bytes)
+    for first in range(start, stop, step):
+        count = min(stop, first + step) - first
+        link.send(("samples", first, count, names))
+        for name in names:
+            link.send_bytes(
+                np.ascontiguousarray(arrays[name][first : first + count]).data.cast("B")
+            )
+
+
 class _Query:
     """Submitted samples not yet sent, cut into batches from the front as workers take them."""
 
@@ -517,21 +569,24 @@ class _Query:
         indices: Sequence[int] | np.ndarray,
     ) -> None:
         self._ids = ids
-        self._rows = np.asarray(rows, dtype=np.int64)
+        # a list stays a list (a Server query: plain Python costs less than numpy)
+        self._rows = rows if isinstance(rows, list) else np.asarray(rows, dtype=np.int64)
         self._indices = indices
         self._next = 0
         self.left = len(ids)
 
-    def cut(self, size: int) -> _Batch:
-        """The next `size` samples (fewer at the end) as one batch."""
+    def take(self, size: int) -> tuple[Any, Any, Any]:
+        """The next `size` samples (fewer at the end): their ids, rows and dataset indices,
+        as slices of what was submitted."""
         start, end = self._next, self._next + size
         self._next = min(end, len(self._rows))
         self.left = len(self._rows) - self._next
-        return (
-            _int_list(self._ids[start:end]),
-            _row_descriptor(self._rows[start:end]),
-            self._indices[start:end],
-        )
+        return self._ids[start:end], self._rows[start:end], self._indices[start:end]
+
+    def cut(self, size: int) -> _Batch:
+        """The next `size` samples (fewer at the end) as one batch."""
+        ids, rows, indices = self.take(size)
+        return _int_list(ids), _row_descriptor(rows), indices
 
 
 def _int_list(values: Sequence[int] | np.ndarray) -> list[int]:
@@ -582,6 +637,10 @@ class _Receiver(threading.Thread):
                         self._dispatcher.done(worker, batch_ids, blob, item_size)
                     elif message[0] == "loaded":
                         self._dispatcher.samples_taken(worker)
+                    elif message[0] == "error":  # a remote worker's model raised
+                        log.error("worker %d failed: %s", worker, message[1])
+                        selector.unregister(link)
+                        self._dispatcher.worker_died(worker)
                 if flush_s is not None:
                     self._dispatcher.flush()
                 self._dispatcher.check_stalled()
@@ -605,6 +664,10 @@ def _collect_targets(
     mirrors: set[int] = set()
     cached: dict[int, str] = {}
     waiting = dict(enumerate(job.links))
+    for worker, preset in enumerate(job.preset_targets):
+        if preset is not None:
+            _take_target(worker, preset, targets, rows_only, cached, mirrors)
+            del waiting[worker]
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
         by_link = {id(link): i for i, link in waiting.items()}
@@ -617,22 +680,42 @@ def _collect_targets(
                 del waiting[worker]
                 continue
             if message[0] == "target":
-                targets[worker] = message[1]
-                if len(message) > 2 and message[2]:
-                    rows_only.add(worker)
-                if len(message) > 3 and isinstance(message[3], str):
-                    cached[worker] = message[3]
-                if len(message) > 4 and message[4]:
-                    mirrors.add(worker)
+                _take_target(worker, message, targets, rows_only, cached, mirrors)
                 del waiting[worker]
     return targets, rows_only, cached, mirrors
 
 
-def _largest_chunk(batch_size: int, payload_bytes: int) -> int:
+def _take_target(
+    worker: int,
+    message: tuple[Any, ...],
+    targets: dict[int, float | None],
+    rows_only: set[int],
+    cached: dict[int, str],
+    mirrors: set[int],
+) -> None:
+    """Record a worker's ("target", target, rows only, cache key, mirror) message."""
+    targets[worker] = message[1]
+    if len(message) > 2 and message[2]:
+        rows_only.add(worker)
+    if len(message) > 3 and isinstance(message[3], str):
+        cached[worker] = message[3]
+    if len(message) > 4 and message[4]:
+        mirrors.add(worker)
+
+
+def largest_chunk(batch_size: int, payload_bytes: int) -> int:
     """The largest Offline chunk: whole batches, up to CHUNK_SAMPLES samples and
     CHUNK_PAYLOAD_BYTES of replies (a BERT reply is 3 KiB a sample), at least one batch."""
     samples = min(CHUNK_SAMPLES, CHUNK_PAYLOAD_BYTES // max(payload_bytes, 1))
     return max(1, samples // batch_size) * batch_size
+
+
+def chunk_samples(layout_rate: float, relative_weight: float, batch_size: int, largest: int) -> int:
+    """A worker's chunk (see CHUNK_SECONDS): what the layout completes in CHUNK_SECONDS at
+    `layout_rate` samples/s, times the worker's weight over the mean weight, in whole batches,
+    at least one and at most `largest` samples."""
+    batches = int(layout_rate * CHUNK_SECONDS * relative_weight) // batch_size
+    return max(batch_size, min(largest, batches * batch_size))
 
 
 def combined_target(loadgen_scenario: str, targets: Sequence[float | None]) -> float | None:
@@ -669,6 +752,7 @@ def _coordinate(
     import mlperf_loadgen as lg
 
     from mlperf_mig.engines.backend import DeviceReport
+    from mlperf_mig.errors import DatasetError
     from mlperf_mig.harness.instance import target_was_wrong
     from mlperf_mig.harness.loadgen_test import running
     from mlperf_mig.harness.reuse import WorkCache
@@ -720,13 +804,14 @@ def _coordinate(
         batch_size=job.batch_size,
         complete=complete,
         reply_timeout_s=job.reply_timeout_s,
-        largest_batch=_largest_chunk(job.batch_size, np.empty(shape, dtype=dtype).nbytes)
+        largest_batch=largest_chunk(job.batch_size, np.empty(shape, dtype=dtype).nbytes)
         if offline
         else None,
         rows_only=[i in rows_only for i in range(len(job.links))],
         mirrors=[i in mirrors for i in range(len(job.links))],
         # Server: queries go out together once a millisecond (the latency bound is 15 ms or more)
         flush_s=SERVER_FLUSH_S if test.task.loadgen_scenario == "Server" else None,
+        arrays=arrays,
     )
     # A reply holds at most a worker's window and one batch more. Replies are completed one at
     # a time (by the receiver thread), so one staging buffer and its reused responses serve all.
@@ -746,11 +831,20 @@ def _coordinate(
         messages_before[0] = dispatcher.messages
 
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
+        if not clock.running:
+            _issue(ids, indices)
+            return
+        if clock.queries % ISSUE_TIMED_EVERY:
+            _issue(ids, indices)
+            clock.queries += 1
+            return
+        # the first query and every ISSUE_TIMED_EVERY-th after it are timed (a CPU clock read
+        # costs ~0.7 us here, two of them a tenth of a Server query's dispatch)
         began = time.thread_time()
         _issue(ids, indices)
-        if clock.running:
-            clock.queries += 1
-            clock.issue_s += time.thread_time() - began
+        clock.issue_timed_s += time.thread_time() - began
+        clock.issue_timed += 1
+        clock.queries += 1
 
     def _issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         if offline:  # batches of consecutive rows: the workers read them as views
@@ -764,14 +858,26 @@ def _coordinate(
                 index_array[order],
             )
             return
-        dispatcher.submit(ids, library.slots(indices), indices)
+        try:  # a Server query (one sample, mostly): its row without numpy
+            query_rows = [row_of[index] for index in indices]
+        except KeyError:
+            raise DatasetError("LoadGen issued a sample that is not loaded") from None
+        dispatcher.submit(ids, query_rows, indices)
+
+    row_of: dict[int, int] = {}  # the loaded samples' rows, by dataset index
 
     def load(indices: Sequence[int]) -> None:
         # generated samples come from the cache folder when an earlier run kept them (a copy
         # into the shared arrays; harness/reuse.py); a node's copy takes them before the test
         WorkCache.for_cache_dir(test.task.cache_dir).load_samples(library, indices, source)
+        row_of.update(zip(indices, library.slots(list(indices)).tolist()))
         if mirrors:
             dispatcher.mirror_samples(library.loaded_count, job.ready_timeout_s)
+
+    def unload(indices: Sequence[int]) -> None:
+        library.unload(indices)
+        for index in indices:
+            row_of.pop(index, None)
 
     receiver_cpu: list[float] = []
 
@@ -790,7 +896,7 @@ def _coordinate(
         issue=issue,
         flush=lambda: None,
         load=load,
-        unload=library.unload,
+        unload=unload,
         abort=lambda exc: dispatcher.abort(f"{type(exc).__name__}: {exc}"),
         calibrated_target=calibrated,
         before_start=clock.started_after(barrier),
@@ -804,6 +910,7 @@ def _coordinate(
         dispatcher.completed,
         receiver_cpu[0] if receiver_cpu else None,
         dispatcher.messages - messages_before[0],
+        mirror_cpu_s=dispatcher.mirror_cpu_s,
     )
     result = test.result(
         dispatcher,
@@ -915,13 +1022,15 @@ class _CpuClock:
     """This process's CPU time from the start barrier's release to the end of its test: what
     the coordinator (LoadGen's threads and the dispatch) or a serving worker costs a sample,
     logged as one JSON line (benchmarks/fleet_dispatch.py reads it). The coordinator also
-    counts its own code apart (`dispatch_cpu_s`: the issue callbacks, timed each, and the
+    counts its own code apart (`dispatch_cpu_s`: the issue callbacks, one in ISSUE_TIMED_EVERY
+    timed and scaled to all, and the
     receiver thread): LoadGen's threads wait for a Server query's time partly by spinning,
     which fills an idle core and is not the dispatch's cost."""
 
     def __init__(self, thread: threading.Thread | None = None) -> None:
         self.queries = 0
-        self.issue_s = 0.0  # CPU of the issue callbacks (added by them)
+        self.issue_timed = 0  # issue callbacks timed (the first and every ISSUE_TIMED_EVERY-th)
+        self.issue_timed_s = 0.0  # their CPU
         self._thread = thread  # the receiver, whose CPU clock is read from here
         self._started: tuple[float, float, float] | None = None
 
@@ -939,20 +1048,35 @@ class _CpuClock:
         def start() -> None:
             barrier()
             self.queries = 0
-            self.issue_s = 0.0
+            self.issue_timed = 0
+            self.issue_timed_s = 0.0
             self._started = (time.process_time(), time.monotonic(), self._thread_cpu())
 
         return start
+
+    @property
+    def issue_s(self) -> float:
+        """The issue callbacks' CPU: the timed ones', scaled to every query."""
+        if not self.issue_timed:
+            return 0.0
+        return self.issue_timed_s * self.queries / self.issue_timed
 
     @property
     def running(self) -> bool:
         return self._started is not None
 
     def report(
-        self, what: str, samples: int, thread_cpu: float | None = None, messages: int | None = None
+        self,
+        what: str,
+        samples: int,
+        thread_cpu: float | None = None,
+        messages: int | None = None,
+        mirror_cpu_s: float = 0.0,
     ) -> None:
         """Log the cost; `thread_cpu`: the receiver's CPU clock read before it ended;
-        `messages`: batches sent and replies read."""
+        `messages`: batches sent and replies read; `mirror_cpu_s`: what sending loaded
+        samples to the workers' copies (a cluster's nodes) took, the first load's before the
+        clock started."""
         if self._started is None:
             return
         cost = {
@@ -964,6 +1088,9 @@ class _CpuClock:
         }
         if self._thread is not None and thread_cpu is not None:
             cost["dispatch_cpu_s"] = round(self.issue_s + thread_cpu - self._started[2], 4)
+            cost["issue_cpu_s"] = round(self.issue_s, 4)  # of it, the issue callbacks'
+        if mirror_cpu_s:
+            cost["mirror_cpu_s"] = round(mirror_cpu_s, 4)
         log.info("%s cost %s", what, json.dumps(cost))
 
 

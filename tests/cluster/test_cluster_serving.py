@@ -1,17 +1,17 @@
-"""A node's serving actor and the driver's serving thread, without Ray: what a node runs for one
-frame, its copy of the samples, and the data channel between them, also against hostile peers
-(a port scanner's probe, a peer that sends nothing, a model that stalls)."""
+"""A node's serving actor and the coordinator's dispatcher over its data channel, without Ray:
+what a node runs for one frame, its copy of the samples, and the data channel between them, also
+against hostile peers (a port scanner's probe, a peer that sends nothing, a model that stalls)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import pickle
+import queue
 import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -21,15 +21,14 @@ import pytest
 from mlperf_mig.cluster import serving
 from mlperf_mig.cluster.serving import (
     AUTHKEY_BYTES,
-    RemoteServing,
     ServeActor,
     connect_channel,
-    receive_reply,
     round_trip_rate,
 )
 from mlperf_mig.engines.backends.null.backend import NullBackend
 from mlperf_mig.errors import ClusterError
 from mlperf_mig.harness.samples import input_layouts
+from mlperf_mig.runner.unified import Dispatcher, _Receiver
 from mlperf_mig.workloads.resnet50 import RESNET50
 
 KEY = b"k" * AUTHKEY_BYTES
@@ -70,10 +69,9 @@ class StalledBackend(NullBackend):
 
 
 def _answer(channel: Connection) -> tuple[Any, ...]:
-    """The node's next answer (its kind, then the answer: serving.send_reply)."""
-    kind, body = receive_reply(channel)
-    answer = pickle.loads(body)
-    assert answer[0].encode() == kind
+    """The node's next answer (one message)."""
+    assert channel.poll(10), "the node did not answer"
+    answer: tuple[Any, ...] = channel.recv()
     return answer
 
 
@@ -132,14 +130,39 @@ def test_consecutive_rows_reach_the_model_as_views_of_the_mirror() -> None:
     assert not np.shares_memory(seen[1], mirror)
 
 
-def test_data_channel_serves_frames_to_the_key_holder() -> None:
-    """A frame of batches sent over the actor's data channel comes back as one reply with every
-    batch id and a payload per sample; the round trip measures a rate."""
+def test_data_channel_serves_batches_to_the_key_holder() -> None:
+    """Batches sent over the actor's data channel come back with every batch id and a payload
+    per sample; the round trip measures a rate."""
     with connect_channel(_actor().listen(KEY, host="127.0.0.1"), KEY) as channel:
-        channel.send(("serve", [7, 8], [range(0, 2), [5]]))
-        kind, ids, payload, item_bytes = _answer(channel)
-        assert (kind, ids, len(payload)) == ("done", [7, 8], 3 * item_bytes)
-        assert round_trip_rate(channel, 4, batches=4) > 0
+        channel.send(("batch", 7, None, range(0, 2), None))
+        channel.send(("batch", 8, None, [5], None))
+        ids: list[int] = []
+        payload = b""
+        while len(ids) < 2:  # one reply, or two where the node woke between the sends
+            kind, more, data, item_bytes = _answer(channel)
+            assert kind == "done"
+            ids, payload = ids + more, payload + data
+        assert (ids, len(payload)) == ([7, 8], 3 * item_bytes)
+        assert round_trip_rate(channel, 4, frames=4) > 0
+
+
+def test_batches_queued_on_the_node_are_run_and_answered_as_one_frame() -> None:
+    """The node's server thread takes every batch queued behind the first as one frame (one
+    reply), and answers a sync after it in order."""
+    actor = _actor(RecordingBackend(), capacity=16)
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    for batch in range(3):
+        inbox.put(("batch", batch, None, range(batch, batch + 1), None))
+    inbox.put(("sync", 16))
+    inbox.put(None)
+    sent: list[tuple[Any, ...]] = []
+
+    class Recording:
+        def send_bytes(self, data: bytes) -> None:
+            sent.append(pickle.loads(data))
+
+    actor._answer(Recording(), inbox)  # type: ignore[arg-type]  # only send_bytes() is used
+    assert [m[:2] for m in sent] == [("done", [0, 1, 2]), ("loaded", 16)]
 
 
 def test_data_channel_refuses_a_wrong_key_and_still_serves_the_driver(
@@ -151,58 +174,88 @@ def test_data_channel_refuses_a_wrong_key_and_still_serves_the_driver(
     with pytest.raises(ClusterError, match=r"instance i0 on node n1.*handshake failed"):
         connect_channel(address, b"x" * AUTHKEY_BYTES, node="instance i0 on node n1")
     with connect_channel(address, KEY) as channel:
-        channel.send(("feeds", 4))
-        assert _answer(channel) == ("ran", 4)
+        channel.send(("sync", 4))
+        assert _answer(channel) == ("loaded", 4)
 
 
-def test_model_error_is_answered_on_the_channel() -> None:
-    """A model that raises answers ("error", why) instead of leaving the driver waiting."""
-    with connect_channel(_actor(FailingBackend()).listen(KEY, host="127.0.0.1"), KEY) as channel:
-        channel.send(("serve", [1], [range(0, 1)]))
+def test_model_error_is_answered_on_the_channel_and_kept_for_the_outcome() -> None:
+    """A model that raises answers ("error", why) instead of leaving the coordinator waiting,
+    and its actor's close() says what it raised."""
+    actor = _actor(FailingBackend())
+    with connect_channel(actor.listen(KEY, host="127.0.0.1"), KEY) as channel:
+        channel.send(("batch", 1, None, range(0, 1), None))
         kind, why = _answer(channel)
         assert kind == "error" and "device lost" in why
+    assert "device lost" in actor.close()["error"]
 
 
-def _relay(
-    actor: ServeActor, arrays: Mapping[str, np.ndarray]
-) -> tuple[RemoteServing, socket.socket, object]:
-    channel = connect_channel(actor.listen(KEY, host="127.0.0.1"), KEY)
-    coordinator, served = Pipe()
-    relay = RemoteServing(arrays)
-    relay.add("i0", None, served, {"target": 10.0, "batch_size": 4}, capacity=8, channel=channel)
-    return relay, channel, coordinator
+def _coordinator(
+    channel: Connection, arrays: Mapping[str, np.ndarray]
+) -> tuple[Dispatcher, _Receiver, list[list[int]]]:
+    """The coordinator's dispatcher and receiver on one node's channel, as unified.py runs
+    them: rows only, a copy of the samples to fill."""
+    completed: list[list[int]] = []
+    dispatcher = Dispatcher(
+        [channel],
+        (1.0,),
+        batch_size=4,
+        complete=lambda ids, blob, size: completed.append(list(ids)),
+        rows_only=[True],
+        mirrors=[True],
+        arrays=arrays,
+        flush_s=0.001,
+    )
+    receiver = _Receiver([channel], dispatcher)
+    receiver.start()
+    return dispatcher, receiver, completed
 
 
-def test_remote_serving_mirrors_samples_then_serves_rows_in_one_frame() -> None:
-    """The driver's serving thread copies the loaded rows to the node before answering
-    "loaded", then sends everything the coordinator queued as one frame, answered once; when
-    the channel closes (the actor died) it closes that instance's pipe."""
+def _wait_for(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_the_coordinator_mirrors_samples_then_serves_rows_straight_over_the_channel() -> None:
+    """The coordinator's dispatcher copies the loaded rows to the node and waits for its answer,
+    then sends queries as rows over the data channel and completes them from the node's
+    replies; when the channel closes (the actor died) the instance is lost."""
     (layout,) = input_layouts(RESNET50)
     values = np.arange(8 * int(np.prod(layout.shape)), dtype=np.float32) % 251
     arrays = {layout.name: values.astype(layout.dtype).reshape((8, *layout.shape))}
-    backend = RecordingBackend()
-    actor = _actor(backend, capacity=8)
-    relay, channel, coordinator = _relay(actor, arrays)
-    assert coordinator.recv() == ("target", 10.0, True, None, True)
-    coordinator.send(("samples", 0, 8))
-    relay.start()
-    assert coordinator.recv() == ("loaded", 8)
-    np.testing.assert_array_equal(actor._library.buffers[layout.name], arrays[layout.name])
-    for batch in range(3):  # queued together: one frame
-        coordinator.send(("batch", batch, None, range(batch, batch + 1), None))
-    kind, ids, *_ = coordinator.recv()
-    replies = 1
-    while sorted(ids) != [0, 1, 2] and replies < 3:
-        # the relay woke between the coordinator's sends (a busy machine): one frame a wake-up
-        ids += coordinator.recv()[1]
-        replies += 1
-    assert (kind, sorted(ids)) == ("done", [0, 1, 2])
-    assert relay.remotes[0].inflight == 0
-    socket.socket(fileno=os.dup(channel.fileno())).shutdown(socket.SHUT_RDWR)
-    relay.join(timeout=10)
-    assert not relay.is_alive() and relay.remotes[0].done
-    with pytest.raises(EOFError):
-        coordinator.recv()
+    actor = _actor(RecordingBackend(), capacity=8)
+    channel = connect_channel(actor.listen(KEY, host="127.0.0.1"), KEY)
+    dispatcher, receiver, completed = _coordinator(channel, arrays)
+    try:
+        dispatcher.mirror_samples(8, timeout_s=10)
+        assert dispatcher.alive == [True]
+        np.testing.assert_array_equal(actor._library.buffers[layout.name], arrays[layout.name])
+        for query in range(3):
+            dispatcher.submit([100 + query], [query], [query])
+        _wait_for(lambda: dispatcher.completed == 3, "the queries were not completed")
+        assert sorted(i for ids in completed for i in ids) == [100, 101, 102]
+        socket.socket(fileno=os.dup(channel.fileno())).shutdown(socket.SHUT_RDWR)
+        _wait_for(lambda: not dispatcher.alive[0], "the closed channel did not lose the node")
+    finally:
+        receiver.stop()
+        channel.close()
+
+
+def test_a_model_error_on_the_node_loses_the_instance_at_the_coordinator() -> None:
+    """A node whose model raises answers an error: the coordinator drops the instance and its
+    samples complete without data (no other instance is left)."""
+    (layout,) = input_layouts(RESNET50)
+    arrays = {layout.name: np.zeros((8, *layout.shape), dtype=layout.dtype)}
+    channel = connect_channel(_actor(FailingBackend()).listen(KEY, host="127.0.0.1"), KEY)
+    dispatcher, receiver, _ = _coordinator(channel, arrays)
+    try:
+        dispatcher.submit([7], [0], [0])
+        _wait_for(lambda: dispatcher.completed == 1, "the failed sample was not completed")
+        assert dispatcher.alive == [False] and dispatcher.failed_samples == 1
+    finally:
+        receiver.stop()
+        channel.close()
 
 
 # --- issue 33 item 4: the data channel survives what a network sends ----------------------------
@@ -231,8 +284,8 @@ def test_an_http_probe_is_dropped_and_the_listener_keeps_accepting(
         _probe(address, b"GET / HTTP/1.1\r\nHost: node\r\n\r\n")
         _probe(address, b"")
         with connect_channel(address, KEY) as channel:
-            channel.send(("feeds", 4))
-            assert _answer(channel) == ("ran", 4)
+            channel.send(("sync", 4))
+            assert _answer(channel) == ("loaded", 4)
     dropped = [r.getMessage() for r in caplog.records if "dropped a data channel" in r.message]
     assert len(dropped) == 2 and all("127.0.0.1" in m for m in dropped)
 
@@ -268,8 +321,8 @@ def test_a_silent_peer_does_not_hold_the_listener(
     with socket.create_connection(address):  # silent
         began = time.monotonic()
         with connect_channel(address, KEY, timeout_s=10) as channel:
-            channel.send(("feeds", 4))
-            assert _answer(channel) == ("ran", 4)
+            channel.send(("sync", 4))
+            assert _answer(channel) == ("loaded", 4)
     assert time.monotonic() - began < 5
 
 

@@ -1,4 +1,4 @@
-"""Unified mode's dispatch of large queries: chunks sized by each worker's rate, rows-only
+"""Unified mode's dispatch of large queries: chunks sized by the layout's rate, rows-only
 messages for workers that read the shared arrays, and chunks run in backend calls of at most
 the batch size."""
 
@@ -26,8 +26,11 @@ class RecordingLink:
     def send(self, message: tuple[Any, ...]) -> None:
         self.sent.append(message)
 
-    def send_bytes(self, data: bytes) -> None:
-        self.send(pickle.loads(data))
+    def send_bytes(self, data: bytes | memoryview) -> None:
+        if bytes(data[:1]) == b"\x80":  # a pickle (protocol 2 or later)
+            self.send(pickle.loads(data))
+        else:  # raw rows for a worker's copy of the samples
+            self.sent.append(("raw", bytes(data)))
 
     def batches(self) -> list[tuple[Any, ...]]:
         return [m for m in self.sent if m[0] == "batch"]
@@ -235,18 +238,92 @@ def test_queries_queued_behind_full_windows_go_out_as_one_message() -> None:
 
 
 def test_a_load_waits_until_every_mirroring_worker_has_the_samples() -> None:
-    """mirror_samples asks each worker that keeps a copy of the shared arrays (a cluster node)
-    to take the loaded rows and returns once each answered; one that does not answer in time is
-    given up, and its share goes to the others."""
-    dispatcher, links = _fleet([1.0, 1.0, 1.0], mirrors=[True, True, False])
+    """mirror_samples sends the loaded rows of the shared arrays to each worker that keeps a
+    copy of them (a cluster node), then a sync, and returns once each answered; one that does
+    not answer in time is given up, and its share goes to the others."""
+    rows = np.arange(64 * 3, dtype=np.float32).reshape(64, 3)
+    links = [RecordingLink() for _ in range(3)]
+    dispatcher = Dispatcher(
+        links,  # type: ignore[arg-type]  # only send() is used
+        (1.0, 1.0, 1.0),
+        batch_size=BATCH,
+        complete=lambda ids, blob, size: None,
+        rows_only=[True] * 3,
+        mirrors=[True, True, False],
+        arrays={"x": rows},
+    )
     links[0].send = lambda message: (  # type: ignore[method-assign]
         RecordingLink.send(links[0], message),
-        dispatcher.samples_taken(0) if message[0] == "samples" else None,
+        dispatcher.samples_taken(0) if message[0] == "sync" else None,
     )
     dispatcher.mirror_samples(64, timeout_s=0.5)
-    assert [m for m in links[0].sent if m[0] == "samples"] == [("samples", 0, 64)]
-    assert links[1].sent == [("samples", 0, 64)] and links[2].sent == []
+    expected = [("samples", 0, 64, ["x"]), ("raw", rows.tobytes()), ("sync", 64)]
+    assert links[0].sent == expected and links[1].sent == expected and links[2].sent == []
     assert dispatcher.alive == [True, False, True]
+
+
+def test_rows_go_to_a_workers_copy_in_parts_of_about_the_frame_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows of 12 bytes in frames of 40 bytes go as parts of 3 rows, each a header and the
+    raw rows of every input, in order."""
+    monkeypatch.setattr(unified, "MIRROR_FRAME_BYTES", 40)
+    link = RecordingLink()
+    x = np.arange(8 * 2, dtype=np.float32).reshape(8, 2)
+    y = np.arange(8, dtype=np.float32).reshape(8, 1)
+    unified.send_rows(link, {"x": x, "y": y}, 1, 8)  # type: ignore[arg-type]
+    headers = [m for m in link.sent if m[0] == "samples"]
+    assert headers == [
+        ("samples", 1, 3, ["x", "y"]),
+        ("samples", 4, 3, ["x", "y"]),
+        ("samples", 7, 1, ["x", "y"]),
+    ]
+    raw = [m[1] for m in link.sent if m[0] == "raw"]
+    assert raw[0] == x[1:4].tobytes() and raw[1] == y[1:4].tobytes() and raw[-1] == y[7:8].tobytes()
+
+
+def test_chunks_do_not_shrink_as_workers_are_added_at_the_same_layout_rate(clock: Clock) -> None:
+    """At the same layout rate (4096 samples/s), 2 and 8 equal workers get chunks of the
+    same size (80 samples: CHUNK_SECONDS of the layout's rate): the coordinator's messages a
+    sample do not grow with the instance count, though each of the 8 is 4x slower."""
+    sizes = {}
+    for count in (2, 8):
+        links = [RecordingLink() for _ in range(count)]
+        dispatcher = Dispatcher(
+            links,  # type: ignore[arg-type]  # only send() is used
+            [1.0] * count,
+            batch_size=BATCH,
+            complete=lambda ids, blob, size: None,
+            largest_batch=128,
+            rows_only=[True] * count,
+        )
+        began = clock.now
+        dispatcher.submit(np.arange(100_000), np.arange(100_000), np.arange(100_000))
+        for link_index, link in enumerate(links):
+            for message in link.batches()[:2]:  # each answer at the layout's 4096 samples/s
+                clock.now = began + (dispatcher.completed + BATCH) / 4096
+                dispatcher.done(link_index, [message[1]], b"\0" * 4 * BATCH, 4)
+        sizes[count] = [len(link.batches()[-1][3]) for link in links]
+        clock.now += 1.0
+    assert sizes[2] == [80] * 2 and sizes[8] == [80] * 8
+
+
+def test_chunks_shrink_to_each_workers_share_as_the_query_runs_out(clock: Clock) -> None:
+    """When fewer samples are left than a chunk for every worker, each is sent its share of
+    what is left (whole batches), so the last chunks end together."""
+    links = [RecordingLink(), RecordingLink()]
+    dispatcher = Dispatcher(
+        links,  # type: ignore[arg-type]  # only send() is used
+        (1.0, 1.0),
+        batch_size=BATCH,
+        complete=lambda ids, blob, size: None,
+        largest_batch=LARGEST,
+        rows_only=[True, True],
+    )
+    dispatcher.submit(np.arange(40), np.arange(40), np.arange(40))  # 4 batches go out
+    clock.now += 0.001
+    dispatcher.done(0, [links[0].batches()[0][1]], b"\0" * 4 * BATCH, 4)  # 24 left, chunk 16
+    assert [len(m[3]) for m in links[0].batches()][2:4] == [12, 8]  # half of 24, then of 12
 
 
 def test_server_queries_wait_for_the_flush_and_go_out_together() -> None:
@@ -266,3 +343,12 @@ def test_server_queries_wait_for_the_flush_and_go_out_together() -> None:
     assert link.batches() == []
     dispatcher.flush()
     assert [list(m[3]) for m in link.batches()] == [[10, 11, 12]]
+
+
+def test_the_issue_cpu_is_the_timed_callbacks_scaled_to_every_query() -> None:
+    """The coordinator times one issue callback in ISSUE_TIMED_EVERY; the cost line's issue CPU
+    is theirs scaled to every query (none timed: none known)."""
+    clock = unified._CpuClock()
+    assert clock.issue_s == 0.0
+    clock.queries, clock.issue_timed, clock.issue_timed_s = 32, 2, 0.002
+    assert clock.issue_s == pytest.approx(0.032)
