@@ -12,6 +12,7 @@ from mlperf_mig.study.chart import (
     AXIS_MAX_OVER_BARS,
     RANGE_BAR_NOTE,
     Bar,
+    ChartedRate,
     axis_top,
     chart_note,
     draw_bars,
@@ -32,7 +33,7 @@ def _drawn_ylim(bars: list[Bar]) -> tuple[float, float]:
     from matplotlib.figure import Figure
 
     axes = Figure().add_subplot()
-    draw_bars(axes, bars, FIRST)
+    draw_bars(axes, bars, FIRST, ChartedRate(unit=FIRST.throughput_unit))
     return axes.get_ylim()
 
 
