@@ -17,7 +17,7 @@ from mlperf_mig.runner.results import RunResult
 from mlperf_mig.study.chart import chart_bar, charted_rate, gpu_bars
 from mlperf_mig.study.report_html import NO_TOKEN_BASELINE, change_points, report_html
 from mlperf_mig.study.sweep import SweepResult
-from mlperf_mig.study.tokens import run_token_values
+from mlperf_mig.study.tokens import gpu_tokens_per_s, run_token_values
 
 from .conftest import QUICK_NULL
 
@@ -118,6 +118,39 @@ def test_repeats_gpu_subtotal_rows_carry_each_gpus_tokens_per_second(system: Any
         assert _number(cell) == pytest.approx(sum(values) / len(values), rel=1e-3)
         assert "(range" in cell
     assert "tokens/s" in system.columns()
+
+
+def test_a_gpu_keeps_its_tokens_per_second_when_another_gpus_instance_failed(system: Any) -> None:
+    """GPU 0's tokens/s is its own instances' sum even where an instance of GPU 1 has no result."""
+    run = system.first
+    gpus = run.gpu_rows()
+    failed = gpus[1].instances[0]
+    broken = attrs.evolve(
+        run,
+        instances=[
+            attrs.evolve(i, performance=None) if i.name == failed else i for i in run.instances
+        ],
+    )
+    assert gpu_tokens_per_s(broken, 0) == pytest.approx(_own_tokens(run, gpus[0].instances))
+    assert gpu_tokens_per_s(broken, 1) is None and broken.tokens_per_second is None
+
+
+def test_a_unified_systems_gpus_share_the_tokens_by_samples_served(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Unified over two GPUs: each GPU's tokens/s is the LoadGen's shared by the samples its
+    instances served, as its throughput subtotal is."""
+    outdir = tmp_path_factory.mktemp("llm-report") / "unified-system"
+    run = mlperf_mig.run(
+        "1g.10gb+1g.10gb", mode="unified", gpu_count=2, emulate=True, outdir=outdir, **LLM
+    )
+    assert run.ok, run.table()
+    served_all = sum(i.dispatched_samples for i in run.instances)
+    for position, gpu in enumerate(run.gpu_rows()):
+        served = sum(i.dispatched_samples for i in run.instances if i.name in gpu.instances)
+        expected = run.tokens_per_second * served / served_all
+        assert gpu_tokens_per_s(run, position) == pytest.approx(expected)
+        assert gpu_bars(run)[position].total == pytest.approx(expected)
 
 
 # --- figures 1 and 2 -------------------------------------------------------------------------------
