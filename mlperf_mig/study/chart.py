@@ -137,7 +137,8 @@ def charted_rate(layouts: Sequence[LayoutResult]) -> ChartedRate:
     """Tokens/s where a run of `layouts` measured tokens (the baseline: the tokens/s of the
     first finished MIG scenario 1 among them), else the first run's throughput unit."""
     if not any(generates_tokens(r) for layout in layouts for r in layout.runs):
-        return ChartedRate(unit=layouts[0].first.throughput_unit)
+        # no layout at all draws no bar: its unit is never shown
+        return ChartedRate(unit=layouts[0].first.throughput_unit if layouts else "samples/s")
     base = next((layout for layout in layouts if layout.scenario == 1 and layout.ok), None)
     baseline = () if base is None else tuple(t for r in base.runs if (t := r.tokens_per_second))
     return ChartedRate(unit=TOKENS_PER_S, tokens=True, baseline=baseline)
