@@ -687,13 +687,26 @@ class RunResult(LayoutResult):
         )
 
     @property
+    def tokens_per_second(self) -> float | None:
+        """A generative workload's total tokens/s (Offline: generated; else completed): the
+        unified LoadGen's, or the sum of the instances' own. None for a workload that answers
+        samples, and where an instance measured none (a sum of some would read as the layout's)."""
+        layout = self.layout_result
+        if layout is not None and layout.tokens is not None:
+            return layout.tokens.tokens_per_second
+        results = [i.performance for i in self.instances]
+        if not any(r is not None and r.tokens is not None for r in results):
+            return None
+        rates = [
+            None if r is None or r.tokens is None else r.tokens.tokens_per_second for r in results
+        ]
+        return None if None in rates else sum(r for r in rates if r is not None)
+
+    @property
     def tokens_per_joule(self) -> float | None:
         """A generative workload's total tokens/s over the layout's mean power in the common
         timed window (as `samples_per_joule`); None without tokens or energy."""
-        tokens = self._total_token_cells().get("tokens/s")
-        if self.telemetry is None or tokens is None:
-            return None
-        return self.telemetry.samples_per_joule(tokens)
+        return None if self.telemetry is None else self.telemetry.per_joule(self.tokens_per_second)
 
     def utilisation(self, name: str) -> float | None:
         """Mean activity of instance `name` over the timed window, in % (see telemetry notes)."""
@@ -887,16 +900,12 @@ class RunResult(LayoutResult):
         return self._with_telemetry(rows)
 
     def _total_token_cells(self) -> dict[str, float | None]:
-        """The total row's tokens/s: the unified LoadGen's, or the sum of the instances' (its
-        latencies are the unified run's only: a sum of latencies means nothing)."""
-        if self.layout_result is not None:
+        """The total row's token cells: `tokens_per_second`, with the unified LoadGen's
+        latencies (a sum of the instances' latencies means nothing); {} without tokens."""
+        if self.layout_result is not None and self.layout_result.tokens is not None:
             return token_cells(self.layout_result)
-        cells = [token_cells(i.performance) for i in self.instances]
-        if not any(cells):
-            return {}
-        rates = [c.get("tokens/s") for c in cells]
-        known = [r for r in rates if r is not None]
-        return {"tokens/s": sum(known) if len(known) == len(rates) else None}
+        total = self.tokens_per_second
+        return {} if total is None else {"tokens/s": total}
 
     def _gpu_token_rate(self, names: Sequence[str]) -> dict[str, float | None]:
         """A GPU subtotal's tokens/s: the sum of its instances' (independent runs)."""
@@ -997,7 +1006,15 @@ class RunResult(LayoutResult):
             return []
         from mlperf_mig.telemetry.report import telemetry_lines
 
-        return [f"telemetry: {line}" for line in telemetry_lines(t, self.samples_per_joule)]
+        lines = telemetry_lines(
+            t,
+            self.samples_per_joule,
+            tokens_per_s=self.tokens_per_second,
+            instance_tokens_per_s={
+                i.name: token_cells(i.performance).get("tokens/s") for i in self.instances
+            },
+        )
+        return [f"telemetry: {line}" for line in lines]
 
     def _cluster_notes(self) -> list[str]:
         """Where a cluster run's instances ran and how far apart their LoadGen tests started."""

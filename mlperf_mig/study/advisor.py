@@ -46,7 +46,6 @@ from mlperf_mig.study.tokens import (
     TOKENS_PER_S,
     generates_tokens,
     instance_tokens_per_s,
-    total_tokens_per_s,
 )
 
 if TYPE_CHECKING:
@@ -197,7 +196,7 @@ def _checked_run(run: RunResult) -> list[tuple[str, float | None, float | None]]
 def _run_total(run: RunResult) -> float | None:
     """What a run's layout is ranked by: its total samples/s, or tokens/s for a generative
     workload (the sum of the instances', or the unified LoadGen's)."""
-    return total_tokens_per_s(run) if generates_tokens(run) else run.total_throughput
+    return run.tokens_per_second if generates_tokens(run) else run.total_throughput
 
 
 def _instance_powers(run: RunResult) -> tuple[float | None, list[float | None]]:

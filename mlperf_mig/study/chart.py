@@ -1,4 +1,5 @@
-"""The seed study's figure: total throughput per MIG layout, stacked by instance.
+"""The seed study's figure: total throughput per MIG layout, stacked by instance (tokens/s for
+a workload that generates tokens: `ChartedRate`).
 
 Drawn with matplotlib's object API on an Agg canvas (no pyplot, so a notebook's backend is left
 alone). A repeated layout's bar stacks its instances' means and carries the 95% interval of its
@@ -21,12 +22,25 @@ import math
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
 from mlperf_mig._io import atomic_write_bytes
-from mlperf_mig.runner.results import SUM_LABEL, UNIFIED_LABEL, LayoutResult, RunResult
+from mlperf_mig.runner.results import (
+    SUM_LABEL,
+    UNIFIED_LABEL,
+    InstanceRun,
+    LayoutResult,
+    RunResult,
+)
+from mlperf_mig.runner.stats import Change, Summary, relative_change, summarize
+from mlperf_mig.study.tokens import (
+    TOKENS_PER_S,
+    generates_tokens,
+    gpu_tokens_per_s,
+    instance_tokens_per_s,
+)
 
 if TYPE_CHECKING:  # matplotlib (the plot extra) is imported where a chart is drawn
     from matplotlib.axes import Axes
@@ -43,6 +57,91 @@ RANGE_BAR_NOTE = (
 AXIS_HEADROOM = 1.1
 AXIS_MAX_OVER_BARS = 1.6
 LABEL_LINE = 0.06  # room above the axis's end per line of the labels over the bars
+
+
+_Stat = TypeVar("_Stat", Summary | None, Change | None)
+
+
+def measured_value(layout: LayoutResult, value: _Stat) -> _Stat:
+    """`value` without its 95% interval when a run of `layout` reused a calibrated target: a
+    Server run's throughput is its target, so repeats that share one are one number repeated
+    (a zero-width interval that measures nothing); the range is shown instead."""
+    if value is None or not layout.reused_targets():
+        return value
+    return attrs.evolve(value, low=None, high=None)
+
+
+@attrs.frozen
+class ChartedRate:
+    """What figures 1 and 2 chart of each run: the total tokens/s of a workload that generates
+    tokens (llama3.1-8b), else the total throughput (samples/s, scheduled samples/s).
+
+    The throughput's totals, changes and subtotals are the layout result's own; the tokens/s
+    ones are computed the same way from `RunResult.tokens_per_second`, and their change is
+    against `baseline`, the tokens/s of the report's own MIG scenario 1 (a run records the
+    throughput of its scenario 1, not its tokens/s).
+    """
+
+    unit: str
+    tokens: bool = False
+    baseline: tuple[float, ...] = ()
+
+    @property
+    def what(self) -> str:
+        """The charted quantity in words: 'tokens/s' or 'throughput'."""
+        return TOKENS_PER_S if self.tokens else "throughput"
+
+    def run_total(self, run: RunResult) -> float | None:
+        return run.tokens_per_second if self.tokens else run.total_throughput
+
+    def instance_value(self, run: RunResult, instance: InstanceRun) -> float | None:
+        return instance_tokens_per_s(run, instance) if self.tokens else instance.throughput
+
+    def total(self, layout: LayoutResult) -> Summary | None:
+        """The layout's total over its runs (a single value for one run)."""
+        if not self.tokens:
+            return layout.total
+        return measured_value(layout, summarize(self._totals(layout)))
+
+    def change(self, layout: LayoutResult) -> Change | None:
+        """The layout's total against MIG scenario 1's, with its interval from 3 runs."""
+        if not self.tokens:
+            return layout.change
+        if layout.scenario == 1 or not self.baseline:
+            return None
+        return measured_value(layout, relative_change(self._totals(layout), self.baseline))
+
+    def instance_values(self, layout: LayoutResult, index: int) -> list[float]:
+        """Instance `index`'s value over the layout's runs."""
+        if not self.tokens:
+            return layout.instance_values(index, "throughput")
+        values = [
+            self.instance_value(r, r.instances[index])
+            for r in layout.runs
+            if index < len(r.instances)
+        ]
+        return [v for v in values if v is not None]
+
+    def gpu_subtotal(self, layout: LayoutResult, position: int) -> Summary | None:
+        """The subtotal of the layout's `position`-th GPU over the runs that finished."""
+        if not self.tokens:
+            return layout.gpu_subtotals(position)
+        values = [gpu_tokens_per_s(r, position) for r in layout.runs if r.ok]
+        return measured_value(layout, summarize([v for v in values if v is not None]))
+
+    def _totals(self, layout: LayoutResult) -> list[float]:
+        return [v for v in map(self.run_total, layout.runs) if v is not None]
+
+
+def charted_rate(layouts: Sequence[LayoutResult]) -> ChartedRate:
+    """Tokens/s where a run of `layouts` measured tokens (the baseline: the tokens/s of the
+    first finished MIG scenario 1 among them), else the first run's throughput unit."""
+    if not any(generates_tokens(r) for layout in layouts for r in layout.runs):
+        # no layout at all draws no bar: its unit is never shown
+        return ChartedRate(unit=layouts[0].first.throughput_unit if layouts else "samples/s")
+    base = next((layout for layout in layouts if layout.scenario == 1 and layout.ok), None)
+    baseline = () if base is None else tuple(t for r in base.runs if (t := r.tokens_per_second))
+    return ChartedRate(unit=TOKENS_PER_S, tokens=True, baseline=baseline)
 
 
 @attrs.frozen
@@ -62,13 +161,14 @@ class Bar:
         return self.total + (self.error[1] if self.error is not None else 0.0)
 
 
-def _stack_values(run: RunResult) -> list[tuple[str, float]]:
-    """(profile, throughput) of each instance: measured (independent) or served share (unified)."""
+def _stack_values(run: RunResult, rate: ChartedRate) -> list[tuple[str, float]]:
+    """(profile, value) of each instance: measured (independent) or its share of the total by
+    the samples it served (unified)."""
     if run.mode == "unified":
-        total = run.total_throughput or 0.0
+        total = rate.run_total(run) or 0.0
         served = sum(i.dispatched_samples or 0 for i in run.instances) or 1
         return [(i.profile, total * (i.dispatched_samples or 0) / served) for i in run.instances]
-    return [(i.profile, i.throughput or 0.0) for i in run.instances]
+    return [(i.profile, rate.instance_value(run, i) or 0.0) for i in run.instances]
 
 
 def _bar_label(layout: LayoutResult) -> str:
@@ -76,11 +176,11 @@ def _bar_label(layout: LayoutResult) -> str:
     return f"{head}\n" + layout.layout.replace("+", "+\n")
 
 
-def _mean_stack(layout: LayoutResult, total: float) -> list[tuple[str, float]]:
-    """(profile, mean throughput over the runs) of each instance; in unified mode the
-    instances' shares of the mean total (one LoadGen result, shared by samples served)."""
+def _mean_stack(layout: LayoutResult, total: float, rate: ChartedRate) -> list[tuple[str, float]]:
+    """(profile, mean value over the runs) of each instance; in unified mode the instances'
+    shares of the mean total (one LoadGen result, shared by samples served)."""
     if layout.first.mode == "unified":
-        shares = _stack_values(layout.first)
+        shares = _stack_values(layout.first, rate)
         if len(layout.runs) == 1:  # its own shares: rescaling by its own total adds rounding
             return shares
         whole = sum(v for _, v in shares) or 1.0
@@ -88,23 +188,25 @@ def _mean_stack(layout: LayoutResult, total: float) -> list[tuple[str, float]]:
     return [
         (instance.profile, sum(values) / len(values) if values else 0.0)
         for index, instance in enumerate(layout.first.instances)
-        for values in [layout.instance_values(index, "throughput")]
+        for values in [rate.instance_values(layout, index)]
     ]
 
 
-def chart_bar(layout: LayoutResult) -> Bar | None:
+def chart_bar(layout: LayoutResult, rate: ChartedRate | None = None) -> Bar | None:
     """The bar of a layout: its instances' means stacked, the total's interval (or range) over
-    its runs as the error bar (none for one run); None when nothing was measured."""
-    total = layout.total
+    its runs as the error bar (none for one run); None when nothing was measured. `rate`: what
+    is charted (by default the layout's own, `charted_rate`)."""
+    rate = charted_rate([layout]) if rate is None else rate
+    total = rate.total(layout)
     if total is None:
         return None
-    change = layout.change
+    change = rate.change(layout)
     text = None if change is None else change.text().replace(" [", "\n[").replace("] ", "]\n")
     if text is not None:
         text = text.replace(" (range", "\n(range")
     return Bar(
         _bar_label(layout),
-        _mean_stack(layout, total.mean),
+        _mean_stack(layout, total.mean, rate),
         total.mean,
         total.error_bar(),
         text,
@@ -112,13 +214,14 @@ def chart_bar(layout: LayoutResult) -> Bar | None:
     )
 
 
-def gpu_bars(layout: LayoutResult) -> list[Bar]:
+def gpu_bars(layout: LayoutResult, rate: ChartedRate | None = None) -> list[Bar]:
     """A whole system's bars: one per GPU, its instances' means stacked, its subtotal on top
     with its interval over the runs; [] for a layout on one GPU."""
     first = layout.first
     if not first.multi_gpu:
         return []
-    whole = chart_bar(layout)
+    rate = charted_rate([layout]) if rate is None else rate
+    whole = chart_bar(layout, rate)
     values = (
         dict(zip((i.name for i in first.instances), (v for _, v in whole.stack))) if whole else {}
     )
@@ -129,7 +232,7 @@ def gpu_bars(layout: LayoutResult) -> list[Bar]:
         stack = [(profile[n], values.get(n, 0.0)) for n in gpu.instances if n in profile]
         where = f"n{nodes.index(gpu.node)} " if len(nodes) > 1 else ""
         label = f"{where}GPU {gpu.index}\n" + gpu.layout.replace("+", "+\n")
-        subtotal = layout.gpu_subtotals(position)
+        subtotal = rate.gpu_subtotal(layout, position)
         if subtotal is not None:
             bars.append(
                 Bar(
@@ -185,16 +288,21 @@ def figure_svg(draw: Callable[[Figure], None], width: float) -> str:
     return text[text.index("<svg") :]  # inline in HTML: no XML prolog or DOCTYPE
 
 
-def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Path, Path]:
+def save_chart(
+    bars: Sequence[Bar], first: RunResult, folder: Path, rate: ChartedRate | None = None
+) -> tuple[Path, Path]:
     """Draw the stacked bar chart into folder/throughput.{png,svg}, each written atomically
-    (a reader sees the old chart or the whole new one; modes follow the umask)."""
+    (a reader sees the old chart or the whole new one; modes follow the umask). `rate`: what
+    the bars chart (by default `first`'s, `charted_rate`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     with _literal_text():
         figure = Figure(figsize=(max(6.0, 1.3 * len(bars) + 2.0), 5.0), layout="constrained")
         FigureCanvasAgg(figure)
-        draw_bars(figure.add_subplot(), bars, first)
+        draw_bars(
+            figure.add_subplot(), bars, first, charted_rate([first]) if rate is None else rate
+        )
         # under the axes, wrapped to the figure's width (about 15 characters an inch at 8 pt)
         width = int(figure.get_figwidth() * 15)
         figure.supxlabel(textwrap.fill(chart_note(bars, first), width), fontsize=8, color="#555555")
@@ -207,8 +315,9 @@ def save_chart(bars: Sequence[Bar], first: RunResult, folder: Path) -> tuple[Pat
     )
 
 
-def draw_bars(axes: Axes, bars: Sequence[Bar], first: RunResult) -> None:
-    """The seed study's figure on `axes`: totals per layout stacked by instance, error bars."""
+def draw_bars(axes: Axes, bars: Sequence[Bar], first: RunResult, rate: ChartedRate) -> None:
+    """The seed study's figure on `axes`: totals per layout stacked by instance, error bars;
+    `rate` is what the bars chart (it names the value axis and the title)."""
     palette = [
         "#4C72B0",
         "#DD8452",
@@ -254,10 +363,10 @@ def draw_bars(axes: Axes, bars: Sequence[Bar], first: RunResult) -> None:
         axes.set_ylim(0, top)
     else:  # totals near the float's limit: matplotlib's own scale
         axes.set_ylim(bottom=0)
-    axes.set_ylabel(first.throughput_unit, fontsize=9)
+    axes.set_ylabel(rate.unit, fontsize=9)
     emulated = " [emulated on CPU]" if first.emulated else ""
     axes.set_title(
-        f"{first.benchmark} {first.loadgen_scenario}: total throughput per MIG layout, "
+        f"{first.benchmark} {first.loadgen_scenario}: total {rate.what} per MIG layout, "
         f"stacked by instance\n({first.gpu}{emulated})",
         fontsize=10,
     )

@@ -64,17 +64,18 @@ from mlperf_mig.runner.stats import (
     Summary,
     summarize,
 )
+from mlperf_mig.study.chart import measured_value
 from mlperf_mig.study.overall import OverallProgress
 from mlperf_mig.study.report_html import write_report
 from mlperf_mig.study.tokens import (
     TOKENS_PER_J,
     TOKENS_PER_S,
     generates_tokens,
+    gpu_tokens_per_s,
     instance_token_cells,
     instance_tokens_per_s,
     run_token_values,
     token_columns,
-    total_tokens_per_s,
 )
 
 log = logging.getLogger(__name__)
@@ -501,12 +502,8 @@ class RepeatedRun(LayoutResult):
         return self._measured(summarize(values))
 
     def _measured(self, value: _Stat) -> _Stat:
-        """`value` without its 95% interval when a run reused a calibrated target: a Server
-        run's throughput is its target, so repeats that share one are one number repeated
-        (a zero-width interval that measures nothing); the range is shown instead."""
-        if value is None or not self.reused_targets():
-            return value
-        return attrs.evolve(value, low=None, high=None)
+        """`value` without its interval where a run reused a calibrated target (`measured_value`)."""
+        return measured_value(self, value)
 
     def reuse_note(self) -> str | None:
         """Which instance runs used a target an earlier run calibrated, if any."""
@@ -671,6 +668,7 @@ class RepeatedRun(LayoutResult):
                     "min-max": None
                     if subtotal is None
                     else f"{subtotal.min:,.2f}-{subtotal.max:,.2f}",
+                    **self._token_summaries(functools.partial(_gpu_token_cells, position=position)),
                 }
             )
         return grouped
@@ -800,7 +798,7 @@ class RepeatedRun(LayoutResult):
 
         ok = [r for r in self.runs if r.ok]
         return {
-            "total_tokens_per_s": tokens_of(total_tokens_per_s(r) for r in ok),
+            "total_tokens_per_s": tokens_of(r.tokens_per_second for r in ok),
             "instance_tokens_per_s": [
                 tokens_of(instance_tokens_per_s(r, r.instances[i]) for r in ok)
                 for i in range(len(self.first.instances))
@@ -847,7 +845,12 @@ def _total_token_cells(run: RunResult) -> dict[str, float | None]:
     the instances' tokens/s added up; {} for a run without tokens."""
     if run.layout_result is not None and run.layout_result.tokens is not None:
         return token_cells(run.layout_result)
-    return {TOKENS_PER_S: total_tokens_per_s(run)} if generates_tokens(run) else {}
+    return {TOKENS_PER_S: run.tokens_per_second} if generates_tokens(run) else {}
+
+
+def _gpu_token_cells(run: RunResult, position: int) -> dict[str, float | None]:
+    """A GPU subtotal row's tokens/s of a run (`gpu_tokens_per_s`); {} for a run without tokens."""
+    return {TOKENS_PER_S: gpu_tokens_per_s(run, position)} if generates_tokens(run) else {}
 
 
 def _tokens_per_joule(run: RunResult) -> dict[str, float | None]:

@@ -8,6 +8,7 @@ next to the numbers it qualifies; a note that several layouts share is shown onc
 tables, naming the layouts it applies to. Figure 1 is the study's: total throughput per layout
 stacked by instance, with error bars for repeated layouts; figure 2 is each layout's total over
 layout 1's as a ratio on a log axis, with its 95% interval (its min-max range below 3 repeats).
+For a workload that generates tokens both chart tokens/s (study/chart.py `ChartedRate`).
 
 The file is written only where nothing is lost: never onto a file the report reads (a run's
 results.json, repeats.json, sweep.json, or any other file of the folders reported, compared by
@@ -40,7 +41,16 @@ from mlperf_mig._table import html_table
 from mlperf_mig.errors import MlperfMigError, OutputDirError
 from mlperf_mig.runner.results import LayoutResult, RunResult
 from mlperf_mig.study.advisor import Advice, advise_from, measurements_from
-from mlperf_mig.study.chart import PLOT_INSTALL, Bar, chart_bar, draw_bars, figure_svg, gpu_bars
+from mlperf_mig.study.chart import (
+    PLOT_INSTALL,
+    Bar,
+    ChartedRate,
+    chart_bar,
+    charted_rate,
+    draw_bars,
+    figure_svg,
+    gpu_bars,
+)
 from mlperf_mig.study.tokens import TOKENS_PER_J, generates_tokens
 from mlperf_mig.telemetry.figure import draw_timeseries, series_for_figure
 
@@ -57,6 +67,13 @@ th{background:#f0f0f0} td:first-child,th:first-child{text-align:left}
 .label{background:#fff4d6;border-left:4px solid #e0a800;padding:4px 8px;margin:4px 0;font-size:90%}
 pre{background:#f6f6f6;padding:8px;overflow:auto} svg{max-width:100%;height:auto}
 """
+
+
+NO_TOKEN_BASELINE = (
+    "Figure 2 (change against MIG scenario 1) not drawn: these layouts are compared in tokens/s, "
+    "and MIG scenario 1's tokens/s are not among the runs reported (a run records its scenario "
+    "1's samples/s only); report a sweep that includes scenario 1"
+)
 
 
 class Reported(Protocol):
@@ -97,13 +114,14 @@ def _layout_name(layout: LayoutResult) -> str:
 
 
 def change_points(
-    layouts: Sequence[LayoutResult],
+    layouts: Sequence[LayoutResult], rate: ChartedRate | None = None
 ) -> list[tuple[str, float, tuple[float, float] | None, bool]]:
     """(layout, ratio to layout 1, (low, high) ratios of its error bar or None, whether that
-    bar is the 95% interval rather than the min-max range) of every layout with a change."""
+    bar is the 95% interval rather than the min-max range) of every layout with a change;
+    `rate`: what is compared (`charted_rate`; None: the layouts' throughput)."""
     points = []
     for layout in layouts:
-        change = layout.change
+        change = layout.change if rate is None else rate.change(layout)
         if change is None or change.ratio <= 0:  # a log axis holds no zero
             continue
         bar = None
@@ -120,10 +138,10 @@ def change_points(
     return points
 
 
-def _change_figure(layouts: Sequence[LayoutResult]) -> str | None:
+def _change_figure(layouts: Sequence[LayoutResult], rate: ChartedRate) -> str | None:
     """Figure 2: each layout's total over layout 1's, a ratio on a log axis, with its interval
     (or range) as an error bar (None without any layout to compare)."""
-    points = change_points(layouts)
+    points = change_points(layouts, rate)
     if not points:
         return None
 
@@ -155,7 +173,8 @@ def _change_figure(layouts: Sequence[LayoutResult]) -> str | None:
         axes.axhline(1, color="#555555", linewidth=0.8)
         axes.set_xticks(list(xs), [p[0] for p in points], fontsize=9)
         axes.tick_params(axis="y", labelsize=9)
-        axes.set_ylabel("total / MIG scenario 1's total (log scale)", fontsize=9)
+        what = "tokens/s" if rate.tokens else "total"
+        axes.set_ylabel(f"{what} / MIG scenario 1's {what} (log scale)", fontsize=9)
         kinds = {
             "95% interval (log scale, Welch)" if p[3] else "min-max range (under 3 repeats)"
             for p in points
@@ -170,23 +189,29 @@ def _change_figure(layouts: Sequence[LayoutResult]) -> str | None:
 
 
 def _figures(layouts: Sequence[LayoutResult]) -> str:
-    bars = [bar for bar in (chart_bar(layout) for layout in layouts) if bar is not None]
+    rate = charted_rate(layouts)
+    bars = [bar for bar in (chart_bar(layout, rate) for layout in layouts) if bar is not None]
     if not bars:
-        return "<p>No layout produced a throughput: no figures.</p>"
+        return f"<p>No layout produced a {html.escape(rate.what)}: no figures.</p>"
     try:
         first = layouts[0].first
         one = figure_svg(
-            lambda f: draw_bars(f.add_subplot(), bars, first), max(6.0, 1.3 * len(bars) + 2.0)
+            lambda f: draw_bars(f.add_subplot(), bars, first, rate),
+            max(6.0, 1.3 * len(bars) + 2.0),
         )
-        two = _change_figure(layouts)
+        two = _change_figure(layouts, rate)
     except ImportError:
         return (
             f"<p>Figures not drawn: matplotlib is not installed ({html.escape(PLOT_INSTALL)}).</p>"
         )
-    parts = [f"<h2>Figure 1: total throughput per layout, stacked by instance</h2>{one}"]
-    parts += _gpu_figures(layouts)
+    what = html.escape(rate.what)
+    parts = [f"<h2>Figure 1: total {what} per layout, stacked by instance</h2>{one}"]
+    parts += _gpu_figures(layouts, rate)
     if two is not None:
-        parts.append(f"<h2>Figure 2: change against MIG scenario 1</h2>{two}")
+        unit = f" ({what})" if rate.tokens else ""
+        parts.append(f"<h2>Figure 2: change against MIG scenario 1{unit}</h2>{two}")
+    elif rate.tokens and any(layout.change is not None for layout in layouts):
+        parts.append(f"<p>{html.escape(NO_TOKEN_BASELINE)}</p>")
     energy = _energy_figure(layouts)
     if energy is not None:
         what = _work_per_joule(layouts)[0]
@@ -194,23 +219,26 @@ def _figures(layouts: Sequence[LayoutResult]) -> str:
     return "".join(parts) + _timeseries_figures(layouts)
 
 
-def _bars_drawer(bars: Sequence[Bar], first: RunResult) -> Callable[[Figure], None]:
+def _bars_drawer(
+    bars: Sequence[Bar], first: RunResult, rate: ChartedRate
+) -> Callable[[Figure], None]:
     """What draws `bars` on a figure's one pair of axes."""
 
     def draw(figure: Figure) -> None:
-        draw_bars(figure.add_subplot(), bars, first)
+        draw_bars(figure.add_subplot(), bars, first, rate)
 
     return draw
 
 
-def _gpu_figures(layouts: Sequence[LayoutResult]) -> list[str]:
-    """Each whole system's throughput per GPU, stacked by instance (one figure per layout)."""
+def _gpu_figures(layouts: Sequence[LayoutResult], rate: ChartedRate) -> list[str]:
+    """Each whole system's throughput (or tokens/s) per GPU, stacked by instance (one figure
+    per layout)."""
     figures = []
     for layout in layouts:
-        bars = gpu_bars(layout)
+        bars = gpu_bars(layout, rate)
         if bars:
             first = layout.first
-            svg = figure_svg(_bars_drawer(bars, first), max(6.0, 1.1 * len(bars) + 2.0))
+            svg = figure_svg(_bars_drawer(bars, first, rate), max(6.0, 1.1 * len(bars) + 2.0))
             figures.append(
                 f"<h2>Per GPU: {html.escape(_layout_name(layout))}, stacked by instance</h2>{svg}"
             )

@@ -49,7 +49,7 @@ from mlperf_mig.runner.results import (
 )
 from mlperf_mig.runner.stats import CHANGE_NOTE, FEW_REPEATS_NOTE
 from mlperf_mig.study.capacity_cache import plan_capacities, with_cached_capacity
-from mlperf_mig.study.chart import PLOT_INSTALL, chart_bar, save_chart
+from mlperf_mig.study.chart import PLOT_INSTALL, chart_bar, charted_rate, save_chart
 from mlperf_mig.study.overall import OverallProgress, rounds_of
 from mlperf_mig.study.repeats import (
     FOLDER_KINDS,
@@ -375,11 +375,12 @@ def _reportable(run: RunResult, folder: Path) -> RunResult:
 
 # --- chart -------------------------------------------------------------------------------------------
 def _chart(result: SweepResult, folder: Path) -> tuple[str | None, str | None, str | None]:
-    bars = [bar for bar in (chart_bar(layout) for layout in result.layouts) if bar is not None]
+    rate = charted_rate(result.layouts)
+    bars = [bar for bar in (chart_bar(layout, rate) for layout in result.layouts) if bar]
     if not bars:
-        return None, None, "no layout produced a throughput: no chart"
+        return None, None, f"no layout produced a {rate.what}: no chart"
     try:
-        png, svg = save_chart(bars, result.runs[0], folder)
+        png, svg = save_chart(bars, result.runs[0], folder, rate)
     except ImportError:
         note = f"chart not drawn: matplotlib is not installed ({PLOT_INSTALL})"
         log.warning(note)

@@ -4,8 +4,9 @@ A run of a workload that generates tokens (llama3.1-8b) carries `InstanceResult.
 (harness/result.py): tokens/s (Offline: generated; the other scenarios: completed) and the p99
 time to first token (TTFT) and time per output token (TPOT). The advisor ranks such layouts by
 tokens/s, and the repeats, sweep and HTML tables show these figures next to the samples/s ones.
-Each value comes from the runs' own results.json through runner/results.py's `token_cells`, so a
-table cannot disagree with the runs it summarises.
+Each value comes from the runs' own results.json through runner/results.py (`token_cells`, and
+`RunResult.tokens_per_second` for a layout's total), so a table cannot disagree with the runs it
+summarises.
 """
 
 from __future__ import annotations
@@ -47,17 +48,22 @@ def instance_tokens_per_s(run: RunResult, instance: InstanceRun) -> float | None
     return instance.throughput * layout.tokens.tokens_per_second / layout.throughput
 
 
-def total_tokens_per_s(run: RunResult) -> float | None:
-    """The layout's tokens/s: the unified LoadGen's, or the sum of the instances' (None when
-    one is missing, or the run measured no tokens)."""
-    layout = run.layout_result
-    if layout is not None and layout.tokens is not None:
-        return layout.tokens.tokens_per_second
-    if not generates_tokens(run):
+def gpu_tokens_per_s(run: RunResult, position: int) -> float | None:
+    """The tokens/s of the run's `position`-th GPU: the sum of its instances' own (independent),
+    or its share of the unified LoadGen's by the samples its instances served, as `gpu_rows`
+    shares the throughput; None without tokens, or where one of its instances measured none."""
+    rows = run.gpu_rows()
+    if position >= len(rows):
         return None
-    rates = [instance_tokens_per_s(run, i) for i in run.instances]
-    known = [r for r in rates if r is not None]
-    return sum(known) if len(known) == len(rates) else None
+    gpu = rows[position]
+    if run.mode == "unified":
+        total = run.tokens_per_second
+        served_all = sum(i.dispatched_samples or 0 for i in run.instances)
+        if total is None or gpu.served_samples is None or not served_all:
+            return None
+        return total * gpu.served_samples / served_all
+    rates = [instance_tokens_per_s(run, i) for i in run.instances if i.name in gpu.instances]
+    return None if not rates or None in rates else sum(r for r in rates if r is not None)
 
 
 def instance_token_cells(run: RunResult, index: int) -> dict[str, float | None]:
@@ -92,7 +98,7 @@ def run_token_values(run: RunResult) -> dict[str, Any]:
     if not generates_tokens(run):
         return {}
     return {
-        TOKENS_PER_S: total_tokens_per_s(run),
+        TOKENS_PER_S: run.tokens_per_second,
         **worst_token_p99s(run),
         TOKENS_PER_J: run.tokens_per_joule,
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mlperf_mig.telemetry.summary import SHARE_LABEL, GpuTelemetry, RunTelemetry
 
 
@@ -21,8 +23,41 @@ def gpu_line(gpu: GpuTelemetry) -> str:
     )
 
 
-def telemetry_lines(t: RunTelemetry, samples_per_joule: float | None) -> list[str]:
-    """What util % and samples/J are, each GPU's energy and throttling, what was not measured."""
+def tokens_per_joule_lines(
+    t: RunTelemetry, tokens_per_s: float | None, instance_tokens_per_s: Mapping[str, float | None]
+) -> list[str]:
+    """A generative workload's tokens/J: the layout's (its tokens/s over the mean power) and
+    each instance's (its own tokens/s over its estimated share of the power); [] where no
+    tokens or no energy were measured."""
+    total = t.per_joule(tokens_per_s)
+    if total is None or tokens_per_s is None:
+        return []
+    lines = [
+        f"tokens/J {total:.4g} = tokens/s / mean power ({t.energy_label}): {tokens_per_s:,.1f} "
+        f"tokens/s over {_number(t.power_mean_w, 'W')}"
+    ]
+    shares = [
+        (name, found)
+        for name, rate in instance_tokens_per_s.items()
+        if (found := t.instance_per_joule(name, rate)) is not None
+    ]
+    if shares:
+        lines.append(
+            f"tokens/J per instance = its tokens/s / its mean power ({SHARE_LABEL}): "
+            + ", ".join(f"{n} {v:.4g}" for n, v in shares)
+        )
+    return lines
+
+
+def telemetry_lines(
+    t: RunTelemetry,
+    samples_per_joule: float | None,
+    *,
+    tokens_per_s: float | None = None,
+    instance_tokens_per_s: Mapping[str, float | None] | None = None,
+) -> list[str]:
+    """What util % and samples/J are (and tokens/J, per instance and in total, for a workload
+    that generates tokens), each GPU's energy and throttling, what was not measured."""
     lines = []
     window = t.window
     metrics = sorted({i.util_metric for i in t.instances})
@@ -40,6 +75,7 @@ def telemetry_lines(t: RunTelemetry, samples_per_joule: float | None) -> list[st
             f"energy {_number(t.energy_j, 'J')}, mean {_number(t.power_mean_w, 'W')}, idle before the run "
             f"{_number(t.idle_power_w, 'W')}"
         )
+    lines += tokens_per_joule_lines(t, tokens_per_s, instance_tokens_per_s or {})
     lines += [gpu_line(g) for g in t.gpus]
     shares = [(i.name, i.energy_share_j) for i in t.instances if i.energy_share_j is not None]
     if shares:

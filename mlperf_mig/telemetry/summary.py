@@ -234,11 +234,33 @@ class RunTelemetry:
     def instance(self, name: str) -> InstanceTelemetry | None:
         return next((i for i in self.instances if i.name == name), None)
 
+    def per_joule(self, rate: float | None) -> float | None:
+        """Work per joule of the layout: `rate` (samples/s, tokens/s) over the mean power in the
+        window (W = J/s); None where either is unknown."""
+        if rate is None or not self.power_mean_w or self.power_mean_w <= 0:
+            return None
+        return rate / self.power_mean_w
+
     def samples_per_joule(self, throughput: float | None) -> float | None:
         """Samples per joule of the layout: throughput (samples/s) over mean power (W = J/s)."""
-        if throughput is None or not self.power_mean_w or self.power_mean_w <= 0:
+        return self.per_joule(throughput)
+
+    def instance_per_joule(self, name: str, rate: float | None) -> float | None:
+        """Work per joule of instance `name`: its `rate` over its mean power in the window, its
+        estimated share of the GPU's energy (SHARE_LABEL) over the window's length; None where
+        the rate, the share or the window is unknown."""
+        found = self.instance(name)
+        window = self.window
+        if (
+            rate is None
+            or found is None
+            or not found.energy_share_j
+            or found.energy_share_j <= 0
+            or window is None
+            or window.duration_s <= 0
+        ):
             return None
-        return throughput / self.power_mean_w
+        return rate * window.duration_s / found.energy_share_j
 
     def to_dict(self) -> dict[str, Any]:
         return {

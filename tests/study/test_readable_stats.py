@@ -12,6 +12,7 @@ from mlperf_mig.study.chart import (
     AXIS_MAX_OVER_BARS,
     RANGE_BAR_NOTE,
     Bar,
+    ChartedRate,
     axis_top,
     chart_note,
     draw_bars,
@@ -32,7 +33,7 @@ def _drawn_ylim(bars: list[Bar]) -> tuple[float, float]:
     from matplotlib.figure import Figure
 
     axes = Figure().add_subplot()
-    draw_bars(axes, bars, FIRST)
+    draw_bars(axes, bars, FIRST, ChartedRate(unit=FIRST.throughput_unit))
     return axes.get_ylim()
 
 
@@ -105,3 +106,11 @@ def test_an_absurd_total_read_back_still_draws(total: float) -> None:
     'Axis limits cannot be NaN or Inf')."""
     low, high = _drawn_ylim([_bar("a", 1000.0, None), _bar("b", total, (1.0, 1.0))])
     assert low == 0 and high > 0
+
+
+def test_no_layout_charts_throughput_and_draws_nothing() -> None:
+    """An empty set of layouts (a sweep where none ran) is charted in throughput, with no bar."""
+    from mlperf_mig.study.chart import charted_rate
+
+    rate = charted_rate([])
+    assert not rate.tokens and rate.what == "throughput"

@@ -12,6 +12,7 @@ import mlperf_mig
 from mlperf_mig.runner.results import RunResult
 from mlperf_mig.telemetry import BOARD_ENERGY_LABEL
 from mlperf_mig.telemetry.replay import RecordedTelemetry
+from mlperf_mig.telemetry.summary import SHARE_LABEL
 
 from .conftest import load_state
 
@@ -189,3 +190,28 @@ def test_a_generative_run_reports_tokens_per_joule(tmp_path):
     tokens = sum(i.performance.tokens.tokens_per_second for i in result.instances)
     assert result.tokens_per_joule == pytest.approx(tokens / result.telemetry.power_mean_w)
     assert "tokens/J" in result.table().splitlines()[1]
+    notes = result.notes()
+    total = [n for n in notes if n.startswith("telemetry: tokens/J ") and "instance" not in n]
+    assert (
+        len(total) == 1
+        and f"tokens/J {result.tokens_per_joule:.4g} = tokens/s / mean power (" in total[0]
+    )
+    assert BOARD_ENERGY_LABEL in total[0]
+    (per_instance,) = [n for n in notes if n.startswith("telemetry: tokens/J per instance")]
+    assert SHARE_LABEL in per_instance
+    window = result.telemetry.window.duration_s
+    for instance in result.instances:
+        share = result.telemetry.instance(instance.name).energy_share_j
+        expected = instance.performance.tokens.tokens_per_second * window / share
+        assert f"{instance.name} {expected:.4g}" in per_instance
+    assert any(n.startswith("telemetry: samples/J ") for n in notes)
+
+
+def test_a_run_that_answers_samples_prints_no_tokens_per_joule(h200_run):
+    """ResNet50's telemetry notes keep samples/J = throughput / mean power, and no tokens/J."""
+    notes = h200_run.notes()
+    (line,) = [n for n in notes if n.startswith("telemetry: samples/J ")]
+    assert line.startswith(
+        f"telemetry: samples/J {h200_run.samples_per_joule:.4g} = throughput / mean power ("
+    )
+    assert not any("tokens/J" in n for n in notes)

@@ -246,3 +246,40 @@ def test_each_reasons_seconds_are_pinned_to_the_sample_that_read_it():
         "hw_slowdown": 1.0,
         "sw_power_cap": 2.0,
     }
+
+
+def test_an_instances_work_per_joule_is_its_rate_over_its_share_of_the_power():
+    """Instance a's 100 tokens/s over its energy share spread over the window."""
+    summary = _summary(_rows(), WINDOW)
+    share = summary.instance("a").energy_share_j
+    assert summary.instance_per_joule("a", 100.0) == pytest.approx(100.0 * 5.0 / share)
+    assert summary.per_joule(100.0) == pytest.approx(100.0 / summary.power_mean_w)
+    assert summary.instance_per_joule("a", None) is None
+    assert summary.instance_per_joule("nobody", 100.0) is None
+
+
+def test_tokens_per_joule_lines_name_the_layouts_and_each_instances():
+    """The telemetry notes of a generative run: the layout's tokens/J and each instance's, the
+    instance's labelled an estimate; none where no tokens were measured."""
+    from mlperf_mig.telemetry.report import telemetry_lines
+    from mlperf_mig.telemetry.summary import SHARE_LABEL
+
+    summary = _summary(_rows(), WINDOW)
+    rates = {"a": 300.0, "b": 100.0}
+    lines = telemetry_lines(summary, 1.0, tokens_per_s=400.0, instance_tokens_per_s=rates)
+    (total,) = [line for line in lines if line.startswith("tokens/J ") and "instance" not in line]
+    assert total.startswith(f"tokens/J {400.0 / summary.power_mean_w:.4g} = tokens/s / mean power")
+    (each,) = [line for line in lines if line.startswith("tokens/J per instance")]
+    assert SHARE_LABEL in each
+    for name, rate in rates.items():
+        assert f"{name} {summary.instance_per_joule(name, rate):.4g}" in each
+    assert not any("tokens/J" in line for line in telemetry_lines(summary, 1.0))
+
+
+def test_no_energy_means_no_tokens_per_joule():
+    """Without a common timed window there is no energy, so no tokens/J line."""
+    from mlperf_mig.telemetry.report import telemetry_lines
+
+    summary = _summary(_rows(), None)
+    lines = telemetry_lines(summary, None, tokens_per_s=400.0, instance_tokens_per_s={"a": 1.0})
+    assert not any("tokens/J" in line for line in lines)
