@@ -147,7 +147,13 @@ def weight_bytes(shape: DecoderShape, precision: str) -> int:
     return math.ceil(shape.linear_parameters * per_weight + others * UNQUANTIZED_BYTES)
 
 
-def kv_cache_bytes(shape: DecoderShape, tokens: int, bytes_per_value: float) -> int:
+# A KV-cache value on a GPU: bf16 / fp16 (vLLM's "auto" cache dtype, the activations' dtype).
+KV_VALUE_BYTES = 2
+
+
+def kv_cache_bytes(
+    shape: DecoderShape, tokens: int, bytes_per_value: float = KV_VALUE_BYTES
+) -> int:
     """Bytes of the KV cache holding `tokens` tokens (summed over the sequences of a batch):
     a key and a value per layer, KV head and head dimension."""
     per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * bytes_per_value

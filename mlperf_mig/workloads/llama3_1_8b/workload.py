@@ -53,8 +53,6 @@ if TYPE_CHECKING:
     from mlperf_mig.workloads.samples import SampleSource
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-# Bytes a weight takes at each precision, and a KV-cache value (bf16: what vLLM keeps by default).
-KV_BYTES = 2
 RUNTIME_OVERHEAD_GIB = 1.5  # inferred: CUDA context, activations, allocator slack
 
 
@@ -186,7 +184,7 @@ class Llama31(Workload):
         tokens = PROMPT_TOKENS + MAX_NEW_TOKENS
         return MemoryFit(
             weights_bytes=weight_bytes(shape, chosen),
-            kv_cache_bytes=int(kv_cache_bytes(shape, batch * tokens, KV_BYTES)),
+            kv_cache_bytes=kv_cache_bytes(shape, batch * tokens),
             overhead_bytes=int(RUNTIME_OVERHEAD_GIB * 2**30) if variant != "tiny" else 0,
             batch=batch,
             tokens=tokens,

@@ -70,7 +70,6 @@ RUNTIME_RESERVE = GIB // 2
 # Never more of a large slice: vLLM refuses to start when the budget exceeds the free memory.
 MAX_UTILIZATION = 0.95
 LOGITS_BYTES = 4  # the sampler works on fp32 logits
-ACTIVATION_BYTES = 2  # bf16 / fp16 activations and KV cache (vLLM's "auto" cache dtype)
 
 
 @attrs.frozen(kw_only=True)
@@ -162,7 +161,7 @@ def vllm_settings(
     tokens = max(tokens, seqs)
     memory = int(memory_gib * GIB)
     weights = weight_bytes(shape, precision)
-    per_token = kv_cache_bytes(shape, 1, ACTIVATION_BYTES)
+    per_token = kv_cache_bytes(shape, 1)
     inside = weights + activation_bytes(shape, batched_tokens=tokens, seqs=seqs) + RUNTIME_RESERVE
     one_sequence = per_token * max_model_len
 
