@@ -16,6 +16,9 @@ import mlperf_mig
 from mlperf_mig import cli
 from mlperf_mig.study.repeats import RepeatedRun
 
+# every test here reads a study that runs workers (3 repeats and the isolated runs)
+pytestmark = pytest.mark.slow
+
 # a Server study of onnxruntime's tiny ResNet50 (a backend whose targets the cache keeps; the
 # null backend's are never kept), calibrating its target: no target_qps is set
 SERVER_STUDY: dict[str, Any] = {
