@@ -312,6 +312,9 @@ class RunGpu:
     instances: tuple[str, ...] = attrs.field(default=(), converter=tuple[str, ...])
     served_samples: int | None = None  # unified mode: the samples its instances served
     subtotal: float | None = None
+    # a generative workload's tokens/s, shared out as `subtotal` is; None without tokens, or
+    # where one of its instances measured none
+    tokens_per_second: float | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunGpu:
@@ -323,6 +326,20 @@ class RunGpu:
         """The entry of results.json `gpus` (the same keys, in the same order, as plan.json's
         and then the measured ones)."""
         return {**attrs.asdict(self, recurse=False), "instances": list(self.instances)}
+
+
+def _own_tokens_per_second(instance: InstanceRun) -> float | None:
+    """An instance's tokens/s from its own LoadGen (independent mode); None without one."""
+    own = instance.performance
+    return None if own is None or own.tokens is None else own.tokens.tokens_per_second
+
+
+def _sum_of_all(values: Sequence[float | None]) -> float | None:
+    """The sum, or None when there is nothing to sum or one value is missing (a partial sum
+    would read as the whole's)."""
+    if not values or any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)
 
 
 def _run_gpus(entries: Iterable[RunGpu | Mapping[str, Any]]) -> tuple[RunGpu, ...]:
@@ -694,13 +711,7 @@ class RunResult(LayoutResult):
         layout = self.layout_result
         if layout is not None and layout.tokens is not None:
             return layout.tokens.tokens_per_second
-        results = [i.performance for i in self.instances]
-        if not any(r is not None and r.tokens is not None for r in results):
-            return None
-        rates = [
-            None if r is None or r.tokens is None else r.tokens.tokens_per_second for r in results
-        ]
-        return None if None in rates else sum(r for r in rates if r is not None)
+        return _sum_of_all([_own_tokens_per_second(i) for i in self.instances])
 
     @property
     def tokens_per_joule(self) -> float | None:
@@ -722,18 +733,33 @@ class RunResult(LayoutResult):
         """Each GPU with its subtotal: independent, the sum of its instances' throughput;
         unified, the layout's result in proportion to the samples its instances served."""
         rows = []
-        total = self.total_throughput
+        total, total_tokens = self.total_throughput, self.tokens_per_second
         served_all = sum(i.dispatched_samples or 0 for i in self.instances)
         for gpu in self.gpus:
             members = [i for i in self.instances if i.name in gpu.instances]
             if self.mode == "unified":
                 served = sum(i.dispatched_samples or 0 for i in members)
-                share = None if total is None or not served_all else total * served / served_all
-                rows.append(attrs.evolve(gpu, served_samples=served, subtotal=share))
+                share = None if not served_all else served / served_all
+                rows.append(
+                    attrs.evolve(
+                        gpu,
+                        served_samples=served,
+                        subtotal=None if total is None or share is None else total * share,
+                        tokens_per_second=(
+                            None if total_tokens is None or share is None else total_tokens * share
+                        ),
+                    )
+                )
             else:
                 values = [i.throughput for i in members if i.throughput is not None]
-                subtotal = sum(values) if values else None
-                rows.append(attrs.evolve(gpu, served_samples=None, subtotal=subtotal))
+                rows.append(
+                    attrs.evolve(
+                        gpu,
+                        served_samples=None,
+                        subtotal=sum(values) if values else None,
+                        tokens_per_second=_sum_of_all([_own_tokens_per_second(i) for i in members]),
+                    )
+                )
         return rows
 
     def gpu_runs(self) -> list[RunResult]:
@@ -877,7 +903,11 @@ class RunResult(LayoutResult):
                         "profile": gpu.layout,
                         "throughput": gpu.subtotal,
                         "samples served": gpu.served_samples,
-                        **self._gpu_token_rate(gpu.instances),
+                        **(
+                            {}
+                            if gpu.tokens_per_second is None
+                            else {"tokens/s": gpu.tokens_per_second}
+                        ),
                     }
                 )
         total_name = "layout (unified)" if self.mode == "unified" else "total (sum)"
@@ -906,14 +936,6 @@ class RunResult(LayoutResult):
             return token_cells(self.layout_result)
         total = self.tokens_per_second
         return {} if total is None else {"tokens/s": total}
-
-    def _gpu_token_rate(self, names: Sequence[str]) -> dict[str, float | None]:
-        """A GPU subtotal's tokens/s: the sum of its instances' (independent runs)."""
-        cells = [token_cells(i.performance) for i in self.instances if i.name in names]
-        rates = [c.get("tokens/s") for c in cells if c]
-        if not rates or None in rates or self.layout_result is not None:
-            return {}
-        return {"tokens/s": sum(r for r in rates if r is not None)}
 
     def token_notes(self) -> list[str]:
         """The TTFT/TPOT verdicts of runs held to token limits (Server, Interactive)."""

@@ -49,21 +49,11 @@ def instance_tokens_per_s(run: RunResult, instance: InstanceRun) -> float | None
 
 
 def gpu_tokens_per_s(run: RunResult, position: int) -> float | None:
-    """The tokens/s of the run's `position`-th GPU: the sum of its instances' own (independent),
-    or its share of the unified LoadGen's by the samples its instances served, as `gpu_rows`
-    shares the throughput; None without tokens, or where one of its instances measured none."""
+    """The tokens/s of the run's `position`-th GPU (`RunGpu.tokens_per_second`: the sum of its
+    instances' own, or its share of the unified LoadGen's by the samples its instances served);
+    None without tokens, or where one of its instances measured none."""
     rows = run.gpu_rows()
-    if position >= len(rows):
-        return None
-    gpu = rows[position]
-    if run.mode == "unified":
-        total = run.tokens_per_second
-        served_all = sum(i.dispatched_samples or 0 for i in run.instances)
-        if total is None or gpu.served_samples is None or not served_all:
-            return None
-        return total * gpu.served_samples / served_all
-    rates = [instance_tokens_per_s(run, i) for i in run.instances if i.name in gpu.instances]
-    return None if not rates or None in rates else sum(r for r in rates if r is not None)
+    return rows[position].tokens_per_second if position < len(rows) else None
 
 
 def instance_token_cells(run: RunResult, index: int) -> dict[str, float | None]:

@@ -151,6 +151,12 @@ def test_a_unified_systems_gpus_share_the_tokens_by_samples_served(
         expected = run.tokens_per_second * served / served_all
         assert gpu_tokens_per_s(run, position) == pytest.approx(expected)
         assert gpu_bars(run)[position].total == pytest.approx(expected)
+    # the run's own table: each GPU's subtotal row carries the same share
+    subtotals = [r for r in run.instance_rows() if str(r["instance"]).endswith("subtotal")]
+    assert [r["tokens/s"] for r in subtotals] == pytest.approx(
+        [gpu_tokens_per_s(run, k) for k in range(len(subtotals))]
+    )
+    assert sum(r["tokens/s"] for r in subtotals) == pytest.approx(run.tokens_per_second)
 
 
 # --- figures 1 and 2 -------------------------------------------------------------------------------
