@@ -324,14 +324,22 @@ class RunGpu:
 
     def to_dict(self) -> dict[str, Any]:
         """The entry of results.json `gpus` (the same keys, in the same order, as plan.json's
-        and then the measured ones)."""
-        return {**attrs.asdict(self, recurse=False), "instances": list(self.instances)}
+        and then the measured ones; tokens_per_second only for a generative workload)."""
+        data = {**attrs.asdict(self, recurse=False), "instances": list(self.instances)}
+        if data["tokens_per_second"] is None:
+            del data["tokens_per_second"]
+        return data
 
 
 def _own_tokens_per_second(instance: InstanceRun) -> float | None:
     """An instance's tokens/s from its own LoadGen (independent mode); None without one."""
     own = instance.performance
     return None if own is None or own.tokens is None else own.tokens.tokens_per_second
+
+
+def _share(total: float | None, served: int, served_all: int) -> float | None:
+    """A GPU's part of a unified layout's `total`: in proportion to the samples it served."""
+    return None if total is None or not served_all else total * served / served_all
 
 
 def _sum_of_all(values: Sequence[float | None]) -> float | None:
@@ -739,15 +747,12 @@ class RunResult(LayoutResult):
             members = [i for i in self.instances if i.name in gpu.instances]
             if self.mode == "unified":
                 served = sum(i.dispatched_samples or 0 for i in members)
-                share = None if not served_all else served / served_all
                 rows.append(
                     attrs.evolve(
                         gpu,
                         served_samples=served,
-                        subtotal=None if total is None or share is None else total * share,
-                        tokens_per_second=(
-                            None if total_tokens is None or share is None else total_tokens * share
-                        ),
+                        subtotal=_share(total, served, served_all),
+                        tokens_per_second=_share(total_tokens, served, served_all),
                     )
                 )
             else:
