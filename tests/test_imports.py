@@ -17,6 +17,7 @@ Every module of the library belongs to one, so a new folder fails the test until
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -77,7 +78,12 @@ def _run_time_imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]
 
 def import_graph(*, type_only: bool = False) -> dict[str, set[str]]:
     """module -> the library modules it imports when it runs (with `type_only`, also those it
-    imports under `if TYPE_CHECKING:`)."""
+    imports under `if TYPE_CHECKING:`); a fresh copy of the graph, built once a session."""
+    return {name: set(imported) for name, imported in _import_graph(type_only).items()}
+
+
+@functools.cache
+def _import_graph(type_only: bool) -> dict[str, set[str]]:
     modules = _modules()
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules.items()}
     exports = {name: _lazy_exports(tree) for name, tree in trees.items()}
