@@ -68,9 +68,11 @@ def shape_from_config(config: Mapping[str, Any], source: str) -> DecoderShape:
     try:
         return DecoderShape(
             **sizes,
+            # where the config leaves them out, what transformers' LlamaConfig (and so vLLM)
+            # takes: rope_theta 10000, rms_norm_eps 1e-6
             rope_theta=_config_float(config, "rope_theta", source, default=10000.0),
             rope_scaling=_rope_scaling(config.get("rope_scaling"), source),
-            rms_epsilon=_config_float(config, "rms_norm_eps", source, default=1e-5),
+            rms_epsilon=_config_float(config, "rms_norm_eps", source, default=1e-6),
             eos_token_id=end_ids[0],
             stop_token_ids=end_ids[1:],
             tied_embeddings=tied,

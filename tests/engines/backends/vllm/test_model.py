@@ -118,3 +118,12 @@ def test_grouped_query_heads_default_to_the_attention_heads() -> None:
     """A config without num_key_value_heads has one KV head per attention head."""
     config = {k: v for k, v in llama_config().items() if k != "num_key_value_heads"}
     assert shape_from_config(config, "c").kv_heads == 32
+
+
+def test_fields_a_config_leaves_out_take_llamaconfigs_defaults() -> None:
+    """Without rope_theta and rms_norm_eps, the shape takes what vLLM's LlamaConfig would
+    (10000 and 1e-6), not Llama 3.1's own values."""
+    config = {k: v for k, v in llama_config().items() if k not in ("rope_theta", "rms_norm_eps")}
+    shape = shape_from_config(config, "config.json")
+    assert (shape.rope_theta, shape.rms_epsilon) == (10000.0, 1e-6)
+    assert (FULL.rope_theta, FULL.rms_epsilon) != (10000.0, 1e-6)
