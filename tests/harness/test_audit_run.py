@@ -204,14 +204,18 @@ def fixture_passed(
     plugins: Path, references: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """The reference runs and a passing TEST01 audit of them."""
-    folder = tmp_path_factory.mktemp("passed") / "run"
-    shutil.copytree(references, folder, symlinks=True)
     # TEST01's performance half compares two sub-second timed runs within 10%, which a shared
-    # 2-core machine misses now and then; what the tests using this need is some passing verdict.
+    # 2-core machine misses now and then (one slow reference run fails every audit against it);
+    # what the tests using this need is some passing verdict, so a failed try measures the
+    # performance run again, just before its audit, in a fresh folder.
     for attempt in range(3):
-        done = _cli(
-            plugins, folder, "paced", "--audit", "TEST01", *(["--replace-audit"] if attempt else [])
-        )
+        folder = tmp_path_factory.mktemp("passed") / "run"
+        shutil.copytree(references, folder, symlinks=True)
+        if attempt:
+            shutil.rmtree(folder / "performance")
+            again = _cli(plugins, folder, "paced", "--mode", "performance")
+            assert again.returncode == 0, again.stderr
+        done = _cli(plugins, folder, "paced", "--audit", "TEST01")
         assert done.returncode in (0, 1), done.stdout + done.stderr
         if json.loads(done.stdout)["compliance"]["passed"]:
             return folder
