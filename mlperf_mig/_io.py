@@ -15,7 +15,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -100,25 +100,53 @@ def check_text_file(path: str, what: str, error: type[MlperfMigError] = Settings
 SMALL_FILE_LIMIT = 1 << 20  # records, verify files and audit.configs are far smaller
 
 
-def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str:
-    """The UTF-8 text of the regular file `path`, not following a link, at most `limit` bytes;
-    SettingsError saying why not (a link, not a regular file, too large, unreadable)."""
+def read_bounded(
+    path: str | os.PathLike[str],
+    limit: int,
+    refused: Callable[[str], Exception],
+    *,
+    kind: str = "file",
+    follow_links: bool = False,
+) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` (its size checked before a byte
+    is read). Opened without blocking, so a FIFO or a device is refused rather than waited on;
+    a symbolic link is refused without being followed unless `follow_links` (a file the user
+    names, not one read back). Any failure raises `refused(reason)`, the reason a phrase that
+    reads after "<file> is " ("not a regular file ..."); FileNotFoundError when the file is not
+    there at all, for the caller to word."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise SettingsError("a symbolic link") from None
-        raise SettingsError(f"unreadable: {exc.strerror or exc}") from None
+        if exc.errno == errno.ELOOP and not follow_links:
+            raise refused("a symbolic link (nothing read back is followed)") from None
+        raise refused(f"unreadable ({exc.strerror or exc})") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SettingsError("not a regular file")
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise refused("not a regular file (a FIFO, a device or a folder)")
+        if status.st_size > limit:
+            raise refused(f"{status.st_size} bytes, more than the {limit} a {kind} may hold")
         data = os.read(fd, limit + 1)
     except OSError as exc:
-        raise SettingsError(f"unreadable: {exc.strerror or exc}") from None
+        raise refused(f"unreadable ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
-    if len(data) > limit:
-        raise SettingsError(f"larger than {limit} bytes")
+    if len(data) > limit:  # it grew after the check
+        raise refused(f"larger than the {limit} bytes a {kind} may hold")
+    return data
+
+
+def read_small_text(path: Path, limit: int = SMALL_FILE_LIMIT) -> str:
+    """The UTF-8 text of the regular file `path`, not following a link, at most `limit` bytes;
+    SettingsError saying why not, a phrase that reads after "<file> is " (a link, not a
+    regular file, too large, unreadable, not UTF-8)."""
+    try:
+        data = read_bounded(path, limit, SettingsError)
+    except FileNotFoundError as exc:
+        raise SettingsError(f"unreadable ({exc.strerror or exc})") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -154,45 +182,22 @@ def read_json(
     or waiting on it), at most JSON_LIMITS[kind] bytes (checked before reading), UTF-8, nested
     at most JSON_DEPTH_LIMIT deep. Any failure is one `error` naming the file, what was wrong
     and `fix`; FileNotFoundError when the file is not there at all."""
-    limit = JSON_LIMITS[kind]
     name = str(path)
 
     def refused(reason: str) -> MlperfMigError:
-        return error(f"{name!r} {reason}; {fix}")
+        return error(f"{name!r} is {reason}; {fix}")
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise refused("is a symbolic link (nothing read back is followed)") from None
-        raise refused(f"cannot be read ({exc.strerror or exc})") from None
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise refused("is not a regular file (a FIFO, a device or a folder)")
-        if status.st_size > limit:
-            raise refused(
-                f"is {status.st_size} bytes, more than the {limit} a {kind} file may hold"
-            )
-        data = os.read(fd, limit + 1)
-    except OSError as exc:
-        raise refused(f"cannot be read ({exc.strerror or exc})") from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise refused(f"holds more than the {limit} bytes a {kind} file may hold")
+    data = read_bounded(path, JSON_LIMITS[kind], refused, kind=f"{kind} file")
     try:
         value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise refused(f"is not UTF-8 text (byte {exc.start})") from None
+        raise refused(f"not UTF-8 text (byte {exc.start})") from None
     except RecursionError:
-        raise refused(f"is nested deeper than {JSON_DEPTH_LIMIT} levels") from None
+        raise refused(f"nested deeper than {JSON_DEPTH_LIMIT} levels") from None
     except ValueError as exc:
-        raise refused(f"is not JSON ({exc})") from None
+        raise refused(f"not JSON ({exc})") from None
     if json_depth(value) > JSON_DEPTH_LIMIT:
-        raise refused(f"is nested deeper than {JSON_DEPTH_LIMIT} levels")
+        raise refused(f"nested deeper than {JSON_DEPTH_LIMIT} levels")
     return value
 
 

@@ -152,7 +152,7 @@ def _not_ours_for(path: Path, audit: str | None) -> str | None:
     try:
         text = read_small_text(path)
     except SettingsError as exc:
-        return str(exc)
+        return f"it is {exc}"
     owner = own_audit_config(text)
     if owner is None:
         return "not an audit.config mlperf-mig writes"

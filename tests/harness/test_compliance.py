@@ -311,7 +311,10 @@ def test_recorded_pass_refuses_a_linked_verify_file(tmp_path: Path) -> None:
     elsewhere.write_text("TEST PASS\n")
     (tmp_path / "TEST04").mkdir()
     (tmp_path / "TEST04" / "verify_performance.txt").symlink_to(elsewhere)
-    with pytest.raises(SettingsError, match="is a symbolic link, not the verify file"):
+    with pytest.raises(
+        SettingsError,
+        match=r"is a symbolic link \(nothing read back is followed\), not the verify file",
+    ):
         recorded_pass(tmp_path / "TEST04", "TEST04")
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import mlperf_mig
 from mlperf_mig import cli
-from mlperf_mig._io import JSON_DEPTH_LIMIT, JSON_LIMITS, read_json
+from mlperf_mig._io import JSON_DEPTH_LIMIT, JSON_LIMITS, read_bounded, read_json
 from mlperf_mig.errors import DataFileError
 
 from .conftest import QUICK_NULL
@@ -126,3 +126,30 @@ def test_report_refuses_a_hostile_index(
     err = capsys.readouterr().err.strip()
     assert time.monotonic() - started < 10
     assert str(path) in err and "\n" not in err and "Traceback" not in err
+
+
+# --- the one bounded reader under read_json, read_small_text, the dataset and the tokenizer ----
+def test_read_bounded_follows_a_link_only_when_told(tmp_path: Path) -> None:
+    """A file read back through a link is refused unread; a file the user named through a link
+    (a Hugging Face cache links its files) is read."""
+    target = tmp_path / "target.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with pytest.raises(DataFileError, match="a symbolic link"):
+        read_bounded(link, 100, DataFileError)
+    assert read_bounded(link, 100, DataFileError, follow_links=True) == b"{}"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_read_bounded_refuses_a_fifo_or_a_large_file_without_reading_it(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO is refused without waiting on it, and a file over the limit by its size, even
+    when links are followed; a missing file is FileNotFoundError, for the caller to word."""
+    path = _hostile(tmp_path / "run", kind)
+    why = {"fifo": "not a regular file", "huge": f"{1 << 30} bytes, more than the 64 a log"}
+    with pytest.raises(DataFileError, match=why[kind]):
+        read_bounded(path, 64, DataFileError, kind="log", follow_links=True)
+    with pytest.raises(FileNotFoundError):
+        read_bounded(tmp_path / "missing", 64, DataFileError)

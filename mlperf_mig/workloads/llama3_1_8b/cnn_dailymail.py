@@ -19,11 +19,9 @@ comes with a 2-4 sentence reference summary drawn from its own words.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from mlperf_mig._io import read_bounded
 from mlperf_mig.errors import DatasetError
 from mlperf_mig.workloads.llama3_1_8b.tokenizer import (
     CORPUS,
@@ -190,39 +189,22 @@ def synthetic_cnn_dailymail(
 
 # --- a user's cnn_eval.json ------------------------------------------------------------------
 def _read_file(path: Path, max_bytes: int) -> bytes:
-    """The bytes of the regular file `path`, at most `max_bytes` (opened without blocking, so a
-    FIFO is refused rather than waited on)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            raise DatasetError(
-                f"dataset {str(path)!r} does not exist; pass the {DATASET_FILE} that MLCommons' "
-                "download_cnndm.py writes, or its folder"
-            ) from None
-        raise DatasetError(f"cannot read dataset {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DatasetError(
-                f"dataset {str(path)!r} is not a regular file; pass the {DATASET_FILE} file"
-            )
-        if info.st_size > max_bytes:
-            raise DatasetError(
-                f"dataset {str(path)!r} is {info.st_size} bytes, more than the {max_bytes} a "
-                f"{DATASET_FILE} may have; pass the CNN/DailyMail validation file"
-            )
-        data = os.read(fd, max_bytes + 1)
-    except OSError as exc:
-        raise DatasetError(f"cannot read dataset {str(path)!r}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise DatasetError(
-            f"dataset {str(path)!r} is larger than {max_bytes} bytes; pass the CNN/DailyMail "
-            "validation file"
+    """The bytes of the user's dataset file `path` (a link is followed: the user named it), at
+    most `max_bytes`."""
+
+    def refused(reason: str) -> DatasetError:
+        return DatasetError(
+            f"dataset {str(path)!r} is {reason}; pass the CNN/DailyMail validation "
+            f"{DATASET_FILE} that MLCommons' download_cnndm.py writes"
         )
-    return data
+
+    try:
+        return read_bounded(path, max_bytes, refused, kind=DATASET_FILE, follow_links=True)
+    except FileNotFoundError:
+        raise DatasetError(
+            f"dataset {str(path)!r} does not exist; pass the {DATASET_FILE} that MLCommons' "
+            "download_cnndm.py writes, or its folder"
+        ) from None
 
 
 def _records(path: Path, max_bytes: int) -> list[Any]:

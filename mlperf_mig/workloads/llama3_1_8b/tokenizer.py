@@ -14,11 +14,9 @@ the MLPerf scorer's `batch_decode(..., skip_special_tokens=True)` does).
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from mlperf_mig._io import read_bounded
 from mlperf_mig.errors import ModelFileError
 
 __all__ = [
@@ -203,41 +202,26 @@ def builtin_tokenizer(vocab_size: int = VOCAB_SIZE) -> TextTokenizer:
     )
 
 
-def _read_bounded(path: Path, limit: int, what: str) -> str:
-    """The UTF-8 text of the regular file `path`, at most `limit` bytes (a FIFO or device is
-    refused before it is read, so it cannot block)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        reason = "it does not exist" if exc.errno == errno.ENOENT else exc.strerror or str(exc)
-        raise ModelFileError(
-            f"cannot read {what} {str(path)!r}: {reason}; pass the model's {TOKENIZER_FILE} or "
-            "the folder holding it"
-        ) from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ModelFileError(f"{what} {str(path)!r} is not a regular file; pass the file")
-        if info.st_size > limit:
-            raise ModelFileError(
-                f"{what} {str(path)!r} is {info.st_size} bytes, more than the {limit} a "
-                "tokenizer.json may have; pass the model's tokenizer.json"
-            )
-        data = os.read(fd, limit + 1)
-    except OSError as exc:
-        raise ModelFileError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise ModelFileError(
-            f"{what} {str(path)!r} is larger than {limit} bytes; pass the model's tokenizer.json"
+def _read_tokenizer_text(path: Path, limit: int) -> str:
+    """The UTF-8 text of the user's tokenizer file `path` (a link is followed: the user named
+    it, and a Hugging Face cache links its files), at most `limit` bytes."""
+
+    def refused(reason: str) -> ModelFileError:
+        return ModelFileError(
+            f"tokenizer {str(path)!r} {reason}; pass the model's {TOKENIZER_FILE} or the "
+            "folder holding it"
         )
+
+    try:
+        data = read_bounded(
+            path, limit, lambda why: refused(f"is {why}"), kind=TOKENIZER_FILE, follow_links=True
+        )
+    except FileNotFoundError:
+        raise refused("does not exist") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ModelFileError(
-            f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start}); pass a tokenizer.json"
-        ) from None
+        raise refused(f"is not UTF-8 text (byte {exc.start})") from None
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> TextTokenizer:
@@ -249,7 +233,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> TextTokenizer:
     file = Path(path)
     if file.is_dir():
         file = file / TOKENIZER_FILE
-    text = _read_bounded(file, MAX_TOKENIZER_BYTES, "tokenizer")
+    text = _read_tokenizer_text(file, MAX_TOKENIZER_BYTES)
     try:
         backend = Tokenizer.from_str(text)
     except Exception as exc:  # the Rust side raises plain Exception with serde's message
