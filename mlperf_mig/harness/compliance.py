@@ -505,8 +505,9 @@ def verify_audit(
     `spread`: the noise a short audit's performance comparison rests on, measured by the runner
     (how far two measurements that should agree differ). Above the band the comparison cannot
     tell the audit from the noise: the verdict is inconclusive, with the spread, instead of PASS
-    or FAIL (a failed TEST01 accuracy check still fails). A full-length audit keeps the MLCommons
-    rule whatever the spread."""
+    or FAIL, unless the score is off by more than the band and the spread together, which the
+    noise cannot explain (FAIL); a failed TEST01 accuracy check still fails. A full-length audit
+    keeps the MLCommons rule whatever the spread."""
     if audit not in AUDITS:
         raise ValueError(f"unknown audit {audit!r}")
     folder = Path(instance_dir)
@@ -536,13 +537,18 @@ def verify_audit(
         "reference_score": scores.reference, "test_score": scores.test, "score_unit": scores.unit,
         "band": scores.band, "performance_passed": scores.passed,
     }  # fmt: skip
-    noisy = short and spread is not None and spread > scores.band
+    change = scores.test / scores.reference - 1 if scores.reference else 0.0
+    # the noise can hide what a short audit shows only as far as it reaches: a score further
+    # off than the band and the spread together is the audit's finding whatever the noise
+    noisy = (
+        short and spread is not None and spread > scores.band
+        and abs(change) <= scores.band + spread
+    )  # fmt: skip
     reasons = [scores.reason] if scores.reason and not noisy else []
     if audit == "TEST01":
         fields.update(_test01_accuracy(folder, log_dir, benchmark, open_source, reasons))
     inconclusive = noisy and not reasons
     if inconclusive:
-        change = scores.test / scores.reference - 1 if scores.reference else 0.0
         reasons = [
             f"score {change:+.1%} against the performance run, but two measurements that should "
             f"agree differ by {spread:.1%} here (more than the {scores.band:.0%} band): the "
