@@ -172,3 +172,11 @@ def test_option_lists_become_an_args_section() -> None:
     assert module.as_args_section(text, ["backend", "mode"]) == (
         "Run it.\n\nnote: prose stays\n\nArgs:\n    backend: auto\n    mode: one of two\n"
     )
+
+
+def test_development_page_names_every_benchmark_script() -> None:
+    """docs/development.md lists every script in benchmarks/, and names none that is gone."""
+    page = (DOCS / "development.md").read_text(encoding="utf-8")
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")}
+    named = set(re.findall(r"`benchmarks/([a-z_]+\.py)`", page))
+    assert scripts and named == scripts, (scripts - named, named - scripts)
