@@ -240,7 +240,7 @@ def _coordinate(
         job.links,
         job.weights,
         completer,
-        names=job.names,
+        names=[f"instance {name}" for name in job.names],
         mirrors=SampleMirrors(job.links, arrays, [w in mirrors for w in range(len(job.links))])
         if mirrors
         else None,
