@@ -463,12 +463,12 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
     from mlperf_mig.cluster.serving import AUTHKEY_BYTES, ServeActor, connect_channel
     from mlperf_mig.engines import EngineSpec
     from mlperf_mig.runner.jobs import (
-        COORDINATOR_ENTRY,
         LAYOUT_FOLDER,
         SupervisedRound,
         instance_env,
         instance_task,
         sample_capacity,
+        unified_entries,
     )
     from mlperf_mig.runner.unified import CoordinatorJob, SharedSamples
     from mlperf_mig.runner.worker import WorkerJob
@@ -532,7 +532,7 @@ def unified_round(job: RoundInput) -> tuple[dict[str, WorkerOutcome], bool]:
         with SharedSamples(layouts, capacity) as samples:
             coordinator = WorkerJob(
                 name=LAYOUT_FOLDER,
-                entry=COORDINATOR_ENTRY,
+                entry=unified_entries(plan.benchmark)[0],
                 payload=CoordinatorJob(
                     task=layout_task,
                     samples=samples.specs,
@@ -585,7 +585,9 @@ def _measure_round_trip(
 ) -> None:
     """Lower the instance's target (a rate: Offline, Server) to what the driver sees over its
     data channel: frames of rows of the node's copy of the samples, of the size the dispatcher
-    will send it (a chunk in Offline, a batch in Server)."""
+    will send it (a chunk in Offline, a batch in Server). A generative workload's target
+    stands as its node timed it: a request is a message of a few ids each way against the steps
+    of its generation, and its node answers no frames of rows."""
     import numpy as np
 
     from mlperf_mig.cluster.serving import round_trip_rate
@@ -593,6 +595,8 @@ def _measure_round_trip(
     from mlperf_mig.runner.unified import chunk_samples, largest_chunk
 
     if reply["target"] is None or plan.loadgen_scenario not in ("Offline", "Server"):
+        return
+    if layout_task.benchmark.generates_tokens:
         return
     batch_size = int(reply["batch_size"])
     rows = batch_size

@@ -27,6 +27,14 @@ a queue and a server thread runs the model and answers, so neither side's writes
 the other's. A channel that closes (the actor or its node died) or a model that raises (answered
 as an error) loses the instance, and the coordinator re-sends its in-flight batches to the
 others, as locally; a node that goes silent is dropped by the coordinator's reply timeout.
+
+A generative workload's node speaks the token protocol of a local instance worker instead
+(runner/unified_tokens.py): `open` opens its generator and times its target as a local worker
+does, and its server thread runs the same loop (`serve_requests`) over the requests the
+coordinator adds, prompts read from the node's copy of the prompt arrays, answering first tokens
+and finished outputs as they come; the copy is filled at each load as above. A model that raises
+answers ("error", why) and a closed channel ends serving, as for batches; the coordinator then
+completes the instance's requests empty and names it.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import attrs
 import numpy as np
 
 from mlperf_mig.errors import ClusterError
+from mlperf_mig.runner.unified_tokens import GenerationTally, serve_requests
 
 if TYPE_CHECKING:
     from mlperf_mig._io import JsonData
@@ -92,6 +101,8 @@ class ServeActor:
         self._library: Any = None  # the mirror of the coordinator's sample arrays (SampleLibrary)
         self._gathered: dict[str, np.ndarray] = {}  # where scattered rows are copied, reused
         self._payloads: np.ndarray | None = None  # a frame's payloads, grown to the largest frame
+        self._generator: Any = None  # a generative workload's (TokenGenerator), once open
+        self._tally = GenerationTally()  # what it served
         self.served = 0
         self.busy_s = 0.0
         self.error: str | None = None  # what the model raised while serving
@@ -103,6 +114,7 @@ class ServeActor:
         `authkey`, also open the data channel and answer its address."""
         from mlperf_mig.cluster.actors import build_on_node
         from mlperf_mig.harness.instance import batch_size_of, measured_target, open_task_backend
+        from mlperf_mig.runner.unified_tokens import open_generation
 
         spec = build_on_node(engine_request)
         task = attrs.evolve(task, engine=spec)
@@ -110,15 +122,19 @@ class ServeActor:
         self._backend = open_task_backend(task, self._benchmark)
         batch_size = self._batch_size = batch_size_of(task)
         self._prepare()
-        target = measured_target(
-            task,
-            self._benchmark,
-            self._backend,
-            source=None,
-            batch_size=batch_size,
-            # the speed does not depend on values: the mirror's zeros, gathered as in a test
-            serve_path=(self._gather, self._capacity),
-        )
+        if self._benchmark.generates_tokens:
+            # its generator and target as a local instance worker opens and times them
+            self._generator, target = open_generation(task, self._backend)
+        else:
+            target = measured_target(
+                task,
+                self._benchmark,
+                self._backend,
+                source=None,
+                batch_size=batch_size,
+                # the speed does not depend on values: the mirror's zeros, gathered as in a test
+                serve_path=(self._gather, self._capacity),
+            )
         reply: dict[str, Any] = {
             "target": target,
             "batch_size": batch_size,
@@ -130,7 +146,8 @@ class ServeActor:
 
     def _prepare(self) -> None:
         """The mirror of the sample arrays (zeros until the driver sends samples), the gather
-        buffer and the payload buffer, for the open model's benchmark and batch size."""
+        buffer and the payload buffer, for the open model's benchmark and batch size (a
+        generative workload's requests read their prompts from the mirror: no batch buffers)."""
         from mlperf_mig.harness.samples import SampleLibrary, input_layouts
         from mlperf_mig.harness.sut import payload_layout
 
@@ -139,6 +156,8 @@ class ServeActor:
             {lay.name: np.zeros((self._capacity, *lay.shape), dtype=lay.dtype) for lay in layouts},
             total_count=0,
         )
+        if self._benchmark.generates_tokens:
+            return
         self._gathered = {
             lay.name: np.empty((self._batch_size, *lay.shape), dtype=lay.dtype) for lay in layouts
         }
@@ -208,7 +227,9 @@ class ServeActor:
         ("sync", n) -> ("loaded", n), after every frame before it;
         ("batch", batch id, None, rows, None), with every other batch queued behind it ->
         ("done", batch ids, payload bytes, item size), one reply for all of them;
-        ("stop",) ends serving; a frame that fails -> ("error", why), and serving ends."""
+        ("stop",) ends serving; a frame that fails -> ("error", why), and serving ends.
+        A generative workload's node answers the token protocol instead (`_answer_tokens`);
+        "samples" and "sync" frames are the same."""
         inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def read() -> None:  # always drain the socket, so the coordinator never waits on ours
@@ -227,7 +248,10 @@ class ServeActor:
 
         threading.Thread(target=read, name=f"{self.name}-reader", daemon=True).start()
         try:
-            self._answer(channel, inbox)
+            if self._generator is not None:
+                self._answer_tokens(channel, inbox)
+            else:
+                self._answer(channel, inbox)
         finally:  # wakes the reader (a close alone does not end a read blocked on the socket)
             with contextlib.suppress(OSError):
                 socket.socket(fileno=os.dup(channel.fileno())).shutdown(socket.SHUT_RDWR)
@@ -274,6 +298,48 @@ class ServeActor:
             if reply[0] == "error":  # the coordinator drops this instance: nothing more to serve
                 return
 
+    def _answer_tokens(self, channel: Connection, inbox: queue.SimpleQueue[Any]) -> None:
+        """The server thread of a generative workload: the loop of a local instance worker
+        (unified_tokens.serve_requests) over the frames from the reader, each request's prompt
+        read from the mirror; what the model raises is answered ("error", why) and ends it."""
+        from mlperf_mig.harness.token_sut import PROMPT_IDS, PROMPT_LENGTH
+
+        def receive(timeout_s: float) -> tuple[Any, ...] | None:
+            try:
+                frame = inbox.get(timeout=timeout_s) if timeout_s > 0 else inbox.get_nowait()
+            except queue.Empty:
+                return None
+            if frame is None:
+                raise _ChannelClosed
+            if frame[0] == "failed":  # samples that did not fit the mirror
+                raise ValueError(frame[1])
+            result: tuple[Any, ...] = frame
+            return result
+
+        def send(message: tuple[Any, ...]) -> None:
+            try:
+                channel.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+            except OSError:
+                raise _ChannelClosed from None
+
+        buffers = self._library.buffers
+        try:
+            serve_requests(
+                self._generator,
+                buffers[PROMPT_IDS],
+                buffers[PROMPT_LENGTH],
+                receive=receive,
+                send=send,
+                tally=self._tally,
+            )
+        except _ChannelClosed:  # the coordinator is gone (or went first): nobody to answer
+            return
+        except Exception as exc:
+            self.error = self.error or f"{type(exc).__name__}: {exc}"
+            log.error("%s: %s", self.name, self.error)
+            with contextlib.suppress(_ChannelClosed):
+                send(("error", self.error))
+
     def take_samples(
         self, channel: Connection, first: int, count: int, names: Sequence[str]
     ) -> None:
@@ -318,13 +384,21 @@ class ServeActor:
         """Close the model; what a local serving worker reports, and the error its model raised
         while serving (None: none)."""
         device = self._backend.device.to_dict()
+        served, busy_s = self.served, self.busy_s
+        if self._generator is not None:
+            served, busy_s = self._tally.served, self._tally.busy_s
+            self._generator.close()
         self._backend.close()
         return {
-            "served": self.served,
-            "busy_s": round(self.busy_s, 3),
+            "served": served,
+            "busy_s": round(busy_s, 3),
             "device": device,
             "error": self.error,
         }
+
+
+class _ChannelClosed(Exception):
+    """The data channel closed under a generative node's serving loop (no one to answer)."""
 
 
 def _read_exactly(fd: int, view: memoryview) -> None:

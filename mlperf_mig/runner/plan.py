@@ -401,11 +401,6 @@ def make_plan(options: RunOptions) -> RunPlan:
     bench, lg_scenario = get_workload(options.benchmark).run_as(
         normalize_scenario(options.loadgen_scenario)
     )
-    if bench.generates_tokens and options.cluster is not None and options.mode == "unified":
-        raise WorkloadError(
-            f"{bench} over a cluster runs in independent mode only (the cluster's data channel "
-            "carries whole answers, not token streams); pass --mode independent"
-        )
     if options.preset not in PRESETS:
         raise SettingsError(f"preset {options.preset!r} is not one of {', '.join(PRESETS)}")
     _check_cpus(options.cpus)

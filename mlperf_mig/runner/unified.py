@@ -203,11 +203,7 @@ class Dispatcher:
         self.flush_s = flush_s
         self._links = list(links)
         self._rows_only = list(rows_only) if rows_only is not None else [False] * len(self._links)
-        self._mirrors = list(mirrors) if mirrors is not None else [False] * len(self._links)
-        self._mirroring: set[int] = set()  # workers yet to take the samples of a load
-        self._arrays = arrays or {}
-        self.mirror_cpu_s = 0.0  # CPU sending loaded samples to the workers' copies
-        self._mirrored = threading.Condition()
+        self._mirrors = SampleMirrors(self._links, arrays or {}, mirrors)
         self._reply_timeout_s = reply_timeout_s
         self._stopped = False
         self._waiting_since: list[float | None] = [None] * len(self._links)
@@ -469,9 +465,7 @@ class Dispatcher:
         batches = list(self._inflight[worker].values())
         self._inflight[worker].clear()
         self._outstanding[worker] = 0
-        with self._mirrored:
-            self._mirroring.discard(worker)
-            self._mirrored.notify_all()
+        self._mirrors.drop(worker)
         for batch in reversed(batches):
             if len(batch[0]) > self._batch_size:  # a chunk: cut again for whoever takes it
                 self._queries.appendleft(_Query(batch[0], list(batch[1]), batch[2]))
@@ -498,41 +492,24 @@ class Dispatcher:
             self._complete(ids, b"", 0)
 
     def mirror_samples(self, count: int, timeout_s: float) -> None:
-        """Send rows 0..count-1 of the shared arrays (a load just wrote them) to every live
-        worker that keeps a copy of them, and wait until each says it has them; one that has not
+        """Fill every live worker's copy of the shared arrays with rows 0..count-1 (a load just
+        wrote them) and wait until each says it has them (SampleMirrors); one that has not
         within `timeout_s` is given up (its batches go to the others). LoadGen loads samples
         only when no query is in flight, so no batch is sent meanwhile."""
         with self._lock:
-            workers = [w for w, m in enumerate(self._mirrors) if m and self.alive[w]]
-            with self._mirrored:
-                self._mirroring.update(workers)
-            began = time.thread_time()
-            for worker in workers:
-                try:
-                    send_rows(self._links[worker], self._arrays, 0, count)
-                    self._links[worker].send(("sync", count))
-                except (BrokenPipeError, OSError):
-                    self._mark_dead(worker)
-            self.mirror_cpu_s += time.thread_time() - began
-        deadline = time.monotonic() + timeout_s
-        with self._mirrored:
-            while self._mirroring and time.monotonic() < deadline:
-                self._mirrored.wait(min(_POLL_S, max(0.0, deadline - time.monotonic())))
-            late = sorted(self._mirroring)
-        for worker in late:
-            log.error(
-                "worker %d did not take the %d loaded samples within %.0f s; dropping it",
-                worker,
-                count,
-                timeout_s,
-            )
+            for worker in self._mirrors.send(count, self.alive):
+                self._mark_dead(worker)
+        for worker in self._mirrors.wait(count, timeout_s):
             self.worker_died(worker)
+
+    @property
+    def mirror_cpu_s(self) -> float:
+        """CPU spent sending loaded samples to the workers' copies."""
+        return self._mirrors.cpu_s
 
     def samples_taken(self, worker: int) -> None:
         """Worker `worker` has the samples of the last load (its answer to mirror_samples)."""
-        with self._mirrored:
-            self._mirroring.discard(worker)
-            self._mirrored.notify_all()
+        self._mirrors.taken(worker)
 
     def stop_workers(self) -> None:
         """Tell every worker still listening (given up on or not) that the test is over."""
@@ -541,6 +518,73 @@ class Dispatcher:
             for link in self._links:
                 with contextlib.suppress(BrokenPipeError, OSError):
                     link.send(("stop",))
+
+
+class SampleMirrors:
+    """The workers that keep a copy of the shared sample arrays (a cluster node's), which each
+    load fills: ("samples", ...) frames (`send_rows`), then ("sync", count), which a worker
+    answers ("loaded", count) once it has them. Both unified coordinators (samples and token
+    streams) send through it and hand it the answers their receivers read."""
+
+    def __init__(
+        self,
+        links: Sequence[Connection],
+        arrays: Mapping[str, np.ndarray],
+        mirrors: Sequence[bool] | None,
+    ) -> None:
+        """`mirrors[i]`: worker i keeps a copy of `arrays` (none does when None)."""
+        self._links = list(links)
+        self._arrays = arrays
+        self._mirrors = list(mirrors) if mirrors is not None else [False] * len(self._links)
+        self._waiting: set[int] = set()  # workers yet to take the samples of a load
+        self._taken = threading.Condition()
+        self.cpu_s = 0.0  # CPU sending loaded samples to the workers' copies
+
+    def send(self, count: int, alive: Sequence[bool]) -> list[int]:
+        """Send rows 0..count-1 of the arrays to every live worker that keeps a copy; the
+        workers whose link failed (lost)."""
+        workers = [w for w, m in enumerate(self._mirrors) if m and alive[w]]
+        with self._taken:
+            self._waiting.update(workers)
+        began = time.thread_time()
+        failed = []
+        for worker in workers:
+            try:
+                send_rows(self._links[worker], self._arrays, 0, count)
+                self._links[worker].send(("sync", count))
+            except (BrokenPipeError, OSError):
+                self.drop(worker)
+                failed.append(worker)
+        self.cpu_s += time.thread_time() - began
+        return failed
+
+    def wait(self, count: int, timeout_s: float) -> list[int]:
+        """Wait until every worker sent to has answered; those that have not within
+        `timeout_s` (logged, to be given up)."""
+        deadline = time.monotonic() + timeout_s
+        with self._taken:
+            while self._waiting and time.monotonic() < deadline:
+                self._taken.wait(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+            late = sorted(self._waiting)
+            self._waiting.clear()
+        for worker in late:
+            log.error(
+                "worker %d did not take the %d loaded samples within %.0f s; dropping it",
+                worker,
+                count,
+                timeout_s,
+            )
+        return late
+
+    def taken(self, worker: int) -> None:
+        """Worker `worker` answered ("loaded", count)."""
+        with self._taken:
+            self._waiting.discard(worker)
+            self._taken.notify_all()
+
+    def drop(self, worker: int) -> None:
+        """Worker `worker` is lost: no load waits for it."""
+        self.taken(worker)
 
 
 def send_rows(link: Connection, arrays: Mapping[str, np.ndarray], start: int, stop: int) -> None:

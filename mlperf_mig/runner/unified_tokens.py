@@ -9,6 +9,13 @@ steps its generator and sends ("first", ids, first tokens) as the first tokens a
 ("done", ids, lengths, token bytes) as requests finish; the coordinator hands both to one
 TokenCompleter (harness/token_sut.py), so every first token reaches LoadGen before its request
 completes. A worker that dies has its requests completed empty and is named.
+
+An instance on a cluster node (cluster/serving.py) speaks the same protocol over its data channel:
+`serve_requests` is the one loop of both, fed by a local worker's pipe or by the node's reader
+thread. The node keeps a copy of the prompt arrays, which each LoadGen load fills before the
+timed part (unified.SampleMirrors: the node answers ("loaded", count)); a node whose model raises
+answers ("error", why), and a closed channel or an error loses the instance as a dead local
+worker is lost.
 """
 
 from __future__ import annotations
@@ -21,14 +28,18 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 
 from mlperf_mig.workloads.generation import TokenEvent
 
 if TYPE_CHECKING:
+    from mlperf_mig.engines.backend import Backend
     from mlperf_mig.harness.loadgen_test import LoadGenTest
+    from mlperf_mig.harness.task import InstanceTask
     from mlperf_mig.harness.token_sut import TokenCompleter
-    from mlperf_mig.runner.unified import CoordinatorJob, ServeJob
+    from mlperf_mig.runner.unified import CoordinatorJob, SampleMirrors, ServeJob
+    from mlperf_mig.workloads.generation import TokenGenerator
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +50,25 @@ class TokenDispatcher:
     """Sends each request to the least loaded live worker; turns replies into token events."""
 
     def __init__(
-        self, links: Sequence[Connection], weights: Sequence[float], completer: TokenCompleter
+        self,
+        links: Sequence[Connection],
+        weights: Sequence[float],
+        completer: TokenCompleter,
+        *,
+        names: Sequence[str] | None = None,
+        mirrors: SampleMirrors | None = None,
     ) -> None:
+        """`names`: who each worker is, in the run's errors; `mirrors`: the workers that keep a
+        copy of the prompt arrays (cluster nodes'), filled at each load (`mirror_samples`)."""
         self._links = list(links)
         self._weights = [max(float(w), 1e-9) for w in weights]
         self._completer = completer
+        self._names = (
+            list(names)
+            if names is not None
+            else [f"instance worker {w}" for w in range(len(links))]
+        )
+        self._mirrors = mirrors
         self._lock = threading.Lock()
         self.in_flight: list[set[int]] = [set() for _ in links]
         self.alive = [True] * len(links)
@@ -88,18 +113,41 @@ class TokenDispatcher:
             for r, s, e in zip(ids, starts, ends, strict=True)
         ]  # fmt: skip
         with self._lock:
-            self._completer.finished(events, f"instance worker {worker}")
+            self._completer.finished(events, self._names[worker])
             self.in_flight[worker].difference_update(int(r) for r in ids)
             self.served[worker] += len(ids)
 
-    def worker_died(self, worker: int) -> None:
+    def worker_died(self, worker: int, why: str | None = None) -> None:
+        """Worker `worker` is lost (its process or channel closed, or its model raised: `why`):
+        its requests in flight complete empty, the run fails naming it, no load waits for it."""
         with self._lock:
             if not self.alive[worker]:
                 return
             self.alive[worker] = False
             lost = sorted(self.in_flight[worker])
             self.in_flight[worker].clear()
-            self._completer.empty(lost, f"instance worker {worker} exited with requests in flight")
+            if self._mirrors is not None:
+                self._mirrors.drop(worker)
+            what = f"failed ({why})" if why else "exited"
+            self._completer.empty(lost, f"{self._names[worker]} {what} with requests in flight")
+
+    def mirror_samples(self, count: int, timeout_s: float) -> None:
+        """Fill every live worker's copy of the prompt arrays with rows 0..count-1 (a load just
+        wrote them) and wait until each has them; one that has not within `timeout_s` is lost.
+        LoadGen loads samples only when no request is in flight."""
+        if self._mirrors is None:
+            return
+        with self._lock:
+            failed = self._mirrors.send(count, self.alive)
+        for worker in failed:
+            self.worker_died(worker, "its data channel closed while it took the samples")
+        for worker in self._mirrors.wait(count, timeout_s):
+            self.worker_died(worker, f"it did not take the loaded samples within {timeout_s:g} s")
+
+    def samples_taken(self, worker: int) -> None:
+        """Worker `worker` has the samples of the last load (its answer to mirror_samples)."""
+        if self._mirrors is not None:
+            self._mirrors.taken(worker)
 
     def stop_workers(self) -> None:
         for worker, link in enumerate(self._links):
@@ -134,6 +182,12 @@ class _Receiver(threading.Thread):
                     self._dispatcher.first(worker, message[1], message[2])
                 elif message[0] == "done":
                     self._dispatcher.done(worker, message[1], message[2], message[3])
+                elif message[0] == "loaded":  # a node's copy of the prompts took a load
+                    self._dispatcher.samples_taken(worker)
+                elif message[0] == "error":  # a node's model raised: it serves no more
+                    log.error("worker %d failed: %s", worker, message[1])
+                    open_links.remove(link)
+                    self._dispatcher.worker_died(worker, str(message[1]))
 
     def stop(self) -> None:
         self._stopping.set()
@@ -163,10 +217,15 @@ def _coordinate(
     from mlperf_mig.harness.loadgen_test import running
     from mlperf_mig.harness.samples import SampleLibrary
     from mlperf_mig.harness.token_sut import TokenCompleter
-    from mlperf_mig.runner.unified import _collect_targets, attach_samples, combined_target
+    from mlperf_mig.runner.unified import (
+        SampleMirrors,
+        _collect_targets,
+        attach_samples,
+        combined_target,
+    )
 
     source = test.source
-    targets, _rows_only, _cached, _mirrors = _collect_targets(job, job.ready_timeout_s)
+    targets, _rows_only, _cached, mirrors = _collect_targets(job, job.ready_timeout_s)
     calibrated = (
         combined_target(test.task.loadgen_scenario, list(targets.values()))
         if test.calibrates
@@ -177,7 +236,15 @@ def _coordinate(
     completer = TokenCompleter(
         lg, needs_first_token=test.task.loadgen_scenario != "Offline", progress=progress
     )
-    dispatcher = TokenDispatcher(job.links, job.weights, completer)
+    dispatcher = TokenDispatcher(
+        job.links,
+        job.weights,
+        completer,
+        names=[f"instance {name}" for name in job.names],
+        mirrors=SampleMirrors(job.links, arrays, [w in mirrors for w in range(len(job.links))])
+        if mirrors
+        else None,
+    )
     for worker in range(len(job.links)):
         if worker not in targets:
             dispatcher.worker_died(worker)
@@ -186,6 +253,10 @@ def _coordinate(
     def issue(ids: Sequence[int], indices: Sequence[int]) -> None:
         dispatcher.submit(ids, library.slots(indices).tolist())
 
+    def load(indices: Sequence[int]) -> None:
+        library.load(indices, source)
+        dispatcher.mirror_samples(library.loaded_count, job.ready_timeout_s)
+
     def stop_serving() -> None:
         receiver.stop()
         dispatcher.stop_workers()
@@ -193,7 +264,7 @@ def _coordinate(
     test.run(
         issue=issue,
         flush=lambda: None,
-        load=lambda indices: library.load(indices, source),
+        load=load,
         unload=library.unload,
         abort=lambda exc: completer.record_error(f"{type(exc).__name__}: {exc}", 0),
         calibrated_target=calibrated,
@@ -215,6 +286,97 @@ def _coordinate(
     }
 
 
+@attrs.define
+class GenerationTally:
+    """What an instance's generator did while serving: requests finished, seconds stepping."""
+
+    served: int = 0
+    busy_s: float = 0.0
+
+
+def open_generation(task: InstanceTask, backend: Backend) -> tuple[TokenGenerator, float | None]:
+    """The instance's generator on its open `backend`, and its calibrated target (None when the
+    task calibrates nothing), timed on the first prompts of the task's source."""
+    from mlperf_mig.harness import datasets
+    from mlperf_mig.harness.instance import batch_size_of, open_generator
+    from mlperf_mig.harness.samples import input_layouts
+    from mlperf_mig.harness.settings import merge_settings
+    from mlperf_mig.harness.token_sut import first_prompts, generation_target
+
+    benchmark = task.benchmark
+    settings = merge_settings(task.settings, benchmark, task.loadgen_scenario)
+    generator = open_generator(task, benchmark, backend, max_new_tokens=settings.new_tokens)
+    try:
+        target = None
+        if settings.calibrates:
+            source = datasets.open_source(task)
+            warm = first_prompts(source, input_layouts(benchmark), batch_size_of(task))
+            target = generation_target(
+                generator, warm, task.loadgen_scenario, batch_size=batch_size_of(task)
+            )
+    except BaseException:
+        generator.close()
+        raise
+    return generator, target
+
+
+def serve_requests(
+    generator: TokenGenerator,
+    prompts: np.ndarray,
+    lengths: np.ndarray,
+    *,
+    receive: Callable[[float], tuple[Any, ...] | None],
+    send: Callable[[tuple[Any, ...]], None],
+    tally: GenerationTally,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Step `generator` over the requests the coordinator sends, until it says stop and none is
+    left: the one loop of a local instance worker (its pipe) and of a cluster node (its data
+    channel). `receive(timeout_s)`: the coordinator's next message, None when none came within
+    `timeout_s` (EOFError when it is gone); `send(message)`: one message to it.
+
+    In: ("add", [(request id, row), ...]), whose prompts are prompts[row, :lengths[row]];
+    ("sync", count) -> ("loaded", count) (a node's copy of the prompts took a load's rows);
+    ("stop",). Out, after each step: ("first", ids, int32 token bytes) for its first tokens,
+    then ("done", ids, lengths, int32 token bytes) for its finished requests. A message of
+    another kind raises ValueError; what the generator raises propagates."""
+    stopping = False
+    while not (stopping and generator.pending == 0):
+        while (message := receive(0 if generator.pending else _POLL_S)) is not None:
+            kind = message[0]
+            if kind == "stop":
+                stopping = True
+                break
+            if kind == "add":
+                for request, row in message[1]:
+                    generator.add(request, prompts[row, : int(lengths[row])].copy())
+            elif kind == "sync":
+                send(("loaded", message[1]))
+            else:
+                raise ValueError(f"unknown message {kind!r} from the coordinator")
+        if not generator.pending:
+            continue
+        began = time.perf_counter()
+        events = generator.step()
+        tally.busy_s += time.perf_counter() - began
+        firsts = [e for e in events if e.first]
+        if firsts:
+            send(
+                ("first", [e.request for e in firsts],
+                 np.array([e.token for e in firsts], dtype=np.int32).tobytes())
+            )  # fmt: skip
+        done = [e for e in events if e.finished]
+        if done:
+            outputs = [np.zeros(0, dtype=np.int32) if e.tokens is None else e.tokens for e in done]
+            send(
+                ("done", [e.request for e in done], [len(o) for o in outputs],
+                 np.concatenate(outputs).astype(np.int32).tobytes())
+            )  # fmt: skip
+            tally.served += len(done)
+            if progress is not None:
+                progress(tally.served)
+
+
 def serve_instance(
     job: ServeJob,
     *,
@@ -224,70 +386,34 @@ def serve_instance(
 ) -> dict[str, Any]:
     """One instance worker of a generative workload's unified round: its generator, fed with
     the requests the coordinator sends, stepped while any is running."""
-    from mlperf_mig.harness import datasets
-    from mlperf_mig.harness.instance import batch_size_of, open_generator, open_task_backend
-    from mlperf_mig.harness.samples import input_layouts
-    from mlperf_mig.harness.settings import merge_settings
-    from mlperf_mig.harness.token_sut import (
-        PROMPT_IDS,
-        PROMPT_LENGTH,
-        first_prompts,
-        generation_target,
-    )
+    from mlperf_mig.harness.instance import open_task_backend
+    from mlperf_mig.harness.token_sut import PROMPT_IDS, PROMPT_LENGTH
     from mlperf_mig.runner.unified import attach_samples
 
     task = job.task
-    benchmark = task.benchmark
+    link = job.link
     arrays, _blocks = attach_samples(job.samples)  # the blocks keep the mappings alive
-    settings = merge_settings(task.settings, benchmark, task.loadgen_scenario)
-    backend = open_backend() if open_backend is not None else open_task_backend(task, benchmark)
-    generator = open_generator(task, benchmark, backend, max_new_tokens=settings.new_tokens)
-    served = 0
-    busy_s = 0.0
+    backend = (
+        open_backend() if open_backend is not None else open_task_backend(task, task.benchmark)
+    )
+    tally = GenerationTally()
     try:
-        target = None
-        if settings.calibrates:
-            source = datasets.open_source(task)
-            warm = first_prompts(source, input_layouts(benchmark), batch_size_of(task))
-            target = generation_target(
-                generator, warm, task.loadgen_scenario, batch_size=batch_size_of(task)
+        generator, target = open_generation(task, backend)
+        try:
+            link.send(("target", target, True, None))
+            before_start()
+            serve_requests(
+                generator,
+                arrays[PROMPT_IDS],
+                arrays[PROMPT_LENGTH],
+                receive=lambda timeout_s: link.recv() if link.poll(timeout_s) else None,
+                send=link.send,
+                tally=tally,
+                progress=progress,
             )
-        job.link.send(("target", target, True, None))
-        before_start()
-        prompts, lengths = arrays[PROMPT_IDS], arrays[PROMPT_LENGTH]
-        stopping = False
-        while not (stopping and generator.pending == 0):
-            while job.link.poll(0 if generator.pending else _POLL_S):
-                message = job.link.recv()
-                if message[0] == "stop":
-                    stopping = True
-                    break
-                for request, row in message[1]:
-                    generator.add(request, prompts[row, : int(lengths[row])].copy())
-            if not generator.pending:
-                continue
-            began = time.perf_counter()
-            events = generator.step()
-            busy_s += time.perf_counter() - began
-            firsts = [e for e in events if e.first]
-            if firsts:
-                job.link.send(
-                    ("first", [e.request for e in firsts],
-                     np.array([e.token for e in firsts], dtype=np.int32).tobytes())
-                )  # fmt: skip
-            done = [e for e in events if e.finished]
-            if done:
-                outputs = [
-                    np.zeros(0, dtype=np.int32) if e.tokens is None else e.tokens for e in done
-                ]
-                job.link.send(
-                    ("done", [e.request for e in done], [len(o) for o in outputs],
-                     np.concatenate(outputs).astype(np.int32).tobytes())
-                )  # fmt: skip
-                served += len(done)
-                progress(served)
-        device = backend.device.to_dict()
+            device = backend.device.to_dict()
+        finally:
+            generator.close()
     finally:
-        generator.close()
         backend.close()
-    return {"served": served, "busy_s": round(busy_s, 3), "device": device}
+    return {"served": tally.served, "busy_s": round(tally.busy_s, 3), "device": device}

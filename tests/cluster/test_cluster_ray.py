@@ -264,6 +264,41 @@ def test_unified_run_dispatches_to_every_node(cluster: Namespace, tmp_path: Path
     assert "network system" in described["host_networking_topology"]
 
 
+def test_unified_llm_run_streams_tokens_from_the_nodes(cluster: Namespace, tmp_path: Path) -> None:
+    """The tiny LLM in unified Server mode over the nodes: one LoadGen log with TTFT and TPOT,
+    every request answered by a node's generator, and its accuracy run scored."""
+    out = tmp_path / "run"
+    done = cluster.run(
+        "run",
+        "--benchmark",
+        "llama3.1-8b",
+        "--loadgen-scenario",
+        "Server",
+        "--scenario",
+        "2g.20gb+1g.10gb",
+        "--mode",
+        "unified",
+        *QUICK,
+        "--no-telemetry",
+        "--cluster",
+        cluster.address,
+        "--outdir",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    data = _results(out)
+    assert data["layout_status"] == "ok" and data["layout_error"] is None
+    layout = data["layout_result"]
+    assert layout["failed_samples"] == 0
+    assert layout["tokens"]["ttft_ns"]["99.00"] > 0 and layout["tokens"]["tpot_ns"]["99.00"] > 0
+    instances = data["instances"]
+    assert all(i["status"] == "ok" for i in instances)
+    assert len({i["node"] for i in instances}) == 2
+    assert sum(i["dispatched_samples"] for i in instances) == layout["samples_completed"]
+    assert data["layout_accuracy"]["samples_completed"] > 0
+    assert (out / "layout" / "accuracy" / "mlperf_log_accuracy.json").is_file()
+
+
 def test_a_cluster_that_cannot_hold_the_layout_is_refused_before_anything_runs(
     cluster: Namespace, tmp_path: Path
 ) -> None:
