@@ -8,7 +8,8 @@ slice (continuous batching: it joins that worker's running batch at its next ste
 steps its generator and sends ("first", ids, first tokens) as the first tokens appear and
 ("done", ids, lengths, token bytes) as requests finish; the coordinator hands both to one
 TokenCompleter (harness/token_sut.py), so every first token reaches LoadGen before its request
-completes. A worker that dies has its requests completed empty and is named.
+completes. A worker that dies has its requests completed empty and is named; so does one that sends nothing for the reply timeout while it
+has requests running (hung, or stopped), and what it sends later is ignored.
 
 An instance on a cluster node (cluster/serving.py) speaks the same protocol over its data channel:
 `serve_requests` is the one loop of both, fed by a local worker's pipe or by the node's reader
@@ -57,9 +58,13 @@ class TokenDispatcher:
         *,
         names: Sequence[str] | None = None,
         mirrors: SampleMirrors | None = None,
+        reply_timeout_s: float | None = None,
     ) -> None:
         """`names`: who each worker is, in the run's errors; `mirrors`: the workers that keep a
-        copy of the prompt arrays (cluster nodes'), filled at each load (`mirror_samples`)."""
+        copy of the prompt arrays (cluster nodes'), filled at each load (`mirror_samples`);
+        `reply_timeout_s`: a worker with requests running that sends nothing this long is lost
+        (`check_stalled`; never when None). A worker sends after each step that starts or ends a
+        request, so the timeout must exceed one request's generation alone."""
         self._links = list(links)
         self._weights = [max(float(w), 1e-9) for w in weights]
         self._completer = completer
@@ -70,9 +75,12 @@ class TokenDispatcher:
         )
         self._mirrors = mirrors
         self._lock = threading.Lock()
+        self._reply_timeout_s = reply_timeout_s
+        self._quiet_since: list[float | None] = [None] * len(links)  # running, and not heard since
         self.in_flight: list[set[int]] = [set() for _ in links]
         self.alive = [True] * len(links)
         self.served = [0] * len(links)
+        self.stalled: list[int] = []  # workers lost to the reply timeout
 
     def submit(self, ids: Sequence[int], rows: Sequence[int]) -> None:
         """Send each request to the worker with the fewest in flight per unit of capacity."""
@@ -84,6 +92,8 @@ class TokenDispatcher:
                     self._completer.empty([int(request)], "every instance worker is gone")
                     continue
                 worker = min(live, key=lambda w: (len(self.in_flight[w]) + 1) / self._weights[w])
+                if not self.in_flight[worker]:
+                    self._quiet_since[worker] = time.monotonic()
                 self.in_flight[worker].add(int(request))
                 out.setdefault(worker, []).append((int(request), int(row)))
         for worker, requests in out.items():
@@ -93,29 +103,61 @@ class TokenDispatcher:
                 self.worker_died(worker)
 
     def first(self, worker: int, ids: Sequence[int], tokens: bytes) -> None:
+        """Worker `worker` made the first tokens of requests `ids` (int32 bytes, one each)."""
         values = np.frombuffer(tokens, dtype=np.int32)
-        events = [
-            TokenEvent(request=int(r), token=int(t), first=True, finished=False)
-            for r, t in zip(ids, values.tolist(), strict=True)
-        ]
         with self._lock:
-            self._completer.first_tokens(events)
+            running = self.in_flight[worker]  # a lost worker's requests completed already
+            events = [
+                TokenEvent(request=int(r), token=int(t), first=True, finished=False)
+                for r, t in zip(ids, values.tolist(), strict=True)
+                if int(r) in running
+            ]
+            self._heard(worker)
+            if events:
+                self._completer.first_tokens(events)
 
     def done(self, worker: int, ids: Sequence[int], lengths: Sequence[int], blob: bytes) -> None:
+        """Worker `worker` finished requests `ids`: their outputs, `lengths` int32 ids each, one
+        after another in `blob`."""
         values = np.frombuffer(blob, dtype=np.int32)
         ends = np.cumsum(lengths).tolist()
         starts = [0, *ends[:-1]]
-        events = [
-            TokenEvent(
-                request=int(r), token=int(values[e - 1]) if e > s else 0, first=False,
-                finished=True, tokens=values[s:e],
-            )
-            for r, s, e in zip(ids, starts, ends, strict=True)
-        ]  # fmt: skip
         with self._lock:
-            self._completer.finished(events, self._names[worker])
-            self.in_flight[worker].difference_update(int(r) for r in ids)
-            self.served[worker] += len(ids)
+            running = self.in_flight[worker]  # a lost worker's requests completed already
+            events = [
+                TokenEvent(
+                    request=int(r), token=int(values[e - 1]) if e > s else 0, first=False,
+                    finished=True, tokens=values[s:e],
+                )
+                for r, s, e in zip(ids, starts, ends, strict=True)
+                if int(r) in running
+            ]  # fmt: skip
+            running.difference_update(e.request for e in events)
+            self.served[worker] += len(events)
+            self._heard(worker)
+            if events:
+                self._completer.finished(events, self._names[worker])
+
+    def _heard(self, worker: int) -> None:
+        """Worker `worker` sent a message (under the lock): its silence starts again."""
+        self._quiet_since[worker] = time.monotonic() if self.in_flight[worker] else None
+
+    def check_stalled(self) -> None:
+        """Lose every worker that has had requests running and sent nothing for the reply
+        timeout (hung, or stopped with SIGSTOP): its requests complete empty, named."""
+        if self._reply_timeout_s is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            quiet = [
+                (w, now - since)
+                for w, since in enumerate(self._quiet_since)
+                if self.alive[w] and since is not None and now - since > self._reply_timeout_s
+            ]
+        for worker, silent_s in quiet:
+            log.warning("worker %d sent nothing for %.0f s; dropping it", worker, silent_s)
+            self.stalled.append(worker)
+            self.worker_died(worker, f"it sent nothing for {silent_s:.3g} s")
 
     def worker_died(self, worker: int, why: str | None = None) -> None:
         """Worker `worker` is lost (its process or channel closed, or its model raised: `why`):
@@ -124,6 +166,7 @@ class TokenDispatcher:
             if not self.alive[worker]:
                 return
             self.alive[worker] = False
+            self._quiet_since[worker] = None
             lost = sorted(self.in_flight[worker])
             self.in_flight[worker].clear()
             if self._mirrors is not None:
@@ -188,6 +231,7 @@ class _Receiver(threading.Thread):
                     log.error("worker %d failed: %s", worker, message[1])
                     open_links.remove(link)
                     self._dispatcher.worker_died(worker, str(message[1]))
+            self._dispatcher.check_stalled()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -244,6 +288,7 @@ def _coordinate(
         mirrors=SampleMirrors(job.links, arrays, [w in mirrors for w in range(len(job.links))])
         if mirrors
         else None,
+        reply_timeout_s=job.reply_timeout_s,
     )
     for worker in range(len(job.links)):
         if worker not in targets:
@@ -282,7 +327,7 @@ def _coordinate(
         "result": result.to_dict(),
         "served": dict(zip(job.names, dispatcher.served, strict=True)),
         "lost_workers": [n for n, ok in zip(job.names, dispatcher.alive, strict=True) if not ok],
-        "stalled_workers": [],
+        "stalled_workers": [job.names[w] for w in dispatcher.stalled],
     }
 
 

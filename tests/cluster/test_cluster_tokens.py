@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,9 @@ def fixture_coordinator() -> Iterator[Any]:
     stops its receiver at the end."""
     made: list[Coordinator] = []
 
-    def make(channel: Connection, prompts: SampleLibrary) -> Coordinator:
+    def make(
+        channel: Connection, prompts: SampleLibrary, reply_timeout_s: float | None = None
+    ) -> Coordinator:
         lg = TokenLoadGen()
         completer = TokenCompleter(lg, needs_first_token=True)
         dispatcher = TokenDispatcher(
@@ -140,6 +143,7 @@ def fixture_coordinator() -> Iterator[Any]:
             completer,
             names=["instance i0 on node n1"],
             mirrors=SampleMirrors([channel], prompts.buffers, [True]),
+            reply_timeout_s=reply_timeout_s,
         )
         receiver = _Receiver([channel], dispatcher)
         receiver.start()
@@ -296,6 +300,61 @@ def test_a_closed_channel_loses_the_instance_and_completes_its_requests_empty(
         assert "instance i0 on node n1 exited with requests in flight" in str(run.completer.error)
     finally:
         generator.release.set()
+
+
+def test_a_node_silent_for_the_reply_timeout_is_lost_and_named(
+    tmp_path: Path, coordinator: Any
+) -> None:
+    """A node whose model hangs with a request running (its channel open) is lost at the reply
+    timeout: the request completes empty and the run's error names the instance."""
+    prompts = _prompts(_task(tmp_path), 2)
+    generator = StalledGenerator()
+    actor = _model_free_node(generator)
+    channel = connect_channel(actor.listen(KEY, host="127.0.0.1"), KEY)
+    run = coordinator(channel, prompts, reply_timeout_s=0.5)
+    try:
+        began = time.monotonic()
+        run.dispatcher.submit([5], [1])
+        assert generator.stepping.wait(20), "the node never ran the request"
+        _wait_for(lambda: run.completer.completed == 1, "the stalled request was not completed")
+        assert time.monotonic() - began >= 0.5
+        assert run.dispatcher.alive == [False] and run.dispatcher.stalled == [0]
+        assert run.lg.done[5].size == 0 and run.lg.crashes == []
+        assert "instance i0 on node n1 failed (it sent nothing for" in str(run.completer.error)
+    finally:
+        generator.release.set()
+        socket.socket(fileno=os.dup(channel.fileno())).shutdown(socket.SHUT_RDWR)
+
+
+def test_the_reply_timeout_counts_only_silence_with_requests_running() -> None:
+    """Of two workers with a request each, the one that answered within the reply timeout
+    stays and the silent one is lost; what the lost one sends later is ignored (its request
+    completed once, empty), and a worker with nothing running is never lost to silence."""
+    lg = TokenLoadGen()
+    completer = TokenCompleter(lg, needs_first_token=True)
+    (a, b), (c, d) = Pipe(), Pipe()
+    dispatcher = TokenDispatcher(
+        [a, c], [1.0, 1.0], completer, names=["instance i0", "instance i1"], reply_timeout_s=0.3
+    )
+    dispatcher.submit([1, 2], [0, 1])
+    assert b.recv() == ("add", [(1, 0)]) and d.recv() == ("add", [(2, 1)])
+    dispatcher.check_stalled()
+    assert dispatcher.alive == [True, True]
+    time.sleep(0.35)
+    dispatcher.first(1, [2], np.array([7], dtype=np.int32).tobytes())
+    dispatcher.check_stalled()
+    assert dispatcher.alive == [False, True] and dispatcher.stalled == [0]
+    assert completer.completed == 1 and lg.done[1].size == 0
+    assert "instance i0 failed (it sent nothing for" in str(completer.error)
+    late = np.array([3, 4], dtype=np.int32)
+    dispatcher.first(0, [1], late[:1].tobytes())
+    dispatcher.done(0, [1], [2], late.tobytes())
+    assert completer.completed == 1 and lg.done[1].size == 0 and dispatcher.served == [0, 0]
+    dispatcher.done(1, [2], [2], np.array([7, 8], dtype=np.int32).tobytes())
+    assert lg.done[2].tolist() == [7, 8] and dispatcher.served == [0, 1]
+    time.sleep(0.35)
+    dispatcher.check_stalled()
+    assert dispatcher.alive == [False, True] and lg.crashes == []
 
 
 def test_a_load_that_a_node_does_not_take_in_time_loses_it(
