@@ -189,6 +189,39 @@ def test_a_dead_workers_chunk_is_cut_again_for_the_others(clock: Clock) -> None:
     assert dispatcher.completed == 200
 
 
+def test_a_worker_silent_for_the_reply_timeout_is_dropped_and_its_batches_go_to_the_others(
+    clock: Clock,
+) -> None:
+    """A worker with a batch in flight that answers nothing for the reply timeout is dropped
+    (stalled), its samples go to the worker that answered, its late reply is ignored, and an
+    idle worker is never dropped for silence: every sample completes once."""
+    links = [RecordingLink(), RecordingLink()]
+    completed: list[int] = []
+    dispatcher = Dispatcher(
+        links,  # type: ignore[arg-type]  # only send() is used
+        (1.0, 1.0),
+        batch_size=BATCH,
+        complete=lambda ids, blob, size: completed.extend(ids),
+        reply_timeout_s=5.0,
+    )
+    _submit(dispatcher, 2 * BATCH)
+    (silent,), (answered,) = links[0].batches(), links[1].batches()
+    clock.now += 4.0
+    dispatcher.done(1, [answered[1]], b"\0" * 4 * BATCH, 4)
+    dispatcher.check_stalled()
+    assert dispatcher.alive == [True, True]
+    clock.now += 1.5
+    dispatcher.check_stalled()
+    assert dispatcher.alive == [False, True] and dispatcher.stalled == [0]
+    assert [m[2] for m in links[1].batches()[1:]] == [silent[2]]
+    dispatcher.done(0, [silent[1]], b"\0" * 4 * BATCH, 4)  # it wakes: ignored
+    dispatcher.done(1, [links[1].batches()[1][1]], b"\0" * 4 * BATCH, 4)
+    clock.now += 60.0
+    dispatcher.check_stalled()
+    assert dispatcher.alive == [False, True]
+    assert sorted(completed) == list(range(1000, 1000 + 2 * BATCH))
+
+
 def _fleet(
     weights: list[float], *, mirrors: list[bool] | None = None
 ) -> tuple[Dispatcher, list[RecordingLink]]:
