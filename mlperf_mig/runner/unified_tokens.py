@@ -77,6 +77,7 @@ class TokenDispatcher:
         self._lock = threading.Lock()
         self._reply_timeout_s = reply_timeout_s
         self._quiet_since: list[float | None] = [None] * len(links)  # running, and not heard since
+        self._next_stall_check = 0.0
         self.in_flight: list[set[int]] = [set() for _ in links]
         self.alive = [True] * len(links)
         self.served = [0] * len(links)
@@ -145,9 +146,10 @@ class TokenDispatcher:
     def check_stalled(self) -> None:
         """Lose every worker that has had requests running and sent nothing for the reply
         timeout (hung, or stopped with SIGSTOP): its requests complete empty, named."""
-        if self._reply_timeout_s is None:
-            return
         now = time.monotonic()
+        if self._reply_timeout_s is None or now < self._next_stall_check:
+            return
+        self._next_stall_check = now + _POLL_S  # the receiver calls it after every message
         with self._lock:
             quiet = [
                 (w, now - since)
