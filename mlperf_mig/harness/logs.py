@@ -8,19 +8,34 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 import numpy as np
 
-from mlperf_mig._io import read_json
+from mlperf_mig._io import read_bounded, read_json
 from mlperf_mig.errors import DatasetError
 
 DETAIL_LOG = "mlperf_log_detail.txt"
 SUMMARY_LOG = "mlperf_log_summary.txt"
 ACCURACY_LOG = "mlperf_log_accuracy.json"
 _PREFIX = ":::MLLOG "
+# A detail log is a few KiB; one with an error record for every sample of a long run is a few
+# MiB. A larger file is refused before a byte of it is read.
+DETAIL_LOG_LIMIT = 64 << 20
+
+
+def read_detail_lines(path: Path, refused: Callable[[str], Exception]) -> list[str]:
+    """The lines of the detail log `path`, read with bounds (a regular file reached without a
+    link, at most DETAIL_LOG_LIMIT bytes; bytes that are not UTF-8 replaced). Any failure,
+    also a missing file, raises `refused(reason)`, the reason a phrase that reads after "it is"."""
+    try:
+        data = read_bounded(path, DETAIL_LOG_LIMIT, refused, kind="LoadGen detail log")
+    except FileNotFoundError:
+        raise refused("missing") from None
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 def parse_detail_log(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -33,12 +48,11 @@ def parse_detail_log(path: str | os.PathLike[str]) -> dict[str, Any]:
     log = Path(path)
     if log.is_dir():
         log = log / DETAIL_LOG
-    try:
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as exc:
-        raise DatasetError(
-            f"cannot read LoadGen detail log {str(log)!r}: {exc.strerror or exc}"
-        ) from None
+
+    def refused(reason: str) -> DatasetError:
+        return DatasetError(f"cannot read LoadGen detail log {str(log)!r}: it is {reason}")
+
+    lines = read_detail_lines(log, refused)
     records: dict[str, Any] = {"errors": [], "warnings": []}
     for line in lines:
         if not line.startswith(_PREFIX):
@@ -47,8 +61,12 @@ def parse_detail_log(path: str | os.PathLike[str]) -> dict[str, Any]:
             record = json.loads(line[len(_PREFIX) :])
         except json.JSONDecodeError:
             continue  # a line cut short when the process died
-        key, value = record.get("key"), record.get("value")
-        metadata = record.get("metadata") or {}
+        key = record.get("key") if isinstance(record, dict) else None
+        if not isinstance(key, str) or key in ("errors", "warnings"):
+            continue  # not a record LoadGen writes (those two keys are the lists kept here)
+        value = record.get("value")
+        metadata = record.get("metadata")
+        metadata = metadata if isinstance(metadata, dict) else {}
         if metadata.get("is_error") or str(key).startswith("error"):
             records["errors"].append(f"{key}: {value}")
         elif metadata.get("is_warning") or str(key).startswith("warning"):

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from mlperf_mig.errors import SubmissionError
+from mlperf_mig.harness.logs import read_detail_lines
 
 LogValue = Any  # a record's value in a LoadGen log, as JSON gives it (a number, text or a list)
 
@@ -35,10 +36,9 @@ class DetailLog:
     def read(cls, path: str | os.PathLike[str]) -> DetailLog:
         """Parse `path`; raises SubmissionError when it is not a LoadGen detail log."""
         log_path = Path(path)
-        try:
-            lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError as exc:
-            raise SubmissionError(f"{log_path}: cannot be read ({exc.strerror or exc})") from None
+        lines = read_detail_lines(
+            log_path, lambda reason: SubmissionError(f"{log_path}: cannot be read (it is {reason})")
+        )
         if not lines or not lines[0].startswith(MARKER):
             raise SubmissionError(
                 f"{log_path}: not a LoadGen detail log (first line lacks {MARKER})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from mlperf_mig.engines.backend import DeviceReport
 from mlperf_mig.errors import DatasetError
-from mlperf_mig.harness import InstanceResult, parse_detail_log
+from mlperf_mig.harness import InstanceResult, logs, parse_detail_log
 from mlperf_mig.harness.result import AccuracyReport, invalid_reasons, latencies, throughput
 
 
@@ -61,6 +62,49 @@ def test_missing_detail_log_raises(tmp_path: Path) -> None:
     """A folder without a detail log is reported, not parsed as empty."""
     with pytest.raises(DatasetError, match="cannot read LoadGen detail log"):
         parse_detail_log(tmp_path)
+
+
+def test_a_detail_log_reached_through_a_link_is_refused(detail_log: Path, tmp_path: Path) -> None:
+    """A detail log that is a symbolic link is not followed (nothing read back is)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "mlperf_log_detail.txt").symlink_to(detail_log)
+    with pytest.raises(DatasetError, match="it is a symbolic link"):
+        parse_detail_log(folder)
+
+
+def test_a_detail_log_larger_than_the_limit_is_refused_unread(
+    detail_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A detail log over DETAIL_LOG_LIMIT is refused before it is read; a FIFO is refused
+    without waiting on it."""
+    monkeypatch.setattr(logs, "DETAIL_LOG_LIMIT", detail_log.stat().st_size - 1)
+    with pytest.raises(DatasetError, match=r"more than the \d+ a LoadGen detail log may hold"):
+        parse_detail_log(detail_log)
+    fifo = detail_log.parent / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(DatasetError, match="it is not a regular file"):
+        parse_detail_log(fifo)
+
+
+def test_records_that_loadgen_does_not_write_are_skipped(tmp_path: Path) -> None:
+    """JSON that is not an object, a record without a text key, a key that would replace the
+    lists of errors and warnings, or metadata that is not an object: skipped or ignored, the
+    other records read."""
+    lines = [
+        ":::MLLOG 5",
+        ':::MLLOG ["key", "value"]',
+        ':::MLLOG {"value": 1}',
+        ':::MLLOG {"key": 7, "value": 1}',
+        ':::MLLOG {"key": "errors", "value": 1}',
+        ':::MLLOG {"key": "result_validity", "value": "VALID", "metadata": 3}',
+        _record("error_runtime", "kept", error=True),
+    ]
+    (tmp_path / "mlperf_log_detail.txt").write_text("\n".join(lines) + "\n")
+    records = parse_detail_log(tmp_path)
+    assert records["result_validity"] == "VALID"
+    assert records["errors"] == ["error_runtime: kept"] and records["warnings"] == []
+    assert set(records) == {"errors", "warnings", "result_validity", "error_runtime"}
 
 
 def _result() -> InstanceResult:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlperf_mig.errors import SubmissionError
+from mlperf_mig.harness import logs
 from mlperf_mig.submission import check_submission
 
 pytestmark = [
@@ -136,6 +137,15 @@ def test_loadgen_error_in_log(tree: Path) -> None:
     with detail.open("a") as handle:
         handle.write(":::MLLOG " + json.dumps(record) + "\n")
     assert _reported(tree, "LoadGen logged 1 error(s)")
+
+
+def test_a_detail_log_larger_than_the_limit_is_reported_unread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A performance log over the detail log limit is one finding, not read."""
+    detail = _result(tree) / "performance" / "run_1" / "mlperf_log_detail.txt"
+    monkeypatch.setattr(logs, "DETAIL_LOG_LIMIT", detail.stat().st_size - 1)
+    assert _reported(tree, "a LoadGen detail log may hold")
 
 
 def test_missing_measurements_key(tree: Path) -> None:
