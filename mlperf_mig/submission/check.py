@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from mlperf_mig._io import read_json, refuse_links_below
+from mlperf_mig._io import read_bounded, read_json, refuse_links_below
 from mlperf_mig.errors import SubmissionError, UntrustedPathError
 from mlperf_mig.harness.compliance import audit_setting_problems
 from mlperf_mig.harness.logs import parse_detail_log
@@ -290,15 +290,29 @@ def _compliance(folder: Path, model: str, division: str, version: str) -> Iterat
             )
 
 
+# The most bytes a verification or accuracy text file of an audit may hold (they are a few
+# lines); a larger one is a finding, not read.
+TEXT_FILE_LIMIT = 1 << 20
+
+
+def _text_lines(path: Path) -> list[str]:
+    """The lines of the tree's small text file `path` (bytes that are not UTF-8 replaced);
+    SubmissionError(why not), a phrase that reads after "is"."""
+    data = read_bounded(path, TEXT_FILE_LIMIT, SubmissionError, kind="verification file")
+    return data.decode("utf-8", errors="replace").splitlines()
+
+
 def _audit(test: Path, audit: str, model: str, division: str, version: str) -> Iterator[Finding]:
     for name in rules.VERIFY_FILES[audit]:
         path = test / name
         if not path.is_file():
             yield path, "missing"
             continue
-        lines = [
-            line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-        ]
+        try:
+            lines = [line.strip() for line in _text_lines(path)]
+        except SubmissionError as exc:
+            yield path, f"is {exc}"
+            continue
         if audit == "TEST06":
             failed = [words[0] for words in rules.TEST06_LINES if not set(words) & set(lines)]
             if failed:
@@ -342,7 +356,11 @@ def _test01_accuracy_fallback(folder: Path, model: str) -> Iterator[Finding]:
         path = folder / name
         if not path.is_file():
             return
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        try:
+            lines = _text_lines(path)
+        except SubmissionError as exc:
+            yield path, f"is {exc}"
+            return
         found = [float(m.group(1)) for m in map(rules.accuracy_pattern(model).match, lines) if m]
         if not found or not found[0]:
             yield path, "no non-zero accuracy line in the reference script's format"

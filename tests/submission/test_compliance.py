@@ -12,7 +12,7 @@ import pytest
 
 from mlperf_mig.errors import SubmissionError
 from mlperf_mig.runner.results import RunResult
-from mlperf_mig.submission import check_submission, write_submission
+from mlperf_mig.submission import check, check_submission, write_submission
 
 
 @pytest.fixture(name="audited")
@@ -143,6 +143,23 @@ def test_failed_performance_verification_is_reported(tree: Path) -> None:
     verify = _scenario_dir(tree) / "TEST04" / "verify_performance.txt"
     verify.write_text(verify.read_text().replace("TEST PASS", "TEST FAIL: Test score invalid"))
     assert any("TEST04/verify_performance.txt: no TEST PASS line" in p for p in _problems(tree))
+
+
+def test_an_oversized_verify_or_accuracy_file_is_reported_unread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verify file, or a TEST01 accuracy comparison file, over the text file limit is one
+    finding each, not read."""
+    test01 = _scenario_dir(tree) / "TEST01"
+    verify = test01 / "verify_accuracy.txt"
+    verify.write_text(verify.read_text().replace("TEST PASS", "TEST FAIL"))
+    monkeypatch.setattr(check, "TEXT_FILE_LIMIT", verify.stat().st_size)
+    (test01 / "accuracy" / "baseline_accuracy.txt").write_text("x" * (verify.stat().st_size + 1))
+    name = "TEST01/accuracy/baseline_accuracy.txt"
+    assert any(f"{name}: is " in p and "a verification file may hold" in p for p in _problems(tree))
+    verify.write_text(verify.read_text() + "x")
+    name = "TEST01/verify_accuracy.txt"
+    assert any(f"{name}: is " in p and "a verification file may hold" in p for p in _problems(tree))
 
 
 def test_missing_verify_file_is_reported(tree: Path) -> None:
