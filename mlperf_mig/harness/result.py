@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -247,7 +248,9 @@ def invalid_reasons(records: Mapping[str, Any]) -> list[str]:
     reason = str(records.get("result_invalid_reason") or "").strip()
     if reason:
         reasons.append(reason)
-    reasons.extend(records.get("errors", ()))
+    # an error LoadGen logs once per sample (an empty completion's) is said once, with its count
+    for error, count in Counter(records.get("errors", ())).items():
+        reasons.append(error if count == 1 else f"{error} ({count} times)")
     return reasons
 
 

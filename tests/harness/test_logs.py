@@ -58,6 +58,14 @@ def test_server_fields_from_records(detail_log: Path) -> None:
     ]
 
 
+def test_an_error_logged_for_every_sample_is_one_reason_with_its_count() -> None:
+    """The same error logged many times (one per empty completion) is one reason saying how
+    many times; different errors keep their order."""
+    records = {"errors": ["error_runtime: a", "error_runtime: b", "error_runtime: a"] * 2}
+    assert invalid_reasons(records) == ["error_runtime: a (4 times)", "error_runtime: b (2 times)"]
+    assert invalid_reasons({"errors": ["error_runtime: c"]}) == ["error_runtime: c"]
+
+
 def test_missing_detail_log_raises(tmp_path: Path) -> None:
     """A folder without a detail log is reported, not parsed as empty."""
     with pytest.raises(DatasetError, match="cannot read LoadGen detail log"):
