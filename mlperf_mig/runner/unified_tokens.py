@@ -8,8 +8,9 @@ slice (continuous batching: it joins that worker's running batch at its next ste
 steps its generator and sends ("first", ids, first tokens) as the first tokens appear and
 ("done", ids, lengths, token bytes) as requests finish; the coordinator hands both to one
 TokenCompleter (harness/token_sut.py), so every first token reaches LoadGen before its request
-completes. A worker that dies has its requests completed empty and is named; so does one that sends nothing for the reply timeout while it
-has requests running (hung, or stopped), and what it sends later is ignored.
+completes. A worker that dies has its requests completed empty and is named; so has one that
+sends nothing for the reply timeout while it has requests running (hung, or stopped), and what
+it sends later is ignored.
 
 An instance on a cluster node (cluster/serving.py) speaks the same protocol over its data channel:
 `serve_requests` is the one loop of both, fed by a local worker's pipe or by the node's reader
