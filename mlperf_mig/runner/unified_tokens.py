@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.2
+# An instance with requests running that has sent nothing for this long is passed over for new
+# requests while another is not so quiet: one that hangs then holds what it had when it went
+# quiet until the reply timeout loses it, not its share of every request issued meanwhile (a
+# working instance sends whenever a request of its batch starts or ends).
+QUIET_PASSED_OVER_S = 2.0
 
 
 class TokenDispatcher:
@@ -85,17 +90,22 @@ class TokenDispatcher:
         self.stalled: list[int] = []  # workers lost to the reply timeout
 
     def submit(self, ids: Sequence[int], rows: Sequence[int]) -> None:
-        """Send each request to the worker with the fewest in flight per unit of capacity."""
+        """Send each request to the worker with the fewest in flight per unit of capacity, of
+        those not quiet for QUIET_PASSED_OVER_S with requests running (of all live ones when
+        every one is)."""
         out: dict[int, list[tuple[int, int]]] = {}
+        now = time.monotonic()
         with self._lock:
+            live = [w for w, ok in enumerate(self.alive) if ok]
+            answering = [w for w in live if not self._quiet_for(w, now, QUIET_PASSED_OVER_S)]
+            choices = answering or live
             for request, row in zip(ids, rows, strict=True):
-                live = [w for w, ok in enumerate(self.alive) if ok]
-                if not live:
+                if not choices:
                     self._completer.empty([int(request)], "every instance worker is gone")
                     continue
-                worker = min(live, key=lambda w: (len(self.in_flight[w]) + 1) / self._weights[w])
+                worker = min(choices, key=lambda w: (len(self.in_flight[w]) + 1) / self._weights[w])
                 if not self.in_flight[worker]:
-                    self._quiet_since[worker] = time.monotonic()
+                    self._quiet_since[worker] = now
                 self.in_flight[worker].add(int(request))
                 out.setdefault(worker, []).append((int(request), int(row)))
         for worker, requests in out.items():
@@ -140,6 +150,11 @@ class TokenDispatcher:
             if events:
                 self._completer.finished(events, self._names[worker])
 
+    def _quiet_for(self, worker: int, now: float, seconds: float) -> bool:
+        """Whether `worker` has had requests running and sent nothing for more than `seconds`."""
+        since = self._quiet_since[worker]
+        return since is not None and now - since > seconds
+
     def _heard(self, worker: int) -> None:
         """Worker `worker` sent a message (under the lock): its silence starts again."""
         self._quiet_since[worker] = time.monotonic() if self.in_flight[worker] else None
@@ -148,14 +163,15 @@ class TokenDispatcher:
         """Lose every worker that has had requests running and sent nothing for the reply
         timeout (hung, or stopped with SIGSTOP): its requests complete empty, named."""
         now = time.monotonic()
-        if self._reply_timeout_s is None or now < self._next_stall_check:
+        timeout_s = self._reply_timeout_s
+        if timeout_s is None or now < self._next_stall_check:
             return
         self._next_stall_check = now + _POLL_S  # the receiver calls it after every message
         with self._lock:
             quiet = [
                 (w, now - since)
                 for w, since in enumerate(self._quiet_since)
-                if self.alive[w] and since is not None and now - since > self._reply_timeout_s
+                if since is not None and self.alive[w] and self._quiet_for(w, now, timeout_s)
             ]
         for worker, silent_s in quiet:
             log.warning("worker %d sent nothing for %.0f s; dropping it", worker, silent_s)

@@ -31,6 +31,7 @@ from mlperf_mig.harness.token_sut import PROMPT_IDS, PROMPT_LENGTH, TokenComplet
 from mlperf_mig.placement.choose import nodes_handed
 from mlperf_mig.placement.cluster_address import ClusterSpec, parse_cluster
 from mlperf_mig.placement.nodes import NodeInventory
+from mlperf_mig.runner import unified_tokens
 from mlperf_mig.runner.options import RunOptions
 from mlperf_mig.runner.plan import EngineRequest, make_plan
 from mlperf_mig.runner.unified import SampleMirrors, send_rows
@@ -355,6 +356,33 @@ def test_the_reply_timeout_counts_only_silence_with_requests_running() -> None:
     time.sleep(0.35)
     dispatcher.check_stalled()
     assert dispatcher.alive == [False, True] and lg.crashes == []
+
+
+def test_a_quiet_worker_is_passed_over_for_new_requests_while_another_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker with a request running that has sent nothing for QUIET_PASSED_OVER_S gets no
+    new request while another answers, however few it has; once it answers it is chosen by
+    load again, and when every worker is quiet the least loaded is."""
+    monkeypatch.setattr(unified_tokens, "QUIET_PASSED_OVER_S", 0.2)
+    (a, b), (c, d) = Pipe(), Pipe()
+    dispatcher = TokenDispatcher(
+        [a, c], [1.0, 1.0], TokenCompleter(TokenLoadGen(), needs_first_token=True)
+    )
+    token = np.array([7], dtype=np.int32).tobytes()
+    dispatcher.submit([1, 2], [0, 1])
+    assert b.recv() == ("add", [(1, 0)]) and d.recv() == ("add", [(2, 1)])
+    time.sleep(0.3)
+    dispatcher.first(1, [2], token)
+    dispatcher.submit([3, 4, 5], [2, 3, 4])
+    assert d.recv() == ("add", [(3, 2), (4, 3), (5, 4)]) and not b.poll(0)
+    dispatcher.first(0, [1], token)
+    dispatcher.submit([6], [5])
+    assert b.recv() == ("add", [(6, 5)])
+    time.sleep(0.3)
+    dispatcher.submit([7], [6])
+    assert b.recv() == ("add", [(7, 6)]) and not d.poll(0)
+    assert [sorted(f) for f in dispatcher.in_flight] == [[1, 6, 7], [2, 3, 4, 5]]
 
 
 def test_a_load_that_a_node_does_not_take_in_time_loses_it(
