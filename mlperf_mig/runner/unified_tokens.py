@@ -4,7 +4,8 @@ instance.
 The coordinator and the instance workers are the unified round's (runner/unified.py: the same
 jobs, shared sample memory and target handshake); what travels differs. A request goes out as
 ("add", [(sample id, row), ...]) to the worker with the fewest requests in flight per compute
-slice (continuous batching: it joins that worker's running batch at its next step). A worker
+slice (continuous batching: it joins that worker's running batch at its next step), passing over
+one quiet with requests running while another answers (QUIET_PASSED_OVER_S). A worker
 steps its generator and sends ("first", ids, first tokens) as the first tokens appear and
 ("done", ids, lengths, token bytes) as requests finish; the coordinator hands both to one
 TokenCompleter (harness/token_sut.py), so every first token reaches LoadGen before its request
