@@ -172,7 +172,7 @@ class TokenDispatcher:
             quiet = [
                 (w, now - since)
                 for w, since in enumerate(self._quiet_since)
-                if since is not None and self.alive[w] and self._quiet_for(w, now, timeout_s)
+                if since is not None and self.alive[w] and now - since > timeout_s
             ]
         for worker, silent_s in quiet:
             log.warning("worker %d sent nothing for %.0f s; dropping it", worker, silent_s)

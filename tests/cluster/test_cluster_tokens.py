@@ -327,7 +327,24 @@ def test_a_node_silent_for_the_reply_timeout_is_lost_and_named(
         socket.socket(fileno=os.dup(channel.fileno())).shutdown(socket.SHUT_RDWR)
 
 
-def test_the_reply_timeout_counts_only_silence_with_requests_running() -> None:
+class Clock:
+    """The dispatcher's monotonic clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture(name="clock")
+def fixture_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(unified_tokens, "time", clock)
+    return clock
+
+
+def test_the_reply_timeout_counts_only_silence_with_requests_running(clock: Clock) -> None:
     """Of two workers with a request each, the one that answered within the reply timeout
     stays and the silent one is lost; what the lost one sends later is ignored (its request
     completed once, empty), and a worker with nothing running is never lost to silence."""
@@ -341,7 +358,7 @@ def test_the_reply_timeout_counts_only_silence_with_requests_running() -> None:
     assert b.recv() == ("add", [(1, 0)]) and d.recv() == ("add", [(2, 1)])
     dispatcher.check_stalled()
     assert dispatcher.alive == [True, True]
-    time.sleep(0.35)
+    clock.now += 0.35
     dispatcher.first(1, [2], np.array([7], dtype=np.int32).tobytes())
     dispatcher.check_stalled()
     assert dispatcher.alive == [False, True] and dispatcher.stalled == [0]
@@ -353,18 +370,17 @@ def test_the_reply_timeout_counts_only_silence_with_requests_running() -> None:
     assert completer.completed == 1 and lg.done[1].size == 0 and dispatcher.served == [0, 0]
     dispatcher.done(1, [2], [2], np.array([7, 8], dtype=np.int32).tobytes())
     assert lg.done[2].tolist() == [7, 8] and dispatcher.served == [0, 1]
-    time.sleep(0.35)
+    clock.now += 60.0
     dispatcher.check_stalled()
     assert dispatcher.alive == [False, True] and lg.crashes == []
 
 
 def test_a_quiet_worker_is_passed_over_for_new_requests_while_another_answers(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: Clock,
 ) -> None:
     """A worker with a request running that has sent nothing for QUIET_PASSED_OVER_S gets no
     new request while another answers, however few it has; once it answers it is chosen by
     load again, and when every worker is quiet the least loaded is."""
-    monkeypatch.setattr(unified_tokens, "QUIET_PASSED_OVER_S", 0.2)
     (a, b), (c, d) = Pipe(), Pipe()
     dispatcher = TokenDispatcher(
         [a, c], [1.0, 1.0], TokenCompleter(TokenLoadGen(), needs_first_token=True)
@@ -372,14 +388,14 @@ def test_a_quiet_worker_is_passed_over_for_new_requests_while_another_answers(
     token = np.array([7], dtype=np.int32).tobytes()
     dispatcher.submit([1, 2], [0, 1])
     assert b.recv() == ("add", [(1, 0)]) and d.recv() == ("add", [(2, 1)])
-    time.sleep(0.3)
+    clock.now += unified_tokens.QUIET_PASSED_OVER_S + 0.1
     dispatcher.first(1, [2], token)
     dispatcher.submit([3, 4, 5], [2, 3, 4])
     assert d.recv() == ("add", [(3, 2), (4, 3), (5, 4)]) and not b.poll(0)
     dispatcher.first(0, [1], token)
     dispatcher.submit([6], [5])
     assert b.recv() == ("add", [(6, 5)])
-    time.sleep(0.3)
+    clock.now += unified_tokens.QUIET_PASSED_OVER_S + 0.1
     dispatcher.submit([7], [6])
     assert b.recv() == ("add", [(7, 6)]) and not d.poll(0)
     assert [sorted(f) for f in dispatcher.in_flight] == [[1, 6, 7], [2, 3, 4, 5]]
